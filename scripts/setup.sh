@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Installs what building and testing Tributary needs on a fresh Debian bookworm machine, then prepares
+# the nginx build folder the module compiles against. Safe to run again: it only installs what is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# Debian packages: nginx + headers for the module, libclang for bindgen, wrk for benchmarks,
+# the echo module for module tests, sqlite3 for inspecting the store.
+APT_PACKAGES=(nginx nginx-dev libclang-dev clang wrk libnginx-mod-http-echo valgrind sqlite3 curl ca-certificates)
+
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+if ! command -v cargo >/dev/null; then
+  echo "setup: cargo not found; install Rust (rustup) first" >&2
+  exit 1
+fi
+if ! cargo nextest --version >/dev/null 2>&1; then
+  echo "setup: installing cargo-nextest"
+  cargo install --locked cargo-nextest
+fi
+
+# nginx build folder for the module (Debian's configure with Debian's flags; no make needed).
+BUILD_DIR="$PWD/target/nginx-build"
+if [ ! -f "$BUILD_DIR/ngx_auto_config.h" ]; then
+  echo "setup: configuring nginx headers into $BUILD_DIR"
+  mkdir -p "$BUILD_DIR"
+  (
+    cd /usr/share/nginx/src
+    # shellcheck disable=SC1091
+    . ./conf_flags
+    ./configure "${NGX_CONF_FLAGS[@]}" --builddir="$BUILD_DIR" >"$BUILD_DIR/configure.log" 2>&1
+  ) || { echo "setup: nginx configure failed, see $BUILD_DIR/configure.log" >&2; exit 1; }
+fi
