@@ -1,0 +1,84 @@
+//! The fixture against the real nginx.
+use std::fs;
+use std::process::Command;
+use std::time::Duration;
+use tributary_testkit::{http_get, TestNginx};
+
+const WAIT: Duration = Duration::from_secs(10);
+
+#[test]
+fn serves_root_and_backends() {
+    let nginx = TestNginx::builder().backend("a").backend("b").start();
+    assert_eq!(nginx.get("/"), (200, "tributary-testkit".to_string()));
+    assert_eq!(
+        http_get(nginx.backend_port("a"), "/x").unwrap(),
+        (200, "a".to_string())
+    );
+    assert_eq!(
+        http_get(nginx.backend_port("b"), "/").unwrap(),
+        (200, "b".to_string())
+    );
+    assert!(nginx.conf_dir().join("upstreams").is_dir());
+}
+
+#[test]
+fn missing_upstream_is_502_then_proxies_after_reload() {
+    let nginx = TestNginx::builder().backend("a").start();
+    let path = TestNginx::upstream_path("api");
+    assert_eq!(nginx.get(&path).0, 502);
+    let conf = format!(
+        "upstream api {{\n    server 127.0.0.1:{} weight=1;\n}}\n",
+        nginx.backend_port("a")
+    );
+    fs::write(nginx.upstreams_dir().join("api.conf"), conf).unwrap();
+    let status = Command::new(&nginx.test_cmd()[0])
+        .args(&nginx.test_cmd()[1..])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let status = Command::new(&nginx.reload_cmd()[0])
+        .args(&nginx.reload_cmd()[1..])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    nginx.wait_for_body(&path, "a", WAIT).unwrap();
+    nginx
+        .wait_until("/", WAIT, |_, _| nginx.reloads_seen() >= 1)
+        .unwrap();
+}
+
+#[test]
+fn test_cmd_fails_on_broken_include_and_drop_still_stops() {
+    let mut nginx = TestNginx::start();
+    let pid = nginx.master_pid().unwrap();
+    fs::write(nginx.upstreams_dir().join("bad.conf"), "upstream bad {\n").unwrap();
+    let out = Command::new(&nginx.test_cmd()[0])
+        .args(&nginx.test_cmd()[1..])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unexpected end of file"));
+    assert!(nginx.is_running());
+    drop(nginx);
+    assert!(
+        !std::path::Path::new(&format!("/proc/{pid}")).exists(),
+        "nginx master {pid} still running after drop"
+    );
+}
+
+#[test]
+fn snippets_and_conf_files() {
+    let nginx = TestNginx::builder()
+        .without_upstreams_glob()
+        .conf_file(
+            "upstreams/api.conf",
+            "upstream api {\n    server 127.0.0.1:9 weight=1;\n}\n",
+        )
+        .http_snippet("include upstreams/api.conf;")
+        .start();
+    let conf = fs::read_to_string(nginx.conf_path()).unwrap();
+    assert!(conf.contains("include upstreams/api.conf;"));
+    assert!(!conf.contains("upstreams/*.conf"));
+    // The upstream exists (port 9 refuses): a 502 from the proxy, not a resolver error page.
+    assert_eq!(nginx.get("/u/api/").0, 502);
+}
