@@ -1,0 +1,40 @@
+//! Wire types of the Tributary plugin protocol. Pure: no IO.
+//!
+//! A plugin is an executable plus a manifest (`plugin.json`, see [`Manifest`]). The host starts it once
+//! and exchanges JSON-RPC 2.0 messages with it, one JSON object per line on stdin/stdout. The only
+//! method is [`RESOLVE_METHOD`] (`discovery.resolve`) with [`ResolveParams`] and [`ResolveResult`].
+//! `docs/protocol.md` describes the protocol for plugin authors in any language.
+//!
+//! Every provider config value is secret: [`ConfigMap`]'s `Debug` prints keys only, and no `Display`
+//! of this crate prints a config value.
+
+mod config;
+mod manifest;
+mod rpc;
+
+pub use config::ConfigMap;
+pub use manifest::{
+    Capability, Configuration, Discovery, FieldDecl, FieldType, Manifest, ManifestError,
+    Permission, ProviderDecl,
+};
+pub use rpc::{
+    Id, Request, ResolveParams, ResolveResult, Response, ResponsePayload, RpcError, JSONRPC_VERSION,
+};
+
+/// The one method a discovery plugin must implement.
+pub const RESOLVE_METHOD: &str = "discovery.resolve";
+/// Error caused by the configuration (bad or rejected credentials, unknown service, missing field):
+/// `data.field` names the config key at fault, or `"service"`, or `"provider"`.
+pub const ERR_CONFIG: i64 = -32003;
+/// Any other failure of the provider (registry unreachable, unexpected answer, ...).
+pub const ERR_PROVIDER: i64 = -32000;
+/// JSON-RPC 2.0: the line was not valid JSON.
+pub const ERR_PARSE: i64 = -32700;
+/// JSON-RPC 2.0: the JSON was not a valid request object.
+pub const ERR_INVALID_REQUEST: i64 = -32600;
+/// JSON-RPC 2.0: unknown method.
+pub const ERR_METHOD_NOT_FOUND: i64 = -32601;
+/// JSON-RPC 2.0: the params do not have the expected shape.
+pub const ERR_INVALID_PARAMS: i64 = -32602;
+/// JSON-RPC 2.0: internal error of the plugin.
+pub const ERR_INTERNAL: i64 = -32603;
