@@ -1,0 +1,26 @@
+//! Pure logic of the Tributary daemon (no IO: no files, processes, sockets or clocks).
+//!
+//! The data flow it serves, one function per arrow:
+//! plugin answer (raw JSON targets) → [`validate`] (drop bad targets with a reason, lower-case host
+//! names, dedupe, canonical sort) → [`render`] (the exact bytes of `upstreams/<name>.conf`) → the
+//! apply crate compares bytes and writes. [`schedule`] computes when a binding refreshes next.
+//!
+//! Inputs a person types are validated here once, when a binding is saved: [`UpstreamName`] (it
+//! becomes a file name) and [`ExtraDirective`] (it becomes a line of nginx configuration).
+#![forbid(unsafe_code)]
+
+mod binding;
+mod directive;
+mod name;
+mod render;
+pub mod schedule;
+mod target;
+
+pub use binding::{coerce_config, Binding, BindingError};
+pub use directive::{DirectiveError, ExtraDirective, MAX_DIRECTIVE_LEN};
+pub use name::{NameError, UpstreamName, MAX_NAME_LEN};
+pub use render::{render, HEADER};
+pub use target::{
+    summarize_dropped, validate, Address, DropReason, Dropped, Target, Validated, MAX_HOST_LEN,
+    MAX_WEIGHT,
+};
