@@ -1,0 +1,100 @@
+//! A discovery plugin that misbehaves on purpose, for the plugin host's tests. Each request's
+//! `service` chooses the behaviour:
+//!
+//! - `ok`: one target; `sleep:MS`: answers after MS milliseconds (concurrency tests); both echo the
+//!   service in the target's `service` member so a test can check which answer it got
+//! - `hang`: never answers; `exit`: exits with status 3 without answering
+//! - `garbage`: answers a line that is not JSON; `broken`: a cut-off JSON line that still shows its id
+//! - `huge`: a valid response line of 5 MiB; `notargets`: a result without `targets`
+//! - `config-error`: -32003 with `data.field` = `token`, quoting the token's value in the message
+//! - `provider-error`: -32000
+//! - `stderr`: writes the token's value to stderr, then answers like `ok`
+//!
+//! Only std and serde_json: it writes its own bytes, which the SDK would not let it do wrong.
+
+use std::io::{BufRead, Write};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+fn main() {
+    let out = Arc::new(Mutex::new(std::io::stdout()));
+    let stdin = std::io::stdin();
+    for line in stdin.lock().lines() {
+        let Ok(line) = line else { break };
+        let Ok(req) = serde_json::from_str::<Value>(&line) else {
+            continue;
+        };
+        let out = out.clone();
+        std::thread::spawn(move || answer(req, out));
+    }
+}
+
+fn write(out: &Mutex<std::io::Stdout>, text: &str) {
+    let mut o = out.lock().unwrap_or_else(|p| p.into_inner());
+    let _ = o.write_all(text.as_bytes());
+    let _ = o.write_all(b"\n");
+    let _ = o.flush();
+}
+
+fn answer(req: Value, out: Arc<Mutex<std::io::Stdout>>) {
+    let id = req["id"].clone();
+    let service = req["params"]["service"].as_str().unwrap_or("").to_string();
+    let token = req["params"]["config"]["token"]
+        .as_str()
+        .unwrap_or("")
+        .to_string();
+    let ok = |service: &str| {
+        json!({"jsonrpc":"2.0","id":id,"result":{
+            "targets":[{"address":"10.0.0.1","port":80,"service":service}],"ttl_seconds":5}})
+        .to_string()
+    };
+    match service.as_str() {
+        "ok" => write(&out, &ok(&service)),
+        s if s.starts_with("sleep:") => {
+            let ms: u64 = s["sleep:".len()..].parse().unwrap_or(0);
+            std::thread::sleep(Duration::from_millis(ms));
+            write(&out, &ok(&service));
+        }
+        "hang" => std::thread::sleep(Duration::from_secs(3600)),
+        "exit" => std::process::exit(3),
+        "garbage" => write(&out, "this is not json"),
+        "broken" => write(
+            &out,
+            &format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{{"targets":[{{"address""#),
+        ),
+        "huge" => {
+            let pad = "x".repeat(5 * 1024 * 1024);
+            write(
+                &out,
+                &json!({"jsonrpc":"2.0","id":id,"result":{"targets":[],"pad":pad}}).to_string(),
+            );
+        }
+        "notargets" => write(
+            &out,
+            &json!({"jsonrpc":"2.0","id":id,"result":{"ttl_seconds":5}}).to_string(),
+        ),
+        "config-error" => write(
+            &out,
+            &json!({"jsonrpc":"2.0","id":id,"error":{"code":-32003,
+                "message":format!("token {token} was rejected"),"data":{"field":"token"}}})
+            .to_string(),
+        ),
+        "provider-error" => write(
+            &out,
+            &json!({"jsonrpc":"2.0","id":id,"error":{"code":-32000,"message":"registry down"}})
+                .to_string(),
+        ),
+        "stderr" => {
+            eprintln!("connecting with token={token} now");
+            write(&out, &ok(&service));
+        }
+        other => write(
+            &out,
+            &json!({"jsonrpc":"2.0","id":id,"error":{"code":-32003,
+                "message":format!("unknown service {other:?}"),"data":{"field":"service"}}})
+            .to_string(),
+        ),
+    }
+}

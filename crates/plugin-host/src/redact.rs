@@ -1,0 +1,95 @@
+//! Redaction of config values from text that leaves the host (errors, captured stderr).
+
+use std::collections::BTreeSet;
+
+use serde_json::Value;
+use tributary_protocol::ConfigMap;
+
+/// What replaces a config value.
+pub const REDACTED: &str = "<redacted>";
+
+/// A set of secret strings; [`Redactor::redact`] replaces every occurrence, longest first.
+#[derive(Debug, Default, Clone)]
+pub struct Redactor {
+    /// Sorted longest first so a value containing another is replaced whole.
+    secrets: Vec<String>,
+}
+
+impl Redactor {
+    /// The values of `config` (see [`ConfigMap::values_as_strings`]), except the JSON literals
+    /// `true`/`false`, which carry no secret and would mangle every message.
+    pub fn from_config(config: &ConfigMap) -> Self {
+        let mut r = Self::default();
+        r.add_config(config);
+        r
+    }
+
+    /// Adds the values of `config`. Returns whether anything new was added.
+    pub fn add_config(&mut self, config: &ConfigMap) -> bool {
+        let mut set: BTreeSet<String> = self.secrets.drain(..).collect();
+        let before = set.len();
+        for (_, v) in config.iter() {
+            if matches!(v, Value::Bool(_) | Value::Null) {
+                continue;
+            }
+            let one: ConfigMap = [("v", v.clone())].into_iter().collect();
+            set.extend(one.values_as_strings());
+        }
+        let added = set.len() != before;
+        self.secrets = set.into_iter().collect();
+        self.secrets
+            .sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
+        added
+    }
+
+    /// `text` with every secret replaced by `<redacted>`.
+    pub fn redact(&self, text: &str) -> String {
+        let mut out = text.to_string();
+        for s in &self.secrets {
+            if out.contains(s.as_str()) {
+                out = out.replace(s.as_str(), REDACTED);
+            }
+        }
+        out
+    }
+
+    /// Redacts every string inside a JSON value (keys are kept).
+    pub fn redact_value(&self, v: &mut Value) {
+        match v {
+            Value::String(s) => *s = self.redact(s),
+            Value::Array(a) => a.iter_mut().for_each(|x| self.redact_value(x)),
+            Value::Object(m) => m.values_mut().for_each(|x| self.redact_value(x)),
+            Value::Number(n) if self.secrets.iter().any(|s| *s == n.to_string()) => {
+                *v = Value::String(REDACTED.into());
+            }
+            _ => {}
+        }
+    }
+
+    /// Whether there is nothing to redact.
+    pub fn is_empty(&self) -> bool {
+        self.secrets.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redacts_longest_first_and_skips_bools() {
+        let c: ConfigMap =
+            serde_json::from_str(r#"{"a":"tok","b":"tok_live_1","c":true,"d":8500}"#).unwrap();
+        let r = Redactor::from_config(&c);
+        assert_eq!(
+            r.redact("tok_live_1 and tok at :8500, true"),
+            "<redacted> and <redacted> at :<redacted>, true"
+        );
+        let mut v = serde_json::json!({"field":"a","detail":["tok", 8500]});
+        r.redact_value(&mut v);
+        assert_eq!(
+            v,
+            serde_json::json!({"field":"a","detail":["<redacted>","<redacted>"]})
+        );
+    }
+}
