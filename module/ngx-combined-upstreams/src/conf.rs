@@ -11,7 +11,6 @@ pub struct MainConf {}
 
 /// Per `server {}` / `upstream {}` block configuration (nginx creates one for every upstream block).
 #[derive(Default)]
-#[allow(dead_code)] // read by extend_single_peers (next commit)
 pub struct SrvConf {
     /// `extend_single_peers` was given in this upstream block.
     pub extend_single_peers: bool,

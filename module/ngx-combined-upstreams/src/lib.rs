@@ -10,12 +10,17 @@
 //! Argument parsing, naming and planning are in the pure crate `upstrand_core`; the files here
 //! only translate between nginx structures and those plain values.
 
+mod add_upstream;
+mod combine_server_singlets;
 mod conf;
+mod extend_single_peers;
+mod ffi_util;
+mod upstreams;
 
 use core::ffi::{c_char, c_void};
 use core::ptr;
 
-use ngx::core::Status;
+use ngx::core::{Status, NGX_CONF_ERROR};
 use ngx::ffi::{
     ngx_command_t, ngx_conf_t, ngx_http_module_t, ngx_int_t, ngx_module_t, ngx_uint_t,
     NGX_HTTP_MODULE,
@@ -23,7 +28,12 @@ use ngx::ffi::{
 
 /// Directive table. To add directives from a new file: add its `ngx_command_t` values here and
 /// bump the array length. The last entry must stay [`ngx_command_t::empty`].
-static mut COMMANDS: [ngx_command_t; 1] = [ngx_command_t::empty()];
+static mut COMMANDS: [ngx_command_t; 4] = [
+    add_upstream::COMMAND,
+    combine_server_singlets::COMMAND,
+    extend_single_peers::COMMAND,
+    ngx_command_t::empty(),
+];
 
 static MODULE_CTX: ngx_http_module_t = ngx_http_module_t {
     preconfiguration: Some(preconfiguration),
@@ -86,6 +96,17 @@ unsafe extern "C" fn postconfiguration(_cf: *mut ngx_conf_t) -> ngx_int_t {
 }
 
 /// Runs at the end of `http {}`, after `ngx_http_upstream_module` initialised every upstream.
-unsafe extern "C" fn init_main_conf(_cf: *mut ngx_conf_t, _conf: *mut c_void) -> *mut c_char {
+unsafe extern "C" fn init_main_conf(cf: *mut ngx_conf_t, _conf: *mut c_void) -> *mut c_char {
+    // SAFETY: nginx passes the configuration being parsed; the http main confs exist.
+    if unsafe { extend_single_peers::check_after_init(cf) }.is_err() {
+        return NGX_CONF_ERROR;
+    }
     ptr::null_mut()
+}
+
+/// This module's index among HTTP modules (valid once nginx loaded the module).
+pub(crate) fn ctx_index() -> usize {
+    // SAFETY: ctx_index is written by nginx while loading modules, before any directive handler
+    // or configuration hook of this module runs; here it is only read.
+    unsafe { (*ptr::addr_of!(ngx_http_combined_upstreams_module)).ctx_index }
 }

@@ -1,17 +1,459 @@
 //! Test harness for the combined-upstreams module: runs Debian's `/usr/sbin/nginx` with the
-//! module loaded, on free loopback ports, in a temporary prefix. (Skeleton: the API grows in the
-//! next commits.)
+//! module loaded (`load_module`), on free 127.0.0.1 ports, in its own temporary prefix, and talks
+//! HTTP to it over plain `std::net::TcpStream`.
+//!
+//! - [`config_test`] / [`expect_emerg`]: `nginx -t` on a configuration, the latter checking that
+//!   it fails with an expected `[emerg]` text.
+//! - [`Nginx::start`]: a running nginx (single process, `master_process off`) that stays up for
+//!   the whole case, so a case can send many requests against shared state; stopped on `Drop`
+//!   (also when the case panics) and its prefix removed.
+//! - [`run_tests`]: runs `libtest_mimic` trials and ends with a `N passed, N failed` line.
+//!
+//! Configurations are the *inside* of `http {}`; `{P0}` … `{P9}` are replaced by free ports and
+//! `{PREFIX}` by the prefix directory. Environment overrides: `COMBINED_UPSTREAMS_MODULE` (path of
+//! the module `.so`, default `target/release/libngx_http_combined_upstreams_module.so`, built by
+//! `cargo build --release -p ngx-combined-upstreams`) and `NGINX_BIN` (default `/usr/sbin/nginx`).
+//! A missing `.so` or nginx binary makes every case fail with a message saying so.
 
-use std::path::PathBuf;
+use std::fs;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+pub use libtest_mimic::{Failed, Trial};
 
 /// Environment variable that overrides where the module `.so` is looked up.
 pub const MODULE_ENV: &str = "COMBINED_UPSTREAMS_MODULE";
+/// Environment variable that overrides the nginx binary.
+pub const NGINX_ENV: &str = "NGINX_BIN";
+/// Number of `{Pn}` placeholders available in a configuration.
+pub const PORTS: usize = 10;
+
+/// Result type of a test case.
+pub type CaseResult = Result<(), Failed>;
 
 /// Path of the module `.so`: `$COMBINED_UPSTREAMS_MODULE`, else the release build output.
 pub fn module_path() -> PathBuf {
     if let Some(p) = std::env::var_os(MODULE_ENV) {
         return PathBuf::from(p);
     }
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../target/release/libngx_http_combined_upstreams_module.so")
+    workspace_root().join("target/release/libngx_http_combined_upstreams_module.so")
+}
+
+/// The workspace root (two levels above this crate).
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// The nginx binary: `$NGINX_BIN`, else Debian's `/usr/sbin/nginx`.
+pub fn nginx_bin() -> PathBuf {
+    std::env::var_os(NGINX_ENV).map_or_else(|| PathBuf::from("/usr/sbin/nginx"), PathBuf::from)
+}
+
+fn check_prerequisites() -> Result<(), String> {
+    let so = module_path();
+    if !so.is_file() {
+        return Err(format!(
+            "module not found at {} (build it with `cargo build --release -p \
+             ngx-combined-upstreams`, or set {MODULE_ENV})",
+            so.display()
+        ));
+    }
+    let bin = nginx_bin();
+    if !bin.is_file() {
+        return Err(format!(
+            "nginx not found at {} (install Debian's nginx: scripts/setup.sh, or set {NGINX_ENV})",
+            bin.display()
+        ));
+    }
+    Ok(())
+}
+
+/// A temporary directory removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new() -> Result<Self, String> {
+        static COUNTER: AtomicUsize = AtomicUsize::new(0);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let dir = std::env::temp_dir().join(format!(
+            "cu-nginx-{}-{}-{nanos}",
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::Relaxed)
+        ));
+        for sub in ["conf", "logs", "tmp"] {
+            fs::create_dir_all(dir.join(sub))
+                .map_err(|e| format!("create {}: {e}", dir.display()))?;
+        }
+        Ok(TempDir(dir))
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
+
+/// `n` distinct free TCP ports on 127.0.0.1 (all listeners are held until every port is picked).
+pub fn free_ports(n: usize) -> Vec<u16> {
+    let listeners: Vec<TcpListener> = (0..n)
+        .filter_map(|_| TcpListener::bind("127.0.0.1:0").ok())
+        .collect();
+    listeners
+        .iter()
+        .filter_map(|l| l.local_addr().ok())
+        .map(|a| a.port())
+        .collect()
+}
+
+/// Replaces `{P0}`…`{P9}` and `{PREFIX}` in a configuration template.
+pub fn fill(template: &str, ports: &[u16], prefix: &Path) -> String {
+    let mut s = template.replace("{PREFIX}", &prefix.display().to_string());
+    for (i, p) in ports.iter().enumerate() {
+        s = s.replace(&format!("{{P{i}}}"), &p.to_string());
+    }
+    s
+}
+
+/// The whole `nginx.conf` around an `http {}` body.
+fn full_config(main_extra: &str, http: &str, prefix: &Path) -> String {
+    let so = module_path();
+    let p = prefix.display();
+    format!(
+        "load_module {so};\n\
+         daemon off;\n\
+         master_process off;\n\
+         worker_processes 1;\n\
+         error_log {p}/logs/error.log info;\n\
+         pid {p}/logs/nginx.pid;\n\
+         {main_extra}\n\
+         events {{ worker_connections 1024; }}\n\
+         http {{\n\
+         access_log off;\n\
+         client_body_temp_path {p}/tmp/body;\n\
+         proxy_temp_path {p}/tmp/proxy;\n\
+         fastcgi_temp_path {p}/tmp/fastcgi;\n\
+         uwsgi_temp_path {p}/tmp/uwsgi;\n\
+         scgi_temp_path {p}/tmp/scgi;\n\
+         {http}\n\
+         }}\n",
+        so = so.display()
+    )
+}
+
+fn write_config(dir: &TempDir, main_extra: &str, http: &str) -> Result<PathBuf, String> {
+    let conf = dir.0.join("conf/nginx.conf");
+    fs::write(&conf, full_config(main_extra, http, &dir.0))
+        .map_err(|e| format!("write {}: {e}", conf.display()))?;
+    Ok(conf)
+}
+
+/// Outcome of `nginx -t`: whether it succeeded, and its stderr.
+#[derive(Debug)]
+pub struct ConfigTest {
+    /// `nginx -t` exited 0.
+    pub ok: bool,
+    /// Everything nginx printed on stderr.
+    pub stderr: String,
+}
+
+/// Runs `nginx -t` on an `http {}` body (placeholders filled with free ports).
+pub fn config_test(http: &str) -> Result<ConfigTest, String> {
+    config_test_with("", http)
+}
+
+/// [`config_test`] with extra main-context lines (e.g. `env NAME;`).
+pub fn config_test_with(main_extra: &str, http: &str) -> Result<ConfigTest, String> {
+    check_prerequisites()?;
+    let dir = TempDir::new()?;
+    let ports = free_ports(PORTS);
+    let conf = write_config(
+        &dir,
+        &fill(main_extra, &ports, &dir.0),
+        &fill(http, &ports, &dir.0),
+    )?;
+    let out = Command::new(nginx_bin())
+        .arg("-t")
+        .arg("-p")
+        .arg(&dir.0)
+        .arg("-e")
+        .arg(dir.0.join("logs/error.log"))
+        .arg("-c")
+        .arg(&conf)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("run {}: {e}", nginx_bin().display()))?;
+    Ok(ConfigTest {
+        ok: out.status.success(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    })
+}
+
+/// Checks that `nginx -t` rejects the configuration with an `[emerg]` line containing `expected`.
+pub fn expect_emerg(http: &str, expected: &str) -> CaseResult {
+    let t = config_test(http)?;
+    if t.ok {
+        return Err(
+            format!("nginx -t accepted the configuration; expected [emerg] {expected:?}").into(),
+        );
+    }
+    let hit = t
+        .stderr
+        .lines()
+        .any(|l| l.contains("[emerg]") && l.contains(expected));
+    if !hit {
+        return Err(format!(
+            "expected [emerg] containing {expected:?}, nginx said:\n{}",
+            t.stderr
+        )
+        .into());
+    }
+    Ok(())
+}
+
+/// Checks that `nginx -t` accepts the configuration; returns its stderr (warnings).
+pub fn expect_ok(http: &str) -> Result<String, Failed> {
+    let t = config_test(http)?;
+    if !t.ok {
+        return Err(format!("nginx -t failed:\n{}", t.stderr).into());
+    }
+    Ok(t.stderr)
+}
+
+/// A running nginx; stopped (killed) and its prefix removed on drop.
+pub struct Nginx {
+    child: Option<Child>,
+    ports: Vec<u16>,
+    dir: TempDir,
+}
+
+impl Nginx {
+    /// Starts nginx with this `http {}` body and waits until every port written as
+    /// `listen 127.0.0.1:{Pn}` (one space after `listen`) accepts connections.
+    pub fn start(http: &str) -> Result<Nginx, Failed> {
+        Self::start_with("", http)
+    }
+
+    /// [`Nginx::start`] with extra main-context lines.
+    pub fn start_with(main_extra: &str, http: &str) -> Result<Nginx, Failed> {
+        check_prerequisites()?;
+        let mut last_err = String::new();
+        // A port picked as free can be taken by another process before nginx binds it: retry.
+        for _ in 0..3 {
+            match Self::try_start(main_extra, http) {
+                Ok(n) => return Ok(n),
+                Err(e) => last_err = e,
+            }
+        }
+        Err(last_err.into())
+    }
+
+    /// Starts nginx with ports chosen by the caller (several instances can then share one
+    /// port table, e.g. backends in their own nginx so a case can stop one of them). No retry.
+    pub fn start_on(http: &str, ports: &[u16]) -> Result<Nginx, Failed> {
+        check_prerequisites()?;
+        Ok(Self::try_start_on("", http, ports.to_vec())?)
+    }
+
+    fn try_start(main_extra: &str, http: &str) -> Result<Nginx, String> {
+        Self::try_start_on(main_extra, http, free_ports(PORTS))
+    }
+
+    fn try_start_on(main_extra: &str, http: &str, ports: Vec<u16>) -> Result<Nginx, String> {
+        let dir = TempDir::new()?;
+        let conf = write_config(
+            &dir,
+            &fill(main_extra, &ports, &dir.0),
+            &fill(http, &ports, &dir.0),
+        )?;
+        let stderr_path = dir.0.join("logs/stderr.log");
+        let stderr = fs::File::create(&stderr_path)
+            .map_err(|e| format!("create {}: {e}", stderr_path.display()))?;
+        let child = Command::new(nginx_bin())
+            .arg("-p")
+            .arg(&dir.0)
+            .arg("-e")
+            .arg(dir.0.join("logs/error.log"))
+            .arg("-c")
+            .arg(&conf)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(stderr)
+            .spawn()
+            .map_err(|e| format!("start {}: {e}", nginx_bin().display()))?;
+        let mut n = Nginx {
+            child: Some(child),
+            ports,
+            dir,
+        };
+        let listen: Vec<u16> = (0..PORTS)
+            .filter(|i| http.contains(&format!("listen 127.0.0.1:{{P{i}}}")))
+            .map(|i| n.ports[i])
+            .collect();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(child) = n.child.as_mut() {
+                if let Ok(Some(status)) = child.try_wait() {
+                    let err = fs::read_to_string(&stderr_path).unwrap_or_default();
+                    n.child = None;
+                    return Err(format!(
+                        "nginx exited ({status}):\n{err}\n{}",
+                        n.error_log()
+                    ));
+                }
+            }
+            if listen
+                .iter()
+                .all(|p| TcpStream::connect(("127.0.0.1", *p)).is_ok())
+            {
+                return Ok(n);
+            }
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "nginx did not listen within 10 s:\n{}",
+                    n.error_log()
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The port that replaced `{Pi}`.
+    pub fn port(&self, i: usize) -> u16 {
+        self.ports[i]
+    }
+
+    /// The prefix directory.
+    pub fn prefix(&self) -> &Path {
+        &self.dir.0
+    }
+
+    /// Contents of `logs/error.log` so far.
+    pub fn error_log(&self) -> String {
+        fs::read_to_string(self.dir.0.join("logs/error.log")).unwrap_or_default()
+    }
+
+    /// `GET path` on port `{Pi}`.
+    pub fn get(&self, i: usize, path: &str) -> Result<Response, Failed> {
+        http_get(self.port(i), path, &[])
+    }
+
+    /// `GET path` on port `{Pi}` with extra request headers.
+    pub fn get_with(
+        &self,
+        i: usize,
+        path: &str,
+        headers: &[(&str, &str)],
+    ) -> Result<Response, Failed> {
+        http_get(self.port(i), path, headers)
+    }
+}
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// An HTTP response.
+#[derive(Debug, Clone)]
+pub struct Response {
+    /// Status code.
+    pub status: u16,
+    /// Header lines in order, names as sent.
+    pub headers: Vec<(String, String)>,
+    /// Body bytes as text (lossy).
+    pub body: String,
+}
+
+impl Response {
+    /// First header with this name (case-insensitive).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// Sends an HTTP/1.0 `GET` (so the answer is never chunked and the connection closes) to
+/// 127.0.0.1:`port` and reads the whole answer.
+pub fn http_get(port: u16, path: &str, headers: &[(&str, &str)]) -> Result<Response, Failed> {
+    let mut s =
+        TcpStream::connect(("127.0.0.1", port)).map_err(|e| format!("connect {port}: {e}"))?;
+    s.set_read_timeout(Some(Duration::from_secs(20)))
+        .map_err(|e| e.to_string())?;
+    let mut req = format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n");
+    for (n, v) in headers {
+        req.push_str(&format!("{n}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    s.write_all(req.as_bytes())
+        .map_err(|e| format!("send: {e}"))?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw)
+        .map_err(|e| format!("read from {port}: {e}"))?;
+    parse_response(&raw)
+        .ok_or_else(|| format!("bad HTTP answer: {:?}", String::from_utf8_lossy(&raw)).into())
+}
+
+fn parse_response(raw: &[u8]) -> Option<Response> {
+    let end = raw.windows(4).position(|w| w == b"\r\n\r\n")?;
+    let head = std::str::from_utf8(&raw[..end]).ok()?;
+    let mut lines = head.split("\r\n");
+    let status = lines.next()?.split(' ').nth(1)?.parse().ok()?;
+    let headers = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(n, v)| (n.trim().to_string(), v.trim().to_string()))
+        .collect();
+    Some(Response {
+        status,
+        headers,
+        body: String::from_utf8_lossy(&raw[end + 4..]).into_owned(),
+    })
+}
+
+/// Checks a condition inside a case; the message names what was expected.
+pub fn check(cond: bool, msg: impl FnOnce() -> String) -> CaseResult {
+    if cond {
+        Ok(())
+    } else {
+        Err(msg().into())
+    }
+}
+
+/// Checks equality inside a case.
+pub fn check_eq<T: PartialEq + std::fmt::Debug>(got: T, want: T, what: &str) -> CaseResult {
+    check(got == want, || {
+        format!("{what}: got {got:?}, want {want:?}")
+    })
+}
+
+/// Runs the trials like the standard test harness (so `cargo nextest` can list and run each
+/// one), then prints `N passed, N failed` and exits with the harness's code.
+pub fn run_tests(trials: Vec<Trial>) -> ! {
+    let args = libtest_mimic::Arguments::from_args();
+    let listing = args.list;
+    let conclusion = libtest_mimic::run(&args, trials);
+    if !listing {
+        println!(
+            "{} passed, {} failed",
+            conclusion.num_passed, conclusion.num_failed
+        );
+    }
+    conclusion.exit()
+}
+
+/// One `nginx -t` failure case: configuration and expected `[emerg]` text.
+pub fn emerg_trial(name: &str, http: &'static str, expected: &'static str) -> Trial {
+    Trial::test(name, move || expect_emerg(http, expected))
 }

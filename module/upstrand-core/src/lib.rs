@@ -1,7 +1,29 @@
 //! Pure logic of the combined-upstreams nginx module.
 //!
 //! Nothing here touches nginx: the cdylib (`ngx-combined-upstreams`) hands directive arguments in as
-//! plain strings, gets typed values or an nginx-worded error text back, and applies the result to
-//! nginx's structures itself.
+//! plain byte strings, gets typed values or an nginx-worded error text back ([`ConfError`]), and
+//! applies the result to nginx's structures itself.
+//!
+//! - [`add_upstream`]: arguments of `add_upstream NAME [backup] [weight=N]` and the copy plan.
+//! - [`singlets`]: arguments of `combine_server_singlets`, singlet names and per-singlet flags.
+//! - [`extend`]: which fake peers `extend_single_peers` adds.
 
+pub mod add_upstream;
+pub mod extend;
+pub mod singlets;
 pub mod upstrand;
+
+mod error;
+
+pub use error::ConfError;
+
+/// The flags of one `server` entry of an upstream that the module reads or changes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServerFlags {
+    /// `weight=` (nginx stores 0 for a server of an implicit upstream; treated as 1 when copied).
+    pub weight: u64,
+    /// `backup`
+    pub backup: bool,
+    /// `down`
+    pub down: bool,
+}
