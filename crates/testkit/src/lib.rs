@@ -453,15 +453,71 @@ impl TestNginx {
         }
     }
 
-    /// Polls `GET path` until it answers `200 expected_body`.
+    /// Polls `GET path` until it answers `200 expected_body`, then waits until the worker that
+    /// served before the last reload has gone ([`TestNginx::wait_settled`]) and checks again, so
+    /// that later requests see the same configuration.
     pub fn wait_for_body(
         &self,
         path: &str,
         expected_body: &str,
         timeout: Duration,
     ) -> Result<(), String> {
+        self.wait_until(path, timeout, |s, b| s == 200 && b == expected_body)?;
+        self.wait_settled(timeout)?;
         self.wait_until(path, timeout, |s, b| s == 200 && b == expected_body)
             .map(|_| ())
+    }
+
+    /// Pids of the master's children (the workers), with their command lines.
+    pub fn workers(&self) -> Vec<(u32, String)> {
+        let Some(master) = self.master_pid() else {
+            return Vec::new();
+        };
+        let Ok(entries) = fs::read_dir("/proc") else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for e in entries.flatten() {
+            let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+                continue;
+            };
+            let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else {
+                continue;
+            };
+            // "pid (comm) state ppid ...": comm may hold spaces, so read after the last ')'.
+            let ppid = stat
+                .rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+                .and_then(|p| p.parse::<u32>().ok());
+            if ppid == Some(master) {
+                let cmdline = fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+                let cmdline = String::from_utf8_lossy(&cmdline)
+                    .replace('\0', " ")
+                    .trim()
+                    .to_string();
+                out.push((pid, cmdline));
+            }
+        }
+        out
+    }
+
+    /// Waits until exactly one worker runs and it is not shutting down: after a reload, old
+    /// workers keep accepting for a moment; this waits them out. (It cannot know about a reload
+    /// signal the master has not handled yet: first wait for a sign of the new configuration.)
+    pub fn wait_settled(&self, timeout: Duration) -> Result<(), String> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let workers = self.workers();
+            if workers.len() == 1 && !workers[0].1.contains("shutting down") {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "nginx workers did not settle within {timeout:?}: {workers:?}"
+                ));
+            }
+            thread::sleep(Duration::from_millis(10));
+        }
     }
 
     /// The contents of nginx's error log (notice level).

@@ -82,3 +82,32 @@ fn snippets_and_conf_files() {
     // The upstream exists (port 9 refuses): a 502 from the proxy, not a resolver error page.
     assert_eq!(nginx.get("/u/api/").0, 502);
 }
+
+#[test]
+fn one_worker_after_start_and_settles_after_reload() {
+    let nginx = TestNginx::builder().backend("a").start();
+    nginx.wait_settled(WAIT).unwrap();
+    let before = nginx.workers();
+    assert_eq!(before.len(), 1, "{before:?}");
+    assert!(before[0].1.contains("worker process"), "{before:?}");
+    let conf = format!(
+        "upstream api {{\n    server 127.0.0.1:{};\n}}\n",
+        nginx.backend_port("a")
+    );
+    fs::write(nginx.upstreams_dir().join("api.conf"), conf).unwrap();
+    let status = Command::new(&nginx.reload_cmd()[0])
+        .args(&nginx.reload_cmd()[1..])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    nginx.wait_for_body("/u/api/", "a", WAIT).unwrap();
+    let after = nginx.workers();
+    assert_eq!(after.len(), 1, "{after:?}");
+    assert_ne!(
+        after[0].0, before[0].0,
+        "a new worker serves after the reload"
+    );
+    for _ in 0..20 {
+        assert_eq!(nginx.get("/u/api/"), (200, "a".to_string()));
+    }
+}

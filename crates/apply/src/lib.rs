@@ -1,0 +1,30 @@
+//! The apply transaction of Tributary: how `<conf dir>/upstreams/<name>.conf` changes safely.
+//!
+//! - Only changed bytes are written; unchanged bytes mean no write, no test, no reload.
+//! - Writes are atomic (temp file in the same folder, fsync, rename, fsync of the folder).
+//! - After writing, the test command runs (default `nginx -t`); only if it passes, the reload
+//!   command (default `nginx -s reload`). A failed test puts the previous bytes back (or removes a
+//!   new file) and records nginx's own message; a failed reload restores and tests again.
+//! - Changes are applied in batches: one test and one reload for all of them; when the test fails,
+//!   the culprits are isolated by bisection and the rest is applied.
+//! - Reloads keep a minimum gap ([`ApplyOptions::min_reload_gap`], default 2 s).
+//! - A lock file (`upstreams/.tributary.lock`, `flock`) keeps a second [`Applier`] out.
+//! - A journal of the previous bytes is written before each change; at [`Applier::open`] a change
+//!   left in flight by a crash is tested and restored if nginx fails with it.
+//! - Removing a file is refused when nginx fails without it ("remove the include line first").
+//!
+//! Everything is synchronous and serialised by `&mut self`; the daemon calls it from a blocking task.
+#![forbid(unsafe_code)]
+
+mod applier;
+mod fsutil;
+mod nginx;
+
+pub use applier::{
+    Applier, ApplyError, ApplyOptions, Change, ChangeOutcome, RecoveryReport, RemoveOutcome,
+    LOCK_FILE,
+};
+pub use nginx::{
+    conf_dir_from_nginx_v, parse_conf_dir, run_command, CommandError, CommandNginx, Nginx,
+    DEFAULT_COMMAND_TIMEOUT,
+};

@@ -1,0 +1,221 @@
+//! The nginx seam: a trait with `test` and `reload`, the real implementation that runs commands,
+//! and reading the conf dir from `nginx -V`.
+
+use std::fmt;
+use std::io::{Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crate::ApplyError;
+
+/// What the apply transaction needs from nginx. Implementations must be safe to call from any
+/// thread; the [`crate::Applier`] calls them one at a time.
+pub trait Nginx: Send + Sync {
+    /// Tests the whole configuration (default `nginx -t`).
+    fn test(&self) -> Result<(), CommandError>;
+    /// Asks the running nginx to reload its configuration (default `nginx -s reload`).
+    fn reload(&self) -> Result<(), CommandError>;
+}
+
+impl<T: Nginx + ?Sized> Nginx for Arc<T> {
+    fn test(&self) -> Result<(), CommandError> {
+        (**self).test()
+    }
+    fn reload(&self) -> Result<(), CommandError> {
+        (**self).reload()
+    }
+}
+
+impl<T: Nginx + ?Sized> Nginx for Box<T> {
+    fn test(&self) -> Result<(), CommandError> {
+        (**self).test()
+    }
+    fn reload(&self) -> Result<(), CommandError> {
+        (**self).reload()
+    }
+}
+
+/// A command that failed: which one, its exit status (`None` when it could not run, was killed
+/// or timed out), and its output (stderr and stdout interleaved, exactly as printed).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommandError {
+    pub command: String,
+    pub status: Option<i32>,
+    pub stderr: String,
+}
+
+impl CommandError {
+    /// The command's own output without the trailing newline: nginx's message, verbatim.
+    pub fn output(&self) -> &str {
+        self.stderr.trim_end()
+    }
+}
+
+impl fmt::Display for CommandError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.status {
+            Some(code) => write!(f, "`{}` failed with exit status {code}", self.command)?,
+            None => write!(f, "`{}` failed", self.command)?,
+        }
+        if self.output().is_empty() {
+            Ok(())
+        } else {
+            write!(f, ":\n{}", self.output())
+        }
+    }
+}
+
+impl std::error::Error for CommandError {}
+
+/// Default time a test or reload command may take before it is killed.
+pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// [`Nginx`] by running commands (argv vectors, no shell).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommandNginx {
+    test_cmd: Vec<String>,
+    reload_cmd: Vec<String>,
+    timeout: Duration,
+}
+
+impl Default for CommandNginx {
+    /// `nginx -t` and `nginx -s reload`.
+    fn default() -> Self {
+        CommandNginx::new(
+            vec!["nginx".into(), "-t".into()],
+            vec!["nginx".into(), "-s".into(), "reload".into()],
+        )
+    }
+}
+
+impl CommandNginx {
+    /// Commands as argv vectors, e.g. `["nginx", "-t"]`.
+    pub fn new(test_cmd: Vec<String>, reload_cmd: Vec<String>) -> CommandNginx {
+        CommandNginx {
+            test_cmd,
+            reload_cmd,
+            timeout: DEFAULT_COMMAND_TIMEOUT,
+        }
+    }
+
+    /// Changes how long a command may run before it is killed and counted as failed.
+    pub fn with_timeout(mut self, timeout: Duration) -> CommandNginx {
+        self.timeout = timeout;
+        self
+    }
+
+    /// The test command.
+    pub fn test_cmd(&self) -> &[String] {
+        &self.test_cmd
+    }
+
+    /// The reload command.
+    pub fn reload_cmd(&self) -> &[String] {
+        &self.reload_cmd
+    }
+}
+
+impl Nginx for CommandNginx {
+    fn test(&self) -> Result<(), CommandError> {
+        run_command(&self.test_cmd, self.timeout).map(|_| ())
+    }
+    fn reload(&self) -> Result<(), CommandError> {
+        run_command(&self.reload_cmd, self.timeout).map(|_| ())
+    }
+}
+
+/// Runs `argv` with stdin closed, collecting stdout and stderr into one text. Success returns the
+/// text; failure (non-zero exit, spawn error, timeout) returns a [`CommandError`].
+pub fn run_command(argv: &[String], timeout: Duration) -> Result<String, CommandError> {
+    let command = argv.join(" ");
+    let fail = |status: Option<i32>, stderr: String| CommandError {
+        command: command.clone(),
+        status,
+        stderr,
+    };
+    let Some((program, args)) = argv.split_first() else {
+        return Err(fail(None, "empty command".into()));
+    };
+    let mut out = tempfile::tempfile().map_err(|e| fail(None, format!("temporary file: {e}")))?;
+    let out_for_stdout = out.try_clone().map_err(|e| fail(None, e.to_string()))?;
+    let out_for_stderr = out.try_clone().map_err(|e| fail(None, e.to_string()))?;
+    let mut child = Command::new(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(out_for_stdout))
+        .stderr(Stdio::from(out_for_stderr))
+        .spawn()
+        .map_err(|e| fail(None, format!("could not run {program}: {e}")))?;
+    let deadline = Instant::now() + timeout;
+    let mut pause = Duration::from_millis(1);
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) if Instant::now() >= deadline => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(fail(
+                    None,
+                    format!("timed out after {} s and was killed", timeout.as_secs()),
+                ));
+            }
+            Ok(None) => {
+                thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(20));
+            }
+            Err(e) => return Err(fail(None, format!("waiting for {program}: {e}"))),
+        }
+    };
+    let mut raw = Vec::new();
+    let _ = out
+        .seek(SeekFrom::Start(0))
+        .and_then(|_| out.read_to_end(&mut raw));
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    if status.success() {
+        Ok(text)
+    } else {
+        Err(fail(status.code(), text))
+    }
+}
+
+/// The conf dir nginx was built with: runs `<nginx_binary> -V` and reads `--conf-path`
+/// (its folder), else `--prefix` + `/conf` (nginx's own default).
+pub fn conf_dir_from_nginx_v(nginx_binary: &Path) -> Result<PathBuf, ApplyError> {
+    let argv = vec![nginx_binary.display().to_string(), "-V".to_string()];
+    let text = run_command(&argv, DEFAULT_COMMAND_TIMEOUT).map_err(|e| ApplyError::NginxV {
+        message: e.to_string(),
+    })?;
+    parse_conf_dir(&text).ok_or_else(|| ApplyError::NginxV {
+        message: format!(
+            "`{}` shows neither --conf-path nor --prefix; configure the conf dir",
+            argv.join(" ")
+        ),
+    })
+}
+
+/// Reads the conf dir from the text `nginx -V` prints. Relative paths are relative to `--prefix`.
+pub fn parse_conf_dir(nginx_v_output: &str) -> Option<PathBuf> {
+    let arg = |name: &str| -> Option<String> {
+        nginx_v_output
+            .split_whitespace()
+            .find_map(|tok| tok.strip_prefix(name))
+            .map(|v| v.trim_matches(['\'', '"']).to_string())
+            .filter(|v| !v.is_empty())
+    };
+    let prefix = arg("--prefix=").map(PathBuf::from);
+    if let Some(conf) = arg("--conf-path=") {
+        let conf = PathBuf::from(conf);
+        let conf = match (&prefix, conf.is_relative()) {
+            (Some(p), true) => p.join(conf),
+            _ => conf,
+        };
+        return conf
+            .parent()
+            .map(Path::to_path_buf)
+            .filter(|p| !p.as_os_str().is_empty());
+    }
+    prefix.map(|p| p.join("conf"))
+}

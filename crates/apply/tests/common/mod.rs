@@ -1,0 +1,102 @@
+//! Shared helpers: a counting wrapper around the real nginx commands, rendering upstream files.
+#![allow(dead_code)]
+
+use std::fs;
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tributary_apply::{Applier, ApplyOptions, Change, CommandError, CommandNginx, Nginx};
+use tributary_core::{render, Address, ExtraDirective, Target, UpstreamName};
+use tributary_testkit::TestNginx;
+
+pub const WAIT: Duration = Duration::from_secs(10);
+
+/// The real commands, counted.
+pub struct Counting {
+    pub inner: CommandNginx,
+    pub tests: AtomicUsize,
+    pub reloads: Mutex<Vec<Instant>>,
+}
+
+impl Counting {
+    pub fn new(nginx: &TestNginx) -> Arc<Counting> {
+        Arc::new(Counting {
+            inner: CommandNginx::new(nginx.test_cmd(), nginx.reload_cmd()),
+            tests: AtomicUsize::new(0),
+            reloads: Mutex::new(Vec::new()),
+        })
+    }
+    pub fn tests(&self) -> usize {
+        self.tests.load(Ordering::SeqCst)
+    }
+    pub fn reloads(&self) -> usize {
+        self.reloads.lock().unwrap().len()
+    }
+}
+
+impl Nginx for Counting {
+    fn test(&self) -> Result<(), CommandError> {
+        self.tests.fetch_add(1, Ordering::SeqCst);
+        self.inner.test()
+    }
+    fn reload(&self) -> Result<(), CommandError> {
+        self.reloads.lock().unwrap().push(Instant::now());
+        self.inner.reload()
+    }
+}
+
+pub fn name(s: &str) -> UpstreamName {
+    UpstreamName::parse(s).unwrap()
+}
+
+/// A no-wait option set for tests that do not look at the reload gap.
+pub fn fast() -> ApplyOptions {
+    ApplyOptions {
+        min_reload_gap: Duration::ZERO,
+    }
+}
+
+pub fn open(nginx: &TestNginx, opts: ApplyOptions) -> (Arc<Counting>, Applier) {
+    let counting = Counting::new(nginx);
+    let applier = Applier::open(&nginx.conf_dir(), Box::new(counting.clone()), opts).unwrap();
+    (counting, applier)
+}
+
+/// Rendered bytes of upstream `upstream` pointing at the given local ports.
+pub fn upstream_bytes(upstream: &str, ports: &[u16], directives: &[&str]) -> Vec<u8> {
+    let targets: Vec<Target> = ports
+        .iter()
+        .map(|p| Target {
+            address: Address::V4([127, 0, 0, 1].into()),
+            port: *p,
+            weight: 1,
+        })
+        .collect();
+    let directives: Vec<ExtraDirective> = directives
+        .iter()
+        .map(|d| ExtraDirective::parse(d).unwrap())
+        .collect();
+    render(&name(upstream), &targets, &directives).into_bytes()
+}
+
+pub fn change(upstream: &str, bytes: Vec<u8>) -> Change {
+    Change {
+        name: name(upstream),
+        bytes,
+    }
+}
+
+/// A directive the core accepts (one simple directive) but nginx rejects.
+pub const BOGUS: &str = "bogus_directive on;";
+
+/// File names in `upstreams/`, sorted.
+pub fn listing(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
