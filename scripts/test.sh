@@ -10,6 +10,8 @@ cargo fmt --all -- --check
 
 echo "== build (module .so in release, daemon and plugins)"
 cargo build --release -p ngx-combined-upstreams
+# the file name nginx users expect (cargo adds a `lib` prefix; the module tests load the prefixed file)
+cp -f target/release/libngx_http_combined_upstreams_module.so target/release/ngx_http_combined_upstreams_module.so
 cargo build --workspace --bins
 
 echo "== clippy"
