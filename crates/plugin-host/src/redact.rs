@@ -1,7 +1,5 @@
 //! Redaction of config values from text that leaves the host (errors, captured stderr).
 
-use std::collections::BTreeSet;
-
 use serde_json::Value;
 use tributary_protocol::ConfigMap;
 
@@ -26,19 +24,23 @@ impl Redactor {
 
     /// Adds the values of `config`. Returns whether anything new was added.
     pub fn add_config(&mut self, config: &ConfigMap) -> bool {
-        let mut set: BTreeSet<String> = self.secrets.drain(..).collect();
-        let before = set.len();
+        let mut added = false;
         for (_, v) in config.iter() {
             if matches!(v, Value::Bool(_) | Value::Null) {
                 continue;
             }
             let one: ConfigMap = [("v", v.clone())].into_iter().collect();
-            set.extend(one.values_as_strings());
+            for s in one.values_as_strings() {
+                if !self.secrets.contains(&s) {
+                    self.secrets.push(s);
+                    added = true;
+                }
+            }
         }
-        let added = set.len() != before;
-        self.secrets = set.into_iter().collect();
-        self.secrets
-            .sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
+        if added {
+            self.secrets
+                .sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
+        }
         added
     }
 

@@ -183,13 +183,40 @@ pub fn run<P: Plugin>(plugin: P) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match rt.block_on(serve(plugin, tokio::io::stdin(), tokio::io::stdout())) {
+    let served = rt.block_on(async {
+        match stdio_pipes() {
+            // Pipes (how the host starts a plugin): registered with the event loop directly, no
+            // blocking-thread hop per read and write.
+            Some((input, output)) => serve(plugin, input, output).await,
+            None => serve(plugin, tokio::io::stdin(), tokio::io::stdout()).await,
+        }
+    });
+    match served {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("{e}");
             ExitCode::FAILURE
         }
     }
+}
+
+/// Stdin and stdout as non-blocking pipes, when both are pipes (else `None`, leaving both as they
+/// are).
+fn stdio_pipes() -> Option<(
+    tokio::net::unix::pipe::Receiver,
+    tokio::net::unix::pipe::Sender,
+)> {
+    use std::os::fd::AsFd;
+    use std::os::unix::fs::FileTypeExt;
+    let input = std::fs::File::from(std::io::stdin().as_fd().try_clone_to_owned().ok()?);
+    let output = std::fs::File::from(std::io::stdout().as_fd().try_clone_to_owned().ok()?);
+    let is_fifo = |f: &std::fs::File| f.metadata().is_ok_and(|m| m.file_type().is_fifo());
+    if !is_fifo(&input) || !is_fifo(&output) {
+        return None;
+    }
+    let input = tokio::net::unix::pipe::Receiver::from_file(input).ok()?;
+    let output = tokio::net::unix::pipe::Sender::from_file(output).ok()?;
+    Some((input, output))
 }
 
 /// Errors that stop [`serve`].
