@@ -250,13 +250,15 @@ async fn read_stdout(
     }
 }
 
-/// Fails the request a broken line answers: the one named by its id, else the only one in flight.
+/// Fails the request a broken line answers: the one named by its id; when no id can be read, the
+/// only request in flight (with several in flight, the line is ignored and noted).
 fn attribute(pending: &Mutex<Pending>, slot: &Weak<Slot>, id: Option<u64>, why: String) {
     let tx = {
         let mut p = lock(pending);
         match id {
-            Some(id) if p.waiting.contains_key(&id) => p.waiting.remove(&id),
-            _ if p.waiting.len() == 1 => {
+            // An id that is not in flight (timed out) must not fail another request.
+            Some(id) => p.waiting.remove(&id),
+            None if p.waiting.len() == 1 => {
                 let only = *p.waiting.keys().next().unwrap_or(&0);
                 p.waiting.remove(&only)
             }

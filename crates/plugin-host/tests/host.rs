@@ -428,3 +428,80 @@ async fn bad_manifests_are_refused_and_the_rest_works() {
     assert!(host.plugins().is_empty());
     assert!(matches!(errors.as_slice(), [LoadError::ReadDir { .. }]));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_results_never_show_config_values() {
+    let (_tmp, host) = host_with(opts());
+    let e = resolve(&host, "badresult").await.unwrap_err();
+    assert!(matches!(e, ResolveError::Malformed(_)), "{e:?}");
+    assert_no_secret(&e);
+    assert!(e.to_string().contains("<redacted>"), "{e}");
+    host.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_checker_fails_a_misbehaving_plugin_and_names_the_checks() {
+    use tributary_plugin_host::check::{
+        check_plugin, check_plugin_with, CheckOptions, Outcome, Sample,
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let mut m = manifest("testplug", testplug());
+    m["discovery"]["providers"][0]["configuration"]["fields"][0]["required"] = json!(true);
+    let dir = write_plugin(tmp.path(), "testplug", &m);
+    let opts = CheckOptions {
+        timeout: Duration::from_millis(500),
+        sample: Some(Sample {
+            provider: "test".into(),
+            config: params("ok").config,
+            service: "ok".into(),
+            unknown_service: Some("nope".into()),
+        }),
+    };
+    let report = check_plugin_with(&dir, &opts).await;
+    assert!(!report.passed(), "{report}");
+    let outcome = |prefix: &str| {
+        report
+            .checks
+            .iter()
+            .find(|c| c.name.starts_with(prefix))
+            .unwrap_or_else(|| panic!("no check {prefix}: {report}"))
+            .outcome
+            .clone()
+    };
+    assert_eq!(outcome("manifest"), Outcome::Pass);
+    assert_eq!(outcome("valid resolve"), Outcome::Pass);
+    assert_eq!(outcome("unknown service"), Outcome::Pass);
+    assert_eq!(outcome("concurrent requests"), Outcome::Pass);
+    // testplug ignores the method and the provider, never checks fields and drops bad lines.
+    assert!(
+        matches!(outcome("unknown method"), Outcome::Fail(_)),
+        "{report}"
+    );
+    assert!(
+        matches!(outcome("unknown provider"), Outcome::Fail(_)),
+        "{report}"
+    );
+    assert!(
+        matches!(
+            outcome("provider \"test\": missing required"),
+            Outcome::Fail(_)
+        ),
+        "{report}"
+    );
+    match outcome("invalid JSON line") {
+        Outcome::Fail(d) => assert!(d.contains("no answer within"), "{d}"),
+        other => panic!("{other:?}"),
+    }
+    assert!(report.to_string().contains("does NOT conform"), "{report}");
+
+    // A folder whose manifest is refused fails at the first check.
+    let mut bad = manifest("bad", testplug());
+    bad["permissions"] = json!([]);
+    let dir = write_plugin(tmp.path(), "bad", &bad);
+    let report = check_plugin(&dir).await;
+    assert_eq!(report.checks.len(), 1, "{report}");
+    match &report.checks[0].outcome {
+        Outcome::Fail(d) => assert!(d.contains("\"network\" permission"), "{d}"),
+        other => panic!("{other:?}"),
+    }
+}

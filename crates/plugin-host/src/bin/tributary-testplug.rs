@@ -5,7 +5,8 @@
 //!   service in the target's `service` member so a test can check which answer it got
 //! - `hang`: never answers; `exit`: exits with status 3 without answering
 //! - `garbage`: answers a line that is not JSON; `broken`: a cut-off JSON line that still shows its id
-//! - `huge`: a valid response line of 5 MiB; `notargets`: a result without `targets`
+//! - `huge`: a valid response line of 5 MiB; `notargets`: a result without `targets`;
+//!   `badresult`: `ttl_seconds` is the token's value (a string)
 //! - `config-error`: -32003 with `data.field` = `token`, quoting the token's value in the message
 //! - `provider-error`: -32000
 //! - `stderr`: writes the token's value to stderr, then answers like `ok`
@@ -71,6 +72,11 @@ fn answer(req: Value, out: Arc<Mutex<std::io::Stdout>>) {
                 &json!({"jsonrpc":"2.0","id":id,"result":{"targets":[],"pad":pad}}).to_string(),
             );
         }
+        "badresult" => write(
+            &out,
+            &json!({"jsonrpc":"2.0","id":id,"result":{"targets":[],"ttl_seconds":token}})
+                .to_string(),
+        ),
         "notargets" => write(
             &out,
             &json!({"jsonrpc":"2.0","id":id,"result":{"ttl_seconds":5}}).to_string(),
