@@ -1,0 +1,223 @@
+//! Scale benchmark: 1,000 bindings whose targets all change at once.
+//!
+//! Command (from the workspace root; release build of the daemon and of the static plugin):
+//! ```sh
+//! cargo build --release -p tributary-plugin-static && cargo bench -p tributary --bench scale
+//! ```
+//! Environment: `BENCH_BINDINGS` (default 1000), `BENCH_IDLE_SECS` (default 65: one full refresh
+//! round of the 60 s interval falls inside the idle window).
+//!
+//! It starts a real nginx (testkit) and the release `tributary serve` with its defaults (2 s
+//! minimum reload gap, 100 ms batch quiet time), creates the bindings in one bulk request, waits
+//! until all are applied, measures idle CPU, then changes every binding's targets in one bulk
+//! request and measures the time until every binding has an `ok` outcome for the new targets
+//! (files written, `nginx -t` passed, nginx reloaded), the number of nginx reloads that took,
+//! and the daemon's RSS. A naive loop would reload once per binding.
+
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use tributary_testkit::TestNginx;
+
+fn env_num(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn proc_field(pid: u32, key: &str) -> u64 {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    text.lines()
+        .find(|l| l.starts_with(key))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// utime + stime of a process, in clock ticks.
+fn cpu_ticks(pid: u32) -> u64 {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let after = text.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let f: Vec<&str> = after.split_whitespace().collect();
+    // Fields after the command: state is index 0, utime 11, stime 12.
+    let u: u64 = f.get(11).and_then(|v| v.parse().ok()).unwrap_or(0);
+    let s: u64 = f.get(12).and_then(|v| v.parse().ok()).unwrap_or(0);
+    u + s
+}
+
+fn clk_tck() -> u64 {
+    std::process::Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(100)
+}
+
+fn bulk(daemon: &common::Daemon, n: u64, port: u16, tag: u64) {
+    let bindings: Vec<Value> = (0..n)
+        .map(|i| {
+            json!({
+                "name": format!("svc-{i:04}"),
+                "plugin": "static",
+                "provider": "static",
+                "service": format!("svc-{i}"),
+                "config": {"targets": format!("127.0.0.1:{port}:{} 127.0.0.{}:{port}", (i % 5) + 1, tag + 2)},
+                "interval_secs": 60,
+            })
+        })
+        .collect();
+    let body = json!({ "bindings": bindings }).to_string();
+    let (status, v) = daemon.api("POST", "/api/v1/bindings/bulk", Some(&body));
+    assert_eq!(status, 200, "bulk: {v}");
+}
+
+/// Waits until every binding has an ok/unchanged outcome started at or after `since_ms`
+/// with `want` servers listing `port`.
+fn wait_all(daemon: &common::Daemon, n: u64, since_ms: i64, marker: &str) -> Duration {
+    let t0 = Instant::now();
+    loop {
+        let (status, v) = daemon.api("GET", "/api/v1/bindings", None);
+        assert_eq!(status, 200);
+        let list = v["bindings"].as_array().cloned().unwrap_or_default();
+        let done = list
+            .iter()
+            .filter(|b| {
+                let o = &b["last_outcome"];
+                o["at_ms"].as_i64().unwrap_or(0) >= since_ms
+                    && o["status"] == "ok"
+                    && b["servers"].to_string().contains(marker)
+            })
+            .count() as u64;
+        if done == n {
+            return t0.elapsed();
+        }
+        let failed: Vec<&Value> = list
+            .iter()
+            .filter(|b| b["last_outcome"]["status"] == "failed")
+            .take(1)
+            .collect();
+        assert!(failed.is_empty(), "a binding failed: {}", failed[0]);
+        assert!(
+            t0.elapsed() < Duration::from_secs(300),
+            "only {done}/{n} applied after 300 s: {}",
+            daemon.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn settle_reloads(nginx: &TestNginx) -> usize {
+    let mut last = nginx.reloads_seen();
+    let mut stable_since = Instant::now();
+    while stable_since.elapsed() < Duration::from_secs(3) {
+        std::thread::sleep(Duration::from_millis(200));
+        let now = nginx.reloads_seen();
+        if now != last {
+            last = now;
+            stable_since = Instant::now();
+        }
+    }
+    last
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+fn main() {
+    // `cargo bench` passes --bench; nothing else to parse.
+    let n = env_num("BENCH_BINDINGS", 1000);
+    let idle_secs = env_num("BENCH_IDLE_SECS", 65);
+    let root = tempfile::tempdir().unwrap();
+    let nginx = TestNginx::builder().backend("a").backend("b").start();
+    let (pa, pb) = (nginx.backend_port("a"), nginx.backend_port("b"));
+    let mut daemon = common::Daemon::start_with(root.path(), &nginx, &[]);
+    let pid = daemon.pid().expect("daemon pid");
+
+    println!("scale benchmark: {n} bindings (static plugin, real nginx, release daemon)");
+    let since = now_ms();
+    let reloads0 = nginx.reloads_seen();
+    let t = Instant::now();
+    bulk(&daemon, n, pa, 0);
+    wait_all(&daemon, n, since, &pa.to_string());
+    let create_time = t.elapsed();
+    let reloads_create = settle_reloads(&nginx) - reloads0;
+    let rss_after_create = proc_field(pid, "VmRSS:");
+
+    // Idle: the bindings refresh on their 60 s interval (unchanged answers: no write, no reload).
+    let tck = clk_tck();
+    let c0 = cpu_ticks(pid);
+    let ti = Instant::now();
+    std::thread::sleep(Duration::from_secs(idle_secs));
+    let idle_cpu = (cpu_ticks(pid) - c0) as f64 / tck as f64 / ti.elapsed().as_secs_f64() * 100.0;
+    let reloads_idle = settle_reloads(&nginx) - reloads0 - reloads_create;
+
+    // All targets change at once.
+    let (_, stats0) = daemon.api("GET", "/api/v1/stats", None);
+    let reloads1 = nginx.reloads_seen();
+    let since = now_ms();
+    let t = Instant::now();
+    bulk(&daemon, n, pb, 1);
+    wait_all(&daemon, n, since, &pb.to_string());
+    let change_time = t.elapsed();
+    let reloads_change = settle_reloads(&nginx) - reloads1;
+    let (_, stats1) = daemon.api("GET", "/api/v1/stats", None);
+    let batches = stats1["batches"].as_u64().unwrap_or(0) - stats0["batches"].as_u64().unwrap_or(0);
+    let rss = proc_field(pid, "VmRSS:");
+    let hwm = proc_field(pid, "VmHWM:");
+    // Every file really holds the new targets.
+    let mut wrong = 0;
+    for i in 0..n {
+        let text = std::fs::read_to_string(nginx.upstreams_dir().join(format!("svc-{i:04}.conf")))
+            .unwrap_or_default();
+        if !text.contains(&format!("127.0.0.1:{pb} ")) {
+            wrong += 1;
+        }
+    }
+    daemon.stop();
+
+    println!();
+    println!("| measure                                   | value        | target  |");
+    println!("|-------------------------------------------|--------------|---------|");
+    println!(
+        "| create {n} bindings: time to all applied  | {:>9.2} s  |         |",
+        create_time.as_secs_f64()
+    );
+    println!("| create: nginx reloads                     | {reloads_create:>12} |         |");
+    println!(
+        "| change all targets: time to all applied   | {:>9.2} s  |         |",
+        change_time.as_secs_f64()
+    );
+    println!("| change: nginx reloads (naive loop: {n})  | {reloads_change:>12} | <= 2    |");
+    println!("| change: apply batches                     | {batches:>12} |         |");
+    println!(
+        "| files with the new targets                | {:>12} |         |",
+        format!("{}/{n}", n - wrong)
+    );
+    println!(
+        "| daemon RSS after create                   | {:>8.1} MiB |         |",
+        rss_after_create as f64 / 1024.0
+    );
+    println!(
+        "| daemon RSS after change (peak)            | {:>8.1} MiB | < 64    |",
+        rss as f64 / 1024.0
+    );
+    println!(
+        "| daemon peak RSS (VmHWM)                   | {:>8.1} MiB | < 64    |",
+        hwm as f64 / 1024.0
+    );
+    println!(
+        "| idle CPU over {idle_secs} s (60 s interval)        | {idle_cpu:>10.2} % |         |"
+    );
+    println!("| reloads while idle                        | {reloads_idle:>12} | 0       |");
+    assert_eq!(wrong, 0, "some files do not hold the new targets");
+}

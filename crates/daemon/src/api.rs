@@ -1,0 +1,252 @@
+//! The JSON API (see `docs/api.md`). Everything but `GET /api/v1/health` needs
+//! `Authorization: Bearer <token>`; the token is compared in constant time and never logged.
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::{Path, Query, Request, State};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::Deserialize;
+use tributary_store::Upsert;
+
+use crate::engine::{Engine, EngineError};
+use crate::view::{
+    BindingInput, BindingList, BulkInput, BulkResponse, ErrorBody, ErrorDetail, PluginList,
+    PluginView, SaveResponse,
+};
+
+/// Shared state of the handlers.
+#[derive(Clone)]
+pub struct ApiState {
+    pub engine: Engine,
+    pub token: Arc<str>,
+    /// Plugins that failed to load at start-up, as text.
+    pub load_errors: Arc<Vec<String>>,
+}
+
+/// The router: `/api/v1/...`.
+pub fn router(state: ApiState) -> Router {
+    let authed = Router::new()
+        .route("/api/v1/bindings", get(list).post(create))
+        .route("/api/v1/bindings/bulk", post(bulk))
+        .route(
+            "/api/v1/bindings/{name}",
+            get(show).put(replace).delete(remove),
+        )
+        .route("/api/v1/bindings/{name}/refresh", post(refresh))
+        .route("/api/v1/plugins", get(plugins))
+        .route("/api/v1/stats", get(stats))
+        .layer(middleware::from_fn_with_state(state.clone(), auth))
+        .with_state(state);
+    Router::new()
+        .route("/api/v1/health", get(health))
+        .merge(authed)
+        .fallback(not_found)
+}
+
+/// An error answer with the status that fits.
+pub struct ApiError {
+    status: StatusCode,
+    body: ErrorBody,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, message: impl Into<String>, field: Option<String>) -> ApiError {
+        ApiError {
+            status,
+            body: ErrorBody {
+                error: ErrorDetail {
+                    message: message.into(),
+                    field,
+                },
+            },
+        }
+    }
+}
+
+impl From<EngineError> for ApiError {
+    fn from(e: EngineError) -> ApiError {
+        let status = match &e {
+            EngineError::Invalid { .. } => StatusCode::BAD_REQUEST,
+            EngineError::NotFound(_) => StatusCode::NOT_FOUND,
+            EngineError::Duplicate(_) | EngineError::Conflict(_) => StatusCode::CONFLICT,
+            EngineError::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
+            EngineError::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
+            EngineError::Store(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        };
+        let field = match &e {
+            EngineError::Invalid { field, .. } => field.clone(),
+            _ => None,
+        };
+        ApiError::new(status, e.to_string(), field)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.status, Json(self.body)).into_response()
+    }
+}
+
+type ApiResult<T> = Result<T, ApiError>;
+
+async fn auth(State(state): State<ApiState>, req: Request, next: Next) -> Response {
+    let ok = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .is_some_and(|t| crate::token::equal(t.trim(), &state.token));
+    if ok {
+        return next.run(req).await;
+    }
+    let mut resp = ApiError::new(
+        StatusCode::UNAUTHORIZED,
+        "missing or wrong API token: send Authorization: Bearer <token>",
+        None,
+    )
+    .into_response();
+    resp.headers_mut()
+        .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    resp
+}
+
+async fn health() -> Json<serde_json::Value> {
+    Json(serde_json::json!({ "status": "ok" }))
+}
+
+async fn not_found() -> ApiError {
+    ApiError::new(StatusCode::NOT_FOUND, "no such endpoint", None)
+}
+
+fn parse_body<T: for<'de> Deserialize<'de>>(body: &Bytes) -> ApiResult<T> {
+    serde_json::from_slice(body).map_err(|e| {
+        // serde_json's message names the field or position, never echoes string values.
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            format!("invalid JSON body: {e}"),
+            None,
+        )
+    })
+}
+
+#[derive(Debug, Deserialize)]
+struct WaitQuery {
+    #[serde(default)]
+    wait: bool,
+}
+
+async fn list(State(s): State<ApiState>) -> Json<BindingList> {
+    Json(BindingList {
+        bindings: s.engine.list(),
+    })
+}
+
+async fn create(
+    State(s): State<ApiState>,
+    Query(q): Query<WaitQuery>,
+    body: Bytes,
+) -> ApiResult<(StatusCode, Json<SaveResponse>)> {
+    let input: BindingInput = parse_body(&body)?;
+    let name = input.name.clone();
+    let waiter = s.engine.clone();
+    let view = s.engine.add(&input).await?;
+    let view = if q.wait {
+        waiter.wait_first(&name).await?;
+        waiter.get(&name).unwrap_or(view)
+    } else {
+        view
+    };
+    Ok((
+        StatusCode::CREATED,
+        Json(SaveResponse {
+            result: "created".into(),
+            binding: view,
+        }),
+    ))
+}
+
+async fn replace(
+    State(s): State<ApiState>,
+    Path(name): Path<String>,
+    Query(q): Query<WaitQuery>,
+    body: Bytes,
+) -> ApiResult<(StatusCode, Json<SaveResponse>)> {
+    let input: BindingInput = parse_body(&body)?;
+    let (upsert, view) = s.engine.put(&name, &input).await?;
+    let view = if q.wait && upsert != Upsert::Unchanged {
+        s.engine.wait_first(&name).await?;
+        s.engine.get(&name).unwrap_or(view)
+    } else {
+        view
+    };
+    let (status, result) = match upsert {
+        Upsert::Created => (StatusCode::CREATED, "created"),
+        Upsert::Updated => (StatusCode::OK, "updated"),
+        Upsert::Unchanged => (StatusCode::OK, "unchanged"),
+    };
+    Ok((
+        status,
+        Json(SaveResponse {
+            result: result.into(),
+            binding: view,
+        }),
+    ))
+}
+
+async fn bulk(State(s): State<ApiState>, body: Bytes) -> ApiResult<Json<BulkResponse>> {
+    let input: BulkInput = parse_body(&body)?;
+    let results = s.engine.put_many(&input.bindings).await?;
+    Ok(Json(BulkResponse { results }))
+}
+
+async fn show(
+    State(s): State<ApiState>,
+    Path(name): Path<String>,
+) -> ApiResult<Json<crate::view::BindingDetail>> {
+    Ok(Json(s.engine.show(&name)?))
+}
+
+async fn remove(
+    State(s): State<ApiState>,
+    Path(name): Path<String>,
+) -> ApiResult<Json<crate::view::RemoveResponse>> {
+    Ok(Json(s.engine.remove(&name).await?))
+}
+
+async fn refresh(
+    State(s): State<ApiState>,
+    Path(name): Path<String>,
+) -> ApiResult<Json<tributary_store::OutcomeRecord>> {
+    Ok(Json(s.engine.refresh(&name).await?))
+}
+
+async fn plugins(State(s): State<ApiState>) -> Json<PluginList> {
+    Json(PluginList {
+        plugins: s
+            .engine
+            .host()
+            .plugins()
+            .into_iter()
+            .map(|p| PluginView {
+                providers: p.manifest.providers().to_vec(),
+                name: p.name,
+                version: p.version,
+                description: p.description,
+                dir: p.dir.display().to_string(),
+            })
+            .collect(),
+        errors: s.load_errors.as_ref().clone(),
+    })
+}
+
+async fn stats(State(s): State<ApiState>) -> Json<serde_json::Value> {
+    Json(serde_json::json!({
+        "bindings": s.engine.list().len(),
+        "batches": s.engine.batches(),
+    }))
+}

@@ -1,0 +1,828 @@
+//! The `tributary` command line (reference: `docs/cli.md`).
+//!
+//! - `serve`: the daemon (engine + JSON API).
+//! - `binding add|list|show|rm|refresh`: clients of a running daemon's API.
+//! - `plugin list|check`: read a plugins directory / run the conformance checker.
+//! - `resolve`: a dry run that calls a plugin once and touches nothing.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context};
+use clap::{Args, Parser, Subcommand};
+use hyper::Method;
+use serde_json::Value;
+use tributary_apply::{Applier, ApplyOptions, CommandNginx};
+use tributary_plugin_host::{HostOptions, PluginHost};
+use tributary_store::{OutcomeRecord, OutcomeStatus, Store, StoreOptions};
+
+use crate::api::{self, ApiState};
+use crate::client::{ApiFailure, Client};
+use crate::engine::{Engine, EngineOptions};
+use crate::view::{
+    BindingDetail, BindingInput, BindingList, BindingView, PluginList, RemoveResponse, SaveResponse,
+};
+
+/// Default API address.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:9180";
+/// Default data folder (relative to the working directory).
+pub const DEFAULT_DATA_DIR: &str = ".tributary";
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "tributary",
+    version,
+    about = "Dynamic upstreams for nginx: bind an upstream to a discovered service"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// Run the daemon: the engine and the JSON API.
+    Serve(ServeArgs),
+    /// Manage bindings of a running daemon (through its API).
+    Binding {
+        #[command(flatten)]
+        api: ApiArgs,
+        #[command(subcommand)]
+        cmd: BindingCmd,
+    },
+    /// Inspect plugins.
+    Plugin {
+        #[command(subcommand)]
+        cmd: PluginCmd,
+    },
+    /// Dry run: call a plugin once, print what would be written; touches nothing.
+    Resolve(ResolveArgs),
+}
+
+#[derive(Debug, Args)]
+struct ServeArgs {
+    /// API address (loopback by default).
+    #[arg(long, default_value = DEFAULT_LISTEN)]
+    listen: SocketAddr,
+    /// Data folder: the SQLite store and the API token [env: TRIBUTARY_DATA_DIR; default .tributary].
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// Plugins directory (one folder per plugin) [env: TRIBUTARY_PLUGINS_DIR; default ./plugins].
+    #[arg(long)]
+    plugins_dir: Option<PathBuf>,
+    /// nginx conf dir; files go to CONF_DIR/upstreams/. Default: --conf-path of `nginx -V`.
+    #[arg(long)]
+    conf_dir: Option<PathBuf>,
+    /// nginx binary, for `nginx -V` and the default test/reload commands.
+    #[arg(long, default_value = "nginx")]
+    nginx: PathBuf,
+    /// Test command, split on whitespace. Default: `NGINX -t`.
+    #[arg(long)]
+    test_cmd: Option<String>,
+    /// Reload command, split on whitespace. Default: `NGINX -s reload`.
+    #[arg(long)]
+    reload_cmd: Option<String>,
+    /// Minimum gap between two reloads, in milliseconds.
+    #[arg(long, default_value_t = 2000)]
+    min_reload_gap_ms: u64,
+    /// A batch of changes closes after this many ms without a new change...
+    #[arg(long, default_value_t = 100)]
+    batch_quiet_ms: u64,
+    /// ...or this many ms after its first change.
+    #[arg(long, default_value_t = 1000)]
+    batch_max_ms: u64,
+    /// Outcomes kept per binding.
+    #[arg(long, default_value_t = 20)]
+    history: usize,
+    /// How long a plugin may take to answer, in seconds.
+    #[arg(long, default_value_t = 30)]
+    plugin_timeout_secs: u64,
+}
+
+#[derive(Debug, Args)]
+struct ApiArgs {
+    /// Daemon API address [env: TRIBUTARY_API; default http://127.0.0.1:9180].
+    #[arg(long, global = true)]
+    api: Option<String>,
+    /// Data folder holding the daemon's token file (unless TRIBUTARY_TOKEN is set)
+    /// [env: TRIBUTARY_DATA_DIR; default .tributary].
+    #[arg(long, global = true)]
+    data_dir: Option<PathBuf>,
+    /// Print the API's JSON instead of text.
+    #[arg(long, global = true)]
+    json: bool,
+}
+
+#[derive(Debug, Subcommand)]
+enum BindingCmd {
+    /// Create a binding (or replace it with --replace); waits for its first resolution.
+    Add(AddArgs),
+    /// List bindings with their last outcome.
+    List,
+    /// Show one binding: settings, last outcome, servers, history.
+    Show { name: String },
+    /// Remove a binding and its file (kept if nginx still needs it).
+    Rm { name: String },
+    /// Resolve a binding now and print the outcome (exit 1 when it failed).
+    Refresh { name: String },
+}
+
+#[derive(Debug, Args)]
+struct AddArgs {
+    /// Upstream name (letters, digits, _ - .; 1-128; not starting with .).
+    name: String,
+    #[arg(long)]
+    plugin: String,
+    #[arg(long)]
+    provider: String,
+    #[arg(long)]
+    service: String,
+    /// Provider config, KEY=VALUE (repeatable). Values are secret.
+    #[arg(long = "config", value_name = "KEY=VALUE")]
+    config: Vec<String>,
+    /// Extra directive for the upstream block, e.g. 'keepalive 32;' (repeatable).
+    #[arg(long = "directive")]
+    directives: Vec<String>,
+    /// Refresh interval in seconds (minimum 10).
+    #[arg(long)]
+    interval: Option<u64>,
+    /// Replace the binding if it exists.
+    #[arg(long)]
+    replace: bool,
+    /// Return right away instead of waiting for the first resolution.
+    #[arg(long)]
+    no_wait: bool,
+}
+
+#[derive(Debug, Subcommand)]
+enum PluginCmd {
+    /// List the plugins of a directory and their providers.
+    List {
+        /// Plugins directory [env: TRIBUTARY_PLUGINS_DIR; default ./plugins].
+        #[arg(long)]
+        plugins_dir: Option<PathBuf>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Conformance check of one plugin folder (exit 1 when a check fails).
+    Check {
+        dir: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Args)]
+struct ResolveArgs {
+    #[arg(long)]
+    plugins_dir: PathBuf,
+    #[arg(long)]
+    plugin: String,
+    #[arg(long)]
+    provider: String,
+    #[arg(long)]
+    service: String,
+    /// Provider config, KEY=VALUE (repeatable). Values are secret.
+    #[arg(long = "config", value_name = "KEY=VALUE")]
+    config: Vec<String>,
+    /// Upstream name in the rendered file (default: the service if it is a valid name, else `upstream`).
+    #[arg(long)]
+    upstream: Option<String>,
+    /// Extra directive (repeatable).
+    #[arg(long = "directive")]
+    directives: Vec<String>,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+    /// How long the plugin may take, in seconds.
+    #[arg(long, default_value_t = 30)]
+    timeout_secs: u64,
+}
+
+/// Entry point of the binary.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("tributary: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = rt.block_on(async move {
+        match cli.cmd {
+            Cmd::Serve(a) => serve(a).await.map(|_| ExitCode::SUCCESS),
+            Cmd::Binding { api, cmd } => binding(api, cmd).await,
+            Cmd::Plugin { cmd } => plugin(cmd).await,
+            Cmd::Resolve(a) => Ok(resolve(a).await),
+        }
+    });
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("tributary: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn env_path(flag: Option<PathBuf>, var: &str, default: &str) -> PathBuf {
+    flag.or_else(|| std::env::var_os(var).map(PathBuf::from))
+        .unwrap_or_else(|| PathBuf::from(default))
+}
+
+fn split_cmd(s: &str, what: &str) -> anyhow::Result<Vec<String>> {
+    let v: Vec<String> = s.split_whitespace().map(str::to_string).collect();
+    if v.is_empty() {
+        bail!("{what} is empty");
+    }
+    Ok(v)
+}
+
+fn parse_kv(list: &[String]) -> anyhow::Result<Vec<(String, String)>> {
+    list.iter()
+        .map(|kv| {
+            // The argument may be a secret value: never echo it.
+            let (k, v) = kv.split_once('=').ok_or_else(|| {
+                anyhow!("--config expects KEY=VALUE; one --config argument has no '='")
+            })?;
+            if k.is_empty() {
+                bail!("--config expects KEY=VALUE, got an empty KEY");
+            }
+            Ok((k.to_string(), v.to_string()))
+        })
+        .collect()
+}
+
+async fn serve(a: ServeArgs) -> anyhow::Result<()> {
+    init_tracing();
+    let data_dir = env_path(a.data_dir, "TRIBUTARY_DATA_DIR", DEFAULT_DATA_DIR);
+    let plugins_dir = env_path(a.plugins_dir, "TRIBUTARY_PLUGINS_DIR", "plugins");
+    if !data_dir.exists() {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&data_dir)
+            .with_context(|| format!("creating data folder {}", data_dir.display()))?;
+    }
+    let token = crate::token::load_or_create(&data_dir)?;
+    let store = Store::open_with(
+        &data_dir.join("tributary.db"),
+        StoreOptions {
+            history_per_binding: a.history.max(1),
+        },
+    )?;
+    let conf_dir = match a.conf_dir {
+        Some(d) => d,
+        None => tributary_apply::conf_dir_from_nginx_v(&a.nginx).with_context(|| {
+            format!(
+                "finding the conf dir from `{} -V` (or pass --conf-dir)",
+                a.nginx.display()
+            )
+        })?,
+    };
+    let nginx = a.nginx.display().to_string();
+    let test_cmd = match &a.test_cmd {
+        Some(s) => split_cmd(s, "--test-cmd")?,
+        None => vec![nginx.clone(), "-t".into()],
+    };
+    let reload_cmd = match &a.reload_cmd {
+        Some(s) => split_cmd(s, "--reload-cmd")?,
+        None => vec![nginx.clone(), "-s".into(), "reload".into()],
+    };
+    let applier = Applier::open(
+        &conf_dir,
+        Box::new(CommandNginx::new(test_cmd, reload_cmd)),
+        ApplyOptions {
+            min_reload_gap: Duration::from_millis(a.min_reload_gap_ms),
+        },
+    )
+    .with_context(|| format!("opening the nginx conf dir {}", conf_dir.display()))?;
+    let host_opts = HostOptions {
+        timeout: Duration::from_secs(a.plugin_timeout_secs.max(1)),
+        ..HostOptions::default()
+    };
+    let (host, load_errors) = PluginHost::load(&plugins_dir, host_opts);
+    for e in &load_errors {
+        tracing::warn!(error = %e, "plugin refused");
+    }
+    let names: Vec<String> = host.plugins().into_iter().map(|p| p.name).collect();
+    tracing::info!(plugins_dir = %plugins_dir.display(), plugins = ?names, "plugins loaded");
+    let engine = Engine::start(
+        store,
+        Arc::new(host),
+        applier,
+        EngineOptions {
+            conf_dir: conf_dir.clone(),
+            batch_quiet: Duration::from_millis(a.batch_quiet_ms),
+            batch_max: Duration::from_millis(a.batch_max_ms.max(a.batch_quiet_ms)),
+            history_limit: a.history.max(1),
+        },
+    )?;
+    let listener = tokio::net::TcpListener::bind(a.listen)
+        .await
+        .with_context(|| format!("listening on {}", a.listen))?;
+    if !a.listen.ip().is_loopback() {
+        tracing::warn!(listen = %a.listen, "the API listens beyond loopback");
+    }
+    tracing::info!(
+        api = %format!("http://{}", listener.local_addr()?),
+        conf_dir = %conf_dir.display(),
+        token_file = %crate::token::token_path(&data_dir).display(),
+        "tributary serving"
+    );
+    let state = ApiState {
+        engine: engine.clone(),
+        token: token.into(),
+        load_errors: Arc::new(load_errors.iter().map(|e| e.to_string()).collect()),
+    };
+    axum::serve(listener, api::router(state))
+        .with_graceful_shutdown(shutdown_signal())
+        .await
+        .context("serving the API")?;
+    tracing::info!("stopping");
+    engine.shutdown().await;
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).ok();
+    let term = async {
+        match term.as_mut() {
+            Some(t) => {
+                t.recv().await;
+            }
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term => {}
+    }
+}
+
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .try_init();
+}
+
+fn client(api: &ApiArgs) -> anyhow::Result<Client> {
+    let data_dir = env_path(api.data_dir.clone(), "TRIBUTARY_DATA_DIR", DEFAULT_DATA_DIR);
+    let addr = api
+        .api
+        .clone()
+        .or_else(|| std::env::var("TRIBUTARY_API").ok())
+        .unwrap_or_else(|| format!("http://{DEFAULT_LISTEN}"));
+    let token = crate::token::for_client(&data_dir)?;
+    Client::new(&addr, token)
+}
+
+fn print_json(v: &impl serde::Serialize) -> anyhow::Result<()> {
+    println!("{}", serde_json::to_string_pretty(v)?);
+    Ok(())
+}
+
+/// Binding names go into URL paths: only the characters upstream names may hold are sent as is.
+fn path_segment(name: &str) -> anyhow::Result<&str> {
+    if name.is_empty()
+        || !name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+    {
+        bail!("{name:?} is not a valid upstream name (letters, digits, _ - . only)");
+    }
+    Ok(name)
+}
+
+async fn binding(api: ApiArgs, cmd: BindingCmd) -> anyhow::Result<ExitCode> {
+    let c = client(&api)?;
+    let result = binding_inner(&c, api.json, cmd).await;
+    match result {
+        Err(e) => match e.downcast_ref::<ApiFailure>() {
+            Some(f) if api.json => {
+                print_json(&serde_json::json!({
+                    "error": {"status": f.status, "message": f.message, "field": f.field}
+                }))?;
+                Ok(ExitCode::FAILURE)
+            }
+            Some(f) => {
+                match &f.field {
+                    Some(field) => eprintln!("tributary: {} (field: {field})", f.message),
+                    None => eprintln!("tributary: {}", f.message),
+                }
+                Ok(ExitCode::FAILURE)
+            }
+            None => Err(e),
+        },
+        ok => ok,
+    }
+}
+
+async fn binding_inner(c: &Client, json: bool, cmd: BindingCmd) -> anyhow::Result<ExitCode> {
+    match cmd {
+        BindingCmd::Add(a) => {
+            let name = path_segment(&a.name)?.to_string();
+            let input = BindingInput {
+                name: name.clone(),
+                plugin: a.plugin,
+                provider: a.provider,
+                config: parse_kv(&a.config)?
+                    .into_iter()
+                    .map(|(k, v)| (k, Value::String(v)))
+                    .collect(),
+                service: a.service,
+                interval_secs: a.interval,
+                directives: a.directives,
+            };
+            let wait = if a.no_wait { "" } else { "?wait=true" };
+            let resp: SaveResponse = if a.replace {
+                c.call(
+                    Method::PUT,
+                    &format!("/api/v1/bindings/{name}{wait}"),
+                    Some(&input),
+                )
+                .await?
+            } else {
+                c.call(
+                    Method::POST,
+                    &format!("/api/v1/bindings{wait}"),
+                    Some(&input),
+                )
+                .await?
+            };
+            if json {
+                print_json(&resp)?;
+            } else {
+                println!("{} binding {}", resp.result, resp.binding.name);
+                print_view(&resp.binding);
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        BindingCmd::List => {
+            let list: BindingList = c
+                .call::<(), _>(Method::GET, "/api/v1/bindings", None)
+                .await?;
+            if json {
+                print_json(&list)?;
+            } else if list.bindings.is_empty() {
+                println!("no bindings");
+            } else {
+                println!(
+                    "{:<24} {:<20} {:<16} {:<10} {:>7}  WHY",
+                    "NAME", "PLUGIN/PROVIDER", "SERVICE", "STATUS", "SERVERS"
+                );
+                for b in &list.bindings {
+                    let (status, why) = match &b.last_outcome {
+                        Some(o) => (o.status.as_str(), o.why.clone().unwrap_or_default()),
+                        None => ("pending", String::new()),
+                    };
+                    println!(
+                        "{:<24} {:<20} {:<16} {:<10} {:>7}  {}",
+                        b.name,
+                        format!("{}/{}", b.plugin, b.provider),
+                        b.service,
+                        status,
+                        b.servers.len(),
+                        why
+                    );
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        BindingCmd::Show { name } => {
+            let name = path_segment(&name)?;
+            let d: BindingDetail = c
+                .call::<(), _>(Method::GET, &format!("/api/v1/bindings/{name}"), None)
+                .await?;
+            if json {
+                print_json(&d)?;
+            } else {
+                println!("binding {}", d.binding.name);
+                print_view(&d.binding);
+                if !d.history.is_empty() {
+                    println!("  history (newest first):");
+                    for o in &d.history {
+                        println!("    {}", outcome_line(o));
+                    }
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        BindingCmd::Rm { name } => {
+            let name = path_segment(&name)?;
+            let r: RemoveResponse = c
+                .call::<(), _>(Method::DELETE, &format!("/api/v1/bindings/{name}"), None)
+                .await?;
+            if json {
+                print_json(&r)?;
+            } else if r.file_removed {
+                println!("removed binding {} and its file", r.name);
+            } else {
+                println!("removed binding {} (it had no file)", r.name);
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        BindingCmd::Refresh { name } => {
+            let name = path_segment(&name)?;
+            let o: OutcomeRecord = c
+                .call::<(), _>(
+                    Method::POST,
+                    &format!("/api/v1/bindings/{name}/refresh"),
+                    None,
+                )
+                .await?;
+            if json {
+                print_json(&o)?;
+            } else {
+                println!("{}", outcome_line(&o));
+                if let Some(e) = &o.nginx_error {
+                    println!("  nginx: {}", e.trim());
+                }
+            }
+            Ok(if o.status == OutcomeStatus::Failed {
+                ExitCode::FAILURE
+            } else {
+                ExitCode::SUCCESS
+            })
+        }
+    }
+}
+
+fn outcome_line(o: &OutcomeRecord) -> String {
+    let mut s = format!(
+        "{} {} in {} ms: {} servers",
+        format_time(o.at_ms),
+        o.status.as_str(),
+        o.duration_ms,
+        o.kept.len()
+    );
+    if o.changed {
+        s.push_str(", file changed");
+    }
+    if o.reloaded {
+        s.push_str(", nginx reloaded");
+    }
+    if let Some(code) = o.code {
+        s.push_str(&format!(", code {code}"));
+    }
+    if let Some(f) = &o.field {
+        s.push_str(&format!(", field {f}"));
+    }
+    if let Some(w) = &o.why {
+        s.push_str(&format!(" — {w}"));
+    }
+    s
+}
+
+fn format_time(ms: i64) -> String {
+    // UTC, without pulling a date crate: days since epoch → civil date.
+    let secs = ms.div_euclid(1000);
+    let (days, rem) = (secs.div_euclid(86400), secs.rem_euclid(86400));
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+fn print_view(b: &BindingView) {
+    println!("  plugin/provider: {}/{}", b.plugin, b.provider);
+    println!("  service: {}", b.service);
+    println!("  interval: {} s", b.interval_secs);
+    for (k, v) in &b.config {
+        println!("  config {k}: {v}");
+    }
+    for (k, set) in &b.secrets {
+        println!(
+            "  config {k}: {}",
+            if *set {
+                "(secret, set)"
+            } else {
+                "(secret, not set)"
+            }
+        );
+    }
+    for d in &b.directives {
+        println!("  directive: {d}");
+    }
+    println!("  file: {}", b.file);
+    println!("  add at http level: {}", b.include_line);
+    match &b.last_outcome {
+        Some(o) => {
+            println!("  last: {}", outcome_line(o));
+            if let Some(e) = &o.nginx_error {
+                println!("  nginx: {}", e.trim());
+            }
+            for d in &o.dropped {
+                println!("  dropped: {} ({})", d.target, d.reason);
+            }
+        }
+        None => println!("  last: not resolved yet"),
+    }
+    if b.servers.is_empty() {
+        println!("  servers: none known");
+    } else {
+        println!("  servers:");
+        for s in &b.servers {
+            println!("    {s}");
+        }
+    }
+    if let Some(n) = b.next_refresh_ms {
+        println!("  next refresh: {}", format_time(n));
+    }
+}
+
+async fn plugin(cmd: PluginCmd) -> anyhow::Result<ExitCode> {
+    match cmd {
+        PluginCmd::List { plugins_dir, json } => {
+            let dir = env_path(plugins_dir, "TRIBUTARY_PLUGINS_DIR", "plugins");
+            let (host, errors) = PluginHost::load(&dir, HostOptions::default());
+            let list = PluginList {
+                plugins: host
+                    .plugins()
+                    .into_iter()
+                    .map(|p| crate::view::PluginView {
+                        providers: p.manifest.providers().to_vec(),
+                        name: p.name,
+                        version: p.version,
+                        description: p.description,
+                        dir: p.dir.display().to_string(),
+                    })
+                    .collect(),
+                errors: errors.iter().map(|e| e.to_string()).collect(),
+            };
+            if json {
+                print_json(&list)?;
+            } else {
+                for p in &list.plugins {
+                    println!("{} {} — {}", p.name, p.version, p.description);
+                    for pr in &p.providers {
+                        let fields: Vec<String> = pr
+                            .configuration
+                            .fields
+                            .iter()
+                            .map(|f| {
+                                let mut s = f.key.clone();
+                                if f.required {
+                                    s.push('*');
+                                }
+                                if f.secret {
+                                    s.push_str(" (secret)");
+                                }
+                                s
+                            })
+                            .collect();
+                        println!(
+                            "  provider {} ({}): {}",
+                            pr.code,
+                            pr.name,
+                            fields.join(", ")
+                        );
+                    }
+                }
+                for e in &list.errors {
+                    println!("refused: {e}");
+                }
+                if list.plugins.is_empty() && list.errors.is_empty() {
+                    println!("no plugins in {}", dir.display());
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        PluginCmd::Check { dir, json } => plugin_check(&dir, json).await,
+    }
+}
+
+async fn plugin_check(dir: &Path, json: bool) -> anyhow::Result<ExitCode> {
+    let report = tributary_plugin_host::check::check_plugin(dir).await;
+    if json {
+        print_json(&report)?;
+    } else {
+        print!("{report}");
+    }
+    Ok(if report.passed() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+async fn resolve(a: ResolveArgs) -> ExitCode {
+    let config = match parse_kv(&a.config) {
+        Ok(c) => c,
+        Err(e) => {
+            let f = crate::dry_run::DryRunFailure {
+                error: crate::dry_run::DryRunError {
+                    code: tributary_protocol::ERR_INVALID_PARAMS,
+                    message: e.to_string(),
+                    field: Some("config".into()),
+                },
+            };
+            return print_failure(&f, a.json);
+        }
+    };
+    let args = crate::dry_run::DryRun {
+        plugins_dir: a.plugins_dir,
+        plugin: a.plugin,
+        provider: a.provider,
+        service: a.service,
+        config,
+        upstream: a.upstream,
+        directives: a.directives,
+        host_options: HostOptions {
+            timeout: Duration::from_secs(a.timeout_secs.max(1)),
+            ..HostOptions::default()
+        },
+    };
+    match crate::dry_run::run(args).await {
+        Ok(ok) => {
+            if a.json {
+                println!(
+                    "{}",
+                    serde_json::to_string(&ok).unwrap_or_else(|_| "{}".into())
+                );
+            } else {
+                print!("{}", ok.rendered);
+                if !ok.dropped.is_empty() {
+                    eprintln!("{}", tributary_core::summarize_dropped(&ok.dropped));
+                }
+                eprintln!(
+                    "{} servers, ttl {} s (dry run: nothing written)",
+                    ok.targets.len(),
+                    ok.ttl_seconds
+                );
+            }
+            ExitCode::SUCCESS
+        }
+        Err(f) => print_failure(&f, a.json),
+    }
+}
+
+fn print_failure(f: &crate::dry_run::DryRunFailure, json: bool) -> ExitCode {
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string(f).unwrap_or_else(|_| "{}".into())
+        );
+    } else {
+        match &f.error.field {
+            Some(field) => eprintln!(
+                "tributary: {} (code {}, field {field})",
+                f.error.message, f.error.code
+            ),
+            None => eprintln!("tributary: {} (code {})", f.error.message, f.error.code),
+        }
+    }
+    ExitCode::FAILURE
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kv_parsing_never_echoes_values() {
+        let err = parse_kv(&["s3cr3tvalue".into()]).unwrap_err().to_string();
+        assert!(!err.contains("s3cr3t"), "{err}");
+        assert_eq!(
+            parse_kv(&["a=b=c".into()]).unwrap(),
+            vec![("a".to_string(), "b=c".to_string())]
+        );
+        assert!(parse_kv(&["=v".into()]).is_err());
+    }
+
+    #[test]
+    fn time_formatting() {
+        assert_eq!(format_time(0), "1970-01-01T00:00:00Z");
+        assert_eq!(format_time(1_700_000_000_000), "2023-11-14T22:13:20Z");
+    }
+
+    #[test]
+    fn cli_definition_is_consistent() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+}

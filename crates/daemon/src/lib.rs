@@ -1,0 +1,25 @@
+//! `tributary`: the daemon binary's library. Glue only: the logic lives in the crates it joins.
+//!
+//! Data flow (one module per arrow that is ours):
+//! binding (API/CLI → [`engine`]) → plugin call (`tributary-plugin-host`) → validate + render
+//! (`tributary-core`) → batch apply (`tributary-apply`, on a blocking thread) → outcome →
+//! `tributary-store` → [`api`] (JSON over HTTP) → [`cli`] (the `tributary` command, an API client).
+//!
+//! - [`engine`]: per-binding refresh tasks on the schedule maths of `tributary-core`, a single
+//!   apply task that collects changes that become ready close together into one
+//!   `Applier::apply_batch`, and outcome recording. An error never empties an upstream: a failed
+//!   resolution or an answer without valid targets never reaches the applier.
+//! - [`api`]: the JSON API (axum) on 127.0.0.1:9180 by default; bearer-token auth on everything
+//!   but `/api/v1/health`.
+//! - [`client`]: the small HTTP/1.1 client the CLI uses to talk to a running daemon.
+//! - [`dry_run`]: `tributary resolve`, one plugin call that touches nothing.
+//! - [`token`]: API token creation and lookup (file mode 0600).
+#![forbid(unsafe_code)]
+
+pub mod api;
+pub mod cli;
+pub mod client;
+pub mod dry_run;
+pub mod engine;
+pub mod token;
+pub mod view;
