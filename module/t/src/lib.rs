@@ -344,6 +344,18 @@ impl Nginx {
         http_get(self.port(i), path, &[])
     }
 
+    /// Any request on port `{Pi}` (see [`http_request`]).
+    pub fn request(
+        &self,
+        i: usize,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+    ) -> Result<Response, Failed> {
+        http_request(self.port(i), method, path, headers, body)
+    }
+
     /// `GET path` on port `{Pi}` with extra request headers.
     pub fn get_with(
         &self,
@@ -388,17 +400,33 @@ impl Response {
 /// Sends an HTTP/1.0 `GET` (so the answer is never chunked and the connection closes) to
 /// 127.0.0.1:`port` and reads the whole answer.
 pub fn http_get(port: u16, path: &str, headers: &[(&str, &str)]) -> Result<Response, Failed> {
+    http_request(port, "GET", path, headers, b"")
+}
+
+/// Sends an HTTP/1.0 request with any method, headers and body (a `Content-Length` is added
+/// when the body is not empty) to 127.0.0.1:`port` and reads the whole answer.
+pub fn http_request(
+    port: u16,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> Result<Response, Failed> {
     let mut s =
         TcpStream::connect(("127.0.0.1", port)).map_err(|e| format!("connect {port}: {e}"))?;
     s.set_read_timeout(Some(Duration::from_secs(20)))
         .map_err(|e| e.to_string())?;
-    let mut req = format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n");
+    let mut req = format!("{method} {path} HTTP/1.0\r\nHost: localhost\r\n");
     for (n, v) in headers {
         req.push_str(&format!("{n}: {v}\r\n"));
     }
+    if !body.is_empty() {
+        req.push_str(&format!("Content-Length: {}\r\n", body.len()));
+    }
     req.push_str("\r\n");
-    s.write_all(req.as_bytes())
-        .map_err(|e| format!("send: {e}"))?;
+    let mut raw_req = req.into_bytes();
+    raw_req.extend_from_slice(body);
+    s.write_all(&raw_req).map_err(|e| format!("send: {e}"))?;
     let mut raw = Vec::new();
     s.read_to_end(&mut raw)
         .map_err(|e| format!("read from {port}: {e}"))?;
@@ -456,4 +484,41 @@ pub fn run_tests(trials: Vec<Trial>) -> ! {
 /// One `nginx -t` failure case: configuration and expected `[emerg]` text.
 pub fn emerg_trial(name: &str, http: &'static str, expected: &'static str) -> Trial {
     Trial::test(name, move || expect_emerg(http, expected))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fill_replaces_ports_and_prefix() {
+        let s = fill(
+            "listen 127.0.0.1:{P0}; x {P1} {PREFIX}/a",
+            &[8080, 9090],
+            Path::new("/t"),
+        );
+        assert_eq!(s, "listen 127.0.0.1:8080; x 9090 /t/a");
+    }
+
+    #[test]
+    fn parse_response_reads_status_headers_body() {
+        let r =
+            parse_response(b"HTTP/1.1 502 Bad Gateway\r\nX-A: 1\r\nSet-Cookie: rt=2\r\n\r\nbody")
+                .unwrap();
+        assert_eq!(r.status, 502);
+        assert_eq!(r.header("set-cookie"), Some("rt=2"));
+        assert_eq!(r.header("X-Missing"), None);
+        assert_eq!(r.body, "body");
+        assert!(parse_response(b"garbage").is_none());
+    }
+
+    #[test]
+    fn free_ports_are_distinct() {
+        let p = free_ports(PORTS);
+        let mut q = p.clone();
+        q.sort_unstable();
+        q.dedup();
+        assert_eq!(p.len(), PORTS);
+        assert_eq!(q.len(), PORTS);
+    }
 }
