@@ -72,8 +72,8 @@ impl Default for HostOptions {
     }
 }
 
-/// A loaded plugin.
-#[derive(Debug, Clone, PartialEq)]
+/// A loaded plugin. Serialises as `{name, version, description, dir, manifest}`.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct PluginInfo {
     pub name: String,
     pub version: String,

@@ -170,6 +170,21 @@ pub fn check_params(manifest: &Manifest, params: &ResolveParams) -> Result<(), R
     Ok(())
 }
 
+/// Calls `plugin` in-process the way [`serve`] would for one request (manifest checks first, then
+/// [`Plugin::resolve`]): for plugins' unit tests, without a process or stdio.
+pub async fn call<P: Plugin>(plugin: &P, params: ResolveParams) -> Result<ResolveResult, RpcError> {
+    if let Some(text) = plugin.manifest() {
+        let manifest = Manifest::parse(text).map_err(|e| {
+            RpcError::new(
+                tributary_protocol::ERR_INTERNAL,
+                format!("the plugin's own manifest is invalid: {e}"),
+            )
+        })?;
+        check_params(&manifest, &params)?;
+    }
+    plugin.resolve(params).await
+}
+
 /// Serves the protocol on this process's stdin/stdout until stdin closes. Use it as the body of
 /// `main`; the exit code is 1 when the manifest is invalid or stdout fails.
 pub fn run<P: Plugin>(plugin: P) -> ExitCode {

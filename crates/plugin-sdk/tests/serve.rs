@@ -5,7 +5,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tributary_plugin_sdk::{
-    serve, target, ConfigExt, Plugin, ResolveParams, ResolveResult, RpcError, ServeError,
+    call, serve, target, ConfigExt, Plugin, ResolveParams, ResolveResult, RpcError, ServeError,
 };
 
 const MANIFEST: &str = r#"{"name":"toy","version":"1","executable":"toy",
@@ -181,4 +181,22 @@ async fn an_invalid_manifest_stops_serve() {
     .unwrap_err();
     assert!(matches!(err, ServeError::Manifest(_)));
     assert!(err.to_string().contains("\"network\" permission"), "{err}");
+}
+
+#[tokio::test]
+async fn call_runs_the_same_checks_in_process() {
+    let toy = Toy {
+        manifest: Some(MANIFEST),
+    };
+    let p = |config: Value| ResolveParams {
+        provider: "toy".into(),
+        config: serde_json::from_value(config).unwrap(),
+        service: "x".into(),
+    };
+    let ok = call(&toy, p(json!({"host":"h"}))).await.unwrap();
+    assert_eq!(ok.targets[0], json!({"address":"h","port":80,"weight":2}));
+    let e = call(&toy, p(json!({"host":"h","tls":1})))
+        .await
+        .unwrap_err();
+    assert_eq!((e.code, e.field()), (-32003, Some("tls")));
 }
