@@ -55,6 +55,48 @@ pub fn static_plugins_dir(root: &Path) -> PathBuf {
     dir
 }
 
+/// The plugin host's misbehaving test plugin (`tributary-testplug`), next to the `tributary` binary.
+pub fn testplug_bin() -> PathBuf {
+    let bin = tributary_bin()
+        .parent()
+        .expect("bin dir")
+        .join("tributary-testplug");
+    assert!(
+        bin.is_file(),
+        "{} is missing: build it first (cargo build --workspace --bins)",
+        bin.display()
+    );
+    bin
+}
+
+/// Adds the misbehaving test plugin as `testplug` (provider `t`: a secret `token`, a plain
+/// `note`) to the plugins directory `dir`. Its `service` picks the behaviour (`ok`, `hang`,
+/// `exit`, `garbage`, `config-error`, ...; see `crates/plugin-host/src/bin/tributary-testplug.rs`).
+pub fn add_testplug(dir: &Path) {
+    let manifest = serde_json::json!({
+        "name": "testplug",
+        "version": "0.1.0",
+        "description": "misbehaves on purpose",
+        "executable": testplug_bin().display().to_string(),
+        "capabilities": ["upstream.discovery"],
+        "permissions": ["network"],
+        "discovery": {"providers": [{
+            "code": "t",
+            "name": "Test",
+            "configuration": {"fields": [
+                {"key": "token", "display_name": "Token", "secret": true},
+                {"key": "note", "display_name": "Note"}
+            ]}
+        }]}
+    });
+    std::fs::create_dir_all(dir.join("testplug")).unwrap();
+    std::fs::write(
+        dir.join("testplug/plugin.json"),
+        serde_json::to_vec_pretty(&manifest).unwrap(),
+    )
+    .unwrap();
+}
+
 /// A minimal blocking HTTP/1.1 request (Connection: close). Returns status and body.
 pub fn http(
     port: u16,
@@ -114,6 +156,14 @@ impl Daemon {
     /// Starts a daemon with extra `serve` arguments (none: the defaults).
     pub fn start_with(root: &Path, nginx: &TestNginx, extra: &[&str]) -> Daemon {
         let plugins_dir = static_plugins_dir(root);
+        if extra.contains(&"--with-testplug") {
+            add_testplug(&plugins_dir);
+        }
+        let extra: Vec<&str> = extra
+            .iter()
+            .copied()
+            .filter(|a| *a != "--with-testplug")
+            .collect();
         let mut d = Daemon {
             child: None,
             port: 0,
@@ -229,6 +279,27 @@ impl Daemon {
         let (status, text) = http(self.port, method, path, Some(&self.token()), body);
         let v = serde_json::from_str(&text).unwrap_or(serde_json::Value::Null);
         (status, v)
+    }
+
+    /// Polls `GET /api/v1/bindings/{name}` until `pred` holds for the detail; returns it.
+    pub fn wait_for(
+        &self,
+        name: &str,
+        mut pred: impl FnMut(&serde_json::Value) -> bool,
+    ) -> serde_json::Value {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let (status, v) = self.api("GET", &format!("/api/v1/bindings/{name}"), None);
+            if status == 200 && pred(&v) {
+                return v;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "binding {name}: condition not met; last: {v}; log: {}",
+                self.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     /// Stops the daemon gracefully (SIGTERM), killing it after 15 s.
