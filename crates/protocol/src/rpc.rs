@@ -58,13 +58,30 @@ impl<'de> Deserialize<'de> for Version {
     }
 }
 
-/// A JSON-RPC 2.0 request: `{"jsonrpc":"2.0","id":..,"method":..,"params":..}`.
-#[derive(Debug, Clone, PartialEq)]
+/// A JSON-RPC 2.0 request: `{"jsonrpc":"2.0","id":..,"method":..,"params":..}`. `Debug` shows the
+/// values of `params.config` as `<redacted>`.
+#[derive(Clone, PartialEq)]
 pub struct Request {
     pub id: Id,
     pub method: String,
     /// The params, kept raw; `Value::Null` when absent.
     pub params: Value,
+}
+
+impl fmt::Debug for Request {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut params = self.params.clone();
+        if let Some(Value::Object(config)) = params.get_mut("config") {
+            for v in config.values_mut() {
+                *v = Value::String("<redacted>".into());
+            }
+        }
+        f.debug_struct("Request")
+            .field("id", &self.id)
+            .field("method", &self.method)
+            .field("params", &params)
+            .finish()
+    }
 }
 
 #[derive(Serialize, Deserialize)]
@@ -306,6 +323,23 @@ mod tests {
         let null_result = r#"{"jsonrpc":"2.0","id":1,"result":null}"#;
         let r: Response = serde_json::from_str(null_result).unwrap();
         assert_eq!(r.payload, ResponsePayload::Result(Value::Null));
+    }
+
+    #[test]
+    fn request_debug_redacts_config_values() {
+        let mut config = ConfigMap::new();
+        config.insert("token", "tok_live_secret");
+        let req = Request::resolve(
+            1,
+            &ResolveParams {
+                provider: "p".into(),
+                config,
+                service: "api".into(),
+            },
+        );
+        let dbg = format!("{req:?}");
+        assert!(!dbg.contains("tok_live_secret"), "{dbg}");
+        assert!(dbg.contains("token") && dbg.contains("api"), "{dbg}");
     }
 
     #[test]
