@@ -9,8 +9,8 @@
 //!   (also when the case panics) and its prefix removed.
 //! - [`run_tests`]: runs `libtest_mimic` trials and ends with a `N passed, N failed` line.
 //!
-//! Configurations are the *inside* of `http {}`; `{P0}` … `{P9}` are replaced by free ports and
-//! `{PREFIX}` by the prefix directory. Environment overrides: `COMBINED_UPSTREAMS_MODULE` (path of
+//! Configurations are the *inside* of `http {}`; `{P0}` … `{P9}` are replaced by free ports,
+//! `{DEAD}` by a port where nothing listens, and `{PREFIX}` by the prefix directory. Environment overrides: `COMBINED_UPSTREAMS_MODULE` (path of
 //! the module `.so`, default `target/release/libngx_http_combined_upstreams_module.so`, built by
 //! `cargo build --release -p ngx-combined-upstreams`) and `NGINX_BIN` (default `/usr/sbin/nginx`).
 //! A missing `.so` or nginx binary makes every case fail with a message saying so.
@@ -112,9 +112,28 @@ pub fn free_ports(n: usize) -> Vec<u16> {
         .collect()
 }
 
-/// Replaces `{P0}`…`{P9}` and `{PREFIX}` in a configuration template.
-pub fn fill(template: &str, ports: &[u16], prefix: &Path) -> String {
-    let mut s = template.replace("{PREFIX}", &prefix.display().to_string());
+/// A loopback port where nothing listens (a dead server), outside Linux's ephemeral range
+/// (32768–60999) from which [`free_ports`] and other tests' `bind(0)` take their ports, so no
+/// concurrently running test can bring it to life.
+pub fn dead_port() -> u16 {
+    static COUNTER: AtomicUsize = AtomicUsize::new(0);
+    let seed = std::process::id() as usize * 7919
+        + COUNTER.fetch_add(1, Ordering::Relaxed) * 104_729
+        + std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos() as usize);
+    let mut port = 20_000 + (seed % 12_000) as u16;
+    while TcpStream::connect(("127.0.0.1", port)).is_ok() {
+        port = 20_000 + (port - 20_000 + 1) % 12_000;
+    }
+    port
+}
+
+/// Replaces `{P0}`…`{P9}`, `{DEAD}` and `{PREFIX}` in a configuration template.
+pub fn fill(template: &str, ports: &[u16], dead: u16, prefix: &Path) -> String {
+    let mut s = template
+        .replace("{PREFIX}", &prefix.display().to_string())
+        .replace("{DEAD}", &dead.to_string());
     for (i, p) in ports.iter().enumerate() {
         s = s.replace(&format!("{{P{i}}}"), &p.to_string());
     }
@@ -173,10 +192,11 @@ pub fn config_test_with(main_extra: &str, http: &str) -> Result<ConfigTest, Stri
     check_prerequisites()?;
     let dir = TempDir::new()?;
     let ports = free_ports(PORTS);
+    let dead = dead_port();
     let conf = write_config(
         &dir,
-        &fill(main_extra, &ports, &dir.0),
-        &fill(http, &ports, &dir.0),
+        &fill(main_extra, &ports, dead, &dir.0),
+        &fill(http, &ports, dead, &dir.0),
     )?;
     let out = Command::new(nginx_bin())
         .arg("-t")
@@ -230,6 +250,7 @@ pub fn expect_ok(http: &str) -> Result<String, Failed> {
 pub struct Nginx {
     child: Option<Child>,
     ports: Vec<u16>,
+    dead: u16,
     dir: TempDir,
 }
 
@@ -267,10 +288,11 @@ impl Nginx {
 
     fn try_start_on(main_extra: &str, http: &str, ports: Vec<u16>) -> Result<Nginx, String> {
         let dir = TempDir::new()?;
+        let dead = dead_port();
         let conf = write_config(
             &dir,
-            &fill(main_extra, &ports, &dir.0),
-            &fill(http, &ports, &dir.0),
+            &fill(main_extra, &ports, dead, &dir.0),
+            &fill(http, &ports, dead, &dir.0),
         )?;
         let stderr_path = dir.0.join("logs/stderr.log");
         let stderr = fs::File::create(&stderr_path)
@@ -290,6 +312,7 @@ impl Nginx {
         let mut n = Nginx {
             child: Some(child),
             ports,
+            dead,
             dir,
         };
         let listen: Vec<u16> = (0..PORTS)
@@ -327,6 +350,11 @@ impl Nginx {
     /// The port that replaced `{Pi}`.
     pub fn port(&self, i: usize) -> u16 {
         self.ports[i]
+    }
+
+    /// The port that replaced `{DEAD}` (nothing listens there).
+    pub fn dead_port(&self) -> u16 {
+        self.dead
     }
 
     /// The prefix directory.
@@ -493,11 +521,12 @@ mod tests {
     #[test]
     fn fill_replaces_ports_and_prefix() {
         let s = fill(
-            "listen 127.0.0.1:{P0}; x {P1} {PREFIX}/a",
+            "listen 127.0.0.1:{P0}; x {P1} {PREFIX}/a {DEAD}",
             &[8080, 9090],
+            7,
             Path::new("/t"),
         );
-        assert_eq!(s, "listen 127.0.0.1:8080; x 9090 /t/a");
+        assert_eq!(s, "listen 127.0.0.1:8080; x 9090 /t/a 7");
     }
 
     #[test]

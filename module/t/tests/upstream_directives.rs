@@ -3,7 +3,7 @@
 //! `N passed, N failed`.
 //!
 //! Backends are `server {}` blocks of the same nginx answering `return 200 "bN"` on `{P1}`…`{P4}`;
-//! `{P9}` is a free port nobody listens on (a dead server).
+//! `{DEAD}` is a port nobody listens on (a dead server).
 
 use std::collections::BTreeMap;
 
@@ -228,7 +228,7 @@ fn add_upstream_backup_only_when_primary_down() -> CaseResult {
     let ng = Nginx::start(&with_backends(
         "upstream u1 { server 127.0.0.1:{P1}; }
          upstream u2 { server 127.0.0.1:{P2}; }
-         upstream dead { server 127.0.0.1:{P9}; }
+         upstream dead { server 127.0.0.1:{DEAD}; }
          upstream live { add_upstream u1; add_upstream u2 backup; }
          upstream failover { add_upstream dead; add_upstream u2 backup; }
          server { listen 127.0.0.1:{P0};
@@ -350,8 +350,8 @@ fn singlets_all_name_forms() -> CaseResult {
 /// down (no failover).
 fn singlets_backup_and_nobackup() -> CaseResult {
     let ng = Nginx::start(&with_backends(
-        "upstream d { server 127.0.0.1:{P9}; server 127.0.0.1:{P2}; combine_server_singlets; }
-         upstream nb { server 127.0.0.1:{P9}; server 127.0.0.1:{P2}; combine_server_singlets _n_ nobackup; }
+        "upstream d { server 127.0.0.1:{DEAD}; server 127.0.0.1:{P2}; combine_server_singlets; }
+         upstream nb { server 127.0.0.1:{DEAD}; server 127.0.0.1:{P2}; combine_server_singlets _n_ nobackup; }
          server { listen 127.0.0.1:{P0};
                   add_header X-Upstream $upstream_addr always;
                   location / { proxy_pass http://$arg_u; } }",
@@ -438,9 +438,9 @@ fn singlets_sticky_sessions() -> CaseResult {
 }
 
 const DEAD_SINGLE: &str = "
-    upstream ext { server 127.0.0.1:{P9} max_fails=1 fail_timeout=60s; extend_single_peers; }
-    upstream plain { server 127.0.0.1:{P9} max_fails=1 fail_timeout=60s; }
-    upstream lc { least_conn; server 127.0.0.1:{P9} max_fails=1 fail_timeout=60s; extend_single_peers; }
+    upstream ext { server 127.0.0.1:{DEAD} max_fails=1 fail_timeout=60s; extend_single_peers; }
+    upstream plain { server 127.0.0.1:{DEAD} max_fails=1 fail_timeout=60s; }
+    upstream lc { least_conn; server 127.0.0.1:{DEAD} max_fails=1 fail_timeout=60s; extend_single_peers; }
     upstream live { server 127.0.0.1:{P1}; extend_single_peers; }
     upstream two { server 127.0.0.1:{P1}; server 127.0.0.1:{P2}; extend_single_peers; }
     server { listen 127.0.0.1:{P0};
@@ -451,7 +451,7 @@ const DEAD_SINGLE: &str = "
 /// "no live upstreams" without trying the server; without it, the server is tried every time.
 fn extend_single_peers_marks_lone_peer_failed() -> CaseResult {
     let ng = Nginx::start(&with_backends(DEAD_SINGLE))?;
-    let dead = format!("127.0.0.1:{}", ng.port(9));
+    let dead = format!("127.0.0.1:{}", ng.dead_port());
     for u in ["ext", "lc"] {
         let r = ng.get(0, &format!("/?u={u}"))?;
         check_eq(r.status, 502, &format!("{u}: first request"))?;
