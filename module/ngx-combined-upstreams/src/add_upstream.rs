@@ -62,7 +62,7 @@ unsafe extern "C" fn handler(
                 return conf_error(cf, "balancing method does not support parameter \"backup\"");
             }
             let mut copy = *s;
-            if copy.name.len == 0 {
+            if copy.name.len == 0 && !copy.addrs.is_null() && copy.naddrs > 0 {
                 // a server of an implicit upstream: give it its address text as name
                 copy.name = (*copy.addrs).name;
             }
