@@ -20,9 +20,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use tributary_core::UpstreamName;
 
-use crate::fsutil::{
-    read_optional, remove_if_exists, sync_dir, write_atomic_nosync_dir, TMP_MARKER,
-};
+use crate::fsutil::{read_optional, remove_if_exists, sync_dir, write_many, TMP_MARKER};
 use crate::nginx::{CommandError, Nginx};
 
 /// Name of the lock file inside `upstreams/`.
@@ -410,17 +408,32 @@ impl Applier {
     fn stage(&mut self, pending: Vec<Pending>) -> Result<Vec<Pending>, (Vec<Pending>, io::Error)> {
         let dir = self.upstreams.clone();
         let result = (|| -> Result<(), (usize, io::Error)> {
+            // 1. journals: the previous bytes, or an empty ".none" marker. Durable before step 2.
+            let mut journals: Vec<(String, &[u8])> = Vec::with_capacity(pending.len());
             for (i, p) in pending.iter().enumerate() {
-                self.write_journal(p).map_err(|e| (i, e))?;
+                let (prev, none) = self.journal_paths(&p.name);
+                let (stale, entry) = match &p.previous {
+                    Some(bytes) => (none, (file_name(&prev), bytes.as_slice())),
+                    None => (prev, (file_name(&none), &b""[..])),
+                };
+                remove_if_exists(&stale).map_err(|e| (i, e))?;
+                journals.push(entry);
             }
+            write_many(&dir, &journals)?;
             sync_dir(&dir).map_err(|e| (0, e))?;
+            // 2. the new contents (or the removal).
+            let mut writes: Vec<(String, &[u8])> = Vec::new();
+            let mut write_index: Vec<usize> = Vec::new();
             for (i, p) in pending.iter().enumerate() {
                 match &p.new {
-                    Some(bytes) => write_atomic_nosync_dir(&dir, &p.name.file_name(), bytes),
-                    None => remove_if_exists(&self.path_of(&p.name)),
+                    Some(bytes) => {
+                        writes.push((p.name.file_name(), bytes.as_slice()));
+                        write_index.push(i);
+                    }
+                    None => remove_if_exists(&self.path_of(&p.name)).map_err(|e| (i, e))?,
                 }
-                .map_err(|e| (i, e))?;
             }
+            write_many(&dir, &writes).map_err(|(k, e)| (write_index[k], e))?;
             sync_dir(&dir).map_err(|e| (0, e))
         })();
         match result {
@@ -438,12 +451,20 @@ impl Applier {
     /// Puts the previous contents back and removes the journals (best effort; a journal that
     /// cannot be removed is handled by recovery at the next open).
     fn unstage(&self, staged: &[Pending]) {
+        let mut restores: Vec<(String, &[u8])> = Vec::new();
         for p in staged {
-            let path = self.path_of(&p.name);
-            let _ = match &p.previous {
-                Some(bytes) => write_atomic_nosync_dir(&self.upstreams, &p.name.file_name(), bytes),
-                None => remove_if_exists(&path),
-            };
+            match &p.previous {
+                Some(bytes) => restores.push((p.name.file_name(), bytes.as_slice())),
+                None => {
+                    let _ = remove_if_exists(&self.path_of(&p.name));
+                }
+            }
+        }
+        if let Err((k, _)) = write_many(&self.upstreams, &restores) {
+            // Retry the rest one by one so one failure does not leave the others changed.
+            for item in &restores[k..] {
+                let _ = write_many(&self.upstreams, std::slice::from_ref(item));
+            }
         }
         let _ = sync_dir(&self.upstreams);
         self.drop_journals(staged);
@@ -463,20 +484,6 @@ impl Applier {
             self.upstreams.join(format!(".{name}{JOURNAL_PREV}")),
             self.upstreams.join(format!(".{name}{JOURNAL_NONE}")),
         )
-    }
-
-    fn write_journal(&self, p: &Pending) -> io::Result<()> {
-        let (prev, none) = self.journal_paths(&p.name);
-        match &p.previous {
-            Some(bytes) => {
-                remove_if_exists(&none)?;
-                write_atomic_nosync_dir(&self.upstreams, &file_name(&prev), bytes)
-            }
-            None => {
-                remove_if_exists(&prev)?;
-                write_atomic_nosync_dir(&self.upstreams, &file_name(&none), b"")
-            }
-        }
     }
 
     /// Waits for the reload gap, reloads; on success drops the journals. On failure restores the
