@@ -35,7 +35,7 @@ use tributary_protocol::{
 };
 
 use conn::{Conn, Reply};
-pub use redact::{Redactor, REDACTED};
+pub use redact::{Redactor, MIN_SECRET_LEN, REDACTED};
 
 /// Name of the manifest file in a plugin's folder.
 pub const MANIFEST_FILE: &str = "plugin.json";
@@ -381,11 +381,11 @@ impl PluginHost {
                 provider: params.provider.clone(),
             });
         }
-        let redactor = Redactor::from_config(&params.config);
         lock(&slot.secrets).add_config(&params.config);
+        // Redacted with every value ever sent to this plugin (a superset of this call's config).
         self.call(slot, &params)
             .await
-            .map_err(|e| e.redacted(&redactor))
+            .map_err(|e| e.redacted(&lock(&slot.secrets)))
     }
 
     async fn call(

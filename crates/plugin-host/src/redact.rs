@@ -3,6 +3,9 @@
 use serde_json::Value;
 use tributary_protocol::ConfigMap;
 
+/// Shortest text that is redacted.
+pub const MIN_SECRET_LEN: usize = 3;
+
 /// What replaces a config value.
 pub const REDACTED: &str = "<redacted>";
 
@@ -15,7 +18,8 @@ pub struct Redactor {
 
 impl Redactor {
     /// The values of `config` (see [`ConfigMap::values_as_strings`]), except the JSON literals
-    /// `true`/`false`, which carry no secret and would mangle every message.
+    /// `true`/`false`/`null` and texts shorter than [`MIN_SECRET_LEN`]: they carry no secret (a
+    /// 2-character value is guessed at once) and would mangle every message.
     pub fn from_config(config: &ConfigMap) -> Self {
         let mut r = Self::default();
         r.add_config(config);
@@ -31,7 +35,7 @@ impl Redactor {
             }
             let one: ConfigMap = [("v", v.clone())].into_iter().collect();
             for s in one.values_as_strings() {
-                if !self.secrets.contains(&s) {
+                if s.chars().count() >= MIN_SECRET_LEN && !self.secrets.contains(&s) {
                     self.secrets.push(s);
                     added = true;
                 }
@@ -80,12 +84,14 @@ mod tests {
 
     #[test]
     fn redacts_longest_first_and_skips_bools() {
-        let c: ConfigMap =
-            serde_json::from_str(r#"{"a":"tok","b":"tok_live_1","c":true,"d":8500}"#).unwrap();
+        let c: ConfigMap = serde_json::from_str(
+            r#"{"a":"tok","b":"tok_live_1","c":true,"d":8500,"e":"x","f":30}"#,
+        )
+        .unwrap();
         let r = Redactor::from_config(&c);
         assert_eq!(
-            r.redact("tok_live_1 and tok at :8500, true"),
-            "<redacted> and <redacted> at :<redacted>, true"
+            r.redact("tok_live_1 and tok at :8500, true, exit 30"),
+            "<redacted> and <redacted> at :<redacted>, true, exit 30"
         );
         let mut v = serde_json::json!({"field":"a","detail":["tok", 8500]});
         r.redact_value(&mut v);
