@@ -514,3 +514,24 @@ async fn the_checker_fails_a_misbehaving_plugin_and_names_the_checks() {
         other => panic!("{other:?}"),
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn long_stderr_lines_are_cut_after_redaction() {
+    let (_tmp, host) = host_with(opts());
+    resolve(&host, "longstderr").await.unwrap();
+    let mut line = None;
+    for _ in 0..100 {
+        line = host
+            .stderr_tail("testplug")
+            .into_iter()
+            .find(|l| l.starts_with("<redacted> yyy"));
+        if line.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let line = line.expect("the long line is captured");
+    assert!(line.len() <= 4096 + " [cut]".len(), "{}", line.len());
+    assert!(line.ends_with(" [cut]"));
+    host.shutdown().await;
+}

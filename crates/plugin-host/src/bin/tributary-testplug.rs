@@ -9,7 +9,8 @@
 //!   `badresult`: `ttl_seconds` is the token's value (a string)
 //! - `config-error`: -32003 with `data.field` = `token`, quoting the token's value in the message
 //! - `provider-error`: -32000
-//! - `stderr`: writes the token's value to stderr, then answers like `ok`
+//! - `stderr`: writes the token's value to stderr, then answers like `ok`; `longstderr`: the same
+//!   with a 100 KiB line
 //!
 //! Only std and serde_json: it writes its own bytes, which the SDK would not let it do wrong.
 
@@ -92,6 +93,10 @@ fn answer(req: Value, out: Arc<Mutex<std::io::Stdout>>) {
             &json!({"jsonrpc":"2.0","id":id,"error":{"code":-32000,"message":"registry down"}})
                 .to_string(),
         ),
+        "longstderr" => {
+            eprintln!("{token} {}", "y".repeat(100 * 1024));
+            write(&out, &ok(&service));
+        }
         "stderr" => {
             eprintln!("connecting with token={token} now");
             write(&out, &ok(&service));
