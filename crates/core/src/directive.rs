@@ -36,6 +36,8 @@ pub enum DirectiveError {
     MultipleDirectives,
     #[error("extra directive has a quote that does not close")]
     UnclosedQuote,
+    #[error("extra directive has a backslash outside quotes")]
+    Backslash,
     #[error("extra directive \"include\" is not allowed")]
     Include,
     #[error("extra directive must start with a directive name (letters, digits, \"_\")")]
@@ -64,12 +66,16 @@ impl ExtraDirective {
         if s.contains('#') {
             return Err(DirectiveError::Comment);
         }
-        // Quotes: a quote opens a quoted part that a matching quote closes; backslash escapes.
+        // Quotes: a quote opens a quoted part that a matching quote closes; inside quotes a
+        // backslash escapes the next character. Outside quotes nginx would let a backslash escape
+        // the final ";" and swallow the next line, so it is refused.
         let mut quote: Option<char> = None;
         let mut escaped = false;
         for c in s.chars() {
             if escaped {
                 escaped = false;
+            } else if c == '\\' && quote.is_none() {
+                return Err(DirectiveError::Backslash);
             } else if c == '\\' {
                 escaped = true;
             } else if let Some(q) = quote {

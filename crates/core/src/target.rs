@@ -92,7 +92,9 @@ impl<'de> Deserialize<'de> for Address {
 }
 
 /// One valid server. `Ord` is the canonical order (address, then port, then weight).
+/// Deserializing runs the same checks as [`validate`] (so a stored target cannot bypass them).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(try_from = "serde_json::Value")]
 pub struct Target {
     pub address: Address,
     pub port: u16,
@@ -140,6 +142,13 @@ impl Target {
             port,
             weight,
         })
+    }
+}
+
+impl TryFrom<Value> for Target {
+    type Error = DropReason;
+    fn try_from(v: Value) -> Result<Target, DropReason> {
+        Target::from_json(&v)
     }
 }
 

@@ -133,6 +133,8 @@ fn bad_extra_directives() {
         ("hash \"$uri;", DirectiveError::UnclosedQuote),
         ("hash '$uri;", DirectiveError::UnclosedQuote),
         ("hash \"$uri\\\";", DirectiveError::UnclosedQuote),
+        ("hash $uri\\;", DirectiveError::Backslash),
+        ("hash a\\ b;", DirectiveError::Backslash),
         ("", DirectiveError::Empty),
         ("   ", DirectiveError::Empty),
         (";", DirectiveError::BadName),
@@ -164,6 +166,7 @@ fn good_extra_directives() {
             "hash $request_uri consistent;",
         ),
         ("hash \"$host$uri\";", "hash \"$host$uri\";"),
+        ("hash \"a\\\"b\";", "hash \"a\\\"b\";"),
         ("keepalive_timeout 60s;", "keepalive_timeout 60s;"),
         ("zone api_zone 64k;", "zone api_zone 64k;"),
         ("included_thing on;", "included_thing on;"),
@@ -423,4 +426,31 @@ fn summary_wording() {
         tributary_core::summarize_dropped(&v.dropped),
         "2 dropped: port out of range, bad address"
     );
+}
+
+#[test]
+fn target_deserialize_runs_the_checks() {
+    let t: Target = serde_json::from_value(json!({"address": "Web.Example", "port": 80})).unwrap();
+    assert_eq!(t.address, Address::Host("web.example".into()));
+    assert_eq!(t.weight, 1);
+    for bad in [
+        json!({"address": "10.0.0.1", "port": 0}),
+        json!({"address": "a b", "port": 80}),
+        json!({"address": "10.0.0.1", "port": 80, "weight": 1001}),
+    ] {
+        assert!(
+            serde_json::from_value::<Target>(bad.clone()).is_err(),
+            "{bad}"
+        );
+    }
+    let round: Target = serde_json::from_value(
+        serde_json::to_value(Target {
+            address: Address::V6("::1".parse().unwrap()),
+            port: 1,
+            weight: 7,
+        })
+        .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(round.weight, 7);
 }
