@@ -205,3 +205,10 @@ fn write_failure_is_reported_and_changes_nothing() {
     assert_eq!(applier.read_current(&name("blocked")), None);
     assert_eq!(nginx.reloads.load(Ordering::SeqCst), 1);
 }
+
+#[test]
+fn applier_can_move_to_a_blocking_task() {
+    fn assert_send<T: Send>() {}
+    assert_send::<Applier>();
+    assert_send::<tributary_apply::ApplyError>();
+}

@@ -4,7 +4,7 @@ use std::process::Command;
 use std::time::Duration;
 use tributary_testkit::{http_get, TestNginx};
 
-const WAIT: Duration = Duration::from_secs(10);
+const WAIT: Duration = Duration::from_secs(30);
 
 #[test]
 fn serves_root_and_backends() {

@@ -11,7 +11,7 @@ use tributary_apply::{Applier, ApplyOptions, Change, CommandError, CommandNginx,
 use tributary_core::{render, Address, ExtraDirective, Target, UpstreamName};
 use tributary_testkit::TestNginx;
 
-pub const WAIT: Duration = Duration::from_secs(10);
+pub const WAIT: Duration = Duration::from_secs(30);
 
 /// The real commands, counted.
 pub struct Counting {
