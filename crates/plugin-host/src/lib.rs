@@ -543,10 +543,14 @@ fn load_one(dir: &Path) -> Result<(PluginInfo, PathBuf), LoadError> {
     Ok((info, exe))
 }
 
-/// The manifest's executable, resolved against the plugin folder, checked to be an executable file.
+/// The manifest's executable, resolved against the plugin folder and made absolute, checked to be an
+/// executable file.
 pub fn executable_path(dir: &Path, manifest: &Manifest) -> Result<PathBuf, LoadError> {
     use std::os::unix::fs::PermissionsExt;
-    let path = dir.join(&manifest.executable);
+    // Absolute: the process starts with the plugin folder as working directory, where a path
+    // relative to ours would point elsewhere.
+    let joined = dir.join(&manifest.executable);
+    let path = std::path::absolute(&joined).unwrap_or(joined);
     match std::fs::metadata(&path) {
         Err(_) => Err(LoadError::MissingExecutable {
             dir: dir.to_path_buf(),

@@ -127,3 +127,17 @@ async fn the_checked_in_folder_works_through_its_launcher() {
     let report = check_plugin(Path::new(&source_dir())).await;
     assert!(report.passed(), "{report}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn works_from_a_relative_plugins_dir() {
+    // Tests run in the package folder: `..` is `plugins/`, `.` is `plugins/static`.
+    let (host, _errors) = PluginHost::load(Path::new(".."), HostOptions::default());
+    let r = host
+        .resolve("static", params(json!({"targets":"127.0.0.1:9"}), "demo"))
+        .await
+        .unwrap_or_else(|e| panic!("{e}\nstderr: {:?}", host.stderr_tail("static")));
+    assert_eq!(r.targets.len(), 1);
+    host.shutdown().await;
+    let report = check_plugin(Path::new(".")).await;
+    assert!(report.passed(), "{report}");
+}
