@@ -75,7 +75,8 @@ pub struct Check {
     pub outcome: Outcome,
 }
 
-/// Everything the checker found. `Display` prints one line per check and a summary.
+/// Everything the checker found. `Display` prints one line per check and a summary line, each
+/// ending in `\n`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct CheckReport {
     pub dir: PathBuf,
@@ -139,7 +140,7 @@ impl fmt::Display for CheckReport {
         } else {
             "does NOT conform"
         };
-        write!(
+        writeln!(
             f,
             "{verdict}: {pass} of {} checks passed, {fail} failing, {skip} skipped",
             pass + fail + skip
