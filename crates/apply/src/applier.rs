@@ -315,9 +315,15 @@ impl Applier {
         let staged = self.stage(pending).map_err(|(_, e)| io_err(&path)(e))?;
         if let Err(e) = self.nginx.test() {
             self.unstage(&staged);
-            return Ok(RemoveOutcome::Refused {
-                nginx_error: format!("{}\n({})", e.output(), RemoveOutcome::REFUSED_HINT),
-            });
+            // Is the file really the reason? If nginx fails with it too, the fault is elsewhere.
+            let nginx_error = match self.nginx.test() {
+                Ok(()) => format!("{}\n({})", e.output(), RemoveOutcome::REFUSED_HINT),
+                Err(_) => format!(
+                    "{}\n(nginx -t fails with and without the file; fix the configuration first)",
+                    e.output()
+                ),
+            };
+            return Ok(RemoveOutcome::Refused { nginx_error });
         }
         match self.reload_or_undo(&staged) {
             Ok(()) => Ok(RemoveOutcome::Removed),

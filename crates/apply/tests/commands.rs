@@ -212,3 +212,25 @@ fn applier_can_move_to_a_blocking_task() {
     assert_send::<Applier>();
     assert_send::<tributary_apply::ApplyError>();
 }
+
+#[test]
+fn remove_when_the_configuration_is_broken_elsewhere_says_so() {
+    let conf = tempfile::tempdir().unwrap();
+    let nginx = fake(conf.path());
+    let mut applier = Applier::open(conf.path(), Box::new(nginx.clone()), fast()).unwrap();
+    applier.apply_batch(&[change("a", b"fine".to_vec())]);
+    fs::write(conf.path().join("upstreams/other.conf"), "BAD").unwrap();
+    let out = applier.remove(&name("a")).unwrap();
+    let tributary_apply::RemoveOutcome::Refused { nginx_error } = out else {
+        panic!("{out:?}")
+    };
+    assert!(
+        nginx_error.contains("fails with and without the file"),
+        "{nginx_error}"
+    );
+    assert!(
+        !nginx_error.contains("remove the include line"),
+        "{nginx_error}"
+    );
+    assert_eq!(applier.read_current(&name("a")), Some(b"fine".to_vec()));
+}
