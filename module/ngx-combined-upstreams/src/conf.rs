@@ -7,7 +7,10 @@ use ngx::ffi::{ngx_conf_t, ngx_http_upstream_init_pt, ngx_pcalloc};
 
 /// `http {}`-level configuration. Features add their fields here.
 #[derive(Default)]
-pub struct MainConf {}
+pub struct MainConf {
+    /// Upstrands of this configuration (owned by the configuration pool).
+    pub upstrand: Option<core::ptr::NonNull<crate::upstrand::Registry>>,
+}
 
 /// Per `server {}` / `upstream {}` block configuration (nginx creates one for every upstream block).
 #[derive(Default)]

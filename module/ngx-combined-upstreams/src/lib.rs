@@ -15,12 +15,13 @@ mod combine_server_singlets;
 mod conf;
 mod extend_single_peers;
 mod ffi_util;
+mod upstrand;
 mod upstreams;
 
 use core::ffi::{c_char, c_void};
 use core::ptr;
 
-use ngx::core::{Status, NGX_CONF_ERROR};
+use ngx::core::NGX_CONF_ERROR;
 use ngx::ffi::{
     ngx_command_t, ngx_conf_t, ngx_http_module_t, ngx_int_t, ngx_module_t, ngx_uint_t,
     NGX_HTTP_MODULE,
@@ -28,10 +29,12 @@ use ngx::ffi::{
 
 /// Directive table. To add directives from a new file: add its `ngx_command_t` values here and
 /// bump the array length. The last entry must stay [`ngx_command_t::empty`].
-static mut COMMANDS: [ngx_command_t; 4] = [
+static mut COMMANDS: [ngx_command_t; 6] = [
     add_upstream::COMMAND,
     combine_server_singlets::COMMAND,
     extend_single_peers::COMMAND,
+    upstrand::UPSTRAND_COMMAND,
+    upstrand::DYNAMIC_UPSTRAND_COMMAND,
     ngx_command_t::empty(),
 ];
 
@@ -42,8 +45,8 @@ static MODULE_CTX: ngx_http_module_t = ngx_http_module_t {
     init_main_conf: Some(init_main_conf),
     create_srv_conf: Some(conf::create_srv_conf),
     merge_srv_conf: None,
-    create_loc_conf: None,
-    merge_loc_conf: None,
+    create_loc_conf: Some(upstrand::dynamic::create_loc_conf),
+    merge_loc_conf: Some(upstrand::dynamic::merge_loc_conf),
 };
 
 /// The module object; its name is what `ngx_module_names` lists.
@@ -85,14 +88,20 @@ pub static mut ngx_module_order: [*const c_char; 3] = [
 ];
 
 /// Runs before the `http {}` block is parsed (register variables here).
-unsafe extern "C" fn preconfiguration(_cf: *mut ngx_conf_t) -> ngx_int_t {
-    Status::NGX_OK.into()
+unsafe extern "C" fn preconfiguration(cf: *mut ngx_conf_t) -> ngx_int_t {
+    // SAFETY: called by nginx with the configuration being parsed.
+    unsafe { upstrand::preconfiguration(cf) }
 }
 
 /// Runs after the `http {}` block is parsed and every upstream is initialised (install filters,
 /// handlers here).
-unsafe extern "C" fn postconfiguration(_cf: *mut ngx_conf_t) -> ngx_int_t {
-    Status::NGX_OK.into()
+unsafe extern "C" fn postconfiguration(cf: *mut ngx_conf_t) -> ngx_int_t {
+    // SAFETY: called by nginx after http{} was parsed; our main conf is at our ctx_index.
+    unsafe {
+        let ctx = (*cf).ctx.cast::<ngx::ffi::ngx_http_conf_ctx_t>();
+        let mc = (*(*ctx).main_conf.add(ctx_index())).cast::<conf::MainConf>();
+        upstrand::postconfiguration(cf, mc)
+    }
 }
 
 /// Runs at the end of `http {}`, after `ngx_http_upstream_module` initialised every upstream.

@@ -1,0 +1,196 @@
+//! `dynamic_upstrand $RESULT $VAR1 [$VAR2 ...] [LITERAL];` and its location configuration.
+
+use core::ffi::{c_char, c_void};
+use core::ptr;
+
+use ngx::core::NGX_CONF_OK;
+use ngx::ffi::{
+    ngx_command_t, ngx_conf_t, ngx_http_add_variable, ngx_http_get_flushed_variable,
+    ngx_http_get_variable_index, ngx_http_request_t, ngx_int_t, ngx_palloc, ngx_uint_t,
+    ngx_variable_value_t, NGX_HTTP_VAR_CHANGEABLE, NGX_HTTP_VAR_NOCACHEABLE,
+};
+use upstrand_core::upstrand::dynamic::{choose, parse_args};
+
+use super::request::{registry, upstrand_value};
+use super::util::{borrowed, conf_args, conf_error, pool_box, set_not_found, set_value_raw};
+
+const NGX_OK: ngx_int_t = 0;
+
+/// One `dynamic_upstrand` declaration (variable indexes of the request's variables array).
+#[derive(Clone, Debug)]
+struct Entry {
+    result: ngx_uint_t,
+    candidates: Vec<ngx_uint_t>,
+    default: Option<String>,
+}
+
+/// Location configuration of the module: the `dynamic_upstrand` declarations in force.
+pub struct LocConf {
+    /// Owned by the configuration pool (freed by a pool cleanup); null when none.
+    entries: *mut Vec<Entry>,
+}
+
+/// `create_loc_conf` hook.
+///
+/// # Safety
+/// Called by nginx with the configuration being parsed.
+pub unsafe extern "C" fn create_loc_conf(cf: *mut ngx_conf_t) -> *mut c_void {
+    // SAFETY: the pool is live; the allocation is sized for LocConf and written before use.
+    unsafe {
+        let p = ngx_palloc((*cf).pool, core::mem::size_of::<LocConf>()).cast::<LocConf>();
+        if p.is_null() {
+            return ptr::null_mut();
+        }
+        p.write(LocConf {
+            entries: ptr::null_mut(),
+        });
+        p.cast()
+    }
+}
+
+/// `merge_loc_conf` hook: declarations of the enclosing level are inherited unless the same
+/// result variable is declared again here.
+///
+/// # Safety
+/// Called by nginx with two LocConf values created by [`create_loc_conf`].
+pub unsafe extern "C" fn merge_loc_conf(
+    cf: *mut ngx_conf_t,
+    parent: *mut c_void,
+    child: *mut c_void,
+) -> *mut c_char {
+    // SAFETY: parent and child are our LocConf values; their entry vectors (when non-null) are
+    // owned by the configuration pool.
+    unsafe {
+        let parent = &*parent.cast::<LocConf>();
+        let child = &mut *child.cast::<LocConf>();
+        if parent.entries.is_null() {
+            return NGX_CONF_OK;
+        }
+        if child.entries.is_null() {
+            child.entries = parent.entries;
+            return NGX_CONF_OK;
+        }
+        if ptr::eq(child.entries, parent.entries) {
+            return NGX_CONF_OK;
+        }
+        let inherited: Vec<Entry> = (*parent.entries)
+            .iter()
+            .filter(|e| !(*child.entries).iter().any(|c| c.result == e.result))
+            .cloned()
+            .collect();
+        (*child.entries).extend(inherited);
+        let _ = cf;
+        NGX_CONF_OK
+    }
+}
+
+/// Index of variable `name` (without `$`), registering it as used.
+unsafe fn variable_index(cf: *mut ngx_conf_t, name: &str) -> Option<ngx_uint_t> {
+    let mut s = borrowed(name.as_bytes());
+    // SAFETY: cf is valid; nginx copies the name.
+    let i = unsafe { ngx_http_get_variable_index(cf, &mut s) };
+    ngx_uint_t::try_from(i).ok()
+}
+
+/// `dynamic_upstrand $RESULT $VAR... [LITERAL];`
+pub(super) unsafe extern "C" fn dynamic_upstrand_directive(
+    cf: *mut ngx_conf_t,
+    _cmd: *mut ngx_command_t,
+    conf: *mut c_void,
+) -> *mut c_char {
+    // SAFETY: conf is our LocConf of the current level; cf is the configuration being parsed.
+    unsafe {
+        let raw = conf_args(cf);
+        let texts: Vec<String> = raw
+            .iter()
+            .skip(1)
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        let args: Vec<&str> = texts.iter().map(String::as_str).collect();
+        let spec = match parse_args(&args) {
+            Ok(s) => s,
+            Err(e) => return conf_error(cf, &e),
+        };
+        let mut name = borrowed(spec.result.as_bytes());
+        let v = ngx_http_add_variable(
+            cf,
+            &mut name,
+            (NGX_HTTP_VAR_CHANGEABLE | NGX_HTTP_VAR_NOCACHEABLE) as ngx_uint_t,
+        );
+        if v.is_null() {
+            return ngx::core::NGX_CONF_ERROR;
+        }
+        let Some(result) = variable_index(cf, &spec.result) else {
+            return ngx::core::NGX_CONF_ERROR;
+        };
+        (*v).get_handler = Some(dynamic_variable);
+        (*v).data = result;
+        let mut candidates = Vec::with_capacity(spec.candidates.len());
+        for c in &spec.candidates {
+            match variable_index(cf, c) {
+                Some(i) => candidates.push(i),
+                None => return ngx::core::NGX_CONF_ERROR,
+            }
+        }
+        let lc = &mut *conf.cast::<LocConf>();
+        if lc.entries.is_null() {
+            match pool_box((*cf).pool, Vec::<Entry>::new()) {
+                Some(p) => lc.entries = p,
+                None => return conf_error(cf, "out of memory"),
+            }
+        }
+        let entries = &mut *lc.entries;
+        entries.retain(|e| e.result != result);
+        entries.push(Entry {
+            result,
+            candidates,
+            default: spec.default,
+        });
+        NGX_CONF_OK
+    }
+}
+
+/// Value of a `dynamic_upstrand` result variable (`data` = its index).
+unsafe extern "C" fn dynamic_variable(
+    r: *mut ngx_http_request_t,
+    v: *mut ngx_variable_value_t,
+    data: usize,
+) -> ngx_int_t {
+    // SAFETY: r and v are live; our LocConf sits at our ctx_index of r's loc_conf array; the
+    // candidate values are read (and the chosen name copied) before anything else runs.
+    unsafe {
+        let index = (*ptr::addr_of!(crate::ngx_http_combined_upstreams_module)).ctx_index;
+        let lc = (*(*r).loc_conf.add(index)).cast::<LocConf>();
+        if lc.is_null() || (*lc).entries.is_null() {
+            set_not_found(v);
+            return NGX_OK;
+        }
+        let Some(entry) = (*(*lc).entries).iter().find(|e| e.result == data) else {
+            set_not_found(v);
+            return NGX_OK;
+        };
+        let mut values: Vec<Option<Vec<u8>>> = Vec::with_capacity(entry.candidates.len());
+        for idx in &entry.candidates {
+            let vv = ngx_http_get_flushed_variable(r, *idx);
+            if vv.is_null() || (*vv).not_found() != 0 || (*vv).data.is_null() {
+                values.push(None);
+            } else {
+                let s = core::slice::from_raw_parts((*vv).data, (*vv).len() as usize);
+                values.push(Some(s.to_vec()));
+            }
+        }
+        let chosen = choose(
+            values.iter().map(|o| o.as_deref()),
+            entry.default.as_deref(),
+        );
+        let up = chosen.and_then(|name| registry(r).and_then(|reg| reg.find(&name)));
+        match up {
+            Some(up) => upstrand_value(r, v, up),
+            None => {
+                // Empty value: `proxy_pass http://$RESULT` then fails with 500.
+                set_value_raw(v, ptr::NonNull::<u8>::dangling().as_ptr(), 0);
+                NGX_OK
+            }
+        }
+    }
+}

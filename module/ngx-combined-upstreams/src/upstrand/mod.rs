@@ -1,0 +1,157 @@
+//! The upstrand family of the module: `upstrand NAME { ... }` blocks, the `$upstrand_NAME`
+//! variables with their run-time failover, the status variables (`$upstrand_addr`, ...,
+//! `$upstrand_path`) and `dynamic_upstrand`.
+//!
+//! Decisions and walk logic live in `upstrand_core::upstrand` (pure, unit-tested); the files here
+//! only translate between nginx structures and those values:
+//! - [`block`]: the `upstrand` block directive (configuration time),
+//! - [`request`]: per-request walk state, `$upstrand_NAME`, the header/body filters that swallow,
+//!   re-run (clone subrequests) and deliver answers, and the peer-init hook,
+//! - [`vars`]: the status variables,
+//! - [`dynamic`]: `dynamic_upstrand` and its location configuration,
+//! - [`util`]: small FFI helpers shared by the files above.
+
+mod block;
+pub mod dynamic;
+mod request;
+mod util;
+mod vars;
+
+use core::cell::RefCell;
+use core::ptr::{self, NonNull};
+
+use ngx::core::Status;
+use ngx::ffi::{
+    ngx_command_t, ngx_conf_t, ngx_http_conf_ctx_t, ngx_http_upstream_init_peer_pt,
+    ngx_http_upstream_srv_conf_t, ngx_int_t, ngx_str_t, ngx_uint_t, NGX_CONF_2MORE, NGX_CONF_BLOCK,
+    NGX_CONF_TAKE1, NGX_HTTP_LIF_CONF, NGX_HTTP_LOC_CONF, NGX_HTTP_MAIN_CONF, NGX_HTTP_SRV_CONF,
+};
+use upstrand_core::upstrand::conf::UpstrandConf;
+use upstrand_core::upstrand::select::UpstrandState;
+
+use crate::conf::MainConf;
+
+/// One configured upstrand.
+pub struct Upstrand {
+    pub conf: UpstrandConf,
+    /// Per-worker state (round-robin cursors, blacklist); created on first use in a worker.
+    pub state: RefCell<Option<UpstrandState>>,
+}
+
+impl Upstrand {
+    /// Runs `f` with this worker's state of the upstrand.
+    pub fn with_state<T>(&self, f: impl FnOnce(&UpstrandConf, &mut UpstrandState) -> T) -> T {
+        let mut slot = self.state.borrow_mut();
+        let state = slot.get_or_insert_with(|| UpstrandState::new(&self.conf));
+        f(&self.conf, state)
+    }
+}
+
+/// Everything the upstrand family keeps for one configuration cycle. Lives in a `Box` owned by
+/// the configuration pool (freed by a pool cleanup), referenced from [`MainConf`].
+#[derive(Default)]
+pub struct Registry {
+    pub upstrands: Vec<Upstrand>,
+    /// Upstreams whose `peer.init` we wrapped, with the original function.
+    pub wrapped: Vec<(
+        *mut ngx_http_upstream_srv_conf_t,
+        ngx_http_upstream_init_peer_pt,
+    )>,
+}
+
+impl Registry {
+    /// The upstrand called `name` (case-insensitive, as nginx variable names).
+    pub fn find(&self, name: &[u8]) -> Option<&Upstrand> {
+        self.upstrands
+            .iter()
+            .find(|u| u.conf.name.as_bytes().eq_ignore_ascii_case(name))
+    }
+}
+
+/// The registry of a configuration, created on first use.
+///
+/// # Safety
+/// `cf` is the configuration being parsed and `mc` this module's main configuration in it.
+unsafe fn registry_for_conf(
+    cf: *mut ngx_conf_t,
+    mc: *mut MainConf,
+) -> Option<&'static mut Registry> {
+    // SAFETY: mc is our main conf (caller); the registry pointer, when set, was created below
+    // and lives as long as the configuration pool.
+    unsafe {
+        if let Some(p) = (*mc).upstrand {
+            return Some(&mut *p.as_ptr());
+        }
+        let p = util::pool_box((*cf).pool, Registry::default())?;
+        (*mc).upstrand = NonNull::new(p);
+        Some(&mut *p)
+    }
+}
+
+const fn offset_main_conf() -> ngx_uint_t {
+    core::mem::offset_of!(ngx_http_conf_ctx_t, main_conf) as ngx_uint_t
+}
+
+const fn offset_loc_conf() -> ngx_uint_t {
+    core::mem::offset_of!(ngx_http_conf_ctx_t, loc_conf) as ngx_uint_t
+}
+
+const fn ngx_str(s: &'static core::ffi::CStr) -> ngx_str_t {
+    ngx_str_t {
+        len: s.count_bytes(),
+        data: s.as_ptr() as *mut u8,
+    }
+}
+
+/// `upstrand NAME { ... }` (http).
+pub const UPSTRAND_COMMAND: ngx_command_t = ngx_command_t {
+    name: ngx_str(c"upstrand"),
+    type_: (NGX_HTTP_MAIN_CONF | NGX_CONF_BLOCK | NGX_CONF_TAKE1) as ngx_uint_t,
+    set: Some(block::upstrand_block),
+    conf: offset_main_conf(),
+    offset: 0,
+    post: ptr::null_mut(),
+};
+
+/// `dynamic_upstrand $RESULT $VAR... [LITERAL]` (server, location, if in location).
+pub const DYNAMIC_UPSTRAND_COMMAND: ngx_command_t = ngx_command_t {
+    name: ngx_str(c"dynamic_upstrand"),
+    type_: (NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF | NGX_HTTP_LIF_CONF | NGX_CONF_2MORE)
+        as ngx_uint_t,
+    set: Some(dynamic::dynamic_upstrand_directive),
+    conf: offset_loc_conf(),
+    offset: 0,
+    post: ptr::null_mut(),
+};
+
+/// Called from the module's preconfiguration: registers `$upstrand_*` variables.
+///
+/// # Safety
+/// `cf` is the configuration nginx is parsing.
+pub unsafe fn preconfiguration(cf: *mut ngx_conf_t) -> ngx_int_t {
+    // SAFETY: forwarded from nginx's preconfiguration hook.
+    unsafe { vars::register(cf) }
+}
+
+/// Called from the module's postconfiguration: installs the filters and the peer-init hook when
+/// the configuration has upstrands.
+///
+/// # Safety
+/// `cf` is the configuration nginx has parsed; `mc` this module's main configuration.
+pub unsafe fn postconfiguration(cf: *mut ngx_conf_t, mc: *mut MainConf) -> ngx_int_t {
+    // SAFETY: mc is our main configuration (caller); the registry lives in the conf pool.
+    let Some(reg) = (unsafe { (*mc).upstrand }) else {
+        return Status::NGX_OK.into();
+    };
+    // SAFETY: see above; nothing else holds a reference to the registry at this point.
+    let reg = unsafe { &mut *reg.as_ptr() };
+    if reg.upstrands.is_empty() {
+        return Status::NGX_OK.into();
+    }
+    // SAFETY: cf is valid; the upstream module's main conf is complete after http{} parsing.
+    unsafe {
+        request::wrap_peer_init(cf, reg);
+        request::install_filters();
+    }
+    Status::NGX_OK.into()
+}

@@ -1,0 +1,135 @@
+//! Variables: `$upstrand_NAME` (prefix variable) and the status variables.
+
+use ngx::ffi::{
+    ngx_conf_t, ngx_hash_key, ngx_http_add_variable, ngx_http_get_variable, ngx_http_request_t,
+    ngx_int_t, ngx_uint_t, ngx_variable_value_t, NGX_HTTP_VAR_NOCACHEABLE, NGX_HTTP_VAR_PREFIX,
+};
+use upstrand_core::upstrand::vars::{format_entries, format_path, STATUS_SUFFIXES};
+
+use super::request::{find_ctx, registry, upstrand_value};
+use super::util::{borrowed, bytes, set_not_found, set_value_copy};
+
+const NGX_OK: ngx_int_t = 0;
+const NGX_ERROR: ngx_int_t = -1;
+const PREFIX: &[u8] = b"upstrand_";
+/// `data` of `$upstrand_path`; the status variables use their index in STATUS_SUFFIXES.
+const PATH_DATA: usize = STATUS_SUFFIXES.len();
+
+/// Registers `$upstrand_` (prefix), the seven status variables and `$upstrand_path`.
+///
+/// # Safety
+/// `cf` is the configuration nginx is parsing (preconfiguration).
+pub(super) unsafe fn register(cf: *mut ngx_conf_t) -> ngx_int_t {
+    // SAFETY: cf is valid; nginx copies the names; the returned variables live in the cycle.
+    unsafe {
+        let mut name = borrowed(PREFIX);
+        let v = ngx_http_add_variable(
+            cf,
+            &mut name,
+            (NGX_HTTP_VAR_PREFIX | NGX_HTTP_VAR_NOCACHEABLE) as ngx_uint_t,
+        );
+        if v.is_null() {
+            return NGX_ERROR;
+        }
+        (*v).get_handler = Some(upstrand_variable);
+        (*v).data = 0;
+        let suffixes = STATUS_SUFFIXES
+            .iter()
+            .copied()
+            .chain(core::iter::once("path"));
+        for (i, suffix) in suffixes.enumerate() {
+            let full = [PREFIX, suffix.as_bytes()].concat();
+            let mut name = borrowed(&full);
+            let v = ngx_http_add_variable(cf, &mut name, NGX_HTTP_VAR_NOCACHEABLE as ngx_uint_t);
+            if v.is_null() {
+                return NGX_ERROR;
+            }
+            (*v).get_handler = Some(status_variable);
+            (*v).data = i;
+        }
+        NGX_OK
+    }
+}
+
+/// `$upstrand_NAME`: `data` points at the full variable name.
+unsafe extern "C" fn upstrand_variable(
+    r: *mut ngx_http_request_t,
+    v: *mut ngx_variable_value_t,
+    data: usize,
+) -> ngx_int_t {
+    // SAFETY: nginx passes the variable's name (an ngx_str_t that lives in the cycle) as data
+    // for prefix variables; r and v are live.
+    unsafe {
+        let full = bytes(&*(data as *const ngx::ffi::ngx_str_t));
+        let suffix = full.get(PREFIX.len()..).unwrap_or(&[]);
+        let Some(up) = registry(r).and_then(|reg| reg.find(suffix)) else {
+            set_not_found(v);
+            return NGX_OK;
+        };
+        upstrand_value(r, v, up)
+    }
+}
+
+/// Copies the value of `$upstream_<suffix>` of request `r` (empty when not found).
+unsafe fn upstream_value(r: *mut ngx_http_request_t, suffix: &str) -> String {
+    let name = format!("upstream_{suffix}");
+    let mut s = borrowed(name.as_bytes());
+    // SAFETY: r is a live request of the tree; nginx only reads the name; the returned value
+    // (possibly a shared variable slot) is copied at once.
+    unsafe {
+        let key = ngx_hash_key(s.data, s.len);
+        let vv = ngx_http_get_variable(r, &mut s, key);
+        if vv.is_null() || (*vv).not_found() != 0 || (*vv).valid() == 0 {
+            return String::new();
+        }
+        let len = (*vv).len() as usize;
+        if (*vv).data.is_null() || len == 0 {
+            return String::new();
+        }
+        String::from_utf8_lossy(core::slice::from_raw_parts((*vv).data, len)).into_owned()
+    }
+}
+
+/// `$upstrand_addr` & co. (`data` = index into STATUS_SUFFIXES) and `$upstrand_path`.
+unsafe extern "C" fn status_variable(
+    r: *mut ngx_http_request_t,
+    v: *mut ngx_variable_value_t,
+    data: usize,
+) -> ngx_int_t {
+    // SAFETY: r and v are live; contexts and walks are ours and live as long as the tree.
+    unsafe {
+        let mut ctx = find_ctx(r);
+        if ctx.is_null() {
+            ctx = find_ctx((*r).main);
+        }
+        if ctx.is_null() {
+            set_not_found(v);
+            return NGX_OK;
+        }
+        let w = &*(*ctx).walk;
+        let roles: Vec<_> = w.parts.iter().map(|p| (*p.ctx).role).collect();
+        let text = if data == PATH_DATA {
+            format_path(roles.iter().map(|role| w.part_name(*role)))
+        } else {
+            let Some(suffix) = STATUS_SUFFIXES.get(data) else {
+                set_not_found(v);
+                return NGX_OK;
+            };
+            let values: Vec<String> = w
+                .parts
+                .iter()
+                .map(|p| upstream_value(p.r, suffix))
+                .collect();
+            format_entries(
+                roles
+                    .iter()
+                    .zip(&values)
+                    .map(|(role, val)| (w.part_name(*role), val.as_str())),
+            )
+        };
+        if !set_value_copy(r, v, text.as_bytes()) {
+            return NGX_ERROR;
+        }
+        NGX_OK
+    }
+}
