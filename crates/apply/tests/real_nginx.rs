@@ -457,3 +457,30 @@ fn conf_dir_from_the_real_nginx_v() {
         .unwrap_err();
     assert!(err.to_string().contains("could not run"), "{err}");
 }
+
+#[test]
+fn lock_is_visible_to_other_processes_and_released_on_drop() {
+    let nginx = TestNginx::start();
+    let lock = nginx.upstreams_dir().join(tributary_apply::LOCK_FILE);
+    let try_lock = || {
+        std::process::Command::new("flock")
+            .args(["-n", "-E", "75"])
+            .arg(&lock)
+            .arg("true")
+            .status()
+            .expect("util-linux `flock` is needed for this test")
+            .code()
+    };
+    let (_c, applier) = open(&nginx, fast());
+    assert_eq!(
+        try_lock(),
+        Some(75),
+        "another process must not get the lock"
+    );
+    assert_eq!(
+        fs::read_to_string(&lock).unwrap().trim(),
+        std::process::id().to_string()
+    );
+    drop(applier);
+    assert_eq!(try_lock(), Some(0), "the lock is released with the Applier");
+}
