@@ -484,3 +484,79 @@ fn lock_is_visible_to_other_processes_and_released_on_drop() {
     drop(applier);
     assert_eq!(try_lock(), Some(0), "the lock is released with the Applier");
 }
+
+/// Not a test on its own: the child process of `kill_9_between_write_and_test_is_recovered`. It
+/// does nothing unless that test starts it with `TRIBUTARY_CRASH_HELPER_CONF` set; then it writes
+/// a change and hangs in `nginx -t` until it is killed.
+#[test]
+fn crash_helper_child_process() {
+    let Ok(conf) = std::env::var("TRIBUTARY_CRASH_HELPER_CONF") else {
+        return;
+    };
+    let bytes = std::env::var("TRIBUTARY_CRASH_HELPER_BYTES").unwrap();
+    struct Hang;
+    impl Nginx for Hang {
+        fn test(&self) -> Result<(), CommandError> {
+            loop {
+                std::thread::sleep(Duration::from_secs(1));
+            }
+        }
+        fn reload(&self) -> Result<(), CommandError> {
+            unreachable!()
+        }
+    }
+    let mut applier = Applier::open(std::path::Path::new(&conf), Box::new(Hang), fast()).unwrap();
+    applier.apply_batch(&[change("api", bytes.into_bytes())]);
+    unreachable!("the parent kills this process while it tests");
+}
+
+#[test]
+fn kill_9_between_write_and_test_is_recovered() {
+    let nginx = TestNginx::builder().backend("a").start();
+    let pa = nginx.backend_port("a");
+    let good = upstream_bytes("api", &[pa], &[]);
+    {
+        let (_c, mut applier) = open(&nginx, fast());
+        applier.apply_batch(&[change("api", good.clone())]);
+    }
+    let bad = String::from_utf8(upstream_bytes("api", &[pa], &[BOGUS])).unwrap();
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "crash_helper_child_process",
+            "--nocapture",
+            "--test-threads",
+            "1",
+        ])
+        .env("TRIBUTARY_CRASH_HELPER_CONF", nginx.conf_dir())
+        .env("TRIBUTARY_CRASH_HELPER_BYTES", &bad)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let file = nginx.upstreams_dir().join("api.conf");
+    let deadline = std::time::Instant::now() + WAIT;
+    while fs::read_to_string(&file).unwrap_or_default() != bad {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the child never wrote the file"
+        );
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the child exited early"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    child.kill().unwrap(); // SIGKILL: no destructor, no cleanup
+    child.wait().unwrap();
+
+    let (count, applier) = open(&nginx, fast());
+    let report = applier.recovery();
+    assert_eq!(report.pending, vec![name("api")]);
+    assert!(report.restored, "{report:?}");
+    assert_eq!(applier.read_current(&name("api")), Some(good));
+    assert_eq!(
+        listing(&nginx.upstreams_dir()),
+        vec![".tributary.lock", "api.conf"]
+    );
+    count.inner.test().unwrap();
+}
