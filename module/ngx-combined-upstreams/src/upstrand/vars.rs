@@ -79,7 +79,9 @@ unsafe fn upstream_value(r: *mut ngx_http_request_t, suffix: &str) -> String {
     unsafe {
         let key = ngx_hash_key(s.data, s.len);
         let vv = ngx_http_get_variable(r, &mut s, key);
-        if vv.is_null() || (*vv).not_found() != 0 || (*vv).valid() == 0 {
+        // Like nginx itself, trust `not_found` only: handlers that report "not found" may leave
+        // the other fields unset.
+        if vv.is_null() || (*vv).not_found() != 0 {
             return String::new();
         }
         let len = (*vv).len() as usize;
