@@ -112,12 +112,21 @@ fn wait_all(daemon: &common::Daemon, n: u64, since_ms: i64, marker: &str) -> Dur
     }
 }
 
+/// Reload signals nginx received (one `signal 1 (SIGHUP) received` line each in its error log).
+fn reloads(nginx: &TestNginx) -> usize {
+    nginx
+        .error_log()
+        .lines()
+        .filter(|l| l.contains("signal 1 (SIGHUP) received"))
+        .count()
+}
+
 fn settle_reloads(nginx: &TestNginx) -> usize {
-    let mut last = nginx.reloads_seen();
+    let mut last = reloads(nginx);
     let mut stable_since = Instant::now();
     while stable_since.elapsed() < Duration::from_secs(3) {
         std::thread::sleep(Duration::from_millis(200));
-        let now = nginx.reloads_seen();
+        let now = reloads(nginx);
         if now != last {
             last = now;
             stable_since = Instant::now();
@@ -145,7 +154,7 @@ fn main() {
 
     println!("scale benchmark: {n} bindings (static plugin, real nginx, release daemon)");
     let since = now_ms();
-    let reloads0 = nginx.reloads_seen();
+    let reloads0 = reloads(&nginx);
     let t = Instant::now();
     bulk(&daemon, n, pa, 0);
     wait_all(&daemon, n, since, &pa.to_string());
@@ -163,10 +172,11 @@ fn main() {
 
     // All targets change at once.
     let (_, stats0) = daemon.api("GET", "/api/v1/stats", None);
-    let reloads1 = nginx.reloads_seen();
+    let reloads1 = reloads(&nginx);
     let since = now_ms();
     let t = Instant::now();
     bulk(&daemon, n, pb, 1);
+    let bulk_time = t.elapsed();
     wait_all(&daemon, n, since, &pb.to_string());
     let change_time = t.elapsed();
     let reloads_change = settle_reloads(&nginx) - reloads1;
@@ -183,9 +193,18 @@ fn main() {
             wrong += 1;
         }
     }
+    let batch_lines: Vec<String> = daemon
+        .log_text()
+        .lines()
+        .filter(|l| l.contains("batch applied"))
+        .map(str::to_string)
+        .collect();
     daemon.stop();
 
     println!();
+    for l in &batch_lines {
+        println!("daemon: {l}");
+    }
     println!("| measure                                   | value        | target  |");
     println!("|-------------------------------------------|--------------|---------|");
     println!(
@@ -196,6 +215,10 @@ fn main() {
     println!(
         "| change all targets: time to all applied   | {:>9.2} s  |         |",
         change_time.as_secs_f64()
+    );
+    println!(
+        "| change: bulk request answered after       | {:>9.2} s  |         |",
+        bulk_time.as_secs_f64()
     );
     println!("| change: nginx reloads (naive loop: {n})  | {reloads_change:>12} | <= 2    |");
     println!("| change: apply batches                     | {batches:>12} |         |");

@@ -141,6 +141,26 @@ struct Inner {
     opts: EngineOptions,
     /// Batches handed to the applier (for the benchmark and the health endpoint).
     batches: std::sync::atomic::AtomicU64,
+    /// Outcomes and apply batches, for observers (metrics, UI); nobody listening is fine.
+    events: tokio::sync::broadcast::Sender<EngineEvent>,
+}
+
+/// What the engine reports to observers ([`Engine::subscribe`]): the metrics read these.
+#[derive(Debug, Clone)]
+pub enum EngineEvent {
+    /// A resolution of `binding` finished.
+    Outcome {
+        binding: String,
+        outcome: OutcomeRecord,
+    },
+    /// An apply batch finished: how many changes, whether nginx was reloaded, how many changes
+    /// `nginx -t` refused.
+    Batch {
+        changes: usize,
+        reloaded: bool,
+        test_failures: usize,
+        at_ms: i64,
+    },
 }
 
 /// The running engine. Cheap to clone.
@@ -196,6 +216,7 @@ impl Engine {
             admin: tokio::sync::Mutex::new(()),
             opts,
             batches: Default::default(),
+            events: tokio::sync::broadcast::channel(4096).0,
         });
         tokio::spawn(apply_task(
             applier,
@@ -262,6 +283,26 @@ impl Engine {
         self.inner
             .batches
             .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Outcomes and batches from now on (a slow receiver loses the oldest events).
+    pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<EngineEvent> {
+        self.inner.events.subscribe()
+    }
+
+    /// Validates `input` as a save would (secret fields left out keep the stored values of the
+    /// binding `path_name`) without saving anything: for a test resolution.
+    pub fn preview_binding(
+        &self,
+        input: &BindingInput,
+        path_name: Option<&str>,
+    ) -> Result<Binding, EngineError> {
+        let name = path_name.unwrap_or(&input.name);
+        let previous = lock(&self.inner.slots)
+            .get(name)
+            .map(|s| lock(&s.state).record.clone());
+        self.prepare(input, path_name, previous.as_ref())
+            .map(|(b, _)| b)
     }
 
     /// The plugin host.
@@ -786,6 +827,10 @@ async fn binding_task(inner: std::sync::Weak<Inner>, slot: Arc<Slot>, binding: A
                 tracing::debug!(binding = %name, "unchanged")
             }
         }
+        let _ = engine.events.send(EngineEvent::Outcome {
+            binding: name.clone(),
+            outcome: outcome.clone(),
+        });
         let _ = engine
             .record_tx
             .send(RecordMsg::Outcome(name.clone(), outcome));
@@ -970,11 +1015,16 @@ async fn apply_task(
                 a.apply_batch(&changes)
             };
             if !changes.is_empty() {
-                tracing::debug!(
-                    changes = n,
-                    took_ms = started.elapsed().as_millis() as u64,
-                    "batch applied"
-                );
+                let changed = outcomes
+                    .iter()
+                    .filter(|(_, o)| !matches!(o, ChangeOutcome::Unchanged))
+                    .count();
+                let took_ms = started.elapsed().as_millis() as u64;
+                if changed > 0 {
+                    tracing::info!(changes = n, changed, took_ms, "batch applied");
+                } else {
+                    tracing::debug!(changes = n, took_ms, "batch unchanged");
+                }
             }
             let removed: Vec<Result<RemoveOutcome, String>> = names
                 .iter()
@@ -986,6 +1036,19 @@ async fn apply_task(
         match joined {
             Ok((a, outcomes, removed)) => {
                 applier = Some(a);
+                if let (Some(i), false) = (inner.upgrade(), outcomes.is_empty()) {
+                    let _ = i.events.send(EngineEvent::Batch {
+                        changes: outcomes.len(),
+                        reloaded: outcomes
+                            .iter()
+                            .any(|(_, o)| matches!(o, ChangeOutcome::Applied { reloaded: true })),
+                        test_failures: outcomes
+                            .iter()
+                            .filter(|(_, o)| matches!(o, ChangeOutcome::TestFailed { .. }))
+                            .count(),
+                        at_ms: now_ms(),
+                    });
+                }
                 let by_name: HashMap<String, ChangeOutcome> = outcomes
                     .into_iter()
                     .map(|(n, o)| (n.as_str().to_string(), o))
