@@ -119,6 +119,41 @@ fn request(
     })
 }
 
+/// Reads one answer with a `Content-Length` from a keep-alive connection.
+fn read_answer(s: &mut TcpStream) -> Result<Answer, Failed> {
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        let n = s.read(&mut byte).map_err(|e| format!("read: {e}"))?;
+        check(n == 1, || format!("connection closed after {head:?}"))?;
+        head.push(byte[0]);
+    }
+    let text = String::from_utf8_lossy(&head).into_owned();
+    let mut lines = text.split("\r\n");
+    let status = lines
+        .next()
+        .and_then(|l| l.split(' ').nth(1))
+        .and_then(|x| x.parse().ok())
+        .ok_or_else(|| format!("bad status line in {text:?}"))?;
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(n, v)| (n.trim().to_string(), v.trim().to_string()))
+        .collect();
+    let len: usize = headers
+        .iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case("content-length"))
+        .and_then(|(_, v)| v.parse().ok())
+        .ok_or_else(|| format!("no Content-Length in {text:?}"))?;
+    let mut body = vec![0u8; len];
+    s.read_exact(&mut body)
+        .map_err(|e| format!("read body: {e}"))?;
+    Ok(Answer {
+        status,
+        headers,
+        body,
+    })
+}
+
 fn get(n: &Nginx, path: &str) -> Result<Answer, Failed> {
     request(n.port(0), "GET", path, &[], b"")
 }
@@ -518,7 +553,35 @@ fn failover_one_mebibyte_bodies() -> CaseResult {
         })?;
         check_eq(path_of(&n, i)?, "u01 -> u02".to_string(), "path")?;
     }
+    // The swallowed 1 MiB error bodies must not stall a keep-alive connection.
+    let mut s = TcpStream::connect(("127.0.0.1", n.port(0))).map_err(|e| e.to_string())?;
+    s.set_read_timeout(Some(Duration::from_secs(20)))
+        .map_err(|e| e.to_string())?;
+    for path in ["/b/big.txt", "/u/big.txt", "/b/big.txt", "/u/big.txt"] {
+        let req = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n");
+        s.write_all(req.as_bytes()).map_err(|e| e.to_string())?;
+        let a = read_answer(&mut s)?;
+        check_eq(a.status, 200, "keep-alive status")?;
+        check(a.body == good, || {
+            format!("keep-alive {path}: body differs")
+        })?;
+    }
     Ok(())
+}
+
+fn failover_head_request() -> CaseResult {
+    let n = Nginx::start(&three_and_backup("", "5xx", 503, 502, 200))?;
+    let a = request(n.port(0), "HEAD", "/", &[], b"")?;
+    check_eq(a.status, 200, "status")?;
+    check_eq(
+        a.header("X-From"),
+        Some("b01"),
+        "header of the final upstream",
+    )?;
+    check(a.body.is_empty(), || {
+        format!("HEAD answer has a body: {:?}", a.text())
+    })?;
+    check_eq(path_of(&n, 0)?, "u01 -> u02 -> b01".to_string(), "path")
 }
 
 fn failover_error_and_timeout_against_backend_codes() -> CaseResult {
@@ -1170,6 +1233,7 @@ fn main() {
             failover_with_proxy_buffering_off,
         ),
         ("failover_one_mebibyte_bodies", failover_one_mebibyte_bodies),
+        ("failover_head_request", failover_head_request),
         (
             "failover_error_and_timeout_against_backend_codes",
             failover_error_and_timeout_against_backend_codes,
