@@ -617,7 +617,8 @@ fn failover_error_and_timeout_against_backend_codes() -> CaseResult {
 
 fn echo_backend(i: usize, name: &str, status: u16) -> String {
     format!(
-        "server {{ listen 127.0.0.1:{{P{i}}}; location / {{ echo_read_request_body; \
+        "server {{ listen 127.0.0.1:{{P{i}}}; access_log {{PREFIX}}/logs/bodies.log bodies; \
+         location / {{ echo_read_request_body; \
          echo_status {status}; echo \"{name} $request_method $request_body\"; }} }}\n"
     )
 }
@@ -633,7 +634,7 @@ fn non_idempotent_post() -> CaseResult {
         front(
             "location /plain { proxy_pass http://$upstrand_plain; }
              location /ni { proxy_pass http://$upstrand_ni; }"
-        ),
+        ) + "log_format bodies '$server_port $request_method $request_body';\n",
         echo_backend(1, "u01", 503),
         echo_backend(2, "u02", 503),
         echo_backend(3, "u03", 200),
@@ -661,6 +662,22 @@ fn non_idempotent_post() -> CaseResult {
         "(u01) 503 (u02) 503 (u03) 200".to_string(),
         "statuses",
     )?;
+    // Every upstream the POST was retried on got its body.
+    let bodies_path = n.prefix().join("logs/bodies.log");
+    let want: Vec<String> = (1..=3)
+        .map(|i| format!("{} POST k=v2", n.port(i)))
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let text = fs::read_to_string(&bodies_path).unwrap_or_default();
+        if want.iter().all(|w| text.lines().any(|l| l == w)) {
+            break;
+        }
+        check(Instant::now() < deadline, || {
+            format!("backend body log lacks {want:?}:\n{text}")
+        })?;
+        std::thread::sleep(Duration::from_millis(20));
+    }
     // GET moves on without non_idempotent.
     let a = get(&n, "/plain")?;
     check_eq(a.text(), "u03 GET \n".to_string(), "GET body")
