@@ -1,0 +1,233 @@
+//! Runs the real `tributary serve` against a [`TestNginx`] with a plugins directory holding one of
+//! the discovery plugins, for the plugins' end-to-end tests. Stopped on drop (also on panic).
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use tributary_testkit::{free_port, TestNginx};
+
+/// A plugins directory holding the plugin whose source folder is `plugin_src` (its real
+/// `plugin.json`), with `executable` pointing at the built binary `bin`.
+pub fn plugins_dir(root: &Path, plugin_src: &Path, bin: &Path) -> PathBuf {
+    assert!(
+        bin.is_file(),
+        "{} is missing: build it first (cargo build --workspace --bins)",
+        bin.display()
+    );
+    let text = std::fs::read_to_string(plugin_src.join("plugin.json")).expect("plugin.json");
+    let mut manifest: Value = serde_json::from_str(&text).expect("plugin.json is JSON");
+    let name = manifest["name"].as_str().expect("name").to_string();
+    manifest["executable"] = Value::String(bin.display().to_string());
+    let dir = root.join("plugins");
+    std::fs::create_dir_all(dir.join(&name)).unwrap();
+    std::fs::write(
+        dir.join(&name).join("plugin.json"),
+        serde_json::to_vec_pretty(&manifest).unwrap(),
+    )
+    .unwrap();
+    dir
+}
+
+/// The `tributary` binary, next to `sibling` (another binary cargo built into the same folder).
+pub fn tributary_bin(sibling: &Path) -> PathBuf {
+    let bin = sibling.parent().expect("bin dir").join("tributary");
+    assert!(
+        bin.is_file(),
+        "{} is missing: build the daemon first (cargo build --workspace --bins)",
+        bin.display()
+    );
+    bin
+}
+
+/// A running `tributary serve`.
+pub struct Daemon {
+    child: Option<Child>,
+    bin: PathBuf,
+    pub port: u16,
+    pub data_dir: PathBuf,
+    pub log: PathBuf,
+}
+
+impl Daemon {
+    /// Starts the daemon on a free port with `plugins` as plugins dir, managing `nginx`.
+    pub fn start(bin: &Path, root: &Path, plugins: &Path, nginx: &TestNginx) -> Daemon {
+        let port = free_port();
+        let data_dir = root.join("data");
+        let log = root.join("daemon.log");
+        let logf = std::fs::File::create(&log).unwrap();
+        let child = Command::new(bin)
+            .arg("serve")
+            .args(["--listen", &format!("127.0.0.1:{port}")])
+            .arg("--data-dir")
+            .arg(&data_dir)
+            .arg("--plugins-dir")
+            .arg(plugins)
+            .arg("--conf-dir")
+            .arg(nginx.conf_dir())
+            .args(["--test-cmd", &nginx.test_cmd().join(" ")])
+            .args(["--reload-cmd", &nginx.reload_cmd().join(" ")])
+            .args(["--min-reload-gap-ms", "100", "--batch-quiet-ms", "50"])
+            .args(["--plugin-timeout-secs", "10"])
+            .env_remove("TRIBUTARY_TOKEN")
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(logf))
+            .spawn()
+            .expect("spawn tributary serve");
+        let mut d = Daemon {
+            child: Some(child),
+            bin: bin.to_path_buf(),
+            port,
+            data_dir,
+            log,
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(status) = d.child.as_mut().unwrap().try_wait().unwrap() {
+                d.child = None;
+                panic!("tributary serve exited with {status}: {}", d.log_text());
+            }
+            if TcpStream::connect(("127.0.0.1", port)).is_ok()
+                && http(port, "GET", "/api/v1/health", None, None).0 == 200
+            {
+                return d;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "tributary serve did not answer: {}",
+                d.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// The daemon's stderr so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// The API token.
+    pub fn token(&self) -> String {
+        std::fs::read_to_string(self.data_dir.join("token"))
+            .expect("token file")
+            .trim()
+            .to_string()
+    }
+
+    /// An authenticated API call; the body parsed as JSON (`Null` when it is not).
+    pub fn api(&self, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
+        let body = body.map(Value::to_string);
+        let (status, text) = http(
+            self.port,
+            method,
+            path,
+            Some(&self.token()),
+            body.as_deref(),
+        );
+        (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+    }
+
+    /// Runs `tributary ARGS --api ... --data-dir ...`; returns (success, stdout + stderr).
+    pub fn cli(&self, args: &[&str]) -> (bool, String) {
+        let out = Command::new(&self.bin)
+            .args(args)
+            .args(["--api", &format!("http://127.0.0.1:{}", self.port)])
+            .arg("--data-dir")
+            .arg(&self.data_dir)
+            .env_remove("TRIBUTARY_TOKEN")
+            .output()
+            .expect("run tributary");
+        (
+            out.status.success(),
+            format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ),
+        )
+    }
+
+    /// Polls the binding's detail until `pred` holds (at most `timeout`); returns it.
+    pub fn wait_for(
+        &self,
+        name: &str,
+        timeout: Duration,
+        mut pred: impl FnMut(&Value) -> bool,
+    ) -> Value {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let (status, v) = self.api("GET", &format!("/api/v1/bindings/{name}"), None);
+            if status == 200 && pred(&v) {
+                return v;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "binding {name}: condition not met in {timeout:?}; last: {v}; log: {}",
+                self.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Stops the daemon (SIGTERM, then SIGKILL after 15 s).
+    pub fn stop(&mut self) {
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        let _ = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// A minimal blocking HTTP/1.1 request to 127.0.0.1:`port` (Connection: close).
+pub fn http(
+    port: u16,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: Option<&str>,
+) -> (u16, String) {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect to the daemon");
+    s.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
+    let body = body.unwrap_or("");
+    let auth = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
+    let req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n{auth}\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(req.as_bytes()).unwrap();
+    let mut resp = Vec::new();
+    s.read_to_end(&mut resp).unwrap();
+    let text = String::from_utf8_lossy(&resp).to_string();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status: u16 = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("bad HTTP answer: {text:?}"));
+    (status, body.to_string())
+}

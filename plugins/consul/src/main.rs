@@ -1,0 +1,7 @@
+//! `tributary-plugin-consul`: serves the `consul` plugin on stdin/stdout.
+
+fn main() -> std::process::ExitCode {
+    tributary_plugin_sdk::run(tributary_plugin_consul::Consul::new(
+        tributary_plugin_consul::DEFAULT_TIMEOUT,
+    ))
+}
