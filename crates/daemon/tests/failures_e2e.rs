@@ -235,3 +235,82 @@ fn plugin_list_and_check() {
         .unwrap();
     assert_fails(&out, "plugin check of a broken manifest");
 }
+
+#[test]
+fn changes_ready_together_are_applied_in_one_batch_with_one_reload() {
+    let root = tempfile::tempdir().unwrap();
+    let nginx = TestNginx::builder()
+        .backend("alpha")
+        .backend("beta")
+        .start();
+    let (alpha, beta) = (nginx.backend_port("alpha"), nginx.backend_port("beta"));
+    // A generous collection window: the assertion is about batching, not speed.
+    let daemon = Daemon::start_with(
+        root.path(),
+        &nginx,
+        &[
+            "--batch-quiet-ms",
+            "1000",
+            "--batch-max-ms",
+            "10000",
+            "--min-reload-gap-ms",
+            "100",
+        ],
+    );
+    let sighups = || {
+        nginx
+            .error_log()
+            .lines()
+            .filter(|l| l.contains("signal 1 (SIGHUP) received"))
+            .count()
+    };
+    let all = |port: u16| {
+        let list: Vec<Value> = (0..50)
+            .map(|i| {
+                json!({"name": format!("b{i:02}"), "plugin": "static", "provider": "static",
+                       "service": "demo", "config": {"targets": format!("127.0.0.1:{port}")}})
+            })
+            .collect();
+        json!({ "bindings": list }).to_string()
+    };
+    let wait_all_ok = |port: u16| {
+        for i in 0..50 {
+            daemon.wait_for(&format!("b{i:02}"), |d| {
+                d["binding"]["last_outcome"]["status"] == "ok"
+                    && d["binding"]["servers"][0]["port"] == port
+            });
+        }
+    };
+    let (status, v) = daemon.api("POST", "/api/v1/bindings/bulk", Some(&all(alpha)));
+    assert_eq!(status, 200, "{v}");
+    wait_all_ok(alpha);
+    let (_, s0) = daemon.api("GET", "/api/v1/stats", None);
+    let reloads0 = sighups();
+
+    // Every binding's targets change at once.
+    let (status, v) = daemon.api("POST", "/api/v1/bindings/bulk", Some(&all(beta)));
+    assert_eq!(status, 200, "{v}");
+    assert!(v["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|r| r["result"] == "updated"));
+    wait_all_ok(beta);
+    let (_, s1) = daemon.api("GET", "/api/v1/stats", None);
+    let batches = s1["batches"].as_u64().unwrap() - s0["batches"].as_u64().unwrap();
+    assert_eq!(batches, 1, "50 changes ready together make one batch");
+    // nginx logs the SIGHUP asynchronously: wait for it, then make sure there was only one.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while sighups() == reloads0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    assert_eq!(sighups() - reloads0, 1, "one reload for the whole batch");
+    nginx
+        .wait_for_body(
+            &TestNginx::upstream_path("b49"),
+            "beta",
+            std::time::Duration::from_secs(20),
+        )
+        .unwrap();
+}
