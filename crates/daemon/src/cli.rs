@@ -19,7 +19,7 @@ use tributary_apply::{Applier, ApplyOptions, CommandNginx};
 use tributary_plugin_host::{HostOptions, PluginHost};
 use tributary_store::{OutcomeRecord, OutcomeStatus, Store, StoreOptions};
 
-use crate::api::{self, ApiState};
+use crate::api::ApiState;
 use crate::client::{ApiFailure, Client};
 use crate::engine::{Engine, EngineOptions};
 use crate::view::{
@@ -343,7 +343,25 @@ async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         token: token.into(),
         load_errors: Arc::new(load_errors.iter().map(|e| e.to_string()).collect()),
     };
-    axum::serve(listener, api::router(state))
+    let (login, source) = crate::web::session::Login::load_or_create(&data_dir)?;
+    match &source {
+        crate::web::session::PasswordSource::Created(file) => tracing::info!(
+            ui = %format!("http://{}/", listener.local_addr()?),
+            password_file = %file.display(),
+            "web UI login: a password was created; read it from the password file"
+        ),
+        src => {
+            tracing::info!(ui = %format!("http://{}/", listener.local_addr()?), password = ?src, "web UI")
+        }
+    }
+    let app = crate::web::router(
+        state,
+        crate::web::WebOptions {
+            conf_dir: conf_dir.clone(),
+            login,
+        },
+    );
+    axum::serve(listener, app)
         .with_graceful_shutdown(shutdown_signal())
         .await
         .context("serving the API")?;

@@ -14,6 +14,8 @@
 //! - [`client`]: the small HTTP/1.1 client the CLI uses to talk to a running daemon.
 //! - [`dry_run`]: `tributary resolve`, one plugin call that touches nothing.
 //! - [`token`]: API token creation and lookup (file mode 0600).
+//! - [`web`]: the web UI (login, sessions, CSRF), `/metrics`, the OpenAPI document and more
+//!   `/api/v1` endpoints; [`web::router`] merges them with [`api::router`].
 #![forbid(unsafe_code)]
 
 pub mod api;
@@ -23,3 +25,4 @@ pub mod dry_run;
 pub mod engine;
 pub mod token;
 pub mod view;
+pub mod web;

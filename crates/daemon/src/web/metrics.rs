@@ -102,7 +102,10 @@ impl Metrics {
 
     fn note_success(&self, binding: &str, at_ms: i64) {
         let mut c = self.lock();
-        let e = c.last_success_ms.entry(binding.to_string()).or_insert(at_ms);
+        let e = c
+            .last_success_ms
+            .entry(binding.to_string())
+            .or_insert(at_ms);
         *e = (*e).max(at_ms);
     }
 
@@ -141,7 +144,9 @@ impl Metrics {
         if o.status == OutcomeStatus::Failed {
             if let Some(code) = o.code {
                 *c.plugin_errors.entry(code.to_string()).or_default() += 1;
-            } else if o.nginx_error.is_none() && o.why.as_deref().is_some_and(|w| w.starts_with("plugin ")) {
+            } else if o.nginx_error.is_none()
+                && o.why.as_deref().is_some_and(|w| w.starts_with("plugin "))
+            {
                 // The plugin failed without an error answer (timeout, crash, malformed answer).
                 *c.plugin_errors.entry("none".to_string()).or_default() += 1;
             }
@@ -182,7 +187,7 @@ impl Metrics {
         let now = now_ms();
         let c = self.lock();
         let mut out = String::with_capacity(4096);
-        let mut head = |out: &mut String, name: &str, kind: &str, help: &str| {
+        let head = |out: &mut String, name: &str, kind: &str, help: &str| {
             let _ = writeln!(out, "# HELP {name} {help}");
             let _ = writeln!(out, "# TYPE {name} {kind}");
         };
@@ -190,50 +195,143 @@ impl Metrics {
         head(&mut out, "tributary_resolutions_total", "counter", "Resolutions by outcome (ok: file changed and applied; unchanged; failed: current file kept).");
         for status in ["ok", "unchanged", "failed"] {
             let n = c.resolutions.get(status).copied().unwrap_or(0);
-            let _ = writeln!(out, "tributary_resolutions_total{{outcome=\"{status}\"}} {n}");
+            let _ = writeln!(
+                out,
+                "tributary_resolutions_total{{outcome=\"{status}\"}} {n}"
+            );
         }
 
         head(&mut out, "tributary_plugin_errors_total", "counter", "Failed resolutions by the plugin's JSON-RPC error code (\"none\": no error answer, e.g. timeout or crash).");
         for (code, n) in &c.plugin_errors {
-            let _ = writeln!(out, "tributary_plugin_errors_total{{code=\"{}\"}} {n}", label(code));
+            let _ = writeln!(
+                out,
+                "tributary_plugin_errors_total{{code=\"{}\"}} {n}",
+                label(code)
+            );
         }
 
-        head(&mut out, "tributary_resolution_duration_seconds", "histogram", "Time from plugin call to applied (or refused) file.");
+        head(
+            &mut out,
+            "tributary_resolution_duration_seconds",
+            "histogram",
+            "Time from plugin call to applied (or refused) file.",
+        );
         for (i, le) in LATENCY_BUCKETS.iter().enumerate() {
-            let _ = writeln!(out, "tributary_resolution_duration_seconds_bucket{{le=\"{le}\"}} {}", c.buckets[i]);
+            let _ = writeln!(
+                out,
+                "tributary_resolution_duration_seconds_bucket{{le=\"{le}\"}} {}",
+                c.buckets[i]
+            );
         }
-        let _ = writeln!(out, "tributary_resolution_duration_seconds_bucket{{le=\"+Inf\"}} {}", c.latency_count);
-        let _ = writeln!(out, "tributary_resolution_duration_seconds_sum {}", c.latency_sum_secs);
-        let _ = writeln!(out, "tributary_resolution_duration_seconds_count {}", c.latency_count);
+        let _ = writeln!(
+            out,
+            "tributary_resolution_duration_seconds_bucket{{le=\"+Inf\"}} {}",
+            c.latency_count
+        );
+        let _ = writeln!(
+            out,
+            "tributary_resolution_duration_seconds_sum {}",
+            c.latency_sum_secs
+        );
+        let _ = writeln!(
+            out,
+            "tributary_resolution_duration_seconds_count {}",
+            c.latency_count
+        );
 
-        head(&mut out, "tributary_apply_batches_total", "counter", "Batches of changed files handed to nginx (one test, at most one reload each).");
+        head(
+            &mut out,
+            "tributary_apply_batches_total",
+            "counter",
+            "Batches of changed files handed to nginx (one test, at most one reload each).",
+        );
         let _ = writeln!(out, "tributary_apply_batches_total {}", c.batches);
-        head(&mut out, "tributary_nginx_reloads_total", "counter", "nginx reloads after applied changes.");
+        head(
+            &mut out,
+            "tributary_nginx_reloads_total",
+            "counter",
+            "nginx reloads after applied changes.",
+        );
         let _ = writeln!(out, "tributary_nginx_reloads_total {}", c.reloads);
-        head(&mut out, "tributary_nginx_test_failures_total", "counter", "Changed files refused by nginx -t (the previous file was restored).");
-        let _ = writeln!(out, "tributary_nginx_test_failures_total {}", c.test_failures);
-        head(&mut out, "tributary_last_successful_reload_timestamp_seconds", "gauge", "Unix time of the last successful reload since the daemon started (0: none yet).");
-        let _ = writeln!(out, "tributary_last_successful_reload_timestamp_seconds {}", c.last_reload_ms.map_or(0.0, |ms| ms as f64 / 1000.0));
+        head(
+            &mut out,
+            "tributary_nginx_test_failures_total",
+            "counter",
+            "Changed files refused by nginx -t (the previous file was restored).",
+        );
+        let _ = writeln!(
+            out,
+            "tributary_nginx_test_failures_total {}",
+            c.test_failures
+        );
+        head(
+            &mut out,
+            "tributary_last_successful_reload_timestamp_seconds",
+            "gauge",
+            "Unix time of the last successful reload since the daemon started (0: none yet).",
+        );
+        let _ = writeln!(
+            out,
+            "tributary_last_successful_reload_timestamp_seconds {}",
+            c.last_reload_ms.map_or(0.0, |ms| ms as f64 / 1000.0)
+        );
 
-        head(&mut out, "tributary_bindings", "gauge", "Bindings configured.");
+        head(
+            &mut out,
+            "tributary_bindings",
+            "gauge",
+            "Bindings configured.",
+        );
         let _ = writeln!(out, "tributary_bindings {}", bindings.len());
-        head(&mut out, "tributary_binding_servers", "gauge", "Servers in the binding's file (from its last successful resolution).");
+        head(
+            &mut out,
+            "tributary_binding_servers",
+            "gauge",
+            "Servers in the binding's file (from its last successful resolution).",
+        );
         for b in &bindings {
-            let _ = writeln!(out, "tributary_binding_servers{{binding=\"{}\"}} {}", label(&b.name), b.servers.len());
+            let _ = writeln!(
+                out,
+                "tributary_binding_servers{{binding=\"{}\"}} {}",
+                label(&b.name),
+                b.servers.len()
+            );
         }
-        head(&mut out, "tributary_binding_failing", "gauge", "1 when the binding's last resolution failed.");
+        head(
+            &mut out,
+            "tributary_binding_failing",
+            "gauge",
+            "1 when the binding's last resolution failed.",
+        );
         for b in &bindings {
-            let failing = b.last_outcome.as_ref().is_some_and(|o| o.status == OutcomeStatus::Failed);
-            let _ = writeln!(out, "tributary_binding_failing{{binding=\"{}\"}} {}", label(&b.name), u8::from(failing));
+            let failing = b
+                .last_outcome
+                .as_ref()
+                .is_some_and(|o| o.status == OutcomeStatus::Failed);
+            let _ = writeln!(
+                out,
+                "tributary_binding_failing{{binding=\"{}\"}} {}",
+                label(&b.name),
+                u8::from(failing)
+            );
         }
         head(&mut out, "tributary_binding_staleness_seconds", "gauge", "Seconds since the binding's last successful resolution (absent: never resolved successfully).");
         for b in &bindings {
             if let Some(at) = c.last_success_ms.get(&b.name) {
                 let secs = (now - at).max(0) as f64 / 1000.0;
-                let _ = writeln!(out, "tributary_binding_staleness_seconds{{binding=\"{}\"}} {secs}", label(&b.name));
+                let _ = writeln!(
+                    out,
+                    "tributary_binding_staleness_seconds{{binding=\"{}\"}} {secs}",
+                    label(&b.name)
+                );
             }
         }
-        head(&mut out, "tributary_metrics_events_lost_total", "counter", "Engine events the metrics task missed because it fell behind.");
+        head(
+            &mut out,
+            "tributary_metrics_events_lost_total",
+            "counter",
+            "Engine events the metrics task missed because it fell behind.",
+        );
         let _ = writeln!(out, "tributary_metrics_events_lost_total {}", c.lagged);
         out
     }
@@ -241,7 +339,9 @@ impl Metrics {
 
 /// Escapes a label value (backslash, double quote, newline).
 fn label(v: &str) -> String {
-    v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
 }
 
 #[cfg(test)]
@@ -268,11 +368,19 @@ mod tests {
     #[test]
     fn counts_outcomes_codes_latency_and_batches() {
         let m = Metrics::default();
-        let ev = |o| EngineEvent::Outcome { binding: "api".into(), outcome: o };
+        let ev = |o| EngineEvent::Outcome {
+            binding: "api".into(),
+            outcome: o,
+        };
         m.observe(&ev(outcome(OutcomeStatus::Ok, 3, None)));
         m.observe(&ev(outcome(OutcomeStatus::Unchanged, 40, None)));
         m.observe(&ev(outcome(OutcomeStatus::Failed, 2000, Some(-32003))));
-        m.observe(&EngineEvent::Batch { changes: 2, reloaded: true, test_failures: 1, at_ms: 5_000 });
+        m.observe(&EngineEvent::Batch {
+            changes: 2,
+            reloaded: true,
+            test_failures: 1,
+            at_ms: 5_000,
+        });
         let c = m.lock();
         assert_eq!(c.resolutions.get("ok"), Some(&1));
         assert_eq!(c.resolutions.get("failed"), Some(&1));
@@ -282,7 +390,10 @@ mod tests {
         assert_eq!(c.buckets[3], 2);
         assert_eq!(c.buckets[8], 3);
         assert_eq!(c.latency_count, 3);
-        assert_eq!((c.reloads, c.test_failures, c.last_reload_ms), (1, 1, Some(5_000)));
+        assert_eq!(
+            (c.reloads, c.test_failures, c.last_reload_ms),
+            (1, 1, Some(5_000))
+        );
         assert_eq!(c.last_success_ms.get("api"), Some(&1_040));
     }
 

@@ -301,10 +301,16 @@ mod tests {
         assert!(s.get(&id).is_none());
 
         let mut h = axum::http::HeaderMap::new();
-        h.insert(axum::http::header::COOKIE, "a=1; tributary_session=abc; b=2".parse().unwrap());
+        h.insert(
+            axum::http::header::COOKIE,
+            "a=1; tributary_session=abc; b=2".parse().unwrap(),
+        );
         assert_eq!(cookie(&h, SESSION_COOKIE), Some("abc"));
         assert_eq!(cookie(&h, "c"), None);
         let c = set_cookie(SESSION_COOKIE, "abc", None);
-        assert!(c.contains("HttpOnly") && c.contains("SameSite=Strict"), "{c}");
+        assert!(
+            c.contains("HttpOnly") && c.contains("SameSite=Strict"),
+            "{c}"
+        );
     }
 }

@@ -1,0 +1,201 @@
+//! JSON API endpoints added next to [`crate::api`]: history, test resolution, nginx status.
+//! They use the same bearer-token check and error shape.
+
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::Serialize;
+use serde_json::Value;
+use tributary_core::{render, summarize_dropped, validate};
+use tributary_protocol::ResolveParams;
+use tributary_store::{DroppedRecord, OutcomeRecord};
+
+use super::metrics::NginxNumbers;
+use super::WebState;
+use crate::engine::{Engine, EngineError};
+use crate::view::{BindingInput, ErrorBody, ErrorDetail};
+
+/// An error answer in the API's shape.
+pub fn error(status: StatusCode, message: impl Into<String>, field: Option<String>) -> Response {
+    (
+        status,
+        Json(ErrorBody {
+            error: ErrorDetail {
+                message: message.into(),
+                field,
+            },
+        }),
+    )
+        .into_response()
+}
+
+/// An engine error as the API shows it (same statuses as [`crate::api`]).
+pub fn engine_error(e: EngineError) -> Response {
+    let status = match &e {
+        EngineError::Invalid { .. } => StatusCode::BAD_REQUEST,
+        EngineError::NotFound(_) => StatusCode::NOT_FOUND,
+        EngineError::Duplicate(_) | EngineError::Conflict(_) => StatusCode::CONFLICT,
+        EngineError::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
+        EngineError::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
+        EngineError::Store(_) => StatusCode::INTERNAL_SERVER_ERROR,
+    };
+    let field = match &e {
+        EngineError::Invalid { field, .. } => field.clone(),
+        _ => None,
+    };
+    error(status, e.to_string(), field)
+}
+
+/// `GET /api/v1/bindings/{name}/history`.
+#[derive(Debug, Serialize)]
+pub struct History {
+    pub name: String,
+    /// Newest first.
+    pub history: Vec<OutcomeRecord>,
+}
+
+pub async fn history(State(s): State<WebState>, Path(name): Path<String>) -> Response {
+    match s.api.engine.show(&name) {
+        Ok(d) => Json(History {
+            name,
+            history: d.history,
+        })
+        .into_response(),
+        Err(e) => engine_error(e),
+    }
+}
+
+/// What a test resolution would write (`POST /api/v1/resolve`); nothing is saved or applied.
+#[derive(Debug, Clone, Serialize)]
+pub struct Preview {
+    /// `ok` or `failed`.
+    pub result: String,
+    pub targets: Vec<Value>,
+    pub dropped: Vec<DroppedRecord>,
+    pub ttl_seconds: Option<u64>,
+    /// The file that would be written (`null` when nothing would be).
+    pub rendered: Option<String>,
+    pub why: Option<String>,
+    pub code: Option<i64>,
+    pub field: Option<String>,
+}
+
+/// Validates `input` like a save (secret fields left out keep the stored values of the binding
+/// named `input.name`, or `path_name`), calls the plugin once and renders; touches nothing.
+pub async fn preview(
+    engine: &Engine,
+    input: &BindingInput,
+    path_name: Option<&str>,
+) -> Result<Preview, EngineError> {
+    let binding = engine.preview_binding(input, path_name)?;
+    let mut p = Preview {
+        result: "failed".into(),
+        targets: vec![],
+        dropped: vec![],
+        ttl_seconds: None,
+        rendered: None,
+        why: None,
+        code: None,
+        field: None,
+    };
+    let params = ResolveParams {
+        provider: binding.provider.clone(),
+        config: binding.config.clone(),
+        service: binding.service.clone(),
+    };
+    match engine.host().resolve(&binding.plugin, params).await {
+        Err(e) => {
+            p.why = Some(format!("plugin {:?}: {e}", binding.plugin));
+            p.code = e.code();
+            p.field = e.field().map(str::to_string);
+        }
+        Ok(answer) => {
+            let v = validate(&answer.targets);
+            p.ttl_seconds = Some(answer.ttl_seconds);
+            p.targets = v
+                .targets
+                .iter()
+                .map(|t| serde_json::to_value(t).unwrap_or(Value::Null))
+                .collect();
+            p.dropped = v
+                .dropped
+                .iter()
+                .map(|d| DroppedRecord {
+                    target: d.target.clone(),
+                    reason: d.reason.to_string(),
+                })
+                .collect();
+            if v.targets.is_empty() {
+                p.why = Some(if answer.targets.is_empty() {
+                    "the service has no servers right now: nothing would be written".into()
+                } else {
+                    format!(
+                        "no valid target ({}): nothing would be written",
+                        summarize_dropped(&v.dropped)
+                    )
+                });
+            } else {
+                p.result = "ok".into();
+                if !v.dropped.is_empty() {
+                    p.why = Some(summarize_dropped(&v.dropped));
+                }
+                p.rendered = Some(render(&binding.name, &v.targets, &binding.directives));
+            }
+        }
+    }
+    Ok(p)
+}
+
+pub async fn test_resolve(State(s): State<WebState>, body: Bytes) -> Response {
+    let input: BindingInput = match serde_json::from_slice(&body) {
+        Ok(i) => i,
+        Err(e) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                format!("invalid JSON body: {e}"),
+                None,
+            )
+        }
+    };
+    match preview(&s.api.engine, &input, None).await {
+        Ok(p) => Json(p).into_response(),
+        Err(e) => engine_error(e),
+    }
+}
+
+/// `GET /api/v1/nginx`.
+#[derive(Debug, Serialize)]
+pub struct NginxStatus {
+    pub conf_dir: String,
+    pub upstreams_dir: String,
+    /// `*.conf` files in the upstreams folder, by name.
+    pub files: Vec<String>,
+    #[serde(flatten)]
+    pub numbers: NginxNumbers,
+}
+
+/// The nginx status (shared by the API and the UI page).
+pub fn nginx_status(s: &WebState) -> NginxStatus {
+    let dir = s.conf_dir.join("upstreams");
+    let mut files: Vec<String> = std::fs::read_dir(&dir)
+        .map(|rd| {
+            rd.filter_map(Result::ok)
+                .filter_map(|e| e.file_name().into_string().ok())
+                .filter(|n| n.ends_with(".conf"))
+                .collect()
+        })
+        .unwrap_or_default();
+    files.sort();
+    NginxStatus {
+        conf_dir: s.conf_dir.display().to_string(),
+        upstreams_dir: dir.display().to_string(),
+        files,
+        numbers: s.metrics.nginx_numbers(),
+    }
+}
+
+pub async fn nginx(State(s): State<WebState>) -> Json<NginxStatus> {
+    Json(nginx_status(&s))
+}

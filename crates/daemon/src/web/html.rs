@@ -1,0 +1,150 @@
+//! HTML helpers of the web UI: escaping, the page frame, security headers, times.
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+
+/// Escapes text for HTML element content and quoted attribute values.
+pub fn esc(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Content-Security-Policy of every page: nothing from elsewhere, no inline script or style.
+pub const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; \
+                       form-action 'self'; frame-ancestors 'none'; base-uri 'none'; connect-src 'self'";
+
+/// Adds the headers every UI answer carries.
+pub fn secure(mut resp: Response) -> Response {
+    let h = resp.headers_mut();
+    h.insert("content-security-policy", HeaderValue::from_static(CSP));
+    h.insert(
+        "x-content-type-options",
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert("referrer-policy", HeaderValue::from_static("no-referrer"));
+    h.insert("x-frame-options", HeaderValue::from_static("DENY"));
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    resp
+}
+
+/// A full page: title, navigation (with a logout form when `csrf` is given) and `body`.
+pub fn page(status: StatusCode, title: &str, csrf: Option<&str>, body: &str) -> Response {
+    let nav = match csrf {
+        Some(t) => format!(
+            "<nav><a href=\"/ui/bindings\">Bindings</a> <a href=\"/ui/new\">New binding</a> \
+             <a href=\"/ui/nginx\">nginx</a>\
+             <form method=\"post\" action=\"/logout\" class=\"inline\">\
+             <input type=\"hidden\" name=\"csrf\" value=\"{}\">\
+             <button type=\"submit\" class=\"link\">Log out</button></form></nav>",
+            esc(t)
+        ),
+        None => String::new(),
+    };
+    let html = format!(
+        "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
+         <title>{} · Tributary</title>\
+         <link rel=\"stylesheet\" href=\"/ui/assets/style.css\">\
+         <script src=\"/ui/assets/app.js\" defer></script></head>\
+         <body><header><a class=\"brand\" href=\"/ui/bindings\">Tributary</a>{nav}</header>\
+         <main>{body}</main></body></html>\n",
+        esc(title)
+    );
+    secure(
+        (
+            status,
+            [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
+            html,
+        )
+            .into_response(),
+    )
+}
+
+/// `YYYY-MM-DD HH:MM:SSZ` (UTC) of a time in ms since the Unix epoch.
+pub fn fmt_time(ms: i64) -> String {
+    let secs = ms.div_euclid(1000);
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    // Civil date from days since 1970-01-01 (proleptic Gregorian), by 400-year eras.
+    let shifted = days + 719_468;
+    let era = shifted.div_euclid(146_097);
+    let day_of_era = shifted.rem_euclid(146_097);
+    let year_of_era =
+        (day_of_era - day_of_era / 1_460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let month_index = (5 * day_of_year + 2) / 153;
+    let day = day_of_year - (153 * month_index + 2) / 5 + 1;
+    let month = if month_index < 10 {
+        month_index + 3
+    } else {
+        month_index - 9
+    };
+    let year = year_of_era + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+/// "in 42 s", "3 min ago"...
+pub fn rel_time(ms: i64, now_ms: i64) -> String {
+    let d = (ms - now_ms) / 1000;
+    let (n, future) = (d.unsigned_abs(), d >= 0);
+    let amount = if n < 90 {
+        format!("{n} s")
+    } else if n < 90 * 60 {
+        format!("{} min", n / 60)
+    } else if n < 36 * 3600 {
+        format!("{} h", n / 3600)
+    } else {
+        format!("{} d", n / 86_400)
+    };
+    if future {
+        format!("in {amount}")
+    } else {
+        format!("{amount} ago")
+    }
+}
+
+/// A `<time>` element with the absolute time and the relative one.
+pub fn time_el(ms: i64, now_ms: i64) -> String {
+    format!(
+        "<time title=\"{t}\">{t} ({})</time>",
+        rel_time(ms, now_ms),
+        t = fmt_time(ms)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escaping() {
+        assert_eq!(
+            esc("<a href=\"x\">'&'</a>"),
+            "&lt;a href=&quot;x&quot;&gt;&#39;&amp;&#39;&lt;/a&gt;"
+        );
+    }
+
+    #[test]
+    fn times() {
+        assert_eq!(fmt_time(0), "1970-01-01 00:00:00Z");
+        assert_eq!(fmt_time(1_700_000_000_000), "2023-11-14 22:13:20Z");
+        assert_eq!(fmt_time(951_782_400_000), "2000-02-29 00:00:00Z");
+        assert_eq!(rel_time(10_000, 0), "in 10 s");
+        assert_eq!(rel_time(0, 600_000), "10 min ago");
+    }
+}

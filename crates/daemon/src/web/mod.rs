@@ -1,0 +1,131 @@
+//! The web side of `tributary serve` next to the JSON API of [`crate::api`]:
+//!
+//! - [`api_extra`]: more `/api/v1` endpoints (history, test resolution, nginx status);
+//! - [`openapi`]: `/api/v1/openapi.json`, the document of every `/api/v1` endpoint;
+//! - [`metrics`]: `/metrics` in Prometheus text format;
+//! - [`session`]: the UI login (argon2 password hash), sessions and CSRF tokens;
+//! - [`ui`]: the server-rendered web UI under `/ui/` (plus `/`, `/login`, `/logout`).
+//!
+//! Access: `GET /api/v1/health` is open; `/api/v1/*` needs the bearer token; `/metrics` takes
+//! the bearer token or a UI session; UI pages need a session (else they redirect to `/login`).
+
+pub mod api_extra;
+pub mod html;
+pub mod metrics;
+pub mod openapi;
+pub mod session;
+pub mod ui;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+
+use crate::api::ApiState;
+use metrics::Metrics;
+use session::{Login, Sessions};
+
+/// What the web side needs besides the API state.
+pub struct WebOptions {
+    /// nginx conf dir (for the nginx status).
+    pub conf_dir: PathBuf,
+    pub login: Login,
+}
+
+/// Shared state of the web handlers.
+#[derive(Clone)]
+pub struct WebState {
+    pub api: ApiState,
+    pub metrics: Arc<Metrics>,
+    pub sessions: Arc<Sessions>,
+    pub login: Arc<Login>,
+    pub conf_dir: Arc<PathBuf>,
+}
+
+/// The whole HTTP surface: [`crate::api::router`] merged with the routes of this module.
+/// Starts the metrics task (needs a tokio runtime).
+pub fn router(api: ApiState, opts: WebOptions) -> Router {
+    let st = WebState {
+        metrics: Metrics::start(&api.engine),
+        api: api.clone(),
+        sessions: Arc::new(Sessions::default()),
+        login: Arc::new(opts.login),
+        conf_dir: Arc::new(opts.conf_dir),
+    };
+    let bearer = Router::new()
+        .route("/api/v1/bindings/{name}/history", get(api_extra::history))
+        .route("/api/v1/resolve", post(api_extra::test_resolve))
+        .route("/api/v1/nginx", get(api_extra::nginx))
+        .route("/api/v1/openapi.json", get(openapi::serve))
+        .layer(middleware::from_fn_with_state(st.clone(), require_bearer))
+        .with_state(st.clone());
+    let metrics = Router::new()
+        .route("/metrics", get(metrics_text))
+        .layer(middleware::from_fn_with_state(
+            st.clone(),
+            require_bearer_or_session,
+        ))
+        .with_state(st.clone());
+    crate::api::router(api)
+        .merge(bearer)
+        .merge(metrics)
+        .merge(ui::router(st))
+}
+
+fn bearer_ok(st: &WebState, req: &Request) -> bool {
+    req.headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .is_some_and(|t| crate::token::equal(t.trim(), &st.api.token))
+}
+
+fn unauthorized() -> Response {
+    let mut resp = api_extra::error(
+        StatusCode::UNAUTHORIZED,
+        "missing or wrong API token: send Authorization: Bearer <token>",
+        None,
+    );
+    resp.headers_mut()
+        .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    resp
+}
+
+async fn require_bearer(State(st): State<WebState>, req: Request, next: Next) -> Response {
+    if bearer_ok(&st, &req) {
+        next.run(req).await
+    } else {
+        unauthorized()
+    }
+}
+
+async fn require_bearer_or_session(
+    State(st): State<WebState>,
+    req: Request,
+    next: Next,
+) -> Response {
+    let session = session::cookie(req.headers(), session::SESSION_COOKIE)
+        .and_then(|id| st.sessions.get(id))
+        .is_some();
+    if session || bearer_ok(&st, &req) {
+        next.run(req).await
+    } else {
+        unauthorized()
+    }
+}
+
+async fn metrics_text(State(st): State<WebState>) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        st.metrics.render(&st.api.engine),
+    )
+        .into_response()
+}
