@@ -7,6 +7,8 @@ cd "$(dirname "$0")/.."
 # Debian packages: nginx + headers for the module, libclang for bindgen, wrk for benchmarks,
 # the echo module for module tests, sqlite3 for inspecting the store.
 APT_PACKAGES=(nginx nginx-dev libclang-dev clang wrk libnginx-mod-http-echo valgrind sqlite3 curl ca-certificates)
+# Discovery plugin tests: dnsmasq (the binary only, no system service) for `dns`, etcd for `etcd`.
+APT_PACKAGES+=(dnsmasq-base etcd-server)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

@@ -93,7 +93,11 @@ async fn passes_the_conformance_checker() {
     );
     // The checked-in folder (run.sh launcher, sample/services.yaml relative to the folder) too,
     // through the `tributary plugin check` command.
-    support::assert_cli_check_passes(&support::tributary_bin(&bin()), &support::source_dir());
+    support::assert_cli_check_passes(
+        &support::tributary_bin(&bin()),
+        &support::source_dir(),
+        false,
+    );
 }
 
 #[test]
