@@ -9,6 +9,8 @@ cd "$(dirname "$0")/.."
 APT_PACKAGES=(nginx nginx-dev libclang-dev clang wrk libnginx-mod-http-echo valgrind sqlite3 curl ca-certificates)
 # Discovery plugin tests: dnsmasq (the binary only, no system service) for `dns`, etcd for `etcd`.
 APT_PACKAGES+=(dnsmasq-base etcd-server)
+# Web UI browser tests: Debian's chromium, driven by playwright-core from npm (tests/browser).
+APT_PACKAGES+=(chromium)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
@@ -41,4 +43,21 @@ if [ ! -f "$BUILD_DIR/ngx_auto_config.h" ]; then
     . ./conf_flags
     ./configure "${NGX_CONF_FLAGS[@]}" --builddir="$BUILD_DIR" >"$BUILD_DIR/configure.log" 2>&1
   ) || { echo "setup: nginx configure failed, see $BUILD_DIR/configure.log" >&2; exit 1; }
+fi
+
+# Web UI browser tests: playwright-core from the npm registry, pinned by tests/browser/package-lock.json
+# (it drives Debian's /usr/bin/chromium; no browser download).
+if ! command -v npm >/dev/null; then
+  echo "setup: npm not found; install Node.js and npm first" >&2
+  exit 1
+fi
+(cd tests/browser && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
+
+# Python test tools in target/venv (shared by the tests that need PyPI packages):
+# schemathesis fuzzes the daemon's JSON API from its OpenAPI document.
+SCHEMATHESIS_VERSION=4.32.5
+[ -x target/venv/bin/python ] || python3 -m venv target/venv
+if ! target/venv/bin/schemathesis --version 2>/dev/null | grep -q "$SCHEMATHESIS_VERSION"; then
+  echo "setup: installing schemathesis $SCHEMATHESIS_VERSION into target/venv"
+  target/venv/bin/pip install -q "schemathesis==$SCHEMATHESIS_VERSION"
 fi

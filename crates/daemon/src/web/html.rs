@@ -101,7 +101,10 @@ pub fn fmt_time(ms: i64) -> String {
 /// "in 42 s", "3 min ago"...
 pub fn rel_time(ms: i64, now_ms: i64) -> String {
     let d = (ms - now_ms) / 1000;
-    let (n, future) = (d.unsigned_abs(), d >= 0);
+    if d == 0 {
+        return "now".into();
+    }
+    let (n, future) = (d.unsigned_abs(), d > 0);
     let amount = if n < 90 {
         format!("{n} s")
     } else if n < 90 * 60 {
@@ -146,5 +149,6 @@ mod tests {
         assert_eq!(fmt_time(951_782_400_000), "2000-02-29 00:00:00Z");
         assert_eq!(rel_time(10_000, 0), "in 10 s");
         assert_eq!(rel_time(0, 600_000), "10 min ago");
+        assert_eq!(rel_time(1_000, 1_500), "now");
     }
 }

@@ -471,17 +471,24 @@ fn detail_page(st: &WebState, s: &Session, name: &str, banner: Option<(&str, &st
             .map(|t| time_el(t, now))
             .unwrap_or_else(|| "resolving…".into())
     ));
+    let decl = st.api.engine.host().provider(&b.plugin, &b.provider);
+    let label = |k: &str| {
+        decl.as_ref()
+            .and_then(|d| d.field(k))
+            .map(|f| f.display_name.clone())
+            .unwrap_or_else(|| k.to_string())
+    };
     for (k, v) in &b.config {
         let v = match v {
             Value::String(s) => s.clone(),
             v => v.to_string(),
         };
-        body.push_str(&format!("<dt>{}</dt><dd>{}</dd>", esc(k), esc(&v)));
+        body.push_str(&format!("<dt>{}</dt><dd>{}</dd>", esc(&label(k)), esc(&v)));
     }
     for (k, set) in &b.secrets {
         body.push_str(&format!(
             "<dt>{}</dt><dd class=\"secret\">{}</dd>",
-            esc(k),
+            esc(&label(k)),
             if *set {
                 "secret, set"
             } else {
