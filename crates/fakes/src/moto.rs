@@ -61,9 +61,11 @@ ec2 = boto3.client("ec2", endpoint_url=a["endpoint"], region_name=a["region"],
 op = a["op"]
 out = {}
 if op == "run":
-    kw = dict(ImageId="ami-12c6146b", MinCount=a["count"], MaxCount=a["count"], SubnetId=a["subnet"],
+    kw = dict(ImageId="ami-12c6146b", MinCount=a["count"], MaxCount=a["count"],
               TagSpecifications=[{"ResourceType": "instance",
                                   "Tags": [{"Key": k, "Value": v} for k, v in a["tags"].items()]}])
+    if not a.get("default_subnet"):
+        kw["SubnetId"] = a["subnet"]
     if a.get("private_ip"):
         kw["PrivateIpAddress"] = a["private_ip"]
     r = ec2.run_instances(**kw)
@@ -148,7 +150,8 @@ impl Moto {
         self.port
     }
 
-    fn log_text(&self) -> String {
+    /// moto_server's output so far (its request log).
+    pub fn log_text(&self) -> String {
         std::fs::read_to_string(self.log.path()).unwrap_or_default()
     }
 
@@ -202,6 +205,25 @@ impl Moto {
         let out = self.ec2(
             "run",
             json!({"count": count, "tags": tags, "private_ip": private_ip}),
+        );
+        out["ids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap().to_string())
+            .collect()
+    }
+
+    /// Starts `count` instances with `tags` in the default VPC (which gives them public
+    /// addresses). Returns their ids.
+    pub fn run_public_instances(&self, count: usize, tags: &[(&str, &str)]) -> Vec<String> {
+        let tags: serde_json::Map<String, Value> = tags
+            .iter()
+            .map(|(k, v)| (k.to_string(), json!(v)))
+            .collect();
+        let out = self.ec2(
+            "run",
+            json!({"count": count, "tags": tags, "default_subnet": true}),
         );
         out["ids"]
             .as_array()
