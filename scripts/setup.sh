@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 
 # Debian packages: nginx + headers for the module, libclang for bindgen, wrk for benchmarks,
 # the echo module for module tests, sqlite3 for inspecting the store.
-APT_PACKAGES=(nginx nginx-dev libclang-dev clang wrk libnginx-mod-http-echo valgrind sqlite3 curl ca-certificates)
+APT_PACKAGES=(nginx nginx-dev libclang-dev clang wrk libnginx-mod-http-echo valgrind sqlite3 curl ca-certificates python3-venv)
 # Discovery plugin tests: dnsmasq (the binary only, no system service) for `dns`, etcd for `etcd`.
 APT_PACKAGES+=(dnsmasq-base etcd-server)
 # Web UI browser tests: Debian's chromium, driven by playwright-core from npm (tests/browser).
@@ -60,4 +60,12 @@ SCHEMATHESIS_VERSION=4.32.5
 if ! target/venv/bin/schemathesis --version 2>/dev/null | grep -q "$SCHEMATHESIS_VERSION"; then
   echo "setup: installing schemathesis $SCHEMATHESIS_VERSION into target/venv"
   target/venv/bin/pip install -q "schemathesis==$SCHEMATHESIS_VERSION"
+fi
+
+# moto_server (an EC2 API on loopback) for the ec2 plugin's tests, in the same virtualenv.
+MOTO_VERSION=5.2.5
+if ! target/venv/bin/python -c "import moto, sys; sys.exit(moto.__version__ != '$MOTO_VERSION')" 2>/dev/null \
+   || [ ! -x target/venv/bin/moto_server ]; then
+  echo "setup: installing moto[server] $MOTO_VERSION into target/venv"
+  target/venv/bin/pip install -q "moto[server]==$MOTO_VERSION"
 fi
