@@ -8,9 +8,12 @@
 //! - [`tls::TestCa`]: a CA and a server certificate generated at test time.
 //! - [`daemon::Daemon`]: the real `tributary serve` for end-to-end tests with a real nginx.
 //!
+//! - [`bench`]: the resolve benchmark (host and in-process, same run).
+//!
 //! Every server listens on 127.0.0.1 only, on a free port, and stops when dropped.
 #![forbid(unsafe_code)]
 
+pub mod bench;
 pub mod consul;
 pub mod daemon;
 pub mod http;
