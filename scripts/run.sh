@@ -114,10 +114,9 @@ done
 CLI=("$BIN" binding --api "http://127.0.0.1:$API_PORT" --data-dir "$DATA")
 API_FLAG=""
 [ "$API_PORT" != 9180 ] && API_FLAG=" --api http://127.0.0.1:$API_PORT"
-if ! "${CLI[@]}" show demo >/dev/null 2>&1; then
-  "${CLI[@]}" add demo --plugin static --provider static --service demo \
-    --config "targets=127.0.0.1:$B1_PORT 127.0.0.1:$B2_PORT" --directive "keepalive 8;"
-fi
+# (Re)create the demo binding for this run's backend ports.
+"${CLI[@]}" add demo --replace --plugin static --provider static --service demo \
+  --config "targets=127.0.0.1:$B1_PORT 127.0.0.1:$B2_PORT" --directive "keepalive 8;"
 
 cat <<EOF
 
