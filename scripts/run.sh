@@ -122,6 +122,8 @@ cat <<EOF
 
 Tributary is running (Ctrl-C stops the daemon and nginx).
   API    http://127.0.0.1:$API_PORT   token: $DATA/token
+  Web UI http://127.0.0.1:$API_PORT/  password: cat $DATA/ui-initial-password (created at first start;
+         or set TRIBUTARY_UI_PASSWORD before starting)
   nginx  http://127.0.0.1:$FRONT_PORT  prefix: $PREFIX
 
 Try:
