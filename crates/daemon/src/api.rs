@@ -124,14 +124,9 @@ async fn not_found() -> ApiError {
 }
 
 fn parse_body<T: for<'de> Deserialize<'de>>(body: &Bytes) -> ApiResult<T> {
-    serde_json::from_slice(body).map_err(|e| {
-        // serde_json's message names the field or position, never echoes string values.
-        ApiError::new(
-            StatusCode::BAD_REQUEST,
-            format!("invalid JSON body: {e}"),
-            None,
-        )
-    })
+    // The message names the member at fault (also in `field`) and never echoes a string value.
+    crate::web::api_extra::json_body(body)
+        .map_err(|(message, field)| ApiError::new(StatusCode::BAD_REQUEST, message, field))
 }
 
 #[derive(Debug, Deserialize)]

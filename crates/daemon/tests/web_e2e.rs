@@ -463,6 +463,42 @@ fn api_bad_input_names_the_field_and_changes_nothing() {
             assert!(!v["error"]["message"].as_str().unwrap().is_empty());
         }
     }
+    // Bodies that do not parse: the member is named, string values are not repeated.
+    let raw_cases = [
+        (
+            r#"{"name":"api","plugin":"static","provider":"static"}"#,
+            "service",
+        ),
+        (
+            r#"{"name":"api","plugin":"static","provider":"static","service":"demo","config":"raw-secret-text"}"#,
+            "config",
+        ),
+        (
+            r#"{"name":"api","plugin":"static","provider":"static","service":"demo","interval_secs":"raw-secret-text"}"#,
+            "interval_secs",
+        ),
+        (
+            r#"{"name":"api","plugin":"static","provider":"static","service":"demo","colour":"blue"}"#,
+            "colour",
+        ),
+    ];
+    for (body, field) in raw_cases {
+        for path in [
+            "/api/v1/bindings",
+            "/api/v1/resolve",
+            "/api/v1/bindings/api",
+        ] {
+            let method = if path.ends_with("/api") {
+                "PUT"
+            } else {
+                "POST"
+            };
+            let (status, v) = d.api(method, path, Some(body));
+            assert_eq!(status, 400, "{method} {path} {body}: {v}");
+            assert_eq!(v["error"]["field"], field, "{method} {path} {body}: {v}");
+            assert!(!v.to_string().contains("raw-secret-text"), "{v}");
+        }
+    }
     assert_eq!(
         d.api("GET", "/api/v1/bindings", None).1["bindings"],
         json!([])

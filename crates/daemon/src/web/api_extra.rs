@@ -149,15 +149,9 @@ pub async fn preview(
 }
 
 pub async fn test_resolve(State(s): State<WebState>, body: Bytes) -> Response {
-    let input: BindingInput = match serde_json::from_slice(&body) {
+    let input: BindingInput = match json_body(&body) {
         Ok(i) => i,
-        Err(e) => {
-            return error(
-                StatusCode::BAD_REQUEST,
-                format!("invalid JSON body: {e}"),
-                None,
-            )
-        }
+        Err((message, field)) => return error(StatusCode::BAD_REQUEST, message, field),
     };
     match preview(&s.api.engine, &input, None).await {
         Ok(p) => Json(p).into_response(),
@@ -198,4 +192,89 @@ pub fn nginx_status(s: &WebState) -> NginxStatus {
 
 pub async fn nginx(State(s): State<WebState>) -> Json<NginxStatus> {
     Json(nginx_status(&s))
+}
+
+/// Parses a JSON request body. On failure: a message that names the member at fault (`field`:
+/// its path, e.g. `interval_secs` or `bindings[1].service`) and never repeats a string value
+/// from the body (serde's "invalid type: string \"...\"" would echo it).
+pub fn json_body<T: serde::de::DeserializeOwned>(
+    body: &[u8],
+) -> Result<T, (String, Option<String>)> {
+    let de = &mut serde_json::Deserializer::from_slice(body);
+    let result: Result<T, _> = serde_path_to_error::deserialize(de);
+    result.map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        let msg = inner.to_string();
+        let named = msg
+            .split_once('`')
+            .and_then(|(_, rest)| rest.split_once('`'))
+            .map(|(name, _)| name.to_string());
+        // serde_path_to_error's path ends at the unknown member, but at the parent of a missing one.
+        let field = if msg.starts_with("missing field") {
+            named.map(|n| {
+                if path == "." {
+                    n
+                } else {
+                    format!("{path}.{n}")
+                }
+            })
+        } else if path != "." {
+            Some(path.clone())
+        } else {
+            None
+        };
+        let text = if msg.starts_with("invalid type") || msg.starts_with("invalid value") {
+            let kind = if msg.starts_with("invalid type") {
+                "invalid type"
+            } else {
+                "invalid value"
+            };
+            let end = msg.rfind(" at line ").unwrap_or(msg.len());
+            let expected = msg[..end]
+                .rfind(", expected ")
+                .map(|i| msg[i + ", expected ".len()..end].to_string())
+                .unwrap_or_else(|| "another value".into());
+            format!("invalid JSON body: {kind} for {path}: expected {expected}")
+        } else {
+            format!("invalid JSON body: {msg}")
+        };
+        (text, field)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::view::BulkInput;
+
+    #[test]
+    fn json_errors_name_the_field_and_hide_values() {
+        let e = json_body::<BindingInput>(br#"{"plugin":"p","provider":"q"}"#).unwrap_err();
+        assert_eq!(e.1.as_deref(), Some("service"), "{e:?}");
+        assert!(e.0.contains("missing field `service`"), "{e:?}");
+        let e =
+            json_body::<BindingInput>(br#"{"plugin":"p","provider":"q","service":"s","bogus":1}"#)
+                .unwrap_err();
+        assert_eq!(e.1.as_deref(), Some("bogus"), "{e:?}");
+        let e = json_body::<BindingInput>(
+            br#"{"plugin":"p","provider":"q","service":"s","config":"hunter2-secret"}"#,
+        )
+        .unwrap_err();
+        assert_eq!(e.1.as_deref(), Some("config"), "{e:?}");
+        assert!(!e.0.contains("hunter2"), "{e:?}");
+        assert!(e.0.contains("expected a map"), "{e:?}");
+        let e = json_body::<BindingInput>(
+            br#"{"plugin":"p","provider":"q","service":"s","interval_secs":"soon-secret"}"#,
+        )
+        .unwrap_err();
+        assert_eq!(e.1.as_deref(), Some("interval_secs"), "{e:?}");
+        assert!(!e.0.contains("soon-secret"), "{e:?}");
+        let e =
+            json_body::<BulkInput>(br#"{"bindings":[{"plugin":"p","provider":"q"}]}"#).unwrap_err();
+        assert_eq!(e.1.as_deref(), Some("bindings[0].service"), "{e:?}");
+        let e = json_body::<BindingInput>(b"not json").unwrap_err();
+        assert_eq!(e.1, None);
+        assert!(e.0.starts_with("invalid JSON body"), "{e:?}");
+    }
 }
