@@ -22,9 +22,10 @@ use core::ptr::{self, NonNull};
 
 use ngx::core::Status;
 use ngx::ffi::{
-    ngx_command_t, ngx_conf_t, ngx_http_conf_ctx_t, ngx_http_upstream_init_peer_pt,
-    ngx_http_upstream_srv_conf_t, ngx_int_t, ngx_str_t, ngx_uint_t, NGX_CONF_2MORE, NGX_CONF_BLOCK,
-    NGX_CONF_TAKE1, NGX_HTTP_LIF_CONF, NGX_HTTP_LOC_CONF, NGX_HTTP_MAIN_CONF, NGX_HTTP_SRV_CONF,
+    ngx_command_t, ngx_conf_t, ngx_http_conf_ctx_t, ngx_http_upstream_conf_t,
+    ngx_http_upstream_init_peer_pt, ngx_http_upstream_srv_conf_t, ngx_int_t, ngx_str_t, ngx_uint_t,
+    NGX_CONF_2MORE, NGX_CONF_BLOCK, NGX_CONF_TAKE1, NGX_HTTP_LIF_CONF, NGX_HTTP_LOC_CONF,
+    NGX_HTTP_MAIN_CONF, NGX_HTTP_SRV_CONF,
 };
 use upstrand_core::upstrand::conf::UpstrandConf;
 use upstrand_core::upstrand::select::UpstrandState;
@@ -57,6 +58,14 @@ pub struct Registry {
         *mut ngx_http_upstream_srv_conf_t,
         ngx_http_upstream_init_peer_pt,
     )>,
+    /// Per worker: for each location's `ngx_http_upstream_conf_t` used by a walk, a copy with
+    /// `X-Accel-Redirect` ignored and `proxy_intercept_errors` off (made once, reused).
+    pub walk_confs: RefCell<
+        Vec<(
+            *const ngx_http_upstream_conf_t,
+            Box<ngx_http_upstream_conf_t>,
+        )>,
+    >,
 }
 
 impl Registry {

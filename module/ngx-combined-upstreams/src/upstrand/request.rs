@@ -27,7 +27,7 @@ use ngx::ffi::{
 use upstrand_core::upstrand::select::{member, whitelist_message, MemberRef, Step, Walk};
 use upstrand_core::upstrand::status::{Answer, Origin};
 
-use super::util::{log_request, pool_box, set_not_found, set_value_raw};
+use super::util::{log_request, set_not_found, set_value_raw};
 use super::{Registry, Upstrand};
 use crate::conf::MainConf;
 
@@ -65,15 +65,13 @@ pub(super) struct ReqCtx {
     pub walk: *mut WalkCtx,
     pub role: Role,
     pub mode: Mode,
-}
-
-/// One participating request.
-pub(super) struct Part {
+    /// The request this context belongs to.
     pub r: *mut ngx_http_request_t,
-    pub ctx: *mut ReqCtx,
+    /// The next participating request of the walk (chronological list).
+    pub next: *mut ReqCtx,
 }
 
-/// The state of one walk; a `Box` owned by the request pool.
+/// The state of one walk, in the root request's pool (plain data: nothing to drop).
 pub(super) struct WalkCtx {
     pub upstrand: *const Upstrand,
     pub walk: Walk,
@@ -81,11 +79,33 @@ pub(super) struct WalkCtx {
     pub non_idempotent: bool,
     /// A second upstrand was accessed in this request: everything answers 500.
     pub poisoned: bool,
-    /// Every participating request, chronologically (steps, then the intercept).
-    pub parts: Vec<Part>,
+    /// Every participating request, chronologically (steps, then the intercept): first and last
+    /// of the list linked through [`ReqCtx::next`].
+    pub first: *mut ReqCtx,
+    pub last: *mut ReqCtx,
 }
 
+// Pool memory is released without running destructors.
+const _: () = assert!(!core::mem::needs_drop::<WalkCtx>() && !core::mem::needs_drop::<ReqCtx>());
+
 impl WalkCtx {
+    /// The contexts of every participating request, chronologically.
+    ///
+    /// # Safety
+    /// The walk and its contexts are live (they live as long as the request tree's pool).
+    pub unsafe fn parts(&self) -> impl Iterator<Item = *mut ReqCtx> + '_ {
+        let mut cur = self.first;
+        core::iter::from_fn(move || {
+            if cur.is_null() {
+                return None;
+            }
+            let c = cur;
+            // SAFETY: c is a live context of this walk (caller).
+            cur = unsafe { (*c).next };
+            Some(c)
+        })
+    }
+
     /// The name shown for a part in the status variables.
     pub fn part_name(&self, role: Role) -> &str {
         match role {
@@ -139,10 +159,10 @@ pub(super) unsafe fn find_ctx(r: *mut ngx_http_request_t) -> *mut ReqCtx {
             let pc = (*slot(p)).cast::<ReqCtx>();
             if !pc.is_null() {
                 let w = &*(*pc).walk;
-                return match w.parts.iter().find(|part| part.r == r) {
-                    Some(part) => {
-                        *slot(r) = part.ctx.cast();
-                        part.ctx
+                return match w.parts().find(|c| (**c).r == r) {
+                    Some(c) => {
+                        *slot(r) = c.cast();
+                        c
                     }
                     None => ptr::null_mut(),
                 };
@@ -187,9 +207,16 @@ unsafe fn attach(
             walk: w,
             role,
             mode,
+            r,
+            next: ptr::null_mut(),
         });
         *slot(r) = c.cast();
-        (*w).parts.push(Part { r, ctx: c });
+        if (*w).last.is_null() {
+            (*w).first = c;
+        } else {
+            (*(*w).last).next = c;
+        }
+        (*w).last = c;
         Some(c)
     }
 }
@@ -272,11 +299,14 @@ pub(super) unsafe fn upstrand_value(
             root: r,
             non_idempotent,
             poisoned: false,
-            parts: Vec::new(),
+            first: ptr::null_mut(),
+            last: ptr::null_mut(),
         };
-        let Some(w) = pool_box((*r).pool, walk) else {
+        let w = ngx_palloc((*r).pool, core::mem::size_of::<WalkCtx>()).cast::<WalkCtx>();
+        if w.is_null() {
             return NGX_ERROR;
-        };
+        }
+        w.write(walk);
         if attach(r, w, Role::Step(first), Mode::Undecided).is_none() {
             return NGX_ERROR;
         }
@@ -573,6 +603,27 @@ pub(super) unsafe fn wrap_peer_init(cf: *mut ngx_conf_t, reg: &mut Registry) {
     }
 }
 
+/// The walk variant of a location's upstream configuration (see [`Registry::walk_confs`]).
+///
+/// # Safety
+/// `conf` points at a location's `ngx_http_upstream_conf_t`, which lives as long as the cycle.
+unsafe fn walk_conf(
+    reg: &Registry,
+    conf: *mut ngx_http_upstream_conf_t,
+) -> *mut ngx_http_upstream_conf_t {
+    let mut confs = reg.walk_confs.borrow_mut();
+    if let Some((_, copy)) = confs.iter_mut().find(|(orig, _)| ptr::eq(*orig, conf)) {
+        return &mut **copy;
+    }
+    // SAFETY: conf is valid (caller); the struct is plain data, copied by value.
+    let mut copy = Box::new(unsafe { *conf });
+    copy.ignore_headers |= NGX_HTTP_UPSTREAM_IGN_XA_REDIRECT as ngx_uint_t;
+    copy.intercept_errors = 0;
+    let p: *mut ngx_http_upstream_conf_t = &mut *copy;
+    confs.push((conf, copy));
+    p
+}
+
 unsafe extern "C" fn peer_init(
     r: *mut ngx_http_request_t,
     us: *mut ngx_http_upstream_srv_conf_t,
@@ -598,15 +649,7 @@ unsafe extern "C" fn peer_init(
             }
             let u = (*r).upstream;
             if !u.is_null() && !(*u).conf.is_null() {
-                let copy = ngx_palloc((*r).pool, core::mem::size_of::<ngx_http_upstream_conf_t>())
-                    .cast::<ngx_http_upstream_conf_t>();
-                if copy.is_null() {
-                    return NGX_ERROR;
-                }
-                copy.write(*(*u).conf);
-                (*copy).ignore_headers |= NGX_HTTP_UPSTREAM_IGN_XA_REDIRECT as ngx_uint_t;
-                (*copy).intercept_errors = 0;
-                (*u).conf = copy;
+                (*u).conf = walk_conf(reg, (*u).conf);
             }
         }
         orig(r, us)

@@ -109,7 +109,7 @@ unsafe extern "C" fn status_variable(
             return NGX_OK;
         }
         let w = &*(*ctx).walk;
-        let roles: Vec<_> = w.parts.iter().map(|p| (*p.ctx).role).collect();
+        let roles: Vec<_> = w.parts().map(|c| (*c).role).collect();
         let text = if data == PATH_DATA {
             format_path(roles.iter().map(|role| w.part_name(*role)))
         } else {
@@ -117,11 +117,7 @@ unsafe extern "C" fn status_variable(
                 set_not_found(v);
                 return NGX_OK;
             };
-            let values: Vec<String> = w
-                .parts
-                .iter()
-                .map(|p| upstream_value(p.r, suffix))
-                .collect();
+            let values: Vec<String> = w.parts().map(|c| upstream_value((*c).r, suffix)).collect();
             format_entries(
                 roles
                     .iter()

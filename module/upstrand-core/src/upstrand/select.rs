@@ -174,14 +174,15 @@ pub fn whitelist_message(upstrand: &str) -> String {
     format!("all upstreams in upstrand \"{upstrand}\" are blacklisted, whitelisting them")
 }
 
-/// One request's walk through an upstrand.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One request's walk through an upstrand. Plain data (no heap), so the cdylib can keep it in an
+/// nginx pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Walk {
     cycle: Cycle,
     start: usize,
     offset: usize,
     started_ms: u64,
-    path: Vec<MemberRef>,
+    steps: usize,
 }
 
 impl Walk {
@@ -207,14 +208,13 @@ impl Walk {
             }
             let start = state.take_start(conf, cycle, len, rng);
             if let Some(offset) = state.first_available(conf, cycle, start, 0, now) {
-                let mut walk = Walk {
+                let walk = Walk {
                     cycle,
                     start,
                     offset,
                     started_ms: now,
-                    path: Vec::new(),
+                    steps: 1,
                 };
-                walk.path.push(walk.current(conf));
                 return Some(Begin { walk, whitelisted });
             }
         }
@@ -230,9 +230,9 @@ impl Walk {
         }
     }
 
-    /// Every member visited so far, in order (the current one last).
-    pub fn path(&self) -> &[MemberRef] {
-        &self.path
+    /// How many members the walk has run against so far (the current one included).
+    pub fn steps(&self) -> usize {
+        self.steps
     }
 
     /// When the walk started (ms).
@@ -279,7 +279,7 @@ impl Walk {
         {
             self.offset = off;
             let next = self.current(conf);
-            self.path.push(next);
+            self.steps += 1;
             return Step::Next(next);
         }
         // From the normal cycle into the backup cycle.
@@ -291,7 +291,7 @@ impl Walk {
                 self.start = start;
                 self.offset = off;
                 let next = self.current(conf);
-                self.path.push(next);
+                self.steps += 1;
                 return Step::Next(next);
             }
         }
@@ -339,12 +339,7 @@ mod tests {
             match walk.on_answer(c, st, a, post, now, rng) {
                 Step::Next(m) => seen.push(name(c, m).to_string()),
                 fin => {
-                    let path: Vec<String> = walk
-                        .path()
-                        .iter()
-                        .map(|m| name(c, *m).to_string())
-                        .collect();
-                    assert_eq!(path, seen);
+                    assert_eq!(walk.steps(), seen.len());
                     return (seen, fin);
                 }
             }
@@ -724,7 +719,7 @@ mod tests {
         );
         let step = walk.on_answer(&c, &mut st, Answer::backend(503), false, 1_100, &mut no_rng);
         assert_eq!(step, final_(FinalReason::TimedOut, None));
-        assert_eq!(walk.path().len(), 2);
+        assert_eq!(walk.steps(), 2);
     }
 
     #[test]
