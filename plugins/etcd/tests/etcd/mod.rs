@@ -1,0 +1,359 @@
+//! A real etcd (Debian's `etcd-server`) on free 127.0.0.1 ports with a temporary data dir, for the
+//! `etcd` plugin's tests and benchmark, and a tiny HTTP client for its v3 JSON API. Stopped on drop.
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use base64::engine::general_purpose::STANDARD as B64;
+use base64::Engine as _;
+use serde_json::{json, Value};
+
+/// The etcd binary: `etcd` on PATH, else /usr/bin/etcd. Panics with the install hint.
+pub fn binary() -> PathBuf {
+    let mut candidates: Vec<PathBuf> = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).map(|d| d.join("etcd")).collect())
+        .unwrap_or_default();
+    candidates.push(PathBuf::from("/usr/bin/etcd"));
+    candidates
+        .into_iter()
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| {
+            panic!(
+                "etcd not found (PATH, /usr/bin): install Debian's etcd-server package \
+                 (scripts/setup.sh does it)"
+            )
+        })
+}
+
+/// TLS material for an HTTPS client URL: the CA file for the plugin, the server's cert and key.
+pub struct Tls {
+    pub ca: PathBuf,
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+impl Tls {
+    /// A test CA and a server certificate for 127.0.0.1 signed by it (openssl command line).
+    pub fn generate(dir: &Path) -> Tls {
+        let run = |args: &[&str]| {
+            let out = Command::new("openssl")
+                .args(args)
+                .current_dir(dir)
+                .output()
+                .expect("openssl must be installed");
+            assert!(
+                out.status.success(),
+                "openssl {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        };
+        std::fs::write(
+            dir.join("san.ext"),
+            "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\n",
+        )
+        .unwrap();
+        run(&[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.pem",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=tributary test CA",
+        ]);
+        run(&[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "server.key",
+            "-out",
+            "server.csr",
+            "-subj",
+            "/CN=127.0.0.1",
+        ]);
+        run(&[
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            "server.pem",
+            "-days",
+            "2",
+            "-extfile",
+            "san.ext",
+        ]);
+        Tls {
+            ca: dir.join("ca.pem"),
+            cert: dir.join("server.pem"),
+            key: dir.join("server.key"),
+        }
+    }
+}
+
+/// A running etcd.
+pub struct Etcd {
+    child: Option<Child>,
+    dir: tempfile::TempDir,
+    pub client_port: u16,
+    peer_port: u16,
+    tls: Option<(PathBuf, PathBuf)>,
+    /// Root's token once [`Etcd::enable_auth`] ran.
+    root_token: Option<String>,
+    root_password: Option<String>,
+}
+
+impl Etcd {
+    /// Starts a fresh single-member etcd on free ports (plain HTTP).
+    pub fn start() -> Etcd {
+        Etcd::start_with(None)
+    }
+
+    /// Starts a fresh etcd; with `tls` (cert, key) its client URL is HTTPS.
+    pub fn start_with(tls: Option<(PathBuf, PathBuf)>) -> Etcd {
+        let mut last = String::new();
+        for _ in 0..5 {
+            let mut e = Etcd {
+                child: None,
+                dir: tempfile::tempdir().unwrap(),
+                client_port: tributary_testkit::free_port(),
+                peer_port: tributary_testkit::free_port(),
+                tls: tls.clone(),
+                root_token: None,
+                root_password: None,
+            };
+            match e.spawn() {
+                Ok(()) => return e,
+                Err(why) => last = why,
+            }
+        }
+        panic!("etcd did not start: {last}");
+    }
+
+    fn scheme(&self) -> &'static str {
+        if self.tls.is_some() {
+            "https"
+        } else {
+            "http"
+        }
+    }
+
+    /// The client URL, the plugin's `endpoints`.
+    pub fn endpoint(&self) -> String {
+        format!("{}://127.0.0.1:{}", self.scheme(), self.client_port)
+    }
+
+    fn spawn(&mut self) -> Result<(), String> {
+        let client = self.endpoint();
+        let peer = format!("http://127.0.0.1:{}", self.peer_port);
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join("etcd.log"))
+            .unwrap();
+        let mut cmd = Command::new(binary());
+        cmd.arg("--name")
+            .arg("t")
+            .arg("--data-dir")
+            .arg(self.dir.path().join("data"))
+            .args(["--listen-client-urls", &client])
+            .args(["--advertise-client-urls", &client])
+            .args(["--listen-peer-urls", &peer])
+            .args(["--initial-advertise-peer-urls", &peer])
+            .args(["--initial-cluster", &format!("t={peer}")])
+            .args(["--log-level", "warn"]);
+        if let Some((cert, key)) = &self.tls {
+            cmd.arg("--cert-file").arg(cert).arg("--key-file").arg(key);
+        }
+        let child = cmd
+            .env_remove("ETCDCTL_API")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(log))
+            .spawn()
+            .map_err(|e| format!("spawn etcd: {e}"))?;
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                self.child = None;
+                return Err(format!("etcd exited with {status}: {}", self.log_text()));
+            }
+            if TcpStream::connect(("127.0.0.1", self.client_port)).is_ok()
+                && (self.tls.is_some()
+                    || self
+                        .try_post("/v3/kv/range", &json!({"key": "AA=="}), None)
+                        .is_ok())
+            {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(format!("etcd did not answer: {}", self.log_text()));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Stops etcd (the data dir stays, for [`Etcd::restart`]). Idempotent.
+    pub fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Starts etcd again on the same ports and data (e.g. after [`Etcd::stop`]).
+    pub fn restart(&mut self) {
+        self.stop();
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            match self.spawn() {
+                Ok(()) => break,
+                Err(e) if Instant::now() > deadline => panic!("etcd did not restart: {e}"),
+                Err(_) => std::thread::sleep(Duration::from_millis(200)),
+            }
+        }
+        if let Some(pw) = self.root_password.clone() {
+            self.root_token = Some(self.authenticate("root", &pw));
+        }
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("etcd.log")).unwrap_or_default()
+    }
+
+    /// A plain-HTTP POST of JSON to the client port (not for the TLS variant).
+    fn try_post(&self, path: &str, body: &Value, token: Option<&str>) -> std::io::Result<Value> {
+        assert!(self.tls.is_none(), "the test client speaks plain HTTP only");
+        let mut s = TcpStream::connect(("127.0.0.1", self.client_port))?;
+        s.set_read_timeout(Some(Duration::from_secs(10)))?;
+        let body = body.to_string();
+        let auth = token
+            .map(|t| format!("Authorization: {t}\r\n"))
+            .unwrap_or_default();
+        write!(
+            s,
+            "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n{auth}Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        )?;
+        let mut raw = Vec::new();
+        s.read_to_end(&mut raw)?;
+        let text = String::from_utf8_lossy(&raw);
+        let (head, rest) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+        let body = if head
+            .to_ascii_lowercase()
+            .contains("transfer-encoding: chunked")
+        {
+            dechunk(rest)
+        } else {
+            rest.to_string()
+        };
+        serde_json::from_str(body.trim()).map_err(|e| std::io::Error::other(format!("{e}: {text}")))
+    }
+
+    fn post(&self, path: &str, body: Value) -> Value {
+        let v = self
+            .try_post(path, &body, self.root_token.as_deref())
+            .unwrap_or_else(|e| panic!("POST {path}: {e}"));
+        assert!(v.get("code").is_none(), "POST {path} {body}: {v}");
+        v
+    }
+
+    pub fn put(&self, key: &str, value: &str) {
+        self.post(
+            "/v3/kv/put",
+            json!({"key": B64.encode(key), "value": B64.encode(value)}),
+        );
+    }
+
+    pub fn delete(&self, key: &str) {
+        self.post("/v3/kv/deleterange", json!({"key": B64.encode(key)}));
+    }
+
+    fn authenticate(&self, user: &str, password: &str) -> String {
+        let v = self
+            .try_post(
+                "/v3/auth/authenticate",
+                &json!({"name": user, "password": password}),
+                None,
+            )
+            .unwrap();
+        v["token"]
+            .as_str()
+            .unwrap_or_else(|| panic!("authenticate: {v}"))
+            .to_string()
+    }
+
+    /// Turns authentication on (root user with `root_password`); afterwards this client uses
+    /// root's token.
+    pub fn enable_auth(&mut self, root_password: &str) {
+        self.post("/v3/auth/role/add", json!({"name": "root"}));
+        self.post(
+            "/v3/auth/user/add",
+            json!({"name": "root", "password": root_password}),
+        );
+        self.post(
+            "/v3/auth/user/grant",
+            json!({"user": "root", "role": "root"}),
+        );
+        self.post("/v3/auth/enable", json!({}));
+        self.root_password = Some(root_password.to_string());
+        self.root_token = Some(self.authenticate("root", root_password));
+    }
+
+    /// Adds `user` with `password` and a role that may read keys from `prefix` on (empty: none).
+    pub fn add_reader(&self, user: &str, password: &str, prefix: &str) {
+        let role = format!("{user}-role");
+        self.post("/v3/auth/role/add", json!({"name": role}));
+        if !prefix.is_empty() {
+            let mut end = prefix.as_bytes().to_vec();
+            *end.last_mut().unwrap() += 1;
+            self.post(
+                "/v3/auth/role/grant",
+                json!({"name": role, "perm": {"permType": "READ", "key": B64.encode(prefix), "range_end": B64.encode(&end)}}),
+            );
+        }
+        self.post(
+            "/v3/auth/user/add",
+            json!({"name": user, "password": password}),
+        );
+        self.post("/v3/auth/user/grant", json!({"user": user, "role": role}));
+    }
+}
+
+fn dechunk(s: &str) -> String {
+    let mut out = String::new();
+    let mut rest = s;
+    while let Some((size, after)) = rest.split_once("\r\n") {
+        let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+        if n == 0 || after.len() < n {
+            break;
+        }
+        out.push_str(&after[..n]);
+        rest = after[n..].trim_start_matches("\r\n");
+    }
+    out
+}
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}

@@ -1,0 +1,421 @@
+//! The built `tributary-plugin-etcd` binary against a real etcd: through the real plugin host (with
+//! and without authentication, over HTTPS with a test CA), the conformance checker, and end to end
+//! through `tributary serve` and a real nginx.
+
+mod etcd;
+#[path = "../../file/tests/support/mod.rs"]
+mod support;
+
+use std::path::PathBuf;
+
+use etcd::{Etcd, Tls};
+use serde_json::{json, Value};
+use support::{assert_ok, plugin_folder, poll, wait_backends, Daemon};
+use tributary_plugin_host::check::{check_plugin, Outcome};
+use tributary_plugin_host::{HostOptions, PluginHost, ResolveError};
+use tributary_protocol::{ConfigMap, ResolveParams, ResolveResult, ERR_CONFIG, ERR_PROVIDER};
+use tributary_testkit::TestNginx;
+
+fn bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_tributary-plugin-etcd"))
+}
+
+struct Host {
+    host: PluginHost,
+    _dir: tempfile::TempDir,
+}
+
+impl Host {
+    fn new() -> Host {
+        let dir = tempfile::tempdir().unwrap();
+        plugin_folder(dir.path(), "etcd", &bin(), None);
+        let (host, errors) = PluginHost::load(dir.path(), HostOptions::default());
+        assert!(errors.is_empty(), "{errors:?}");
+        Host { host, _dir: dir }
+    }
+
+    async fn resolve(&self, config: Value, service: &str) -> Result<ResolveResult, ResolveError> {
+        let params = ResolveParams {
+            provider: "etcd".into(),
+            config: serde_json::from_value::<ConfigMap>(config).unwrap(),
+            service: service.into(),
+        };
+        self.host.resolve("etcd", params).await
+    }
+
+    fn stderr(&self) -> String {
+        format!("{:?}", self.host.stderr_tail("etcd"))
+    }
+}
+
+fn sorted(r: &ResolveResult) -> Vec<Value> {
+    let mut v = r.targets.clone();
+    v.sort_by_key(|t| t.to_string());
+    v
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resolves_keys_under_the_prefix() {
+    let e = Etcd::start();
+    e.put(
+        "/services/api/1",
+        r#"{"address":"10.0.0.1","port":8080,"weight":3,"tags":["zone-a"]}"#,
+    );
+    e.put(
+        "/services/api/2",
+        r#"{"Op":0,"Addr":"10.0.0.2:8080","Metadata":null}"#,
+    );
+    e.put("/services/api/3", "[2001:db8::3]:8443");
+    e.put("/services/api-canary/1", "10.9.9.9:1"); // a sibling, not part of "api"
+    e.put("/services/apix", "10.9.9.9:2");
+    e.put(
+        "/services/web",
+        r#"["10.1.0.1:80", {"address":"10.1.0.2","port":80}]"#,
+    );
+    e.put("/services/idle", "");
+    e.put("/services/broken/1", "not a target");
+    e.put("/services/half/1", "10.2.0.1:80");
+    e.put("/services/half/2", "{oops");
+    e.put("/reg/v2/api/1", "10.3.0.1:80");
+    let h = Host::new();
+    let cfg = json!({ "endpoints": e.endpoint() });
+
+    let r = h.resolve(cfg.clone(), "api").await.unwrap();
+    assert_eq!(
+        sorted(&r),
+        vec![
+            json!({"address":"10.0.0.1","port":8080,"weight":3,"tags":["zone-a"]}),
+            json!({"address":"10.0.0.2","port":8080}),
+            json!({"address":"2001:db8::3","port":8443}),
+        ]
+    );
+    assert_eq!(r.ttl_seconds, 0);
+    let r = h.resolve(cfg.clone(), "web").await.unwrap();
+    assert_eq!(r.targets.len(), 2);
+    assert!(h
+        .resolve(cfg.clone(), "idle")
+        .await
+        .unwrap()
+        .targets
+        .is_empty());
+    let r = h.resolve(cfg.clone(), "half").await.unwrap();
+    assert_eq!(r.targets, vec![json!({"address":"10.2.0.1","port":80})]);
+    assert!(h.stderr().contains("instance \\\"2\\\""), "{}", h.stderr());
+
+    let err = h.resolve(cfg.clone(), "broken").await.unwrap_err();
+    assert_eq!(err.code(), Some(ERR_PROVIDER), "{err}");
+    let err = h.resolve(cfg.clone(), "nope").await.unwrap_err();
+    assert_eq!(
+        (err.code(), err.field()),
+        (Some(ERR_CONFIG), Some("service")),
+        "{err}"
+    );
+
+    // Another prefix (a final / is added).
+    let r = h
+        .resolve(
+            json!({"endpoints": e.endpoint(), "prefix": "/reg/v2"}),
+            "api",
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.targets, vec![json!({"address":"10.3.0.1","port":80})]);
+
+    // A change in etcd shows in the next resolution.
+    e.delete("/services/api/1");
+    e.put("/services/api/4", "10.0.0.4:8080");
+    let r = h.resolve(cfg.clone(), "api").await.unwrap();
+    let addrs: Vec<String> = sorted(&r)
+        .iter()
+        .map(|t| t["address"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(addrs, vec!["10.0.0.2", "10.0.0.4", "2001:db8::3"]);
+    h.host.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn endpoints_fail_over_and_all_down_is_a_provider_error_without_hosts() {
+    let mut e = Etcd::start();
+    e.put("/services/api/1", "10.0.0.1:80");
+    let h = Host::new();
+    let dead = format!("http://127.0.0.1:{}", tributary_testkit::free_port());
+    let both = format!("{dead}, {}", e.endpoint());
+    let r = h
+        .resolve(json!({ "endpoints": both }), "api")
+        .await
+        .unwrap();
+    assert_eq!(r.targets.len(), 1);
+
+    e.stop();
+    let err = h
+        .resolve(json!({ "endpoints": both }), "api")
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some(ERR_PROVIDER), "{err}");
+    let text = err.to_string();
+    assert!(
+        text.contains("endpoint 1") && text.contains("endpoint 2"),
+        "{text}"
+    );
+    assert!(!text.contains("127.0.0.1"), "{text}");
+    assert!(!h.stderr().contains("127.0.0.1"), "{}", h.stderr());
+    h.host.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn authentication_errors_name_the_credential_and_never_show_the_password() {
+    let mut e = Etcd::start();
+    e.put("/services/api/1", "10.0.0.1:80");
+    e.put("/private/api/1", "10.0.0.9:80");
+    e.enable_auth("r00t-Secret-Pw");
+    let password = "S3cret-app-pw-7731";
+    e.add_reader("app", password, "/services/");
+    let h = Host::new();
+    let ep = e.endpoint();
+    let good = json!({"endpoints": ep, "username": "app", "password": password});
+
+    let r = h.resolve(good.clone(), "api").await.unwrap();
+    assert_eq!(r.targets, vec![json!({"address":"10.0.0.1","port":80})]);
+
+    let mut outputs = Vec::new();
+    for (config, service, field) in [
+        (
+            json!({"endpoints": ep, "username": "app", "password": "wrong-password-1"}),
+            "api",
+            "password",
+        ),
+        (
+            json!({"endpoints": ep, "username": "nobody", "password": password}),
+            "api",
+            "password",
+        ),
+        (json!({"endpoints": ep}), "api", "username"),
+        (
+            json!({"endpoints": ep, "username": "app", "password": password, "prefix": "/private/"}),
+            "api",
+            "username",
+        ),
+        (
+            json!({"endpoints": ep, "username": "app"}),
+            "api",
+            "password",
+        ),
+    ] {
+        let err = h.resolve(config.clone(), service).await.unwrap_err();
+        assert_eq!(
+            (err.code(), err.field()),
+            (Some(ERR_CONFIG), Some(field)),
+            "{config}: {err}"
+        );
+        outputs.push(err.to_string());
+    }
+
+    // Simple tokens die with the member: after a restart the cached token is refused and the
+    // plugin authenticates again by itself.
+    e.restart();
+    let r = h.resolve(good.clone(), "api").await.unwrap();
+    assert_eq!(r.targets.len(), 1);
+
+    outputs.push(h.stderr());
+    for text in &outputs {
+        assert!(!text.contains(password), "password leaked: {text}");
+        assert!(
+            !text.contains("wrong-password-1"),
+            "password leaked: {text}"
+        );
+    }
+    h.host.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn https_with_a_custom_ca() {
+    let tmp = tempfile::tempdir().unwrap();
+    let tls = Tls::generate(tmp.path());
+    let e = Etcd::start_with(Some((tls.cert.clone(), tls.key.clone())));
+    let h = Host::new();
+    let with_ca = json!({"endpoints": e.endpoint(), "ca_cert": tls.ca});
+    // The test client speaks plain HTTP: an unknown service shows the TLS path works end to end.
+    let err = poll("etcd over HTTPS answers", || {
+        let rt = tokio::runtime::Handle::current();
+        let r = tokio::task::block_in_place(|| rt.block_on(h.resolve(with_ca.clone(), "api")));
+        match r {
+            Err(e) if e.field() == Some("service") => Ok(e),
+            other => Err(format!("{other:?}")),
+        }
+    });
+    assert_eq!(err.code(), Some(ERR_CONFIG));
+    // Without the CA the server's certificate is not trusted: a provider error naming no host.
+    let err = h
+        .resolve(json!({"endpoints": e.endpoint()}), "api")
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some(ERR_PROVIDER), "{err}");
+    assert!(!err.to_string().contains("127.0.0.1"), "{err}");
+    // A CA file that is not PEM is a config error on ca_cert.
+    let junk = tmp.path().join("junk.pem");
+    std::fs::write(&junk, "not a certificate").unwrap();
+    let err = h
+        .resolve(json!({"endpoints": e.endpoint(), "ca_cert": junk}), "api")
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (err.code(), err.field()),
+        (Some(ERR_CONFIG), Some("ca_cert")),
+        "{err}"
+    );
+    h.host.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn passes_the_conformance_checker() {
+    let e = Etcd::start();
+    e.put("/services/demo/1", "127.0.0.1:8080");
+    let tmp = tempfile::tempdir().unwrap();
+    let sample = json!({
+        "provider": "etcd",
+        "config": {"endpoints": e.endpoint()},
+        "service": "demo",
+        "unknown_service": "no-such-service"
+    });
+    let dir = plugin_folder(tmp.path(), "etcd", &bin(), Some(sample));
+    let report = check_plugin(&dir).await;
+    assert!(report.passed(), "{report}");
+    assert!(
+        !report
+            .checks
+            .iter()
+            .any(|c| matches!(c.outcome, Outcome::Skip(_))),
+        "{report}"
+    );
+    support::assert_cli_check_passes(&support::tributary_bin(&bin()), &dir, false);
+}
+
+#[test]
+fn end_to_end_nginx_follows_etcd_and_keeps_servers_when_etcd_is_down() {
+    let nginx = TestNginx::builder()
+        .backend("alpha")
+        .backend("beta")
+        .backend("gamma")
+        .start();
+    let port = |n: &str| nginx.backend_port(n);
+    let mut e = Etcd::start();
+    e.put(
+        "/services/api/alpha",
+        &format!("127.0.0.1:{}", port("alpha")),
+    );
+    e.put("/services/api/beta", &format!("127.0.0.1:{}", port("beta")));
+    e.enable_auth("r00t-Secret-Pw");
+    let password = "E2e-etcd-Secret-9924";
+    e.add_reader("tributary", password, "/services/");
+
+    let tmp = tempfile::tempdir().unwrap();
+    let plugins = tmp.path().join("plugins");
+    plugin_folder(&plugins, "etcd", &bin(), None);
+    let daemon = Daemon::start(support::tributary_bin(&bin()), tmp.path(), &plugins, &nginx);
+    let ep = format!("endpoints={}", e.endpoint());
+    let pw = format!("password={password}");
+    let out = daemon.cli(&[
+        "binding",
+        "add",
+        "api",
+        "--plugin",
+        "etcd",
+        "--provider",
+        "etcd",
+        "--service",
+        "api",
+        "--config",
+        &ep,
+        "--config",
+        "username=tributary",
+        "--config",
+        &pw,
+    ]);
+    let mut captured = vec![assert_ok(&out, "binding add")];
+    wait_backends(&nginx, "api", &["alpha", "beta"]);
+
+    // Change the registry: alpha leaves, gamma joins; one refresh brings file and nginx along.
+    e.delete("/services/api/alpha");
+    e.put(
+        "/services/api/gamma",
+        &format!("127.0.0.1:{}", port("gamma")),
+    );
+    let out = daemon.cli(&["binding", "refresh", "api"]);
+    captured.push(assert_ok(&out, "binding refresh"));
+    wait_backends(&nginx, "api", &["beta", "gamma"]);
+    let conf = nginx.upstreams_dir().join("api.conf");
+    let good = std::fs::read_to_string(&conf).unwrap();
+
+    // A wrong password: -32003 on `password`, servers kept.
+    let out = daemon.cli(&[
+        "binding",
+        "add",
+        "api",
+        "--replace",
+        "--plugin",
+        "etcd",
+        "--provider",
+        "etcd",
+        "--service",
+        "api",
+        "--config",
+        &ep,
+        "--config",
+        "username=tributary",
+        "--config",
+        "password=Wrong-Secret-Pw-1",
+    ]);
+    captured.push(String::from_utf8_lossy(&out.stdout).to_string());
+    captured.push(String::from_utf8_lossy(&out.stderr).to_string());
+    let b = daemon.show("api");
+    assert_eq!(b["last_outcome"]["status"], "failed", "{b}");
+    assert_eq!(b["last_outcome"]["field"], "password", "{b}");
+    captured.push(b.to_string());
+    // Back to the right password (secret fields left out keep their value only when unchanged,
+    // so give it again).
+    let out = daemon.cli(&[
+        "binding",
+        "add",
+        "api",
+        "--replace",
+        "--plugin",
+        "etcd",
+        "--provider",
+        "etcd",
+        "--service",
+        "api",
+        "--config",
+        &ep,
+        "--config",
+        "username=tributary",
+        "--config",
+        &pw,
+    ]);
+    captured.push(assert_ok(&out, "binding add --replace"));
+    assert_eq!(daemon.show("api")["last_outcome"]["status"], "unchanged");
+
+    // etcd down: the refresh fails with -32000, nginx keeps its servers, the binding shows it.
+    e.stop();
+    let out = daemon.cli(&["binding", "refresh", "api"]);
+    assert!(!out.status.success(), "refresh with etcd down must fail");
+    captured.push(String::from_utf8_lossy(&out.stdout).to_string());
+    let b = daemon.show("api");
+    assert_eq!(b["last_outcome"]["status"], "failed", "{b}");
+    assert_eq!(b["last_outcome"]["code"], ERR_PROVIDER, "{b}");
+    assert_eq!(b["servers"].as_array().unwrap().len(), 2, "{b}");
+    captured.push(b.to_string());
+    assert_eq!(std::fs::read_to_string(&conf).unwrap(), good);
+    wait_backends(&nginx, "api", &["beta", "gamma"]);
+
+    // The password is nowhere: CLI output, binding details, the daemon's log (plugin stderr
+    // included), the upstream file.
+    captured.push(daemon.log_text());
+    captured.push(good);
+    for text in &captured {
+        assert!(!text.contains(password), "password leaked: {text}");
+        assert!(
+            !text.contains("Wrong-Secret-Pw-1"),
+            "password leaked: {text}"
+        );
+    }
+}
