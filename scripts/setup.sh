@@ -7,8 +7,9 @@ cd "$(dirname "$0")/.."
 # Debian packages: nginx + headers for the module, libclang for bindgen, wrk for benchmarks,
 # the echo module for module tests, sqlite3 for inspecting the store.
 APT_PACKAGES=(nginx nginx-dev libclang-dev clang wrk libnginx-mod-http-echo valgrind sqlite3 curl ca-certificates python3-venv)
-# Discovery plugin tests: dnsmasq (the binary only, no system service) for `dns`, etcd for `etcd`.
-APT_PACKAGES+=(dnsmasq-base etcd-server)
+# Discovery plugin tests: dnsmasq (the binary only, no system service) for `dns`, etcd for `etcd`,
+# openssl for the etcd TLS test's certificates.
+APT_PACKAGES+=(dnsmasq-base etcd-server openssl)
 # Web UI browser tests: Debian's chromium, driven by playwright-core from npm (tests/browser).
 APT_PACKAGES+=(chromium)
 
