@@ -45,6 +45,8 @@ pub struct WebState {
     pub sessions: Arc<Sessions>,
     pub login: Arc<Login>,
     pub conf_dir: Arc<PathBuf>,
+    /// At most two password checks at a time (argon2 costs memory and CPU on purpose).
+    pub login_gate: Arc<tokio::sync::Semaphore>,
 }
 
 /// The whole HTTP surface: [`crate::api::router`] merged with the routes of this module.
@@ -56,6 +58,7 @@ pub fn router(api: ApiState, opts: WebOptions) -> Router {
         sessions: Arc::new(Sessions::default()),
         login: Arc::new(opts.login),
         conf_dir: Arc::new(opts.conf_dir),
+        login_gate: Arc::new(tokio::sync::Semaphore::new(2)),
     };
     let bearer = Router::new()
         .route("/api/v1/bindings/{name}/history", get(api_extra::history))

@@ -164,6 +164,7 @@ async fn login_submit(State(st): State<WebState>, headers: HeaderMap, body: Byte
     }
     let password = get_field(&f, "password").unwrap_or("").to_string();
     let login = st.login.clone();
+    let _permit = st.login_gate.acquire().await;
     let ok = tokio::task::spawn_blocking(move || login.verify(&password))
         .await
         .unwrap_or(false);
