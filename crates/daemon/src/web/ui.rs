@@ -1208,6 +1208,66 @@ async fn nginx_page(State(st): State<WebState>, Extension(s): Extension<Session>
 mod tests {
     use super::*;
 
+    fn view(last: Option<OutcomeStatus>) -> BindingView {
+        BindingView {
+            name: "api".into(),
+            plugin: "static".into(),
+            provider: "static".into(),
+            service: "demo".into(),
+            interval_secs: 60,
+            directives: vec![],
+            config: BTreeMap::new(),
+            secrets: BTreeMap::new(),
+            include_line: "include upstreams/api.conf;".into(),
+            file: "/x/upstreams/api.conf".into(),
+            last_outcome: last.map(|status| OutcomeRecord {
+                at_ms: now_ms(),
+                duration_ms: 1,
+                status,
+                why: None,
+                code: None,
+                field: None,
+                kept: vec![],
+                dropped: vec![],
+                ttl_seconds: None,
+                changed: false,
+                reloaded: false,
+                nginx_error: None,
+            }),
+            servers: vec![],
+            next_refresh_ms: None,
+            consecutive_failures: 0,
+        }
+    }
+
+    #[test]
+    fn binding_states() {
+        assert_eq!(state_of(&view(None), None).0, "pending");
+        assert_eq!(state_of(&view(Some(OutcomeStatus::Ok)), None).0, "ok");
+        assert_eq!(
+            state_of(&view(Some(OutcomeStatus::Unchanged)), None).0,
+            "unchanged"
+        );
+        let failed = view(Some(OutcomeStatus::Failed));
+        assert_eq!(state_of(&failed, None), ("failing".into(), "failing"));
+        // A success within two intervals: failing; older: stale since that success.
+        assert_eq!(state_of(&failed, Some(now_ms() - 60_000)).0, "failing");
+        let old = 1_700_000_000_000;
+        assert_eq!(
+            state_of(&failed, Some(old)),
+            ("stale since 2023-11-14 22:13:20Z".into(), "failing")
+        );
+    }
+
+    #[test]
+    fn charts_scale_points_and_mark_failures() {
+        let svg = chart("Servers", &[(0, 2.0, false), (1_000, 4.0, true)], "servers");
+        assert!(svg.contains("max 4 servers"), "{svg}");
+        assert_eq!(svg.matches("<circle").count(), 2);
+        assert!(svg.contains("class=\"bad\""));
+        assert_eq!(chart("x", &[], "ms"), "");
+    }
+
     #[test]
     fn urlencoding_of_names() {
         assert_eq!(urlencode("api.v1"), "api.v1");
