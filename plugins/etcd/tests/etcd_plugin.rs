@@ -100,6 +100,13 @@ async fn resolves_keys_under_the_prefix() {
         .is_empty());
     let r = h.resolve(cfg.clone(), "half").await.unwrap();
     assert_eq!(r.targets, vec![json!({"address":"10.2.0.1","port":80})]);
+    // The skipped value is noted on stderr (read by the host asynchronously: wait for it).
+    for _ in 0..100 {
+        if h.stderr().contains("instance \\\"2\\\"") {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
     assert!(h.stderr().contains("instance \\\"2\\\""), "{}", h.stderr());
 
     let err = h.resolve(cfg.clone(), "broken").await.unwrap_err();
