@@ -419,6 +419,34 @@ fn access_control_health_open_api_bearer_ui_session_metrics_either() {
         json!([])
     );
 
+    // Several invalid fields at once: each gets its own message.
+    let a = form_post(
+        "/ui/new",
+        &format!(
+            "csrf={page_csrf}&plugin=static&provider=static&action=save&name=.bad&service=\
+             &interval_secs=3&cfg.targets=&cfg.ttl_seconds=abc&directives=include+x%3B"
+        ),
+    );
+    assert_eq!(a.status, 400);
+    for field in [
+        "name",
+        "service",
+        "interval_secs",
+        "targets",
+        "ttl_seconds",
+        "directives",
+    ] {
+        assert!(
+            a.body.contains(&format!("id=\"err-{field}\"")),
+            "no error for {field}: {}",
+            a.body
+        );
+    }
+    assert_eq!(
+        d.api("GET", "/api/v1/bindings", None).1["bindings"],
+        json!([])
+    );
+
     // Logout ends the session.
     let a = form_post("/logout", &format!("csrf={page_csrf}"));
     assert_eq!(a.status, 303);

@@ -948,6 +948,77 @@ fn input_from_form(
     })
 }
 
+/// Checks every field on its own, so the form shows a message next to each invalid one (the
+/// engine, which checks again on save, stops at the first).
+fn precheck(decl: &ProviderDecl, input: &BindingInput, new: bool) -> BTreeMap<String, String> {
+    use tributary_core::{coerce_config, BindingError, ExtraDirective, UpstreamName};
+    let mut errors = BTreeMap::new();
+    if new {
+        if let Err(e) = UpstreamName::parse(&input.name) {
+            errors.insert(
+                "name".into(),
+                format!("upstream name {:?}: {e}", input.name),
+            );
+        }
+    }
+    if input.service.trim().is_empty() {
+        errors.insert("service".into(), BindingError::EmptyService.to_string());
+    } else if input.service.chars().any(char::is_control) {
+        errors.insert(
+            "service".into(),
+            BindingError::ServiceControlChar.to_string(),
+        );
+    } else if input.service.len() > crate::engine::MAX_SERVICE_LEN {
+        errors.insert(
+            "service".into(),
+            format!(
+                "service must be at most {} characters",
+                crate::engine::MAX_SERVICE_LEN
+            ),
+        );
+    }
+    if let Some(n) = input.interval_secs {
+        let min = tributary_core::schedule::MIN_INTERVAL.as_secs();
+        let max = crate::engine::MAX_INTERVAL_SECS;
+        if n < min {
+            errors.insert(
+                "interval_secs".into(),
+                format!("refresh interval {n} s is too short: the minimum is {min} s"),
+            );
+        } else if n > max {
+            errors.insert(
+                "interval_secs".into(),
+                format!("refresh interval {n} s is too long: the maximum is {max} s"),
+            );
+        }
+    }
+    for d in &input.directives {
+        if let Err(e) = ExtraDirective::parse(d) {
+            errors
+                .entry("directives".into())
+                .or_insert_with(|| format!("extra directive {d:?}: {e}"));
+        }
+    }
+    for f in &decl.configuration.fields {
+        match input.config.get(&f.key) {
+            None => {
+                if f.required && f.default.is_none() {
+                    let e = BindingError::MissingField { key: f.key.clone() };
+                    errors.insert(f.key.clone(), e.to_string());
+                }
+            }
+            Some(v) => {
+                let mut one = tributary_protocol::ConfigMap::new();
+                one.insert(f.key.clone(), v.clone());
+                if let Err(e) = coerce_config(&mut one, decl) {
+                    errors.insert(f.key.clone(), e.to_string());
+                }
+            }
+        }
+    }
+    errors
+}
+
 fn put_error(fs: &mut FormState, decl: &ProviderDecl, e: EngineError) {
     match e {
         EngineError::Invalid {
@@ -1046,7 +1117,11 @@ async fn submit(st: &WebState, s: &Session, body: &Bytes, edit: Option<BindingVi
         );
     };
     let mut fs = FormState::default();
-    let Some(input) = input_from_form(&decl, &plugin, &f, &mut fs) else {
+    let input = input_from_form(&decl, &plugin, &f, &mut fs);
+    if let Some(input) = &input {
+        fs.errors = precheck(&decl, input, edit.is_none());
+    }
+    let Some(input) = input.filter(|_| fs.errors.is_empty()) else {
         return render_form(
             s,
             &decl,
