@@ -43,6 +43,23 @@ pub fn tributary_bin(sibling: &Path) -> PathBuf {
     bin
 }
 
+/// Runs `tributary plugin check DIR` (the CLI's conformance checker); returns (success, output).
+pub fn plugin_check_cli(tributary: &Path, dir: &Path) -> (bool, String) {
+    let out = Command::new(tributary)
+        .args(["plugin", "check"])
+        .arg(dir)
+        .output()
+        .expect("run tributary plugin check");
+    (
+        out.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
 /// A running `tributary serve`.
 pub struct Daemon {
     child: Option<Child>,

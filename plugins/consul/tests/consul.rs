@@ -261,6 +261,15 @@ async fn passes_the_conformance_checker_with_a_sample() {
     fake.require_token(TOKEN);
     let tmp = plugins_dir(&fake, Some(TOKEN));
     let report = check_plugin(&tmp.path().join("consul")).await;
+    // The same through the CLI: `tributary plugin check DIR`.
+    let bin = PathBuf::from(env!("CARGO_BIN_EXE_tributary-plugin-consul"));
+    let (ok, text) = tributary_fakes::daemon::plugin_check_cli(
+        &tributary_fakes::daemon::tributary_bin(&bin),
+        &tmp.path().join("consul"),
+    );
+    assert!(ok, "{text}");
+    assert!(text.contains("PASS") && !text.contains("FAIL"), "{text}");
+    assert!(!text.contains(TOKEN), "{text}");
     assert!(report.passed(), "{report}");
     let skipped: Vec<_> = report
         .checks

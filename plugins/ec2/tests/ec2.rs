@@ -197,6 +197,15 @@ async fn passes_the_conformance_checker_and_never_shows_the_secret() {
     m.run_instances(1, &[("app", "web")], Some("127.0.0.31"));
     let tmp = plugins_dir(&m);
     let report = check_plugin(&tmp.path().join("ec2")).await;
+    // The same through the CLI: `tributary plugin check DIR`.
+    let bin = PathBuf::from(env!("CARGO_BIN_EXE_tributary-plugin-ec2"));
+    let (ok, text) = tributary_fakes::daemon::plugin_check_cli(
+        &tributary_fakes::daemon::tributary_bin(&bin),
+        &tmp.path().join("ec2"),
+    );
+    assert!(ok, "{text}");
+    assert!(text.contains("PASS") && !text.contains("FAIL"), "{text}");
+    assert!(!text.contains(&m.secret_access_key), "{text}");
     assert!(report.passed(), "{report}");
     // EC2 has no "unknown service": that check alone is skipped.
     let skipped: Vec<_> = report

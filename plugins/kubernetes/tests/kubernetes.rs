@@ -288,6 +288,15 @@ async fn passes_the_conformance_checker_and_never_shows_the_token() {
     cluster(&k);
     let tmp = plugins_dir(&k);
     let report = check_plugin(&tmp.path().join("kubernetes")).await;
+    // The same through the CLI: `tributary plugin check DIR`.
+    let bin = PathBuf::from(env!("CARGO_BIN_EXE_tributary-plugin-kubernetes"));
+    let (ok, text) = tributary_fakes::daemon::plugin_check_cli(
+        &tributary_fakes::daemon::tributary_bin(&bin),
+        &tmp.path().join("kubernetes"),
+    );
+    assert!(ok, "{text}");
+    assert!(text.contains("PASS") && !text.contains("FAIL"), "{text}");
+    assert!(!text.contains(TOKEN), "{text}");
     assert!(report.passed(), "{report}");
     assert!(
         !report
