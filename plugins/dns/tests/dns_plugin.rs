@@ -359,8 +359,8 @@ fn end_to_end_nginx_follows_dns_on_its_ttl_and_keeps_servers_when_dns_is_down() 
     let at = b["last_outcome"]["at_ms"].as_u64().unwrap();
     let next = b["next_refresh_ms"].as_u64().unwrap();
     assert!(
-        next >= at + 9_000 && next <= at + 12_000,
-        "next refresh follows the 10 s TTL, not the 60 s interval: {b}"
+        next >= at + 9_000 && next <= at + 30_000,
+        "next refresh follows the 10 s TTL (counted from the end of the apply), not the 60 s interval: {b}"
     );
 
     // Change the registry (alpha out, gamma in): nginx follows on the next TTL-driven refresh,
@@ -393,4 +393,31 @@ fn end_to_end_nginx_follows_dns_on_its_ttl_and_keeps_servers_when_dns_is_down() 
     assert_eq!(std::fs::read_to_string(&conf).unwrap(), good);
     std::thread::sleep(Duration::from_millis(200));
     wait_backends(&nginx, "api", &["beta", "gamma"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_checked_in_folder_works_through_its_launcher() {
+    // plugins/dns/plugin.json names run.sh, which starts the binary cargo built into the target dir.
+    let dns = Dnsmasq::start(10, &s(&["--host-record=web.test,127.0.0.5"]));
+    let plugins = support::source_dir().parent().unwrap().to_path_buf();
+    let (host, errors) = PluginHost::load(&plugins, HostOptions::default());
+    assert!(
+        !errors.iter().any(|e| e.dir() == support::source_dir()),
+        "{errors:?}"
+    );
+    let r = host
+        .resolve(
+            "dns",
+            params(
+                json!({"nameserver": dns.nameserver(), "record_type": "A", "port": 80}),
+                "web.test",
+            ),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}; stderr: {:?}", host.stderr_tail("dns")));
+    assert_eq!(r.targets, vec![json!({"address":"127.0.0.5","port":80})]);
+    host.shutdown().await;
+    // Without a conformance.json only the checks needing a live nameserver are skipped.
+    let report = check_plugin(&support::source_dir()).await;
+    assert!(report.passed(), "{report}");
 }

@@ -426,3 +426,29 @@ fn end_to_end_nginx_follows_etcd_and_keeps_servers_when_etcd_is_down() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_checked_in_folder_works_through_its_launcher() {
+    // plugins/etcd/plugin.json names run.sh, which starts the binary cargo built into the target dir.
+    let e = Etcd::start();
+    e.put("/services/api/1", "10.0.0.1:80");
+    let plugins = support::source_dir().parent().unwrap().to_path_buf();
+    let (host, errors) = PluginHost::load(&plugins, HostOptions::default());
+    assert!(
+        !errors.iter().any(|e| e.dir() == support::source_dir()),
+        "{errors:?}"
+    );
+    let params = ResolveParams {
+        provider: "etcd".into(),
+        config: serde_json::from_value::<ConfigMap>(json!({"endpoints": e.endpoint()})).unwrap(),
+        service: "api".into(),
+    };
+    let r = host
+        .resolve("etcd", params)
+        .await
+        .unwrap_or_else(|err| panic!("{err}; stderr: {:?}", host.stderr_tail("etcd")));
+    assert_eq!(r.targets, vec![json!({"address":"10.0.0.1","port":80})]);
+    host.shutdown().await;
+    let report = check_plugin(&support::source_dir()).await;
+    assert!(report.passed(), "{report}");
+}
