@@ -533,6 +533,19 @@ fn api_bad_input_names_the_field_and_changes_nothing() {
     );
     assert!(!nginx.upstreams_dir().join("api.conf").exists());
 
+    // A bad query string is a JSON error naming the parameter too.
+    let (status, v) = d.api(
+        "POST",
+        "/api/v1/bindings?wait=maybe",
+        Some(&good.to_string()),
+    );
+    assert_eq!(status, 400, "{v}");
+    assert_eq!(v["error"]["field"], "wait", "{v}");
+    assert_eq!(
+        d.api("GET", "/api/v1/bindings", None).1["bindings"],
+        json!([])
+    );
+
     // Test resolve answers what would be written and writes nothing.
     let (status, v) = d.api("POST", "/api/v1/resolve", Some(&good.to_string()));
     assert_eq!(status, 200, "{v}");
@@ -704,7 +717,7 @@ fn secrets_are_write_only_and_metrics_follow_outcomes() {
 }
 
 #[test]
-fn schemathesis_finds_no_server_errors() {
+fn schemathesis_no_server_errors_and_answers_match_the_document() {
     let venv = std::env::var_os("TRIBUTARY_VENV")
         .map(std::path::PathBuf::from)
         .unwrap_or_else(|| workspace_root().join("target/venv"));
@@ -727,7 +740,7 @@ fn schemathesis_finds_no_server_errors() {
         .arg("run")
         .arg(format!("http://127.0.0.1:{}/api/v1/openapi.json", d.port))
         .args(["--header", &format!("Authorization: {}", bearer(&d))])
-        .args(["--checks", "not_a_server_error"])
+        .args(["--checks", "not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance"])
         .args(["--max-examples", "25", "--seed", "1", "--workers", "1"])
         .args(["--phases", "examples,coverage,fuzzing"])
         .args(["--request-timeout", "60"])

@@ -78,6 +78,48 @@ pub fn router(api: ApiState, opts: WebOptions) -> Router {
         .merge(bearer)
         .merge(metrics)
         .merge(ui::router(st))
+        .layer(middleware::from_fn(json_errors))
+}
+
+/// Under `/api/`, error answers that are not JSON (axum's own rejections of a bad query string or
+/// path, which are plain text) become the API's `{"error": {"message", "field"}}`.
+async fn json_errors(req: Request, next: Next) -> Response {
+    if !req.uri().path().starts_with("/api/") {
+        return next.run(req).await;
+    }
+    let resp = next.run(req).await;
+    let status = resp.status();
+    let is_json = resp
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    if !(status.is_client_error() || status.is_server_error()) || is_json {
+        return resp;
+    }
+    let (parts, body) = resp.into_parts();
+    let text = match axum::body::to_bytes(body, 64 * 1024).await {
+        Ok(b) => String::from_utf8_lossy(&b).trim().to_string(),
+        Err(_) => String::new(),
+    };
+    let text = if text.is_empty() {
+        status.canonical_reason().unwrap_or("error").to_string()
+    } else {
+        text
+    };
+    // "Failed to deserialize query string: wait: ..." names the parameter.
+    let field = text
+        .strip_prefix("Failed to deserialize query string: ")
+        .and_then(|rest| rest.split_once(':'))
+        .map(|(name, _)| name.trim().to_string())
+        .filter(|n| !n.is_empty() && !n.contains(' '));
+    let mut out = api_extra::error(status, text, field);
+    for (k, v) in parts.headers.iter() {
+        if k != header::CONTENT_TYPE && k != header::CONTENT_LENGTH {
+            out.headers_mut().insert(k.clone(), v.clone());
+        }
+    }
+    out
 }
 
 fn bearer_ok(st: &WebState, req: &Request) -> bool {
