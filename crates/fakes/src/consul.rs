@@ -161,6 +161,7 @@ struct State {
 pub struct FakeConsul {
     state: Arc<Mutex<State>>,
     server: HttpServer,
+    ca_pem: Option<String>,
 }
 
 impl Default for FakeConsul {
@@ -172,19 +173,48 @@ impl Default for FakeConsul {
 impl FakeConsul {
     /// Starts an empty agent (datacenters `dc1` and `dc2`, no ACLs).
     pub fn start() -> FakeConsul {
+        Self::start_with(None)
+    }
+
+    /// Like [`FakeConsul::start`], served over HTTPS with a certificate from a fresh test CA
+    /// ([`FakeConsul::ca_pem`]).
+    pub fn start_tls() -> FakeConsul {
+        Self::start_with(Some(crate::tls::TestCa::generate(
+            "tributary fake consul CA",
+        )))
+    }
+
+    fn start_with(ca: Option<crate::tls::TestCa>) -> FakeConsul {
         let state = Arc::new(Mutex::new(State {
             datacenters: vec!["dc1".into(), "dc2".into()],
             index: 1,
             ..State::default()
         }));
         let s = state.clone();
-        let server = HttpServer::start(Arc::new(move |req| handle(&s, req)), None);
-        FakeConsul { state, server }
+        let server = HttpServer::start(
+            Arc::new(move |req| handle(&s, req)),
+            ca.as_ref().map(|c| c.server_config.clone()),
+        );
+        FakeConsul {
+            state,
+            server,
+            ca_pem: ca.map(|c| c.ca_pem),
+        }
     }
 
-    /// `http://127.0.0.1:<port>`.
+    /// `http://127.0.0.1:<port>` (`https://` when started with [`FakeConsul::start_tls`]).
     pub fn address(&self) -> String {
-        format!("http://127.0.0.1:{}", self.server.port())
+        let scheme = if self.ca_pem.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        format!("{scheme}://127.0.0.1:{}", self.server.port())
+    }
+
+    /// The CA certificate (PEM) of an HTTPS fake.
+    pub fn ca_pem(&self) -> Option<&str> {
+        self.ca_pem.as_deref()
     }
 
     pub fn port(&self) -> u16 {

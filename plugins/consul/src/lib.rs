@@ -24,25 +24,66 @@ use tributary_plugin_sdk::{ConfigExt, Plugin, ResolveParams, ResolveResult, RpcE
 /// How long one request to the registry may take.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Environment variable naming a PEM file of extra CA certificates to trust for an `https://`
+/// agent (the name Consul's own tools use).
+pub const CACERT_ENV: &str = "CONSUL_CACERT";
+
 /// The plugin. One HTTP client (connection pool) for every call.
 pub struct Consul {
-    client: reqwest::Client,
+    /// The client, or why it could not be built (a bad `CONSUL_CACERT`): every call then fails.
+    client: Result<reqwest::Client, String>,
     timeout: Duration,
 }
 
 impl Consul {
-    /// A plugin whose requests give up after `timeout`.
+    /// A plugin whose requests give up after `timeout`, trusting the public web roots.
     pub fn new(timeout: Duration) -> Consul {
-        let client = reqwest::Client::builder()
+        Consul::with_ca(timeout, None)
+    }
+
+    /// Like [`Consul::new`], also trusting the CA certificates in `ca_pem` (for an agent served
+    /// over HTTPS with a private CA).
+    pub fn with_ca(timeout: Duration, ca_pem: Option<&str>) -> Consul {
+        let mut b = reqwest::Client::builder()
             .timeout(timeout)
             .connect_timeout(timeout)
             .user_agent(concat!(
                 "tributary-plugin-consul/",
                 env!("CARGO_PKG_VERSION")
-            ))
-            .build()
-            .expect("HTTP client");
+            ));
+        let mut problem = None;
+        if let Some(pem) = ca_pem {
+            match reqwest::Certificate::from_pem_bundle(pem.as_bytes()) {
+                Ok(certs) if !certs.is_empty() => {
+                    for c in certs {
+                        b = b.add_root_certificate(c);
+                    }
+                }
+                _ => problem = Some(format!("{CACERT_ENV} holds no PEM certificate")),
+            }
+        }
+        let client = match problem {
+            Some(p) => Err(p),
+            None => b
+                .build()
+                .map_err(|_| "the HTTP client could not be built".to_string()),
+        };
         Consul { client, timeout }
+    }
+
+    /// The plugin as `main` starts it: [`DEFAULT_TIMEOUT`], and the CA file named by
+    /// `$CONSUL_CACERT` when set.
+    pub fn from_env() -> Consul {
+        match std::env::var_os(CACERT_ENV) {
+            None => Consul::new(DEFAULT_TIMEOUT),
+            Some(path) => match std::fs::read_to_string(&path) {
+                Ok(pem) => Consul::with_ca(DEFAULT_TIMEOUT, Some(&pem)),
+                Err(e) => Consul {
+                    client: Err(format!("cannot read the file named by {CACERT_ENV}: {e}")),
+                    timeout: DEFAULT_TIMEOUT,
+                },
+            },
+        }
     }
 }
 
@@ -318,8 +359,11 @@ impl Consul {
 
     /// GET with the token header; maps statuses to protocol errors.
     async fn get(&self, q: &Query, url: Url) -> Result<(HeaderMap, Vec<u8>), RpcError> {
-        let resp = self
+        let client = self
             .client
+            .as_ref()
+            .map_err(|why| RpcError::provider(format!("the plugin cannot make requests: {why}")))?;
+        let resp = client
             .get(url)
             .headers(q.headers.clone())
             .send()
@@ -405,6 +449,14 @@ fn transport_error(e: &reqwest::Error, timeout: Duration) -> RpcError {
         ));
     }
     let cause = root_cause(e);
+    if cause.contains("certificate") || cause.contains("UnknownIssuer") {
+        return RpcError::config(
+            "address",
+            format!(
+                "the registry's certificate is not trusted ({CACERT_ENV} names extra CAs): {cause}"
+            ),
+        );
+    }
     if e.is_connect() {
         return RpcError::provider(format!("cannot connect to the registry: {cause}"));
     }

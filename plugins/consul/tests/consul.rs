@@ -336,3 +336,57 @@ async fn the_checked_in_folder_passes_the_checker_through_its_launcher() {
     let report = check_plugin(std::path::Path::new(env!("CARGO_MANIFEST_DIR"))).await;
     assert!(report.passed(), "{report}");
 }
+
+#[tokio::test]
+async fn https_agent_with_a_private_ca_from_consul_cacert() {
+    let fake = FakeConsul::start_tls();
+    web(&fake);
+    let ca = fake.ca_pem().unwrap().to_string();
+    let cfg = json!({"address": fake.address()});
+    assert!(fake.address().starts_with("https://"));
+    let p = Consul::with_ca(Duration::from_secs(2), Some(&ca));
+    let r = tributary_plugin_sdk::call(&p, params(cfg.clone(), "web"))
+        .await
+        .unwrap();
+    assert_eq!(r.targets.len(), 2);
+    // Without the CA the certificate is not trusted: a cause in `address`.
+    let e = resolve(cfg.clone(), "web").await.unwrap_err();
+    assert_eq!((e.code, e.field()), (ERR_CONFIG, Some("address")), "{e:?}");
+    // A CONSUL_CACERT without a certificate: every call fails with -32000, saying why.
+    let p = Consul::with_ca(Duration::from_secs(2), Some("not a certificate"));
+    let e = tributary_plugin_sdk::call(&p, params(cfg, "web"))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code, ERR_PROVIDER, "{e:?}");
+    assert!(e.message.contains("CONSUL_CACERT"), "{e:?}");
+}
+
+#[test]
+fn the_binary_reads_consul_cacert() {
+    // The built binary, with CONSUL_CACERT naming the fake's CA file, resolves over HTTPS.
+    use std::io::Write;
+    let fake = FakeConsul::start_tls();
+    web(&fake);
+    let dir = tempfile::tempdir().unwrap();
+    let ca = dir.path().join("ca.pem");
+    std::fs::write(&ca, fake.ca_pem().unwrap()).unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_tributary-plugin-consul"))
+        .env("CONSUL_CACERT", &ca)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let req = json!({"jsonrpc": "2.0", "id": 1, "method": "discovery.resolve",
+                     "params": {"provider": "registry", "config": {"address": fake.address()},
+                                "service": "web"}});
+    let mut stdin = child.stdin.take().unwrap();
+    writeln!(stdin, "{req}").unwrap();
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    let answer: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        answer["result"]["targets"].as_array().unwrap().len(),
+        2,
+        "{answer}"
+    );
+}
