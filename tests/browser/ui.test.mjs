@@ -167,6 +167,30 @@ test("a target set nginx rejects: the failure shows nginx's message and the old 
   await shot(page, "bindings-list-failing.png");
 });
 
+test("a plugin error shows its code and the field at fault; the servers stay", async () => {
+  await page.goto(`${BASE}/ui/bindings/web/edit`);
+  await page.fill("#cfg-targets", "this is not a target list");
+  await page.click("button[value=save]");
+  await page.waitForURL(`${BASE}/ui/bindings/web`);
+  assert.equal((await page.textContent("h1 .state")).trim(), "failing");
+  assert.equal((await page.textContent("dd.code")).trim(), "-32003");
+  assert.equal((await page.textContent("dd.field")).trim(), "targets");
+  assert.match(await page.textContent("table.servers"), new RegExp(ALPHA));
+  assert.equal(await upstreamBody("web"), "alpha");
+});
+
+test("dropped targets are listed with their reasons", async () => {
+  await page.goto(`${BASE}/ui/bindings/web/edit`);
+  await page.fill("#cfg-targets", `127.0.0.1:${ALPHA} bad_host:80`);
+  await page.click("button[value=save]");
+  await page.waitForURL(`${BASE}/ui/bindings/web`);
+  assert.notEqual((await page.textContent("h1 .state")).trim(), "failing");
+  const dropped = await page.textContent("ul.dropped");
+  assert.match(dropped, /bad_host/);
+  assert.match(dropped, /bad address/);
+  assert.ok(!fs.readFileSync(file("web"), "utf8").includes("bad_host"), "dropped target not written");
+});
+
 test("secret fields are password inputs, write-only: never sent back to the browser", async () => {
   await page.goto(`${BASE}/ui/new?plugin=testplug&provider=t`);
   assert.equal(await page.getAttribute("#cfg-token", "type"), "password");
