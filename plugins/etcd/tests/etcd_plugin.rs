@@ -452,3 +452,21 @@ async fn the_checked_in_folder_works_through_its_launcher() {
     let report = check_plugin(&support::source_dir()).await;
     assert!(report.passed(), "{report}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_endpoint_that_never_answers_times_out_as_a_provider_error() {
+    // Accepts connections (the kernel's backlog) but never answers a byte.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let endpoint = format!("http://{}", silent.local_addr().unwrap());
+    let h = Host::new();
+    let started = std::time::Instant::now();
+    let err = h
+        .resolve(json!({ "endpoints": endpoint }), "api")
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some(ERR_PROVIDER), "{err}");
+    assert!(err.to_string().contains("timed out"), "{err}");
+    assert!(!err.to_string().contains("127.0.0.1"), "{err}");
+    drop(silent);
+    h.host.shutdown().await;
+}
