@@ -119,7 +119,9 @@ fn login_page(status: StatusCode, token: &str, error: Option<&str>) -> Response 
          <input type=\"hidden\" name=\"csrf\" value=\"{}\">\
          <label for=\"password\">Password</label>\
          <input type=\"password\" id=\"password\" name=\"password\" autocomplete=\"current-password\" autofocus>\
-         <button type=\"submit\">Log in</button></form>",
+         <button type=\"submit\">Log in</button>\
+         <small>The password is $TRIBUTARY_UI_PASSWORD, or the one created at first start in \
+         ui-initial-password in the daemon's data folder.</small></form>",
         esc(token)
     );
     let mut resp = page(status, "Log in", None, &body);
