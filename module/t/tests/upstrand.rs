@@ -1115,6 +1115,53 @@ fn variable_elsewhere_yields_name_and_advances() -> CaseResult {
     )
 }
 
+/// Decision 8: a walk longer than nginx's subrequest nesting limit (50) ends with nginx's own
+/// error in the log; the client gets the last answer.
+fn walk_longer_than_subrequest_limit() -> CaseResult {
+    let ups: String = (0..60)
+        .map(|i| format!("upstream m{i:02} {{ server 127.0.0.1:{{P1}}; }}\n"))
+        .collect();
+    let http = format!(
+        "{ups}
+         upstrand many {{ upstream ~^m; order per_request; next_upstream_statuses 503; }}
+         {}{}",
+        front("location / { proxy_pass http://$upstrand_many; }"),
+        backend(1, "m", 503),
+    );
+    let n = Nginx::start(&http)?;
+    let a = get(&n, "/")?;
+    check_eq(a.status, 503, "status")?;
+    check_eq(a.text(), "m 503\n".to_string(), "the last answer")?;
+    let walked = path_of(&n, 0)?.split(" -> ").count();
+    check(walked > 40 && walked < 60, || {
+        format!("{walked} upstreams walked")
+    })?;
+    let log = n.error_log();
+    check(log.contains("subrequests cycle"), || {
+        format!("error log lacks nginx's subrequest limit error:\n{log}")
+    })
+}
+
+/// Decision 2: `order start_random per_request` with an empty normal list does not crash.
+fn random_order_with_only_backups() -> CaseResult {
+    let http = format!(
+        "{}
+         upstrand us1 {{ upstream ~^b0 backup; order start_random per_request; next_upstream_statuses 5xx; }}
+         {}{}{}",
+        upstream("b01", 1) + &upstream("b02", 2),
+        front("location / { proxy_pass http://$upstrand_us1; }"),
+        backend(1, "b01", 503),
+        backend(2, "b02", 200),
+    );
+    let n = Nginx::start(&http)?;
+    for _ in 0..10 {
+        let a = get(&n, "/")?;
+        check_eq(a.status, 200, "status")?;
+        check_eq(a.header("X-From"), Some("b02"), "answer")?;
+    }
+    Ok(())
+}
+
 // ---- 7. status variables ------------------------------------------------------------------
 
 fn status_variables_format() -> CaseResult {
@@ -1266,6 +1313,14 @@ fn main() {
         (
             "order_seed_no_round_robin_with_singlets",
             order_seed_no_round_robin_with_singlets,
+        ),
+        (
+            "order_random_with_only_backups",
+            random_order_with_only_backups,
+        ),
+        (
+            "walk_longer_than_subrequest_limit",
+            walk_longer_than_subrequest_limit,
         ),
         (
             "blacklist_skips_failed_upstream_until_interval_ends",
