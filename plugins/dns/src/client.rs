@@ -57,10 +57,24 @@ fn matches(m: &Message, id: u16, name: &str, qtype: u16) -> bool {
             .is_none_or(|(n, t)| *t == qtype && n.eq_ignore_ascii_case(name))
 }
 
-/// Asks `server` for the `qtype` records of `name`.
+/// Asks `server` for the `qtype` records of `name`: with EDNS(0) first, and again without it when
+/// the server answers FORMERR (a server that does not know OPT records, RFC 6891 §7).
 pub async fn query(server: SocketAddr, name: &str, qtype: u16) -> Result<Message, QueryError> {
+    let m = query_udp(server, name, qtype, true).await?;
+    if m.rcode == wire::RCODE_FORMERR {
+        return query_udp(server, name, qtype, false).await;
+    }
+    Ok(m)
+}
+
+async fn query_udp(
+    server: SocketAddr,
+    name: &str,
+    qtype: u16,
+    edns: bool,
+) -> Result<Message, QueryError> {
     let id = random_id();
-    let q = wire::build_query(id, name, qtype);
+    let q = wire::build_query(id, name, qtype, edns);
     let bind: SocketAddr = if server.is_ipv4() {
         (std::net::Ipv4Addr::UNSPECIFIED, 0).into()
     } else {
@@ -87,7 +101,7 @@ pub async fn query(server: SocketAddr, name: &str, qtype: u16) -> Result<Message
                 continue;
             }
             if m.truncated {
-                return query_tcp(server, name, qtype).await;
+                return query_tcp(server, name, qtype, edns).await;
             }
             return Ok(m);
         }
@@ -96,9 +110,14 @@ pub async fn query(server: SocketAddr, name: &str, qtype: u16) -> Result<Message
 }
 
 /// The same question over TCP (two-byte length prefix, RFC 1035 §4.2.2).
-pub async fn query_tcp(server: SocketAddr, name: &str, qtype: u16) -> Result<Message, QueryError> {
+pub async fn query_tcp(
+    server: SocketAddr,
+    name: &str,
+    qtype: u16,
+    edns: bool,
+) -> Result<Message, QueryError> {
     let id = random_id();
-    let q = wire::build_query(id, name, qtype);
+    let q = wire::build_query(id, name, qtype, edns);
     let exchange = async {
         let mut s = TcpStream::connect(server).await?;
         let mut out = Vec::with_capacity(q.len() + 2);
@@ -121,4 +140,61 @@ pub async fn query_tcp(server: SocketAddr, name: &str, qtype: u16) -> Result<Mes
         ));
     }
     Ok(m)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A nameserver from before EDNS: FORMERR for any query with an additional record, else one
+    /// A record. Serves `n` queries.
+    async fn old_server(n: usize) -> SocketAddr {
+        let sock = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let addr = sock.local_addr().unwrap();
+        tokio::spawn(async move {
+            let mut buf = [0u8; 512];
+            for _ in 0..n {
+                let (len, from) = sock.recv_from(&mut buf).await.unwrap();
+                let q = &buf[..len];
+                let has_opt = q[10] != 0 || q[11] != 0;
+                let mut a = q[..12].to_vec();
+                a[2] = 0x81; // QR, RD
+                a[3] = if has_opt { 0x81 } else { 0x80 }; // RA, rcode FORMERR / NOERROR
+                a[10] = 0;
+                a[11] = 0; // no additional records
+                let question_end = if has_opt { len - 11 } else { len };
+                if has_opt {
+                    a.extend_from_slice(&q[12..question_end]);
+                } else {
+                    a[7] = 1; // one answer
+                    a.extend_from_slice(&q[12..question_end]);
+                    a.extend_from_slice(&[0xC0, 12, 0, 1, 0, 1, 0, 0, 0, 9, 0, 4, 192, 0, 2, 1]);
+                }
+                sock.send_to(&a, from).await.unwrap();
+            }
+        });
+        addr
+    }
+
+    #[tokio::test]
+    async fn falls_back_to_plain_dns_on_formerr() {
+        let server = old_server(2).await;
+        let m = query(server, "old.example", wire::TYPE_A).await.unwrap();
+        assert_eq!(m.rcode, wire::RCODE_NOERROR);
+        assert_eq!(m.answers.len(), 1);
+        assert_eq!(m.answers[0].ttl, 9);
+        assert_eq!(
+            m.answers[0].data,
+            wire::RData::A(std::net::Ipv4Addr::new(192, 0, 2, 1))
+        );
+    }
+
+    #[tokio::test]
+    async fn a_silent_server_times_out_and_the_text_names_no_address() {
+        let silent = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let addr = silent.local_addr().unwrap();
+        let e = query(addr, "x.example", wire::TYPE_A).await.unwrap_err();
+        assert!(matches!(e, QueryError::Timeout), "{e}");
+        assert!(!e.to_string().contains("127.0.0.1"), "{e}");
+    }
 }

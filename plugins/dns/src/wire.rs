@@ -11,6 +11,7 @@ const TYPE_OPT: u16 = 41;
 const CLASS_IN: u16 = 1;
 
 pub const RCODE_NOERROR: u8 = 0;
+pub const RCODE_FORMERR: u8 = 1;
 pub const RCODE_NXDOMAIN: u8 = 3;
 
 /// UDP payload size announced in the OPT record.
@@ -64,16 +65,16 @@ pub fn valid_name(name: &str) -> bool {
         })
 }
 
-/// Encodes a query for `name` (already checked with [`valid_name`]) with recursion desired and an
-/// OPT record announcing [`EDNS_UDP_SIZE`].
-pub fn build_query(id: u16, name: &str, qtype: u16) -> Vec<u8> {
+/// Encodes a query for `name` (already checked with [`valid_name`]) with recursion desired and,
+/// with `edns`, an OPT record announcing [`EDNS_UDP_SIZE`].
+pub fn build_query(id: u16, name: &str, qtype: u16, edns: bool) -> Vec<u8> {
     let mut m = Vec::with_capacity(32 + name.len());
     m.extend_from_slice(&id.to_be_bytes());
     m.extend_from_slice(&0x0100u16.to_be_bytes()); // RD
     m.extend_from_slice(&1u16.to_be_bytes()); // QDCOUNT
     m.extend_from_slice(&0u16.to_be_bytes()); // ANCOUNT
     m.extend_from_slice(&0u16.to_be_bytes()); // NSCOUNT
-    m.extend_from_slice(&1u16.to_be_bytes()); // ARCOUNT (OPT)
+    m.extend_from_slice(&u16::from(edns).to_be_bytes()); // ARCOUNT (OPT)
     for label in name.split('.').filter(|l| !l.is_empty()) {
         m.push(label.len() as u8);
         m.extend_from_slice(label.as_bytes());
@@ -81,6 +82,9 @@ pub fn build_query(id: u16, name: &str, qtype: u16) -> Vec<u8> {
     m.push(0);
     m.extend_from_slice(&qtype.to_be_bytes());
     m.extend_from_slice(&CLASS_IN.to_be_bytes());
+    if !edns {
+        return m;
+    }
     // OPT: root name, type, UDP size in the class, extended rcode/flags 0, no options.
     m.push(0);
     m.extend_from_slice(&TYPE_OPT.to_be_bytes());
@@ -293,7 +297,10 @@ mod tests {
 
     #[test]
     fn query_layout() {
-        let q = build_query(0xBEEF, "ab.c", TYPE_SRV);
+        let plain = build_query(0xBEEF, "ab.c", TYPE_SRV, false);
+        assert_eq!(&plain[..12], &[0xBE, 0xEF, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(plain.len(), 22);
+        let q = build_query(0xBEEF, "ab.c", TYPE_SRV, true);
         assert_eq!(&q[..12], &[0xBE, 0xEF, 1, 0, 0, 1, 0, 0, 0, 0, 0, 1]);
         assert_eq!(&q[12..18], &[2, b'a', b'b', 1, b'c', 0]);
         assert_eq!(&q[18..22], &[0, 33, 0, 1]);
