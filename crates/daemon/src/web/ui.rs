@@ -952,7 +952,12 @@ fn input_from_form(
 
 /// Checks every field on its own, so the form shows a message next to each invalid one (the
 /// engine, which checks again on save, stops at the first).
-fn precheck(decl: &ProviderDecl, input: &BindingInput, new: bool) -> BTreeMap<String, String> {
+fn precheck(
+    decl: &ProviderDecl,
+    input: &BindingInput,
+    edit: Option<&BindingView>,
+) -> BTreeMap<String, String> {
+    let new = edit.is_none();
     use tributary_core::{coerce_config, BindingError, ExtraDirective, UpstreamName};
     let mut errors = BTreeMap::new();
     if new {
@@ -1004,7 +1009,10 @@ fn precheck(decl: &ProviderDecl, input: &BindingInput, new: bool) -> BTreeMap<St
     for f in &decl.configuration.fields {
         match input.config.get(&f.key) {
             None => {
-                if f.required && f.default.is_none() {
+                // A secret left empty in an edit keeps its stored value.
+                let kept = f.secret
+                    && edit.is_some_and(|b| b.secrets.get(&f.key).copied().unwrap_or(false));
+                if f.required && f.default.is_none() && !kept {
                     let e = BindingError::MissingField { key: f.key.clone() };
                     errors.insert(f.key.clone(), e.to_string());
                 }
@@ -1121,7 +1129,7 @@ async fn submit(st: &WebState, s: &Session, body: &Bytes, edit: Option<BindingVi
     let mut fs = FormState::default();
     let input = input_from_form(&decl, &plugin, &f, &mut fs);
     if let Some(input) = &input {
-        fs.errors = precheck(&decl, input, edit.is_none());
+        fs.errors = precheck(&decl, input, edit.as_ref());
     }
     let Some(input) = input.filter(|_| fs.errors.is_empty()) else {
         return render_form(
@@ -1343,6 +1351,54 @@ mod tests {
         assert_eq!(svg.matches("<circle").count(), 2);
         assert!(svg.contains("class=\"bad\""));
         assert_eq!(chart("x", &[], "ms"), "");
+    }
+
+    #[test]
+    fn precheck_reports_every_field_and_keeps_set_secrets() {
+        let decl: ProviderDecl = serde_json::from_value(serde_json::json!({
+            "code": "r", "name": "R",
+            "configuration": {"fields": [
+                {"key": "address", "display_name": "Address", "required": true},
+                {"key": "token", "display_name": "Token", "required": true, "secret": true},
+                {"key": "healthy_only", "display_name": "Healthy", "type": "bool"},
+                {"key": "limit", "display_name": "Limit", "type": "number"}
+            ]}
+        }))
+        .unwrap();
+        let mut input = BindingInput {
+            name: ".x".into(),
+            plugin: "p".into(),
+            provider: "r".into(),
+            config: BTreeMap::from([("limit".to_string(), Value::String("many".into()))]),
+            service: "".into(),
+            interval_secs: Some(1),
+            directives: vec!["include x;".into()],
+        };
+        let e = precheck(&decl, &input, None);
+        let keys: Vec<&str> = e.keys().map(String::as_str).collect();
+        assert_eq!(
+            keys,
+            [
+                "address",
+                "directives",
+                "interval_secs",
+                "limit",
+                "name",
+                "service",
+                "token"
+            ]
+        );
+        // In an edit, a required secret that is set may be left empty.
+        let mut b = view(None);
+        b.secrets.insert("token".into(), true);
+        input
+            .config
+            .insert("address".into(), Value::String("a".into()));
+        let e = precheck(&decl, &input, Some(&b));
+        assert!(
+            !e.contains_key("token") && !e.contains_key("address") && !e.contains_key("name"),
+            "{e:?}"
+        );
     }
 
     #[test]
