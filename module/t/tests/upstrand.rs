@@ -1162,6 +1162,37 @@ fn random_order_with_only_backups() -> CaseResult {
     Ok(())
 }
 
+/// An upstrand location included by SSI: the walk runs inside the SSI subrequest and its final
+/// answer lands at the include's place.
+fn upstrand_walk_inside_ssi_include() -> CaseResult {
+    let http = format!(
+        "{}{}
+         upstrand us1 {{ upstream ~^u0; upstream b01 backup; order per_request; next_upstream_statuses 5xx; }}
+         {}{}{}{}
+         server {{ listen 127.0.0.1:{{P4}}; location / {{ return 200 \"[<!--# include virtual=\\\"/us\\\" -->]\\n\"; }} }}",
+        upstream("u01", 1) + &upstream("u02", 2),
+        upstream("b01", 3) + &upstream("page", 4),
+        front(
+            "location / { ssi on; ssi_types text/plain; proxy_pass http://page; }
+             location /us { proxy_pass http://$upstrand_us1; }"
+        ),
+        backend(1, "u01", 503),
+        backend(2, "u02", 502),
+        backend(3, "b01", 200),
+    );
+    let n = Nginx::start(&http)?;
+    for _ in 0..3 {
+        let a = get(&n, "/")?;
+        check_eq(a.status, 200, "status")?;
+        check_eq(
+            a.text(),
+            "[b01 200\n]\n".to_string(),
+            "included walk answer",
+        )?;
+    }
+    Ok(())
+}
+
 // ---- 7. status variables ------------------------------------------------------------------
 
 fn status_variables_format() -> CaseResult {
@@ -1321,6 +1352,10 @@ fn main() {
         (
             "walk_longer_than_subrequest_limit",
             walk_longer_than_subrequest_limit,
+        ),
+        (
+            "subrequest_upstrand_walk_inside_ssi_include",
+            upstrand_walk_inside_ssi_include,
         ),
         (
             "blacklist_skips_failed_upstream_until_interval_ends",
