@@ -63,8 +63,23 @@ impl ApiError {
                     message: message.into(),
                     field,
                 },
+                errors: Vec::new(),
             },
         }
+    }
+
+    /// 400 listing every invalid field of a binding (`error` is the first).
+    fn fields(errors: Vec<ErrorDetail>) -> Result<(), ApiError> {
+        let Some(first) = errors.first().cloned() else {
+            return Ok(());
+        };
+        Err(ApiError {
+            status: StatusCode::BAD_REQUEST,
+            body: ErrorBody {
+                error: first,
+                errors,
+            },
+        })
     }
 }
 
@@ -147,6 +162,9 @@ async fn create(
     body: Bytes,
 ) -> ApiResult<(StatusCode, Json<SaveResponse>)> {
     let input: BindingInput = parse_body(&body)?;
+    ApiError::fields(crate::web::check::all_fields(
+        &s.engine, &input, None, false,
+    ))?;
     let name = input.name.clone();
     let waiter = s.engine.clone();
     let view = s.engine.add(&input).await?;
@@ -172,6 +190,12 @@ async fn replace(
     body: Bytes,
 ) -> ApiResult<(StatusCode, Json<SaveResponse>)> {
     let input: BindingInput = parse_body(&body)?;
+    ApiError::fields(crate::web::check::all_fields(
+        &s.engine,
+        &input,
+        Some(&name),
+        true,
+    ))?;
     let (upsert, view) = s.engine.put(&name, &input).await?;
     let view = if q.wait && upsert != Upsert::Unchanged {
         s.engine.wait_first(&name).await?;

@@ -137,10 +137,13 @@ pub struct PluginView {
     pub providers: Vec<tributary_protocol::ProviderDecl>,
 }
 
-/// Every error answer: `{"error": {"message": "...", "field": "..."}}`.
+/// Every error answer: `{"error": {"message": "...", "field": "..."}}`; when the fields of a
+/// binding were checked one by one, `errors` lists every invalid one (`error` is the first).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ErrorBody {
     pub error: ErrorDetail,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub errors: Vec<ErrorDetail>,
 }
 
 /// The error itself; `field` names the input at fault when there is one.

@@ -472,7 +472,10 @@ fn api_bad_input_names_the_field_and_changes_nothing() {
             json!({"directives": ["include /etc/passwd;"]}),
             "directives",
         ),
-        (json!({"config": {"unknown_key": "v"}}), "unknown_key"),
+        (
+            json!({"config": {"targets": "127.0.0.1:80", "unknown_key": "v"}}),
+            "unknown_key",
+        ),
         (json!({"config": {"targets": ""}}), "targets"),
         (
             json!({"config": {"targets": "127.0.0.1:80", "ttl_seconds": "soon"}}),
@@ -532,6 +535,46 @@ fn api_bad_input_names_the_field_and_changes_nothing() {
         json!([])
     );
     assert!(!nginx.upstreams_dir().join("api.conf").exists());
+
+    // Several invalid fields at once: `errors` lists each; nothing is created.
+    let bad = json!({"name": "bad name", "plugin": "static", "provider": "static", "service": "",
+                     "interval_secs": 1, "directives": ["include x;"],
+                     "config": {"targets": "", "ttl_seconds": "soon", "colour": "blue"}});
+    for (method, path) in [
+        ("POST", "/api/v1/bindings"),
+        ("POST", "/api/v1/resolve"),
+        ("PUT", "/api/v1/bindings/new"),
+    ] {
+        let mut body = bad.clone();
+        if method == "PUT" {
+            body["name"] = json!("new");
+        }
+        let (status, v) = d.api(method, path, Some(&body.to_string()));
+        assert_eq!(status, 400, "{method} {path}: {v}");
+        let fields: Vec<&str> = v["errors"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{v}"))
+            .iter()
+            .map(|e| e["field"].as_str().unwrap())
+            .collect();
+        let mut want = vec![
+            "colour",
+            "directives",
+            "interval_secs",
+            "service",
+            "targets",
+            "ttl_seconds",
+        ];
+        if method == "POST" {
+            want.insert(3, "name");
+        }
+        assert_eq!(fields, want, "{method} {path}: {v}");
+        assert_eq!(v["error"], v["errors"][0], "{v}");
+    }
+    assert_eq!(
+        d.api("GET", "/api/v1/bindings", None).1["bindings"],
+        json!([])
+    );
 
     // A bad query string is a JSON error naming the parameter too.
     let (status, v) = d.api(

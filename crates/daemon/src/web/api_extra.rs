@@ -26,6 +26,7 @@ pub fn error(status: StatusCode, message: impl Into<String>, field: Option<Strin
                 message: message.into(),
                 field,
             },
+            errors: Vec::new(),
         }),
     )
         .into_response()
@@ -153,6 +154,17 @@ pub async fn test_resolve(State(s): State<WebState>, body: Bytes) -> Response {
         Ok(i) => i,
         Err((message, field)) => return error(StatusCode::BAD_REQUEST, message, field),
     };
+    let errors = super::check::all_fields(&s.api.engine, &input, None, true);
+    if let Some(first) = errors.first().cloned() {
+        return (
+            StatusCode::BAD_REQUEST,
+            Json(ErrorBody {
+                error: first,
+                errors,
+            }),
+        )
+            .into_response();
+    }
     match preview(&s.api.engine, &input, None).await {
         Ok(p) => Json(p).into_response(),
         Err(e) => engine_error(e),

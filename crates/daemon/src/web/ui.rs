@@ -950,85 +950,6 @@ fn input_from_form(
     })
 }
 
-/// Checks every field on its own, so the form shows a message next to each invalid one (the
-/// engine, which checks again on save, stops at the first).
-fn precheck(
-    decl: &ProviderDecl,
-    input: &BindingInput,
-    edit: Option<&BindingView>,
-) -> BTreeMap<String, String> {
-    let new = edit.is_none();
-    use tributary_core::{coerce_config, BindingError, ExtraDirective, UpstreamName};
-    let mut errors = BTreeMap::new();
-    if new {
-        if let Err(e) = UpstreamName::parse(&input.name) {
-            errors.insert(
-                "name".into(),
-                format!("upstream name {:?}: {e}", input.name),
-            );
-        }
-    }
-    if input.service.trim().is_empty() {
-        errors.insert("service".into(), BindingError::EmptyService.to_string());
-    } else if input.service.chars().any(char::is_control) {
-        errors.insert(
-            "service".into(),
-            BindingError::ServiceControlChar.to_string(),
-        );
-    } else if input.service.len() > crate::engine::MAX_SERVICE_LEN {
-        errors.insert(
-            "service".into(),
-            format!(
-                "service must be at most {} characters",
-                crate::engine::MAX_SERVICE_LEN
-            ),
-        );
-    }
-    if let Some(n) = input.interval_secs {
-        let min = tributary_core::schedule::MIN_INTERVAL.as_secs();
-        let max = crate::engine::MAX_INTERVAL_SECS;
-        if n < min {
-            errors.insert(
-                "interval_secs".into(),
-                format!("refresh interval {n} s is too short: the minimum is {min} s"),
-            );
-        } else if n > max {
-            errors.insert(
-                "interval_secs".into(),
-                format!("refresh interval {n} s is too long: the maximum is {max} s"),
-            );
-        }
-    }
-    for d in &input.directives {
-        if let Err(e) = ExtraDirective::parse(d) {
-            errors
-                .entry("directives".into())
-                .or_insert_with(|| format!("extra directive {d:?}: {e}"));
-        }
-    }
-    for f in &decl.configuration.fields {
-        match input.config.get(&f.key) {
-            None => {
-                // A secret left empty in an edit keeps its stored value.
-                let kept = f.secret
-                    && edit.is_some_and(|b| b.secrets.get(&f.key).copied().unwrap_or(false));
-                if f.required && f.default.is_none() && !kept {
-                    let e = BindingError::MissingField { key: f.key.clone() };
-                    errors.insert(f.key.clone(), e.to_string());
-                }
-            }
-            Some(v) => {
-                let mut one = tributary_protocol::ConfigMap::new();
-                one.insert(f.key.clone(), v.clone());
-                if let Err(e) = coerce_config(&mut one, decl) {
-                    errors.insert(f.key.clone(), e.to_string());
-                }
-            }
-        }
-    }
-    errors
-}
-
 fn put_error(fs: &mut FormState, decl: &ProviderDecl, e: EngineError) {
     match e {
         EngineError::Invalid {
@@ -1129,7 +1050,7 @@ async fn submit(st: &WebState, s: &Session, body: &Bytes, edit: Option<BindingVi
     let mut fs = FormState::default();
     let input = input_from_form(&decl, &plugin, &f, &mut fs);
     if let Some(input) = &input {
-        fs.errors = precheck(&decl, input, edit.as_ref());
+        fs.errors = super::check::field_errors(&decl, input, edit.as_ref());
     }
     let Some(input) = input.filter(|_| fs.errors.is_empty()) else {
         return render_form(
@@ -1351,54 +1272,6 @@ mod tests {
         assert_eq!(svg.matches("<circle").count(), 2);
         assert!(svg.contains("class=\"bad\""));
         assert_eq!(chart("x", &[], "ms"), "");
-    }
-
-    #[test]
-    fn precheck_reports_every_field_and_keeps_set_secrets() {
-        let decl: ProviderDecl = serde_json::from_value(serde_json::json!({
-            "code": "r", "name": "R",
-            "configuration": {"fields": [
-                {"key": "address", "display_name": "Address", "required": true},
-                {"key": "token", "display_name": "Token", "required": true, "secret": true},
-                {"key": "healthy_only", "display_name": "Healthy", "type": "bool"},
-                {"key": "limit", "display_name": "Limit", "type": "number"}
-            ]}
-        }))
-        .unwrap();
-        let mut input = BindingInput {
-            name: ".x".into(),
-            plugin: "p".into(),
-            provider: "r".into(),
-            config: BTreeMap::from([("limit".to_string(), Value::String("many".into()))]),
-            service: "".into(),
-            interval_secs: Some(1),
-            directives: vec!["include x;".into()],
-        };
-        let e = precheck(&decl, &input, None);
-        let keys: Vec<&str> = e.keys().map(String::as_str).collect();
-        assert_eq!(
-            keys,
-            [
-                "address",
-                "directives",
-                "interval_secs",
-                "limit",
-                "name",
-                "service",
-                "token"
-            ]
-        );
-        // In an edit, a required secret that is set may be left empty.
-        let mut b = view(None);
-        b.secrets.insert("token".into(), true);
-        input
-            .config
-            .insert("address".into(), Value::String("a".into()));
-        let e = precheck(&decl, &input, Some(&b));
-        assert!(
-            !e.contains_key("token") && !e.contains_key("address") && !e.contains_key("name"),
-            "{e:?}"
-        );
     }
 
     #[test]
