@@ -52,7 +52,12 @@ if ! command -v npm >/dev/null; then
   echo "setup: npm not found; install Node.js and npm first" >&2
   exit 1
 fi
-(cd tests/browser && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
+want=$(cd tests/browser && node -p "require('./package-lock.json').packages['node_modules/playwright-core'].version")
+have=$(cd tests/browser && node -p "try { require('./node_modules/playwright-core/package.json').version } catch (e) { '' }")
+if [ "$want" != "$have" ]; then
+  echo "setup: npm ci in tests/browser (playwright-core $want)"
+  (cd tests/browser && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
+fi
 
 # Python test tools in target/venv (shared by the tests that need PyPI packages):
 # schemathesis fuzzes the daemon's JSON API from its OpenAPI document.
