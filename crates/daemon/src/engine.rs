@@ -874,11 +874,7 @@ async fn run_once(inner: &Inner, binding: &Binding) -> OutcomeRecord {
         Ok(answer) => {
             rec.ttl_seconds = Some(answer.ttl_seconds);
             let v = validate(&answer.targets);
-            rec.kept = v
-                .targets
-                .iter()
-                .map(|t| serde_json::to_value(t).unwrap_or(Value::Null))
-                .collect();
+            rec.kept = crate::tags::kept_with_tags(&v.targets, &answer.targets);
             rec.dropped = v
                 .dropped
                 .iter()

@@ -23,6 +23,7 @@ pub mod cli;
 pub mod client;
 pub mod dry_run;
 pub mod engine;
+pub mod tags;
 pub mod token;
 pub mod view;
 pub mod web;

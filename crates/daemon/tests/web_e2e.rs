@@ -802,3 +802,62 @@ fn schemathesis_no_server_errors_and_answers_match_the_document() {
     );
     assert!(!d.log_text().contains("panicked"), "{}", d.log_text());
 }
+
+#[test]
+fn tags_from_the_plugin_are_shown_but_never_written() {
+    let root = tempfile::tempdir().unwrap();
+    let nginx = nginx_with_backend();
+    let alpha = nginx.backend_port("alpha");
+    // The real `file` plugin next to `static` (its tags are labels for display); the daemon is
+    // restarted to load it.
+    let mut d = Daemon::start(root.path(), &nginx);
+    let bin = common::tributary_bin()
+        .parent()
+        .unwrap()
+        .join("tributary-plugin-file");
+    assert!(
+        bin.is_file(),
+        "{} is missing: cargo build --workspace --bins",
+        bin.display()
+    );
+    let mut manifest: Value = serde_json::from_str(
+        &std::fs::read_to_string(workspace_root().join("plugins/file/plugin.json")).unwrap(),
+    )
+    .unwrap();
+    manifest["executable"] = json!(bin.display().to_string());
+    std::fs::create_dir_all(d.plugins_dir.join("file")).unwrap();
+    std::fs::write(d.plugins_dir.join("file/plugin.json"), manifest.to_string()).unwrap();
+    d.stop();
+    d.spawn();
+    let services = root.path().join("services.json");
+    std::fs::write(
+        &services,
+        json!({"api": [{"address": "127.0.0.1", "port": alpha, "tags": ["zone-a", "canary"]}]})
+            .to_string(),
+    )
+    .unwrap();
+    let body = json!({"name": "tagged", "plugin": "file", "provider": "file", "service": "api",
+                      "config": {"path": services.display().to_string()}});
+    let (status, v) = d.api(
+        "POST",
+        "/api/v1/bindings?wait=true",
+        Some(&body.to_string()),
+    );
+    assert_eq!(status, 201, "{v}");
+    assert_eq!(
+        v["binding"]["servers"][0]["tags"],
+        json!(["zone-a", "canary"]),
+        "{v}"
+    );
+    let file = std::fs::read_to_string(nginx.upstreams_dir().join("tagged.conf")).unwrap();
+    assert!(
+        file.contains(&format!("server 127.0.0.1:{alpha} weight=1;")),
+        "{file}"
+    );
+    assert!(
+        !file.contains("zone-a") && !file.contains("canary"),
+        "{file}"
+    );
+    let (_, p) = d.api("POST", "/api/v1/resolve", Some(&body.to_string()));
+    assert_eq!(p["targets"][0]["tags"], json!(["zone-a", "canary"]), "{p}");
+}

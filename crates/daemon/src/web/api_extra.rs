@@ -115,11 +115,7 @@ pub async fn preview(
         Ok(answer) => {
             let v = validate(&answer.targets);
             p.ttl_seconds = Some(answer.ttl_seconds);
-            p.targets = v
-                .targets
-                .iter()
-                .map(|t| serde_json::to_value(t).unwrap_or(Value::Null))
-                .collect();
+            p.targets = crate::tags::kept_with_tags(&v.targets, &answer.targets);
             p.dropped = v
                 .dropped
                 .iter()
