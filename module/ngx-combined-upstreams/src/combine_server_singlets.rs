@@ -10,7 +10,7 @@ use ngx::ffi::{
 };
 use upstrand_core::singlets;
 
-use crate::ffi_util::{bytes, conf_error, directive_args};
+use crate::ffi_util::{bytes, conf_args, conf_error};
 use crate::upstreams;
 
 /// Directive table entry.
@@ -30,7 +30,7 @@ unsafe extern "C" fn handler(
 ) -> *mut c_char {
     // SAFETY: nginx calls this handler while parsing an `upstream {}` block (NGX_HTTP_UPS_CONF).
     unsafe {
-        let opts = match singlets::parse(&directive_args(cf)) {
+        let opts = match singlets::parse(&conf_args(cf)[1..]) {
             Ok(o) => o,
             Err(e) => return conf_error(cf, e.as_str()),
         };

@@ -1,9 +1,12 @@
-//! Configuration structures of the module, allocated from nginx's configuration pool.
+//! Configuration structures of the module, allocated from nginx's configuration pool (plain
+//! data: the pool releases them without running destructors).
 
 use core::ffi::c_void;
 use core::ptr;
 
-use ngx::ffi::{ngx_conf_t, ngx_http_upstream_init_pt, ngx_pcalloc};
+use ngx::ffi::{ngx_conf_t, ngx_http_upstream_init_pt};
+
+use crate::ffi_util::pool_new;
 
 /// `http {}`-level configuration. Features add their fields here.
 #[derive(Default)]
@@ -23,30 +26,14 @@ pub struct SrvConf {
     pub extend_single_peers_ran: bool,
 }
 
-/// Allocates a `T::default()` in the configuration pool; null on allocation failure.
-///
-/// # Safety
-/// `cf` must be the configuration nginx is parsing. `T` must not need `Drop` (pool memory is
-/// released without running destructors).
-unsafe fn pool_alloc<T: Default>(cf: *mut ngx_conf_t) -> *mut c_void {
-    // SAFETY: cf is valid (caller); ngx_pcalloc returns zeroed, suitably aligned memory or null.
-    let p = unsafe { ngx_pcalloc((*cf).pool, core::mem::size_of::<T>().max(1)) }.cast::<T>();
-    if p.is_null() {
-        return ptr::null_mut();
-    }
-    // SAFETY: p is non-null, aligned and large enough for T.
-    unsafe { p.write(T::default()) };
-    p.cast()
-}
-
 /// `create_main_conf` hook.
 pub unsafe extern "C" fn create_main_conf(cf: *mut ngx_conf_t) -> *mut c_void {
-    // SAFETY: called by nginx with the configuration being parsed; MainConf has no Drop.
-    unsafe { pool_alloc::<MainConf>(cf) }
+    // SAFETY: called by nginx with the configuration being parsed.
+    unsafe { pool_new((*cf).pool, MainConf::default()) }.map_or(ptr::null_mut(), |p| p.cast())
 }
 
 /// `create_srv_conf` hook.
 pub unsafe extern "C" fn create_srv_conf(cf: *mut ngx_conf_t) -> *mut c_void {
-    // SAFETY: called by nginx with the configuration being parsed; SrvConf has no Drop.
-    unsafe { pool_alloc::<SrvConf>(cf) }
+    // SAFETY: called by nginx with the configuration being parsed.
+    unsafe { pool_new((*cf).pool, SrvConf::default()) }.map_or(ptr::null_mut(), |p| p.cast())
 }

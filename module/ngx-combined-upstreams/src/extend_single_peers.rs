@@ -5,7 +5,7 @@
 use core::ffi::{c_char, c_void};
 use core::ptr;
 
-use ngx::core::{Status, NGX_CONF_OK};
+use ngx::core::NGX_CONF_OK;
 use ngx::ffi::{
     ngx_command_t, ngx_conf_t, ngx_http_upstream_init_round_robin, ngx_http_upstream_server_t,
     ngx_http_upstream_srv_conf_t, ngx_int_t, NGX_CONF_NOARGS, NGX_HTTP_SRV_CONF_OFFSET,
@@ -14,7 +14,7 @@ use ngx::ffi::{
 use upstrand_core::extend;
 
 use crate::conf::SrvConf;
-use crate::ffi_util::bytes;
+use crate::ffi_util::{bytes, NGX_ERROR};
 use crate::upstreams;
 
 /// Directive table entry.
@@ -89,14 +89,14 @@ unsafe extern "C" fn init_upstream(
         if plan.fake_backup {
             if let Some(s) = lone_primary {
                 if upstreams::push_server(cf, u, &fake(s, true)).is_err() {
-                    return Status::NGX_ERROR.into();
+                    return NGX_ERROR;
                 }
             }
         }
         if plan.fake_primary {
             if let Some(s) = lone_backup {
                 if upstreams::push_server(cf, u, &fake(s, false)).is_err() {
-                    return Status::NGX_ERROR.into();
+                    return NGX_ERROR;
                 }
             }
         }

@@ -1,12 +1,22 @@
-//! Small helpers at the FFI seam: directive arguments, strings, errors, pool allocation.
+//! The module's helpers at the FFI seam, shared by every feature: strings, directive arguments,
+//! configuration errors, log lines, pool allocation and variable values.
 
-use core::ffi::c_char;
+use core::ffi::{c_char, c_void};
 use core::{ptr, slice};
 
 use ngx::core::NGX_CONF_ERROR;
-use ngx::ffi::{ngx_conf_t, ngx_pnalloc, ngx_str_t, NGX_LOG_EMERG};
+use ngx::ffi::{
+    ngx_conf_log_error, ngx_conf_t, ngx_http_request_t, ngx_int_t, ngx_log_error_core, ngx_palloc,
+    ngx_pnalloc, ngx_pool_cleanup_add, ngx_pool_t, ngx_str_t, ngx_uint_t, ngx_variable_value_t,
+    NGX_LOG_EMERG,
+};
 
-/// The bytes of an `ngx_str_t`.
+/// nginx's `NGX_OK` as the `ngx_int_t` hooks and handlers return.
+pub const NGX_OK: ngx_int_t = 0;
+/// nginx's `NGX_ERROR` as the `ngx_int_t` hooks and handlers return.
+pub const NGX_ERROR: ngx_int_t = -1;
+
+/// The bytes of an `ngx_str_t` (empty for a null pointer).
 ///
 /// # Safety
 /// `s.data` must point to `s.len` readable bytes (or `s.len` must be 0) for `'a`.
@@ -18,37 +28,88 @@ pub unsafe fn bytes<'a>(s: &ngx_str_t) -> &'a [u8] {
     unsafe { slice::from_raw_parts(s.data, s.len) }
 }
 
-/// The arguments of the directive being handled, without the directive name.
-///
-/// # Safety
-/// `cf` must be the configuration nginx is parsing, inside a directive handler.
-pub unsafe fn directive_args<'a>(cf: *mut ngx_conf_t) -> Vec<&'a [u8]> {
-    // SAFETY: inside a directive handler cf->args is an array of ngx_str_t, the first being the
-    // directive name; the strings live in the configuration pool for the whole parse.
-    unsafe {
-        let args = &*(*cf).args;
-        let elts = slice::from_raw_parts(args.elts as *const ngx_str_t, args.nelts);
-        elts.iter().skip(1).map(|s| bytes(s)).collect()
+/// An `ngx_str_t` that borrows `s` (for nginx calls that only read it).
+pub fn borrowed(s: &[u8]) -> ngx_str_t {
+    ngx_str_t {
+        len: s.len(),
+        data: s.as_ptr().cast_mut(),
     }
 }
 
-/// Logs `msg` as `[emerg] MSG in FILE:LINE` (the line of the directive being handled) and
-/// returns `NGX_CONF_ERROR`.
+/// The words of the directive being handled (`cf->args`), the directive name first.
+///
+/// # Safety
+/// `cf` must be the configuration nginx is parsing, inside a directive handler.
+pub unsafe fn conf_args<'a>(cf: *mut ngx_conf_t) -> Vec<&'a [u8]> {
+    // SAFETY: inside a directive handler cf->args is an array of ngx_str_t filled by the parser;
+    // the strings live in the configuration pool for the whole parse.
+    unsafe {
+        let args = &*(*cf).args;
+        if args.nelts == 0 {
+            return Vec::new();
+        }
+        let elts = slice::from_raw_parts(args.elts as *const ngx_str_t, args.nelts);
+        elts.iter().map(|s| bytes(s)).collect()
+    }
+}
+
+/// Logs `msg` at `level` as a configuration message (nginx adds ` in FILE:LINE` of the directive
+/// being handled).
+///
+/// # Safety
+/// `cf` must be the configuration nginx is parsing.
+pub unsafe fn conf_log(cf: *mut ngx_conf_t, level: u32, msg: &str) {
+    let mut s = borrowed(msg.as_bytes());
+    // SAFETY: cf is valid (caller); "%V" takes an ngx_str_t pointer, which stays valid for the call.
+    unsafe {
+        ngx_conf_log_error(
+            level as ngx_uint_t,
+            cf,
+            0,
+            c"%V".as_ptr(),
+            ptr::addr_of_mut!(s),
+        )
+    };
+}
+
+/// Logs `msg` as `[emerg] MSG in FILE:LINE` and returns `NGX_CONF_ERROR`.
 ///
 /// # Safety
 /// `cf` must be the configuration nginx is parsing.
 pub unsafe fn conf_error(cf: *mut ngx_conf_t, msg: &str) -> *mut c_char {
-    ngx::ngx_conf_log_error!(NGX_LOG_EMERG, cf, "{}", msg);
+    // SAFETY: forwarded from the caller.
+    unsafe { conf_log(cf, NGX_LOG_EMERG, msg) };
     NGX_CONF_ERROR
 }
 
-/// Copies `data` into the configuration pool as an `ngx_str_t`; `None` when out of memory.
+/// Logs `msg` on the request's connection log at `level`.
 ///
 /// # Safety
-/// `cf` must be the configuration nginx is parsing.
-pub unsafe fn pool_str(cf: *mut ngx_conf_t, data: &[u8]) -> Option<ngx_str_t> {
-    // SAFETY: cf is valid (caller); the pool outlives the configuration that uses the string.
-    let p = unsafe { ngx_pnalloc((*cf).pool, data.len().max(1)) }.cast::<u8>();
+/// `r` is a live request.
+pub unsafe fn log_request(r: *mut ngx_http_request_t, level: u32, msg: &str) {
+    let mut s = borrowed(msg.as_bytes());
+    // SAFETY: r and its connection are live; "%V" takes an ngx_str_t pointer valid for the call.
+    unsafe {
+        let log = (*(*r).connection).log;
+        if (*log).log_level >= level as ngx_uint_t {
+            ngx_log_error_core(
+                level as ngx_uint_t,
+                log,
+                0,
+                c"%V".as_ptr(),
+                ptr::addr_of_mut!(s),
+            );
+        }
+    }
+}
+
+/// Copies `data` into `pool` as an `ngx_str_t`; `None` when out of memory.
+///
+/// # Safety
+/// `pool` is a live nginx pool; the copy lives as long as it.
+pub unsafe fn pool_copy(pool: *mut ngx_pool_t, data: &[u8]) -> Option<ngx_str_t> {
+    // SAFETY: pool is live (caller); ngx_pnalloc returns room for the bytes or null.
+    let p = unsafe { ngx_pnalloc(pool, data.len().max(1)) }.cast::<u8>();
     if p.is_null() {
         return None;
     }
@@ -58,4 +119,93 @@ pub unsafe fn pool_str(cf: *mut ngx_conf_t, data: &[u8]) -> Option<ngx_str_t> {
         len: data.len(),
         data: p,
     })
+}
+
+/// Moves `value` into `pool` memory (released with the pool, without running destructors);
+/// `None` when out of memory.
+///
+/// # Safety
+/// `pool` is a live nginx pool.
+pub unsafe fn pool_new<T>(pool: *mut ngx_pool_t, value: T) -> Option<*mut T> {
+    const { assert!(!core::mem::needs_drop::<T>(), "pool memory never runs Drop") };
+    // SAFETY: pool is live (caller); nginx pools align allocations to NGX_ALIGNMENT (at least
+    // pointer size), enough for the module's structures, which hold pointers and integers.
+    let p = unsafe { ngx_palloc(pool, core::mem::size_of::<T>().max(1)) }.cast::<T>();
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: p is non-null, aligned and large enough for T.
+    unsafe { p.write(value) };
+    Some(p)
+}
+
+/// Moves `value` into a `Box` that the pool frees (runs `Drop`) when it is destroyed.
+///
+/// # Safety
+/// `pool` is a live nginx pool.
+pub unsafe fn pool_box<T>(pool: *mut ngx_pool_t, value: T) -> Option<*mut T> {
+    // SAFETY: pool is live (caller).
+    let cln = unsafe { ngx_pool_cleanup_add(pool, 0) };
+    if cln.is_null() {
+        return None;
+    }
+    let p = Box::into_raw(Box::new(value));
+    // SAFETY: cln was just returned by nginx and is ours to fill.
+    unsafe {
+        (*cln).handler = Some(drop_box::<T>);
+        (*cln).data = p.cast::<c_void>();
+    }
+    Some(p)
+}
+
+unsafe extern "C" fn drop_box<T>(data: *mut c_void) {
+    // SAFETY: data was produced by Box::into_raw in pool_box and is dropped exactly once here.
+    drop(unsafe { Box::from_raw(data.cast::<T>()) });
+}
+
+/// Sets a variable value to a copy of `value` in the request pool; false when out of memory.
+///
+/// # Safety
+/// `r` is a live request and `v` a variable value slot nginx passed to a handler.
+pub unsafe fn set_value_copy(
+    r: *mut ngx_http_request_t,
+    v: *mut ngx_variable_value_t,
+    value: &[u8],
+) -> bool {
+    // SAFETY: r's pool is live (caller); the copy lives as long as the request.
+    let Some(copy) = (unsafe { pool_copy((*r).pool, value) }) else {
+        return false;
+    };
+    // SAFETY: v is a valid slot (caller).
+    unsafe { set_value_raw(v, copy.data, copy.len) };
+    true
+}
+
+/// Points a variable value at `len` bytes at `data` (which must outlive the request).
+///
+/// # Safety
+/// `v` is a variable value slot nginx passed to a handler.
+pub unsafe fn set_value_raw(v: *mut ngx_variable_value_t, data: *mut u8, len: usize) {
+    // SAFETY: v is a valid slot (caller).
+    unsafe {
+        (*v).set_len(len as u32);
+        (*v).set_valid(1);
+        (*v).set_no_cacheable(1);
+        (*v).set_not_found(0);
+        (*v).data = data;
+    }
+}
+
+/// Marks a variable value as not found.
+///
+/// # Safety
+/// `v` is a variable value slot nginx passed to a handler.
+pub unsafe fn set_not_found(v: *mut ngx_variable_value_t) {
+    // SAFETY: v is a valid slot (caller).
+    unsafe {
+        (*v).set_len(0);
+        (*v).set_valid(0);
+        (*v).set_not_found(1);
+        (*v).data = ptr::null_mut();
+    }
 }

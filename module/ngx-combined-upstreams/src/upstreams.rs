@@ -14,7 +14,7 @@ use ngx::ffi::{
 };
 use upstrand_core::ServerFlags;
 
-use crate::ffi_util::{bytes, pool_str};
+use crate::ffi_util::{bytes, pool_copy};
 
 /// The flags nginx gives an explicit `upstream {}` block (plain round robin).
 pub const ROUND_ROBIN_FLAGS: u32 = NGX_HTTP_UPSTREAM_CREATE
@@ -170,7 +170,7 @@ pub unsafe fn create(
     // set, ngx_http_upstream_add with the CREATE flag, then one srv conf per HTTP module.
     unsafe {
         let mut url: ngx_url_t = mem::zeroed();
-        url.host = pool_str(cf, name)?;
+        url.host = pool_copy((*cf).pool, name)?;
         url.set_no_resolve(1);
         url.set_no_port(1);
         let u = ngx_http_upstream_add(cf, &mut url, ROUND_ROBIN_FLAGS as _);

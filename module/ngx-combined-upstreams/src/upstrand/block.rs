@@ -7,15 +7,15 @@ use core::ptr;
 use ngx::core::NGX_CONF_OK;
 use ngx::ffi::{
     ngx_command_t, ngx_conf_parse, ngx_conf_t, ngx_http_conf_ctx_t, ngx_http_upstream_main_conf_t,
-    ngx_http_upstream_module, ngx_http_upstream_srv_conf_t, ngx_int_t, ngx_pnalloc,
-    ngx_regex_compile, ngx_regex_compile_t, ngx_regex_exec, ngx_str_t, NGX_MAX_CONF_ERRSTR,
+    ngx_http_upstream_module, ngx_http_upstream_srv_conf_t, ngx_int_t, ngx_regex_compile,
+    ngx_regex_compile_t, ngx_regex_exec, ngx_str_t, NGX_MAX_CONF_ERRSTR,
 };
 use upstrand_core::upstrand::conf::{check_unique, Matcher, UpstrandBuilder};
 use upstrand_core::upstrand::vars::is_reserved_suffix;
 
-use super::util::{borrowed, bytes, conf_args, conf_error};
 use super::{registry_for_conf, Upstrand};
 use crate::conf::MainConf;
+use crate::ffi_util::{borrowed, bytes, conf_args, conf_error, pool_copy};
 
 /// Parsing state shared with the inner-directive handler.
 struct BlockParse {
@@ -58,16 +58,8 @@ unsafe fn compile(cf: *mut ngx_conf_t, pattern: &str) -> Result<Matcher, String>
     // SAFETY: cf->pool is live; the pattern is copied into it because the compiled regex may
     // keep pointing at it; rc is fully initialised before use (zeroed C struct).
     unsafe {
-        let data = ngx_pnalloc((*cf).pool, pattern.len().max(1)).cast::<u8>();
-        if data.is_null() {
-            return Err("out of memory".to_string());
-        }
-        ptr::copy_nonoverlapping(pattern.as_ptr(), data, pattern.len());
         let mut rc: ngx_regex_compile_t = core::mem::zeroed();
-        rc.pattern = ngx_str_t {
-            len: pattern.len(),
-            data,
-        };
+        rc.pattern = pool_copy((*cf).pool, pattern.as_bytes()).ok_or("out of memory")?;
         rc.pool = (*cf).pool;
         rc.err = ngx_str_t {
             len: err.len(),

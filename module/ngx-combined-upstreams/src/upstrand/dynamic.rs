@@ -6,15 +6,15 @@ use core::ptr;
 use ngx::core::NGX_CONF_OK;
 use ngx::ffi::{
     ngx_command_t, ngx_conf_t, ngx_http_add_variable, ngx_http_get_flushed_variable,
-    ngx_http_get_variable_index, ngx_http_request_t, ngx_int_t, ngx_palloc, ngx_uint_t,
-    ngx_variable_value_t, NGX_HTTP_VAR_CHANGEABLE, NGX_HTTP_VAR_NOCACHEABLE,
+    ngx_http_get_variable_index, ngx_http_request_t, ngx_int_t, ngx_uint_t, ngx_variable_value_t,
+    NGX_HTTP_VAR_CHANGEABLE, NGX_HTTP_VAR_NOCACHEABLE,
 };
 use upstrand_core::upstrand::dynamic::{choose, parse_args};
 
 use super::request::{registry, upstrand_value};
-use super::util::{borrowed, conf_args, conf_error, pool_box, set_not_found, set_value_raw};
-
-const NGX_OK: ngx_int_t = 0;
+use crate::ffi_util::{
+    borrowed, conf_args, conf_error, pool_box, pool_new, set_not_found, set_value_raw, NGX_OK,
+};
 
 /// One `dynamic_upstrand` declaration (variable indexes of the request's variables array).
 #[derive(Clone, Debug)]
@@ -35,17 +35,11 @@ pub struct LocConf {
 /// # Safety
 /// Called by nginx with the configuration being parsed.
 pub unsafe extern "C" fn create_loc_conf(cf: *mut ngx_conf_t) -> *mut c_void {
-    // SAFETY: the pool is live; the allocation is sized for LocConf and written before use.
-    unsafe {
-        let p = ngx_palloc((*cf).pool, core::mem::size_of::<LocConf>()).cast::<LocConf>();
-        if p.is_null() {
-            return ptr::null_mut();
-        }
-        p.write(LocConf {
-            entries: ptr::null_mut(),
-        });
-        p.cast()
-    }
+    let conf = LocConf {
+        entries: ptr::null_mut(),
+    };
+    // SAFETY: called by nginx with the configuration being parsed.
+    unsafe { pool_new((*cf).pool, conf) }.map_or(ptr::null_mut(), |p| p.cast())
 }
 
 /// `merge_loc_conf` hook: declarations of the enclosing level are inherited unless the same
@@ -159,8 +153,7 @@ unsafe extern "C" fn dynamic_variable(
     // SAFETY: r and v are live; our LocConf sits at our ctx_index of r's loc_conf array; the
     // candidate values are read (and the chosen name copied) before anything else runs.
     unsafe {
-        let index = (*ptr::addr_of!(crate::ngx_http_combined_upstreams_module)).ctx_index;
-        let lc = (*(*r).loc_conf.add(index)).cast::<LocConf>();
+        let lc = (*(*r).loc_conf.add(crate::ctx_index())).cast::<LocConf>();
         if lc.is_null() || (*lc).entries.is_null() {
             set_not_found(v);
             return NGX_OK;

@@ -8,19 +8,19 @@
 //! - [`request`]: per-request walk state, `$upstrand_NAME`, the header/body filters that swallow,
 //!   re-run (clone subrequests) and deliver answers, and the peer-init hook,
 //! - [`vars`]: the status variables,
-//! - [`dynamic`]: `dynamic_upstrand` and its location configuration,
-//! - [`util`]: small FFI helpers shared by the files above.
+//! - [`dynamic`]: `dynamic_upstrand` and its location configuration.
+//!
+//! FFI helpers (strings, arguments, errors, pools, variable values) are the crate's
+//! [`crate::ffi_util`].
 
 mod block;
 pub mod dynamic;
 mod request;
-mod util;
 mod vars;
 
 use core::cell::RefCell;
 use core::ptr::{self, NonNull};
 
-use ngx::core::Status;
 use ngx::ffi::{
     ngx_command_t, ngx_conf_t, ngx_http_conf_ctx_t, ngx_http_upstream_conf_t,
     ngx_http_upstream_init_peer_pt, ngx_http_upstream_srv_conf_t, ngx_int_t, ngx_str_t, ngx_uint_t,
@@ -31,6 +31,7 @@ use upstrand_core::upstrand::conf::UpstrandConf;
 use upstrand_core::upstrand::select::UpstrandState;
 
 use crate::conf::MainConf;
+use crate::ffi_util::{pool_box, NGX_OK};
 
 /// One configured upstrand.
 pub struct Upstrand {
@@ -91,7 +92,7 @@ unsafe fn registry_for_conf(
         if let Some(p) = (*mc).upstrand {
             return Some(&mut *p.as_ptr());
         }
-        let p = util::pool_box((*cf).pool, Registry::default())?;
+        let p = pool_box((*cf).pool, Registry::default())?;
         (*mc).upstrand = NonNull::new(p);
         Some(&mut *p)
     }
@@ -150,17 +151,17 @@ pub unsafe fn preconfiguration(cf: *mut ngx_conf_t) -> ngx_int_t {
 pub unsafe fn postconfiguration(cf: *mut ngx_conf_t, mc: *mut MainConf) -> ngx_int_t {
     // SAFETY: mc is our main configuration (caller); the registry lives in the conf pool.
     let Some(reg) = (unsafe { (*mc).upstrand }) else {
-        return Status::NGX_OK.into();
+        return NGX_OK;
     };
     // SAFETY: see above; nothing else holds a reference to the registry at this point.
     let reg = unsafe { &mut *reg.as_ptr() };
     if reg.upstrands.is_empty() {
-        return Status::NGX_OK.into();
+        return NGX_OK;
     }
     // SAFETY: cf is valid; the upstream module's main conf is complete after http{} parsing.
     unsafe {
         request::wrap_peer_init(cf, reg);
         request::install_filters();
     }
-    Status::NGX_OK.into()
+    NGX_OK
 }

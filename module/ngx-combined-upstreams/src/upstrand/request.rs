@@ -20,19 +20,19 @@ use ngx::ffi::{
     ngx_chain_t, ngx_conf_t, ngx_current_msec, ngx_http_output_body_filter_pt,
     ngx_http_output_header_filter_pt, ngx_http_request_t, ngx_http_subrequest,
     ngx_http_top_body_filter, ngx_http_top_header_filter, ngx_http_upstream_conf_t,
-    ngx_http_upstream_srv_conf_t, ngx_int_t, ngx_list_t, ngx_palloc, ngx_pnalloc, ngx_str_t,
-    ngx_uint_t, ngx_variable_value_t, random, NGX_HTTP_LOCK, NGX_HTTP_PATCH, NGX_HTTP_POST,
+    ngx_http_upstream_srv_conf_t, ngx_int_t, ngx_list_t, ngx_str_t, ngx_uint_t,
+    ngx_variable_value_t, random, NGX_HTTP_LOCK, NGX_HTTP_PATCH, NGX_HTTP_POST,
     NGX_HTTP_SUBREQUEST_CLONE, NGX_HTTP_UPSTREAM_IGN_XA_REDIRECT, NGX_LOG_ERR,
 };
 use upstrand_core::upstrand::select::{member, whitelist_message, MemberRef, Step, Walk};
 use upstrand_core::upstrand::status::{Answer, Origin};
 
-use super::util::{log_request, set_not_found, set_value_raw};
 use super::{Registry, Upstrand};
 use crate::conf::MainConf;
-
-const NGX_OK: ngx_int_t = 0;
-const NGX_ERROR: ngx_int_t = -1;
+use crate::ctx_index;
+use crate::ffi_util::{
+    bytes, log_request, pool_copy, pool_new, set_not_found, set_value_raw, NGX_ERROR, NGX_OK,
+};
 
 /// The log line for a second upstrand in one request.
 const MULTIPLE_MESSAGE: &str =
@@ -85,9 +85,6 @@ pub(super) struct WalkCtx {
     pub last: *mut ReqCtx,
 }
 
-// Pool memory is released without running destructors.
-const _: () = assert!(!core::mem::needs_drop::<WalkCtx>() && !core::mem::needs_drop::<ReqCtx>());
-
 impl WalkCtx {
     /// The contexts of every participating request, chronologically.
     ///
@@ -114,12 +111,6 @@ impl WalkCtx {
             Role::Intercept => upstrand_core::upstrand::vars::INTERCEPTED,
         }
     }
-}
-
-fn ctx_index() -> usize {
-    // SAFETY: the module object is initialised by nginx before any request runs; reading one
-    // field of it does not race (workers are single-threaded).
-    unsafe { (*ptr::addr_of!(crate::ngx_http_combined_upstreams_module)).ctx_index }
 }
 
 unsafe fn slot(r: *mut ngx_http_request_t) -> *mut *mut c_void {
@@ -196,20 +187,16 @@ unsafe fn attach(
     role: Role,
     mode: Mode,
 ) -> Option<*mut ReqCtx> {
-    // SAFETY: r's pool is live; the allocation is sized and aligned for ReqCtx (nginx pools
-    // align to NGX_ALIGNMENT, at least pointer size); w is a live walk.
+    let ctx = ReqCtx {
+        walk: w,
+        role,
+        mode,
+        r,
+        next: ptr::null_mut(),
+    };
+    // SAFETY: r's pool is live (the tree's shared pool); w is a live walk of the same tree.
     unsafe {
-        let c = ngx_palloc((*r).pool, core::mem::size_of::<ReqCtx>()).cast::<ReqCtx>();
-        if c.is_null() {
-            return None;
-        }
-        c.write(ReqCtx {
-            walk: w,
-            role,
-            mode,
-            r,
-            next: ptr::null_mut(),
-        });
+        let c = pool_new((*r).pool, ctx)?;
         *slot(r) = c.cast();
         if (*w).last.is_null() {
             (*w).first = c;
@@ -302,11 +289,9 @@ pub(super) unsafe fn upstrand_value(
             first: ptr::null_mut(),
             last: ptr::null_mut(),
         };
-        let w = ngx_palloc((*r).pool, core::mem::size_of::<WalkCtx>()).cast::<WalkCtx>();
-        if w.is_null() {
+        let Some(w) = pool_new((*r).pool, walk) else {
             return NGX_ERROR;
-        }
-        w.write(walk);
+        };
         if attach(r, w, Role::Step(first), Mode::Undecided).is_none() {
             return NGX_ERROR;
         }
@@ -410,14 +395,8 @@ unsafe fn spawn(
     // SAFETY: r is live and in its header filter; the URI is copied into the pool (the
     // subrequest keeps pointing at it); sr is initialised by ngx_http_subrequest.
     unsafe {
-        let data = ngx_pnalloc((*r).pool, uri.len().max(1)).cast::<u8>();
-        if data.is_null() {
+        let Some(mut uri_s) = pool_copy((*r).pool, uri) else {
             return false;
-        }
-        ptr::copy_nonoverlapping(uri.as_ptr(), data, uri.len());
-        let mut uri_s = ngx_str_t {
-            len: uri.len(),
-            data,
         };
         let mut args_s = args.unwrap_or(ngx_str_t {
             len: 0,
@@ -490,7 +469,7 @@ unsafe extern "C" fn header_filter(r: *mut ngx_http_request_t) -> ngx_int_t {
             } => (Role::Intercept, up.conf.intercepts[i].uri.as_bytes(), false),
             Step::Next(m) => {
                 let root = w.root;
-                (Role::Step(m), super::util::bytes(&(*root).uri), true)
+                (Role::Step(m), bytes(&(*root).uri), true)
             }
         };
         let args = if clone { Some((*w.root).args) } else { None };

@@ -7,10 +7,8 @@ use ngx::ffi::{
 use upstrand_core::upstrand::vars::{format_entries, format_path, STATUS_SUFFIXES};
 
 use super::request::{find_ctx, registry, upstrand_value};
-use super::util::{borrowed, bytes, set_not_found, set_value_copy};
+use crate::ffi_util::{borrowed, bytes, set_not_found, set_value_copy, NGX_ERROR, NGX_OK};
 
-const NGX_OK: ngx_int_t = 0;
-const NGX_ERROR: ngx_int_t = -1;
 const PREFIX: &[u8] = b"upstrand_";
 /// `data` of `$upstrand_path`; the status variables use their index in STATUS_SUFFIXES.
 const PATH_DATA: usize = STATUS_SUFFIXES.len();
