@@ -14,18 +14,16 @@ use ngx::ffi::{
 use upstrand_core::extend;
 
 use crate::conf::SrvConf;
-use crate::ffi_util::{bytes, NGX_ERROR};
+use crate::ffi_util::{bytes, command, NGX_ERROR};
 use crate::upstreams;
 
 /// Directive table entry.
-pub const COMMAND: ngx_command_t = ngx_command_t {
-    name: ngx::ngx_string!("extend_single_peers"),
-    type_: (NGX_HTTP_UPS_CONF | NGX_CONF_NOARGS) as _,
-    set: Some(handler),
-    conf: NGX_HTTP_SRV_CONF_OFFSET,
-    offset: 0,
-    post: ptr::null_mut(),
-};
+pub const COMMAND: ngx_command_t = command(
+    c"extend_single_peers",
+    NGX_HTTP_UPS_CONF | NGX_CONF_NOARGS,
+    handler,
+    NGX_HTTP_SRV_CONF_OFFSET,
+);
 
 unsafe extern "C" fn handler(
     cf: *mut ngx_conf_t,

@@ -1,20 +1,87 @@
-//! The module's helpers at the FFI seam, shared by every feature: strings, directive arguments,
-//! configuration errors, log lines, pool allocation and variable values.
+//! The module's helpers at the FFI seam, shared by every feature: directive table entries and
+//! results, strings, directive arguments, configuration errors, log lines, pool allocation and
+//! variable values.
 
-use core::ffi::{c_char, c_void};
+use core::ffi::{c_char, c_void, CStr};
 use core::{ptr, slice};
 
-use ngx::core::NGX_CONF_ERROR;
+use ngx::core::{NGX_CONF_ERROR, NGX_CONF_OK};
 use ngx::ffi::{
-    ngx_conf_log_error, ngx_conf_t, ngx_http_request_t, ngx_int_t, ngx_log_error_core, ngx_palloc,
-    ngx_pnalloc, ngx_pool_cleanup_add, ngx_pool_t, ngx_str_t, ngx_uint_t, ngx_variable_value_t,
-    NGX_LOG_EMERG,
+    ngx_command_t, ngx_conf_log_error, ngx_conf_t, ngx_http_request_t, ngx_int_t,
+    ngx_log_error_core, ngx_palloc, ngx_pnalloc, ngx_pool_cleanup_add, ngx_pool_t, ngx_str_t,
+    ngx_uint_t, ngx_variable_value_t, NGX_LOG_EMERG,
 };
 
 /// nginx's `NGX_OK` as the `ngx_int_t` hooks and handlers return.
 pub const NGX_OK: ngx_int_t = 0;
 /// nginx's `NGX_ERROR` as the `ngx_int_t` hooks and handlers return.
 pub const NGX_ERROR: ngx_int_t = -1;
+
+/// The handler nginx calls for a directive (`ngx_command_t::set`).
+pub type DirectiveHandler =
+    unsafe extern "C" fn(*mut ngx_conf_t, *mut ngx_command_t, *mut c_void) -> *mut c_char;
+
+/// A directive table entry: `name`, its context and argument flags (`type_`), its handler and
+/// which configuration nginx passes to it (`conf`: an `NGX_HTTP_*_CONF_OFFSET`, or 0).
+pub const fn command(
+    name: &'static CStr,
+    type_: u32,
+    set: DirectiveHandler,
+    conf: usize,
+) -> ngx_command_t {
+    ngx_command_t {
+        name: ngx_str_t {
+            len: name.count_bytes(),
+            data: name.as_ptr() as *mut u8,
+        },
+        type_: type_ as ngx_uint_t,
+        set: Some(set),
+        conf: conf as ngx_uint_t,
+        offset: 0,
+        post: ptr::null_mut(),
+    }
+}
+
+/// Why a directive handler failed.
+#[derive(Debug)]
+pub enum ConfFail {
+    /// Log this text as `[emerg]`.
+    Message(String),
+    /// Already logged (nginx did it) or out of memory: only return `NGX_CONF_ERROR`.
+    Logged,
+}
+
+impl From<upstrand_core::ConfError> for ConfFail {
+    fn from(e: upstrand_core::ConfError) -> Self {
+        ConfFail::Message(e.as_str().to_string())
+    }
+}
+
+impl From<String> for ConfFail {
+    fn from(text: String) -> Self {
+        ConfFail::Message(text)
+    }
+}
+
+impl From<&str> for ConfFail {
+    fn from(text: &str) -> Self {
+        ConfFail::Message(text.to_string())
+    }
+}
+
+/// What a directive handler returns to nginx for `result`; a [`ConfFail::Message`] is logged as
+/// `[emerg] MSG in FILE:LINE` first.
+///
+/// # Safety
+/// `cf` must be the configuration nginx is parsing.
+pub unsafe fn conf_result(cf: *mut ngx_conf_t, result: Result<(), ConfFail>) -> *mut c_char {
+    match result {
+        Ok(()) => NGX_CONF_OK,
+        // SAFETY: forwarded from the caller.
+        Err(ConfFail::Message(msg)) => unsafe { conf_error(cf, &msg) },
+        Err(ConfFail::Logged) => NGX_CONF_ERROR,
+    }
+}
 
 /// The bytes of an `ngx_str_t` (empty for a null pointer).
 ///

@@ -27,14 +27,15 @@ use ngx::ffi::{
     NGX_HTTP_MODULE,
 };
 
-/// Directive table. To add directives from a new file: add its `ngx_command_t` values here and
-/// bump the array length. The last entry must stay [`ngx_command_t::empty`].
+/// Directive table: each feature file exports its entry as `COMMAND` (made with
+/// [`ffi_util::command`]). To add a directive: list it here and bump the array length. The last
+/// entry must stay [`ngx_command_t::empty`].
 static mut COMMANDS: [ngx_command_t; 6] = [
     add_upstream::COMMAND,
     combine_server_singlets::COMMAND,
     extend_single_peers::COMMAND,
-    upstrand::UPSTRAND_COMMAND,
-    upstrand::DYNAMIC_UPSTRAND_COMMAND,
+    upstrand::block::COMMAND,
+    upstrand::dynamic::COMMAND,
     ngx_command_t::empty(),
 ];
 

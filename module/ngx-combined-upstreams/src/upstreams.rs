@@ -1,7 +1,7 @@
 //! Access to nginx's upstream configuration (`ngx_http_upstream_module`'s structures) for the
 //! directives that work inside `upstream {}`.
 
-use core::ffi::c_void;
+use core::ffi::{c_char, c_void};
 use core::{mem, ptr, slice};
 
 use ngx::ffi::{
@@ -12,9 +12,9 @@ use ngx::ffi::{
     NGX_HTTP_UPSTREAM_DOWN, NGX_HTTP_UPSTREAM_FAIL_TIMEOUT, NGX_HTTP_UPSTREAM_MAX_CONNS,
     NGX_HTTP_UPSTREAM_MAX_FAILS, NGX_HTTP_UPSTREAM_WEIGHT,
 };
-use upstrand_core::ServerFlags;
+use upstrand_core::{ConfError, ServerFlags};
 
-use crate::ffi_util::{bytes, pool_copy};
+use crate::ffi_util::{bytes, conf_args, conf_result, pool_copy, ConfFail};
 
 /// The flags nginx gives an explicit `upstream {}` block (plain round robin).
 pub const ROUND_ROBIN_FLAGS: u32 = NGX_HTTP_UPSTREAM_CREATE
@@ -36,6 +36,29 @@ pub unsafe fn current(cf: *mut ngx_conf_t) -> *mut ngx_http_upstream_srv_conf_t 
         let ctx = (*cf).ctx as *mut ngx_http_conf_ctx_t;
         let idx = (*ptr::addr_of!(ngx_http_upstream_module)).ctx_index;
         *(*ctx).srv_conf.add(idx) as *mut ngx_http_upstream_srv_conf_t
+    }
+}
+
+/// The body of a handler of a directive inside `upstream {}` whose arguments the pure crate
+/// parses: `parse` gets the arguments (without the directive name), then `apply` runs with the
+/// upstream being parsed; a failure of either is logged as `[emerg]` (see
+/// [`conf_result`]).
+///
+/// # Safety
+/// Only from a handler of a directive with context `NGX_HTTP_UPS_CONF`; `apply` may assume
+/// that its `cf` is that configuration and its upstream the one being parsed.
+pub unsafe fn handle_directive<T>(
+    cf: *mut ngx_conf_t,
+    parse: fn(&[&[u8]]) -> Result<T, ConfError>,
+    apply: unsafe fn(*mut ngx_conf_t, *mut ngx_http_upstream_srv_conf_t, T) -> Result<(), ConfFail>,
+) -> *mut c_char {
+    // SAFETY: as required of the caller; the arguments live in the configuration pool.
+    unsafe {
+        let result = match parse(&conf_args(cf)[1..]) {
+            Ok(opts) => apply(cf, current(cf), opts),
+            Err(e) => Err(e.into()),
+        };
+        conf_result(cf, result)
     }
 }
 
@@ -96,7 +119,8 @@ pub unsafe fn servers<'a>(
     }
 }
 
-/// Appends a copy of `server` to the server list of `u` (created if missing).
+/// Appends a copy of `server` to the server list of `u` (created if missing); out of memory is
+/// [`ConfFail::Logged`].
 ///
 /// # Safety
 /// `cf` is the configuration being parsed and `u` a valid upstream conf of it.
@@ -104,7 +128,7 @@ pub unsafe fn push_server(
     cf: *mut ngx_conf_t,
     u: *mut ngx_http_upstream_srv_conf_t,
     server: &ngx_http_upstream_server_t,
-) -> Result<(), ()> {
+) -> Result<(), ConfFail> {
     // SAFETY: the list is an ngx_array_t of ngx_http_upstream_server_t from the config pool;
     // ngx_array_push returns room for one element or null.
     unsafe {
@@ -112,12 +136,12 @@ pub unsafe fn push_server(
             (*u).servers =
                 ngx_array_create((*cf).pool, 4, mem::size_of::<ngx_http_upstream_server_t>());
             if (*u).servers.is_null() {
-                return Err(());
+                return Err(ConfFail::Logged);
             }
         }
         let slot = ngx_array_push((*u).servers) as *mut ngx_http_upstream_server_t;
         if slot.is_null() {
-            return Err(());
+            return Err(ConfFail::Logged);
         }
         slot.write(*server);
     }

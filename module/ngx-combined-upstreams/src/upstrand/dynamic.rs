@@ -7,14 +7,25 @@ use ngx::core::NGX_CONF_OK;
 use ngx::ffi::{
     ngx_command_t, ngx_conf_t, ngx_http_add_variable, ngx_http_get_flushed_variable,
     ngx_http_get_variable_index, ngx_http_request_t, ngx_int_t, ngx_uint_t, ngx_variable_value_t,
-    NGX_HTTP_VAR_CHANGEABLE, NGX_HTTP_VAR_NOCACHEABLE,
+    NGX_CONF_2MORE, NGX_HTTP_LIF_CONF, NGX_HTTP_LOC_CONF, NGX_HTTP_LOC_CONF_OFFSET,
+    NGX_HTTP_SRV_CONF, NGX_HTTP_VAR_CHANGEABLE, NGX_HTTP_VAR_NOCACHEABLE,
 };
 use upstrand_core::upstrand::dynamic::{choose, parse_args};
 
 use super::request::{registry, upstrand_value};
 use crate::ffi_util::{
-    borrowed, conf_args, conf_error, pool_box, pool_new, set_not_found, set_value_raw, NGX_OK,
+    borrowed, command, conf_args, conf_result, pool_box, pool_new, set_not_found, set_value_raw,
+    ConfFail, NGX_OK,
 };
+
+/// Directive table entry: `dynamic_upstrand $RESULT $VAR... [LITERAL]` (server, location, if in
+/// location).
+pub const COMMAND: ngx_command_t = command(
+    c"dynamic_upstrand",
+    NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF | NGX_HTTP_LIF_CONF | NGX_CONF_2MORE,
+    handler,
+    NGX_HTTP_LOC_CONF_OFFSET,
+);
 
 /// One `dynamic_upstrand` declaration (variable indexes of the request's variables array).
 #[derive(Clone, Debug)]
@@ -48,7 +59,7 @@ pub unsafe extern "C" fn create_loc_conf(cf: *mut ngx_conf_t) -> *mut c_void {
 /// # Safety
 /// Called by nginx with two LocConf values created by [`create_loc_conf`].
 pub unsafe extern "C" fn merge_loc_conf(
-    cf: *mut ngx_conf_t,
+    _cf: *mut ngx_conf_t,
     parent: *mut c_void,
     child: *mut c_void,
 ) -> *mut c_char {
@@ -73,7 +84,6 @@ pub unsafe extern "C" fn merge_loc_conf(
             .cloned()
             .collect();
         (*child.entries).extend(inherited);
-        let _ = cf;
         NGX_CONF_OK
     }
 }
@@ -86,25 +96,33 @@ unsafe fn variable_index(cf: *mut ngx_conf_t, name: &str) -> Option<ngx_uint_t> 
     ngx_uint_t::try_from(i).ok()
 }
 
-/// `dynamic_upstrand $RESULT $VAR... [LITERAL];`
-pub(super) unsafe extern "C" fn dynamic_upstrand_directive(
+unsafe extern "C" fn handler(
     cf: *mut ngx_conf_t,
     _cmd: *mut ngx_command_t,
     conf: *mut c_void,
 ) -> *mut c_char {
-    // SAFETY: conf is our LocConf of the current level; cf is the configuration being parsed.
+    // SAFETY: conf is our LocConf of the current level (command registered with the loc conf
+    // offset); cf is the configuration being parsed.
+    unsafe { conf_result(cf, declare(cf, &mut *conf.cast::<LocConf>())) }
+}
+
+/// Registers the result variable of one declaration and records the declaration in `lc`.
+///
+/// # Safety
+/// `cf` is the configuration being parsed, at a `dynamic_upstrand` directive.
+unsafe fn declare(cf: *mut ngx_conf_t, lc: &mut LocConf) -> Result<(), ConfFail> {
+    // SAFETY: forwarded from the caller.
+    let raw = unsafe { conf_args(cf) };
+    let texts: Vec<String> = raw
+        .iter()
+        .skip(1)
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect();
+    let args: Vec<&str> = texts.iter().map(String::as_str).collect();
+    let spec = parse_args(&args)?;
+    // SAFETY: cf is valid (caller); nginx copies the names and logs why it refuses one; the
+    // variable it returns lives in the cycle; lc.entries, when set, is a pool-owned Vec.
     unsafe {
-        let raw = conf_args(cf);
-        let texts: Vec<String> = raw
-            .iter()
-            .skip(1)
-            .map(|a| String::from_utf8_lossy(a).into_owned())
-            .collect();
-        let args: Vec<&str> = texts.iter().map(String::as_str).collect();
-        let spec = match parse_args(&args) {
-            Ok(s) => s,
-            Err(e) => return conf_error(cf, &e),
-        };
         let mut name = borrowed(spec.result.as_bytes());
         let v = ngx_http_add_variable(
             cf,
@@ -112,26 +130,18 @@ pub(super) unsafe extern "C" fn dynamic_upstrand_directive(
             (NGX_HTTP_VAR_CHANGEABLE | NGX_HTTP_VAR_NOCACHEABLE) as ngx_uint_t,
         );
         if v.is_null() {
-            return ngx::core::NGX_CONF_ERROR;
+            return Err(ConfFail::Logged);
         }
-        let Some(result) = variable_index(cf, &spec.result) else {
-            return ngx::core::NGX_CONF_ERROR;
-        };
+        let result = variable_index(cf, &spec.result).ok_or(ConfFail::Logged)?;
         (*v).get_handler = Some(dynamic_variable);
         (*v).data = result;
-        let mut candidates = Vec::with_capacity(spec.candidates.len());
-        for c in &spec.candidates {
-            match variable_index(cf, c) {
-                Some(i) => candidates.push(i),
-                None => return ngx::core::NGX_CONF_ERROR,
-            }
-        }
-        let lc = &mut *conf.cast::<LocConf>();
+        let candidates = spec
+            .candidates
+            .iter()
+            .map(|c| variable_index(cf, c).ok_or(ConfFail::Logged))
+            .collect::<Result<Vec<_>, _>>()?;
         if lc.entries.is_null() {
-            match pool_box((*cf).pool, Vec::<Entry>::new()) {
-                Some(p) => lc.entries = p,
-                None => return conf_error(cf, "out of memory"),
-            }
+            lc.entries = pool_box((*cf).pool, Vec::<Entry>::new()).ok_or("out of memory")?;
         }
         let entries = &mut *lc.entries;
         entries.retain(|e| e.result != result);
@@ -140,8 +150,8 @@ pub(super) unsafe extern "C" fn dynamic_upstrand_directive(
             candidates,
             default: spec.default,
         });
-        NGX_CONF_OK
     }
+    Ok(())
 }
 
 /// Value of a `dynamic_upstrand` result variable (`data` = its index).

@@ -13,19 +13,17 @@
 //! FFI helpers (strings, arguments, errors, pools, variable values) are the crate's
 //! [`crate::ffi_util`].
 
-mod block;
+pub mod block;
 pub mod dynamic;
 mod request;
 mod vars;
 
 use core::cell::RefCell;
-use core::ptr::{self, NonNull};
+use core::ptr::NonNull;
 
 use ngx::ffi::{
-    ngx_command_t, ngx_conf_t, ngx_http_conf_ctx_t, ngx_http_upstream_conf_t,
-    ngx_http_upstream_init_peer_pt, ngx_http_upstream_srv_conf_t, ngx_int_t, ngx_str_t, ngx_uint_t,
-    NGX_CONF_2MORE, NGX_CONF_BLOCK, NGX_CONF_TAKE1, NGX_HTTP_LIF_CONF, NGX_HTTP_LOC_CONF,
-    NGX_HTTP_MAIN_CONF, NGX_HTTP_SRV_CONF,
+    ngx_conf_t, ngx_http_upstream_conf_t, ngx_http_upstream_init_peer_pt,
+    ngx_http_upstream_srv_conf_t, ngx_int_t,
 };
 use upstrand_core::upstrand::conf::UpstrandConf;
 use upstrand_core::upstrand::select::UpstrandState;
@@ -97,42 +95,6 @@ unsafe fn registry_for_conf(
         Some(&mut *p)
     }
 }
-
-const fn offset_main_conf() -> ngx_uint_t {
-    core::mem::offset_of!(ngx_http_conf_ctx_t, main_conf) as ngx_uint_t
-}
-
-const fn offset_loc_conf() -> ngx_uint_t {
-    core::mem::offset_of!(ngx_http_conf_ctx_t, loc_conf) as ngx_uint_t
-}
-
-const fn ngx_str(s: &'static core::ffi::CStr) -> ngx_str_t {
-    ngx_str_t {
-        len: s.count_bytes(),
-        data: s.as_ptr() as *mut u8,
-    }
-}
-
-/// `upstrand NAME { ... }` (http).
-pub const UPSTRAND_COMMAND: ngx_command_t = ngx_command_t {
-    name: ngx_str(c"upstrand"),
-    type_: (NGX_HTTP_MAIN_CONF | NGX_CONF_BLOCK | NGX_CONF_TAKE1) as ngx_uint_t,
-    set: Some(block::upstrand_block),
-    conf: offset_main_conf(),
-    offset: 0,
-    post: ptr::null_mut(),
-};
-
-/// `dynamic_upstrand $RESULT $VAR... [LITERAL]` (server, location, if in location).
-pub const DYNAMIC_UPSTRAND_COMMAND: ngx_command_t = ngx_command_t {
-    name: ngx_str(c"dynamic_upstrand"),
-    type_: (NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF | NGX_HTTP_LIF_CONF | NGX_CONF_2MORE)
-        as ngx_uint_t,
-    set: Some(dynamic::dynamic_upstrand_directive),
-    conf: offset_loc_conf(),
-    offset: 0,
-    post: ptr::null_mut(),
-};
 
 /// Called from the module's preconfiguration: registers `$upstrand_*` variables.
 ///
