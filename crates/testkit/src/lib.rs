@@ -535,7 +535,9 @@ impl TestNginx {
     pub fn reloads_seen(&self) -> usize {
         self.error_log()
             .lines()
-            .filter(|l| l.contains("reconfiguring"))
+            // nginx logs "signal 1 (SIGHUP) received from N, reconfiguring" and then "reconfiguring":
+            // count the first line only, once per reload.
+            .filter(|l| l.contains("(SIGHUP) received"))
             .count()
     }
 
