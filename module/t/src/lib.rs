@@ -1,6 +1,6 @@
 //! Test harness for the combined-upstreams module: runs Debian's `/usr/sbin/nginx` with the
 //! module loaded (`load_module`), on free 127.0.0.1 ports, in its own temporary prefix, and talks
-//! HTTP to it over plain `std::net::TcpStream`.
+//! HTTP/1.1 to it over plain `std::net::TcpStream` ([`http_request`], [`KeepAlive`]).
 //!
 //! - [`config_test`] / [`expect_emerg`]: `nginx -t` on a configuration, the latter checking that
 //!   it fails with an expected `[emerg]` text.
@@ -166,11 +166,33 @@ fn full_config(main_extra: &str, http: &str, prefix: &Path) -> String {
     )
 }
 
-fn write_config(dir: &TempDir, main_extra: &str, http: &str) -> Result<PathBuf, String> {
+/// Writes `conf/nginx.conf` into `dir` with the placeholders of both parts filled.
+fn write_config(
+    dir: &TempDir,
+    main_extra: &str,
+    http: &str,
+    ports: &[u16],
+    dead: u16,
+) -> Result<PathBuf, String> {
     let conf = dir.0.join("conf/nginx.conf");
-    fs::write(&conf, full_config(main_extra, http, &dir.0))
+    let main_extra = fill(main_extra, ports, dead, &dir.0);
+    let http = fill(http, ports, dead, &dir.0);
+    fs::write(&conf, full_config(&main_extra, &http, &dir.0))
         .map_err(|e| format!("write {}: {e}", conf.display()))?;
     Ok(conf)
+}
+
+/// `nginx -p DIR -e DIR/logs/error.log -c CONF` with stdin closed.
+fn nginx_command(dir: &TempDir, conf: &Path) -> Command {
+    let mut c = Command::new(nginx_bin());
+    c.arg("-p")
+        .arg(&dir.0)
+        .arg("-e")
+        .arg(dir.0.join("logs/error.log"))
+        .arg("-c")
+        .arg(conf)
+        .stdin(Stdio::null());
+    c
 }
 
 /// Outcome of `nginx -t`: whether it succeeded, and its stderr.
@@ -192,21 +214,9 @@ pub fn config_test_with(main_extra: &str, http: &str) -> Result<ConfigTest, Stri
     check_prerequisites()?;
     let dir = TempDir::new()?;
     let ports = free_ports(PORTS);
-    let dead = dead_port();
-    let conf = write_config(
-        &dir,
-        &fill(main_extra, &ports, dead, &dir.0),
-        &fill(http, &ports, dead, &dir.0),
-    )?;
-    let out = Command::new(nginx_bin())
+    let conf = write_config(&dir, main_extra, http, &ports, dead_port())?;
+    let out = nginx_command(&dir, &conf)
         .arg("-t")
-        .arg("-p")
-        .arg(&dir.0)
-        .arg("-e")
-        .arg(dir.0.join("logs/error.log"))
-        .arg("-c")
-        .arg(&conf)
-        .stdin(Stdio::null())
         .output()
         .map_err(|e| format!("run {}: {e}", nginx_bin().display()))?;
     Ok(ConfigTest {
@@ -289,22 +299,11 @@ impl Nginx {
     fn try_start_on(main_extra: &str, http: &str, ports: Vec<u16>) -> Result<Nginx, String> {
         let dir = TempDir::new()?;
         let dead = dead_port();
-        let conf = write_config(
-            &dir,
-            &fill(main_extra, &ports, dead, &dir.0),
-            &fill(http, &ports, dead, &dir.0),
-        )?;
+        let conf = write_config(&dir, main_extra, http, &ports, dead)?;
         let stderr_path = dir.0.join("logs/stderr.log");
         let stderr = fs::File::create(&stderr_path)
             .map_err(|e| format!("create {}: {e}", stderr_path.display()))?;
-        let child = Command::new(nginx_bin())
-            .arg("-p")
-            .arg(&dir.0)
-            .arg("-e")
-            .arg(dir.0.join("logs/error.log"))
-            .arg("-c")
-            .arg(&conf)
-            .stdin(Stdio::null())
+        let child = nginx_command(&dir, &conf)
             .stdout(Stdio::null())
             .stderr(stderr)
             .spawn()
@@ -411,8 +410,8 @@ pub struct Response {
     pub status: u16,
     /// Header lines in order, names as sent.
     pub headers: Vec<(String, String)>,
-    /// Body bytes as text (lossy).
-    pub body: String,
+    /// Body bytes (a chunked body already decoded).
+    pub body: Vec<u8>,
 }
 
 impl Response {
@@ -423,16 +422,21 @@ impl Response {
             .find(|(n, _)| n.eq_ignore_ascii_case(name))
             .map(|(_, v)| v.as_str())
     }
+
+    /// The body as text (lossy).
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
 }
 
-/// Sends an HTTP/1.0 `GET` (so the answer is never chunked and the connection closes) to
-/// 127.0.0.1:`port` and reads the whole answer.
+/// Sends a `GET` to 127.0.0.1:`port` (see [`http_request`]).
 pub fn http_get(port: u16, path: &str, headers: &[(&str, &str)]) -> Result<Response, Failed> {
     http_request(port, "GET", path, headers, b"")
 }
 
-/// Sends an HTTP/1.0 request with any method, headers and body (a `Content-Length` is added
-/// when the body is not empty) to 127.0.0.1:`port` and reads the whole answer.
+/// Sends one HTTP/1.1 request with `Connection: close` and any method, headers and body to
+/// 127.0.0.1:`port` and reads the whole answer (a chunked body is decoded). A `Content-Length`
+/// is added when the body is not empty and for every `POST`.
 pub fn http_request(
     port: u16,
     method: &str,
@@ -440,21 +444,11 @@ pub fn http_request(
     headers: &[(&str, &str)],
     body: &[u8],
 ) -> Result<Response, Failed> {
-    let mut s =
-        TcpStream::connect(("127.0.0.1", port)).map_err(|e| format!("connect {port}: {e}"))?;
-    s.set_read_timeout(Some(Duration::from_secs(20)))
-        .map_err(|e| e.to_string())?;
-    let mut req = format!("{method} {path} HTTP/1.0\r\nHost: localhost\r\n");
-    for (n, v) in headers {
-        req.push_str(&format!("{n}: {v}\r\n"));
-    }
-    if !body.is_empty() {
-        req.push_str(&format!("Content-Length: {}\r\n", body.len()));
-    }
-    req.push_str("\r\n");
-    let mut raw_req = req.into_bytes();
-    raw_req.extend_from_slice(body);
-    s.write_all(&raw_req).map_err(|e| format!("send: {e}"))?;
+    let mut s = connect(port)?;
+    let mut all = vec![("Connection", "close")];
+    all.extend_from_slice(headers);
+    s.write_all(&request_bytes(method, path, &all, body))
+        .map_err(|e| format!("send: {e}"))?;
     let mut raw = Vec::new();
     s.read_to_end(&mut raw)
         .map_err(|e| format!("read from {port}: {e}"))?;
@@ -462,20 +456,116 @@ pub fn http_request(
         .ok_or_else(|| format!("bad HTTP answer: {:?}", String::from_utf8_lossy(&raw)).into())
 }
 
-fn parse_response(raw: &[u8]) -> Option<Response> {
-    let end = raw.windows(4).position(|w| w == b"\r\n\r\n")?;
-    let head = std::str::from_utf8(&raw[..end]).ok()?;
+/// A keep-alive HTTP/1.1 connection to 127.0.0.1 that sends requests one after the other.
+pub struct KeepAlive {
+    stream: TcpStream,
+}
+
+impl KeepAlive {
+    /// Connects to 127.0.0.1:`port`.
+    pub fn open(port: u16) -> Result<KeepAlive, Failed> {
+        Ok(KeepAlive {
+            stream: connect(port)?,
+        })
+    }
+
+    /// Sends `GET path` and reads one answer, which must carry a `Content-Length`.
+    pub fn get(&mut self, path: &str) -> Result<Response, Failed> {
+        self.stream
+            .write_all(&request_bytes("GET", path, &[], b""))
+            .map_err(|e| format!("send: {e}"))?;
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            let n = self
+                .stream
+                .read(&mut byte)
+                .map_err(|e| format!("read: {e}"))?;
+            check(n == 1, || format!("connection closed after {head:?}"))?;
+            head.push(byte[0]);
+        }
+        let text = String::from_utf8_lossy(&head[..head.len() - 4]).into_owned();
+        let (status, headers) =
+            parse_head(&text).ok_or_else(|| format!("bad status line in {text:?}"))?;
+        let mut r = Response {
+            status,
+            headers,
+            body: Vec::new(),
+        };
+        let len: usize = r
+            .header("Content-Length")
+            .and_then(|v| v.parse().ok())
+            .ok_or_else(|| format!("no Content-Length in {text:?}"))?;
+        r.body = vec![0u8; len];
+        self.stream
+            .read_exact(&mut r.body)
+            .map_err(|e| format!("read body: {e}"))?;
+        Ok(r)
+    }
+}
+
+fn connect(port: u16) -> Result<TcpStream, Failed> {
+    let s = TcpStream::connect(("127.0.0.1", port)).map_err(|e| format!("connect {port}: {e}"))?;
+    s.set_read_timeout(Some(Duration::from_secs(20)))
+        .map_err(|e| e.to_string())?;
+    Ok(s)
+}
+
+fn request_bytes(method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Vec<u8> {
+    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: localhost\r\n");
+    for (n, v) in headers {
+        req.push_str(&format!("{n}: {v}\r\n"));
+    }
+    if !body.is_empty() || method == "POST" {
+        req.push_str(&format!("Content-Length: {}\r\n", body.len()));
+    }
+    req.push_str("\r\n");
+    let mut bytes = req.into_bytes();
+    bytes.extend_from_slice(body);
+    bytes
+}
+
+/// Status and header lines of a response head (without the empty line).
+fn parse_head(head: &str) -> Option<(u16, Vec<(String, String)>)> {
     let mut lines = head.split("\r\n");
     let status = lines.next()?.split(' ').nth(1)?.parse().ok()?;
     let headers = lines
         .filter_map(|l| l.split_once(':'))
         .map(|(n, v)| (n.trim().to_string(), v.trim().to_string()))
         .collect();
-    Some(Response {
+    Some((status, headers))
+}
+
+fn parse_response(raw: &[u8]) -> Option<Response> {
+    let end = raw.windows(4).position(|w| w == b"\r\n\r\n")?;
+    let (status, headers) = parse_head(std::str::from_utf8(&raw[..end]).ok()?)?;
+    let mut r = Response {
         status,
         headers,
-        body: String::from_utf8_lossy(&raw[end + 4..]).into_owned(),
-    })
+        body: raw[end + 4..].to_vec(),
+    };
+    if r.header("Transfer-Encoding")
+        .is_some_and(|v| v.eq_ignore_ascii_case("chunked"))
+    {
+        r.body = dechunk(&r.body)?;
+    }
+    Some(r)
+}
+
+/// Decodes a chunked body (chunk extensions and trailers ignored).
+fn dechunk(mut raw: &[u8]) -> Option<Vec<u8>> {
+    let mut out = Vec::new();
+    loop {
+        let eol = raw.windows(2).position(|w| w == b"\r\n")?;
+        let size_text = std::str::from_utf8(&raw[..eol]).ok()?;
+        let size = usize::from_str_radix(size_text.split(';').next()?.trim(), 16).ok()?;
+        raw = &raw[eol + 2..];
+        if size == 0 {
+            return Some(out);
+        }
+        out.extend_from_slice(raw.get(..size)?);
+        raw = raw.get(size + 2..)?;
+    }
 }
 
 /// Checks a condition inside a case; the message names what was expected.
@@ -537,8 +627,21 @@ mod tests {
         assert_eq!(r.status, 502);
         assert_eq!(r.header("set-cookie"), Some("rt=2"));
         assert_eq!(r.header("X-Missing"), None);
-        assert_eq!(r.body, "body");
+        assert_eq!(r.text(), "body");
         assert!(parse_response(b"garbage").is_none());
+    }
+
+    #[test]
+    fn parse_response_decodes_chunked_bodies() {
+        let r = parse_response(
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3;x=1\r\nabc\r\nA\r\n0123456789\r\n0\r\n\r\n",
+        )
+        .unwrap();
+        assert_eq!(r.body, b"abc0123456789");
+        assert!(
+            parse_response(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nab")
+                .is_none()
+        );
     }
 
     #[test]

@@ -9,13 +9,14 @@
 //! `proxy_read_timeout`). Paths walked are read from an access log with `$upstrand_path`.
 
 use std::fs;
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::io::Write;
+use std::net::TcpListener;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use ngx_harness::{
-    check, check_eq, emerg_trial, expect_ok, run_tests, CaseResult, Failed, Nginx, Trial,
+    check, check_eq, emerg_trial, expect_ok, run_tests, CaseResult, Failed, KeepAlive, Nginx,
+    Response, Trial,
 };
 
 /// Loads the Debian echo module (for backends that read and echo a request body).
@@ -26,162 +27,68 @@ const LOG_FORMAT: &str = "log_format us '$request_uri|$status|$upstrand_path|$up
 $upstrand_status|$upstrand_cache_status|$upstrand_connect_time|$upstrand_header_time|\
 $upstrand_response_length|$upstrand_response_time';";
 
-// ---- a small HTTP/1.1 client (chunked answers, request bodies, raw body bytes) ----------------
-
-#[derive(Debug)]
-struct Answer {
-    status: u16,
-    headers: Vec<(String, String)>,
-    body: Vec<u8>,
-}
-
-impl Answer {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
-    }
-
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.body).into_owned()
-    }
-}
-
-fn dechunk(mut raw: &[u8]) -> Option<Vec<u8>> {
-    let mut out = Vec::new();
-    loop {
-        let eol = raw.windows(2).position(|w| w == b"\r\n")?;
-        let size_text = std::str::from_utf8(&raw[..eol]).ok()?;
-        let size = usize::from_str_radix(size_text.split(';').next()?.trim(), 16).ok()?;
-        raw = &raw[eol + 2..];
-        if size == 0 {
-            return Some(out);
-        }
-        out.extend_from_slice(raw.get(..size)?);
-        raw = raw.get(size + 2..)?;
-    }
-}
-
-/// Sends one HTTP/1.1 request (`Connection: close`) and reads the whole answer.
-fn request(
-    port: u16,
-    method: &str,
-    path: &str,
-    headers: &[(&str, &str)],
-    body: &[u8],
-) -> Result<Answer, Failed> {
-    let mut s =
-        TcpStream::connect(("127.0.0.1", port)).map_err(|e| format!("connect {port}: {e}"))?;
-    s.set_read_timeout(Some(Duration::from_secs(20)))
-        .map_err(|e| e.to_string())?;
-    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n");
-    for (n, v) in headers {
-        req.push_str(&format!("{n}: {v}\r\n"));
-    }
-    if !body.is_empty() || method == "POST" {
-        req.push_str(&format!("Content-Length: {}\r\n", body.len()));
-    }
-    req.push_str("\r\n");
-    let mut bytes = req.into_bytes();
-    bytes.extend_from_slice(body);
-    s.write_all(&bytes).map_err(|e| format!("send: {e}"))?;
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw)
-        .map_err(|e| format!("read from {port}: {e}"))?;
-    let bad = || format!("bad HTTP answer: {:?}", String::from_utf8_lossy(&raw));
-    let end = raw
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .ok_or_else(bad)?;
-    let head = String::from_utf8_lossy(&raw[..end]).into_owned();
-    let mut lines = head.split("\r\n");
-    let status = lines
-        .next()
-        .and_then(|l| l.split(' ').nth(1))
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(bad)?;
-    let headers: Vec<(String, String)> = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(n, v)| (n.trim().to_string(), v.trim().to_string()))
-        .collect();
-    let mut body = raw[end + 4..].to_vec();
-    let chunked = headers.iter().any(|(n, v)| {
-        n.eq_ignore_ascii_case("transfer-encoding") && v.eq_ignore_ascii_case("chunked")
-    });
-    if chunked {
-        body = dechunk(&body).ok_or_else(|| format!("bad chunked body in {}", bad()))?;
-    }
-    Ok(Answer {
-        status,
-        headers,
-        body,
-    })
-}
-
-/// Reads one answer with a `Content-Length` from a keep-alive connection.
-fn read_answer(s: &mut TcpStream) -> Result<Answer, Failed> {
-    let mut head = Vec::new();
-    let mut byte = [0u8; 1];
-    while !head.ends_with(b"\r\n\r\n") {
-        let n = s.read(&mut byte).map_err(|e| format!("read: {e}"))?;
-        check(n == 1, || format!("connection closed after {head:?}"))?;
-        head.push(byte[0]);
-    }
-    let text = String::from_utf8_lossy(&head).into_owned();
-    let mut lines = text.split("\r\n");
-    let status = lines
-        .next()
-        .and_then(|l| l.split(' ').nth(1))
-        .and_then(|x| x.parse().ok())
-        .ok_or_else(|| format!("bad status line in {text:?}"))?;
-    let headers: Vec<(String, String)> = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(n, v)| (n.trim().to_string(), v.trim().to_string()))
-        .collect();
-    let len: usize = headers
-        .iter()
-        .find(|(n, _)| n.eq_ignore_ascii_case("content-length"))
-        .and_then(|(_, v)| v.parse().ok())
-        .ok_or_else(|| format!("no Content-Length in {text:?}"))?;
-    let mut body = vec![0u8; len];
-    s.read_exact(&mut body)
-        .map_err(|e| format!("read body: {e}"))?;
-    Ok(Answer {
-        status,
-        headers,
-        body,
-    })
-}
-
-fn get(n: &Nginx, path: &str) -> Result<Answer, Failed> {
-    request(n.port(0), "GET", path, &[], b"")
-}
-
-/// Lines of `logs/access.log` once it has at least `count` of them (nginx logs a request after
-/// the client may already have its answer, so wait up to 10 s).
-fn access_log(n: &Nginx, count: usize) -> Result<Vec<String>, Failed> {
-    let path = n.prefix().join("logs/access.log");
+/// Waits up to 10 s until `logs/NAME` satisfies `done` (nginx writes its logs after the client
+/// may already have its answer); on timeout, the text it had.
+fn wait_for_log(n: &Nginx, name: &str, done: impl Fn(&str) -> bool) -> Result<String, String> {
+    let path = n.prefix().join("logs").join(name);
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let text = fs::read_to_string(&path).unwrap_or_default();
-        let lines: Vec<String> = text.lines().map(str::to_string).collect();
-        if lines.len() >= count {
-            return Ok(lines);
+        if done(&text) {
+            return Ok(text);
         }
         if Instant::now() > deadline {
-            return Err(
-                format!("access log has {} lines, want {count}: {text}", lines.len()).into(),
-            );
+            return Err(text);
         }
         std::thread::sleep(Duration::from_millis(20));
     }
 }
 
-/// The `$upstrand_path` field of access log line `i` (format [`LOG_FORMAT`]).
-fn path_of(n: &Nginx, i: usize) -> Result<String, Failed> {
+/// Lines of `logs/access.log` once it has at least `count` of them.
+fn access_log(n: &Nginx, count: usize) -> Result<Vec<String>, Failed> {
+    let text = wait_for_log(n, "access.log", |t| t.lines().count() >= count).map_err(|text| {
+        format!(
+            "access log has {} lines, want {count}: {text}",
+            text.lines().count()
+        )
+    })?;
+    Ok(text.lines().map(str::to_string).collect())
+}
+
+/// Field of `$upstrand_path` in [`LOG_FORMAT`].
+const PATH_FIELD: usize = 2;
+/// Field of `$upstrand_status` in [`LOG_FORMAT`].
+const STATUS_FIELD: usize = 4;
+
+/// Field `field` of access log line `i` (format [`LOG_FORMAT`]).
+fn log_field(n: &Nginx, i: usize, field: usize) -> Result<String, Failed> {
     let lines = access_log(n, i + 1)?;
-    Ok(lines[i].split('|').nth(2).unwrap_or_default().to_string())
+    Ok(lines[i]
+        .split('|')
+        .nth(field)
+        .unwrap_or_default()
+        .to_string())
+}
+
+/// The `$upstrand_path` of access log line `i`.
+fn path_of(n: &Nginx, i: usize) -> Result<String, Failed> {
+    log_field(n, i, PATH_FIELD)
+}
+
+/// Checks the `$upstrand_path` of access log line `i`.
+fn check_path(n: &Nginx, i: usize, want: &str, what: &str) -> CaseResult {
+    check_eq(path_of(n, i)?.as_str(), want, what)
+}
+
+/// Checks an answer's status and body.
+fn check_answer(a: &Response, status: u16, body: &str) -> CaseResult {
+    check_eq(a.status, status, "status")?;
+    check_eq(a.text().as_str(), body, "body")
+}
+
+/// The `X-From` header (the backend's name) of the answer to `GET /` on `{P0}`; `-` without one.
+fn answered_by(n: &Nginx) -> Result<String, Failed> {
+    Ok(n.get(0, "/")?.header("X-From").unwrap_or("-").to_string())
 }
 
 /// A listening socket that never accepts: connections succeed, answers never come.
@@ -211,9 +118,26 @@ fn backend(i: usize, name: &str, status: u16) -> String {
     )
 }
 
-/// `upstream NAME { server 127.0.0.1:{Pi}; }`
-fn upstream(name: &str, i: usize) -> String {
-    format!("upstream {name} {{ server 127.0.0.1:{{P{i}}}; }}\n")
+/// A case's configuration: `upstream NAME { server 127.0.0.1:{Pi}; }` for each `(NAME, i)`,
+/// then `http` (`upstrand` blocks and any other `http {}` lines), the [`front`] server with
+/// `locations`, and a [`backend`] for each `(i, NAME, STATUS)`.
+fn config(
+    upstreams: &[(&str, usize)],
+    http: &str,
+    locations: &str,
+    backends: &[(usize, &str, u16)],
+) -> String {
+    let mut s: String = upstreams
+        .iter()
+        .map(|(name, i)| format!("upstream {name} {{ server 127.0.0.1:{{P{i}}}; }}\n"))
+        .collect();
+    s.push_str(http);
+    s.push('\n');
+    s.push_str(&front(locations));
+    for (i, name, status) in backends {
+        s.push_str(&backend(*i, name, *status));
+    }
+    s
 }
 
 // ---- 1. parsing ---------------------------------------------------------------------------
@@ -366,94 +290,75 @@ fn conf_seed_example_accepted() -> CaseResult {
 }
 
 /// Regex members over upstreams made by `combine_server_singlets` (definition order).
-fn regex_members_include_singlets() -> CaseResult {
-    let http = format!(
-        "upstream u1 {{ server 127.0.0.1:{{P1}}; server 127.0.0.1:{{P2}}; \
-         combine_server_singlets _single_ nobackup; }}
-         upstrand us1 {{ upstream ~^u1_single_; order per_request; next_upstream_statuses 5xx; }}
-         {}{}{}",
-        front("location / { proxy_pass http://$upstrand_us1; }"),
-        backend(1, "s1", 503),
-        backend(2, "s2", 200),
-    );
-    let n = Nginx::start(&http)?;
-    let a = get(&n, "/")?;
-    check_eq(a.status, 200, "status")?;
-    check_eq(a.text(), "s2 200\n".to_string(), "body")?;
-    check_eq(
-        path_of(&n, 0)?,
-        "u1_single_1 -> u1_single_2".to_string(),
-        "path",
-    )
+fn conf_regex_members_include_singlets() -> CaseResult {
+    let n = Nginx::start(&config(
+        &[],
+        "upstream u1 { server 127.0.0.1:{P1}; server 127.0.0.1:{P2}; \
+         combine_server_singlets _single_ nobackup; }
+         upstrand us1 { upstream ~^u1_single_; order per_request; next_upstream_statuses 5xx; }",
+        "location / { proxy_pass http://$upstrand_us1; }",
+        &[(1, "s1", 503), (2, "s2", 200)],
+    ))?;
+    check_answer(&n.get(0, "/")?, 200, "s2 200\n")?;
+    check_path(&n, 0, "u1_single_1 -> u1_single_2", "path")
 }
 
 // ---- 2. failover --------------------------------------------------------------------------
 
+/// u01, u02 and the backup b01 answering `s1`, `s2`, `s3`; `order per_request`.
 fn three_and_backup(location_extra: &str, statuses: &str, s1: u16, s2: u16, s3: u16) -> String {
-    format!(
-        "{}{}{}
-         upstrand us1 {{ upstream ~^u0; upstream b01 backup; order per_request; next_upstream_statuses {statuses}; }}
-         {}{}{}{}",
-        upstream("u01", 1) + &upstream("u02", 2),
-        upstream("b01", 3),
-        "",
-        front(&format!(
+    config(
+        &[("u01", 1), ("u02", 2), ("b01", 3)],
+        &format!(
+            "upstrand us1 {{ upstream ~^u0; upstream b01 backup; order per_request; \
+             next_upstream_statuses {statuses}; }}"
+        ),
+        &format!(
             "location / {{ {location_extra} add_header X-Loc front; proxy_pass http://$upstrand_us1; }}"
-        )),
-        backend(1, "u01", s1),
-        backend(2, "u02", s2),
-        backend(3, "b01", s3),
+        ),
+        &[(1, "u01", s1), (2, "u02", s2), (3, "b01", s3)],
     )
 }
 
 fn failover_normal_then_backup_cycle() -> CaseResult {
     let n = Nginx::start(&three_and_backup("", "5xx", 503, 502, 200))?;
-    let a = get(&n, "/x?q=1")?;
-    check_eq(a.status, 200, "status")?;
-    check_eq(a.text(), "b01 200\n".to_string(), "body")?;
+    let a = n.get(0, "/x?q=1")?;
+    check_answer(&a, 200, "b01 200\n")?;
     check_eq(a.header("X-From"), Some("b01"), "backend header")?;
     check_eq(
         a.header("X-Loc"),
         Some("front"),
         "add_header of the location",
     )?;
-    check_eq(path_of(&n, 0)?, "u01 -> u02 -> b01".to_string(), "path")
+    check_path(&n, 0, "u01 -> u02 -> b01", "path")
 }
 
 fn failover_last_answer_is_delivered() -> CaseResult {
     let n = Nginx::start(&three_and_backup("", "5xx", 503, 502, 504))?;
-    let a = get(&n, "/")?;
+    let a = n.get(0, "/")?;
     check_eq(a.status, 504, "status of the last upstream")?;
-    check_eq(
-        a.text(),
-        "b01 504\n".to_string(),
-        "body of the last upstream",
-    )?;
+    check_eq(a.text().as_str(), "b01 504\n", "body of the last upstream")?;
     check_eq(
         a.header("X-From"),
         Some("b01"),
         "header of the last upstream",
     )?;
-    check_eq(path_of(&n, 0)?, "u01 -> u02 -> b01".to_string(), "path")
+    check_path(&n, 0, "u01 -> u02 -> b01", "path")
 }
 
 fn failover_first_unlisted_answer_stops() -> CaseResult {
     let n = Nginx::start(&three_and_backup("", "5xx", 404, 502, 200))?;
-    let a = get(&n, "/")?;
-    check_eq(a.status, 404, "status")?;
-    check_eq(a.text(), "u01 404\n".to_string(), "body")?;
-    check_eq(path_of(&n, 0)?, "u01".to_string(), "path")
+    check_answer(&n.get(0, "/")?, 404, "u01 404\n")?;
+    check_path(&n, 0, "u01", "path")
 }
 
 fn failover_4xx_and_exact_codes() -> CaseResult {
     let n = Nginx::start(&three_and_backup("", "4xx 204", 404, 204, 200))?;
-    let a = get(&n, "/")?;
-    check_eq(a.status, 200, "status")?;
-    check_eq(path_of(&n, 0)?, "u01 -> u02 -> b01".to_string(), "path")?;
+    check_eq(n.get(0, "/")?.status, 200, "status")?;
+    check_path(&n, 0, "u01 -> u02 -> b01", "path")?;
     let n = Nginx::start(&three_and_backup("", "204", 404, 204, 200))?;
-    let a = get(&n, "/")?;
-    check_eq(a.status, 404, "404 is not listed")?;
-    check_eq(path_of(&n, 0)?, "u01".to_string(), "path")
+    check_eq(n.get(0, "/")?.status, 404, "404 is not listed")?;
+    check_path(&n, 0, "u01", "path")
 }
 
 fn gunzip(data: &[u8]) -> Result<Vec<u8>, Failed> {
@@ -484,7 +389,7 @@ fn failover_through_gzip_and_chunked() -> CaseResult {
         502,
         200,
     ))?;
-    let a = request(n.port(0), "GET", "/", &[("Accept-Encoding", "gzip")], b"")?;
+    let a = n.get_with(0, "/", &[("Accept-Encoding", "gzip")])?;
     check_eq(a.status, 200, "status")?;
     check_eq(a.header("Content-Encoding"), Some("gzip"), "gzip applied")?;
     check_eq(
@@ -504,9 +409,7 @@ fn failover_with_proxy_buffering_off() -> CaseResult {
         200,
     ))?;
     for _ in 0..3 {
-        let a = get(&n, "/")?;
-        check_eq(a.status, 200, "status")?;
-        check_eq(a.text(), "b01 200\n".to_string(), "body")?;
+        check_answer(&n.get(0, "/")?, 200, "b01 200\n")?;
     }
     Ok(())
 }
@@ -519,19 +422,15 @@ fn big_body(seed: u8) -> Vec<u8> {
 
 /// 1 MiB error body swallowed, 1 MiB answer delivered; buffered (to a temp file) and unbuffered.
 fn failover_one_mebibyte_bodies() -> CaseResult {
-    let http = format!(
-        "{}{}
-         upstrand us1 {{ upstream u01; upstream u02; order per_request; next_upstream_statuses 503; }}
-         {}
-         server {{ listen 127.0.0.1:{{P1}}; root {{PREFIX}}/html; location / {{ error_page 503 /err.txt; return 503; }} location = /err.txt {{ internal; }} }}
-         server {{ listen 127.0.0.1:{{P2}}; root {{PREFIX}}/html; }}",
-        upstream("u01", 1),
-        upstream("u02", 2),
-        front(
-            "location /b/ { proxy_pass http://$upstrand_us1; }
-             location /u/ { proxy_buffering off; proxy_pass http://$upstrand_us1; }"
-        ),
-    );
+    let http = config(
+        &[("u01", 1), ("u02", 2)],
+        "upstrand us1 { upstream u01; upstream u02; order per_request; next_upstream_statuses 503; }",
+        "location /b/ { proxy_pass http://$upstrand_us1; }
+         location /u/ { proxy_buffering off; proxy_pass http://$upstrand_us1; }",
+        &[],
+    ) + "server { listen 127.0.0.1:{P1}; root {PREFIX}/html; \
+         location / { error_page 503 /err.txt; return 503; } location = /err.txt { internal; } }
+         server { listen 127.0.0.1:{P2}; root {PREFIX}/html; }";
     let n = Nginx::start(&http)?;
     let html = n.prefix().join("html");
     fs::create_dir_all(&html).map_err(|e| e.to_string())?;
@@ -546,21 +445,17 @@ fn failover_one_mebibyte_bodies() -> CaseResult {
         .iter()
         .enumerate()
     {
-        let a = get(&n, path)?;
+        let a = n.get(0, path)?;
         check_eq(a.status, 200, "status")?;
         check(a.body == good, || {
             format!("{path}: body of {} bytes differs", a.body.len())
         })?;
-        check_eq(path_of(&n, i)?, "u01 -> u02".to_string(), "path")?;
+        check_path(&n, i, "u01 -> u02", "path")?;
     }
     // The swallowed 1 MiB error bodies must not stall a keep-alive connection.
-    let mut s = TcpStream::connect(("127.0.0.1", n.port(0))).map_err(|e| e.to_string())?;
-    s.set_read_timeout(Some(Duration::from_secs(20)))
-        .map_err(|e| e.to_string())?;
+    let mut conn = KeepAlive::open(n.port(0))?;
     for path in ["/b/big.txt", "/u/big.txt", "/b/big.txt", "/u/big.txt"] {
-        let req = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n");
-        s.write_all(req.as_bytes()).map_err(|e| e.to_string())?;
-        let a = read_answer(&mut s)?;
+        let a = conn.get(path)?;
         check_eq(a.status, 200, "keep-alive status")?;
         check(a.body == good, || {
             format!("keep-alive {path}: body differs")
@@ -571,7 +466,7 @@ fn failover_one_mebibyte_bodies() -> CaseResult {
 
 fn failover_head_request() -> CaseResult {
     let n = Nginx::start(&three_and_backup("", "5xx", 503, 502, 200))?;
-    let a = request(n.port(0), "HEAD", "/", &[], b"")?;
+    let a = n.request(0, "HEAD", "/", &[], b"")?;
     check_eq(a.status, 200, "status")?;
     check_eq(
         a.header("X-From"),
@@ -581,40 +476,35 @@ fn failover_head_request() -> CaseResult {
     check(a.body.is_empty(), || {
         format!("HEAD answer has a body: {:?}", a.text())
     })?;
-    check_eq(path_of(&n, 0)?, "u01 -> u02 -> b01".to_string(), "path")
+    check_path(&n, 0, "u01 -> u02 -> b01", "path")
 }
 
 fn failover_error_and_timeout_against_backend_codes() -> CaseResult {
     let hole = black_hole()?;
-    let http = format!(
-        "upstream dead {{ server 127.0.0.1:{{P9}}; }} upstream hole {{ server 127.0.0.1:HOLE; }}
-         {}{}
-         upstrand e {{ upstream dead; upstream u02; upstream u03; order per_request; next_upstream_statuses error; }}
-         upstrand t {{ upstream hole; upstream u04; upstream u03; order per_request; next_upstream_statuses timeout; }}
-         {}{}{}{}",
-        upstream("u02", 2) + &upstream("u03", 3),
-        upstream("u04", 4),
-        front(
-            "proxy_read_timeout 300ms;
-             location /e { proxy_pass http://$upstrand_e; }
-             location /t { proxy_pass http://$upstrand_t; }"
-        ),
-        backend(2, "u02", 502),
-        backend(3, "u03", 200),
-        backend(4, "u04", 504),
+    let http = config(
+        &[("dead", 9), ("u02", 2), ("u03", 3), ("u04", 4)],
+        "upstream hole { server 127.0.0.1:HOLE; }
+         upstrand e { upstream dead; upstream u02; upstream u03; order per_request; next_upstream_statuses error; }
+         upstrand t { upstream hole; upstream u04; upstream u03; order per_request; next_upstream_statuses timeout; }",
+        "proxy_read_timeout 300ms;
+         location /e { proxy_pass http://$upstrand_e; }
+         location /t { proxy_pass http://$upstrand_t; }",
+        &[(2, "u02", 502), (3, "u03", 200), (4, "u04", 504)],
     )
     .replace("HOLE", &hole_port(&hole)?);
     let n = Nginx::start(&http)?;
-    let a = get(&n, "/e")?;
+    let a = n.get(0, "/e")?;
     check_eq(a.status, 502, "a backend's 502 is not `error`")?;
-    check_eq(a.text(), "u02 502\n".to_string(), "body")?;
-    check_eq(path_of(&n, 0)?, "dead -> u02".to_string(), "path")?;
-    let a = get(&n, "/t")?;
+    check_eq(a.text().as_str(), "u02 502\n", "body")?;
+    check_path(&n, 0, "dead -> u02", "path")?;
+    let a = n.get(0, "/t")?;
     check_eq(a.status, 504, "a backend's 504 is not `timeout`")?;
-    check_eq(a.text(), "u04 504\n".to_string(), "body")?;
-    check_eq(path_of(&n, 1)?, "hole -> u04".to_string(), "path")
+    check_eq(a.text().as_str(), "u04 504\n", "body")?;
+    check_path(&n, 1, "hole -> u04", "path")
 }
 
+/// A backend on `{Pi}` that reads the request body and answers `status` with
+/// `"NAME METHOD BODY\n"`, logging the body to `logs/bodies.log`.
 fn echo_backend(i: usize, name: &str, status: u16) -> String {
     format!(
         "server {{ listen 127.0.0.1:{{P{i}}}; access_log {{PREFIX}}/logs/bodies.log bodies; \
@@ -623,89 +513,70 @@ fn echo_backend(i: usize, name: &str, status: u16) -> String {
     )
 }
 
-fn non_idempotent_post() -> CaseResult {
-    let http = format!(
-        "{}{}
-         upstrand plain {{ upstream u01; upstream u02; upstream u03; order per_request; next_upstream_statuses 503; }}
-         upstrand ni {{ upstream u01; upstream u02; upstream u03; order per_request; next_upstream_statuses 503 non_idempotent; }}
-         {}{}{}{}",
-        upstream("u01", 1) + &upstream("u02", 2),
-        upstream("u03", 3),
-        front(
-            "location /plain { proxy_pass http://$upstrand_plain; }
-             location /ni { proxy_pass http://$upstrand_ni; }"
-        ) + "log_format bodies '$server_port $request_method $request_body';\n",
-        echo_backend(1, "u01", 503),
-        echo_backend(2, "u02", 503),
-        echo_backend(3, "u03", 200),
-    );
+fn failover_non_idempotent_post() -> CaseResult {
+    let http = config(
+        &[("u01", 1), ("u02", 2), ("u03", 3)],
+        "upstrand plain { upstream u01; upstream u02; upstream u03; order per_request; next_upstream_statuses 503; }
+         upstrand ni { upstream u01; upstream u02; upstream u03; order per_request; next_upstream_statuses 503 non_idempotent; }
+         log_format bodies '$server_port $request_method $request_body';",
+        "location /plain { proxy_pass http://$upstrand_plain; }
+         location /ni { proxy_pass http://$upstrand_ni; }",
+        &[],
+    ) + &echo_backend(1, "u01", 503)
+        + &echo_backend(2, "u02", 503)
+        + &echo_backend(3, "u03", 200);
     let n = Nginx::start_with(ECHO, &http)?;
-    let a = request(n.port(0), "POST", "/plain", &[], b"k=v1")?;
+    let a = n.request(0, "POST", "/plain", &[], b"k=v1")?;
     check_eq(
         a.status,
         503,
         "a POST that reached a backend is not retried",
     )?;
-    check_eq(a.text(), "u01 POST k=v1\n".to_string(), "body")?;
-    check_eq(path_of(&n, 0)?, "u01".to_string(), "path")?;
-    let a = request(n.port(0), "POST", "/ni", &[], b"k=v2")?;
+    check_eq(a.text().as_str(), "u01 POST k=v1\n", "body")?;
+    check_path(&n, 0, "u01", "path")?;
+    let a = n.request(0, "POST", "/ni", &[], b"k=v2")?;
     check_eq(a.status, 200, "with non_idempotent")?;
     check_eq(
-        a.text(),
-        "u03 POST k=v2\n".to_string(),
+        a.text().as_str(),
+        "u03 POST k=v2\n",
         "the body reached the last upstream",
     )?;
-    let lines = access_log(&n, 2)?;
-    let status_field = lines[1].split('|').nth(4).unwrap_or_default().to_string();
     check_eq(
-        status_field,
-        "(u01) 503 (u02) 503 (u03) 200".to_string(),
+        log_field(&n, 1, STATUS_FIELD)?.as_str(),
+        "(u01) 503 (u02) 503 (u03) 200",
         "statuses",
     )?;
     // Every upstream the POST was retried on got its body.
-    let bodies_path = n.prefix().join("logs/bodies.log");
     let want: Vec<String> = (1..=3)
         .map(|i| format!("{} POST k=v2", n.port(i)))
         .collect();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let text = fs::read_to_string(&bodies_path).unwrap_or_default();
-        if want.iter().all(|w| text.lines().any(|l| l == w)) {
-            break;
-        }
-        check(Instant::now() < deadline, || {
-            format!("backend body log lacks {want:?}:\n{text}")
-        })?;
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_for_log(&n, "bodies.log", |text| {
+        want.iter().all(|w| text.lines().any(|l| l == w))
+    })
+    .map_err(|text| format!("backend body log lacks {want:?}:\n{text}"))?;
     // GET moves on without non_idempotent.
-    let a = get(&n, "/plain")?;
-    check_eq(a.text(), "u03 GET \n".to_string(), "GET body")
+    check_eq(
+        n.get(0, "/plain")?.text().as_str(),
+        "u03 GET \n",
+        "GET body",
+    )
 }
 
 // ---- 3. order -----------------------------------------------------------------------------
 
+/// u01, u02, u03 (by regex) answering `s`, with the `order` line `order` (may be empty).
 fn ordered(order: &str, s: [u16; 3]) -> String {
-    format!(
-        "{}{}
-         upstrand us1 {{ upstream ~^u0; {order} next_upstream_statuses 5xx; }}
-         {}{}{}{}",
-        upstream("u01", 1) + &upstream("u02", 2),
-        upstream("u03", 3),
-        front("location / { proxy_pass http://$upstrand_us1; }"),
-        backend(1, "u01", s[0]),
-        backend(2, "u02", s[1]),
-        backend(3, "u03", s[2]),
+    config(
+        &[("u01", 1), ("u02", 2), ("u03", 3)],
+        &format!("upstrand us1 {{ upstream ~^u0; {order} next_upstream_statuses 5xx; }}"),
+        "location / { proxy_pass http://$upstrand_us1; }",
+        &[(1, "u01", s[0]), (2, "u02", s[1]), (3, "u03", s[2])],
     )
 }
 
+/// `X-From` of `count` answers to `GET /` in a row.
 fn from_sequence(n: &Nginx, count: usize) -> Result<Vec<String>, Failed> {
-    let mut v = Vec::new();
-    for _ in 0..count {
-        let a = get(n, "/")?;
-        v.push(a.header("X-From").unwrap_or("-").to_string());
-    }
-    Ok(v)
+    (0..count).map(|_| answered_by(n)).collect()
 }
 
 fn order_default_round_robin() -> CaseResult {
@@ -724,8 +595,8 @@ fn order_default_round_robin() -> CaseResult {
         "u02,u02,u03,u02".to_string(),
         "starts u01,u02,u03,u01",
     )?;
-    check_eq(path_of(&n, 0)?, "u01 -> u02".to_string(), "path 1")?;
-    check_eq(path_of(&n, 2)?, "u03".to_string(), "path 3")
+    check_path(&n, 0, "u01 -> u02", "path 1")?;
+    check_path(&n, 2, "u03", "path 3")
 }
 
 fn rotation_ok(seq: &[String]) -> bool {
@@ -747,9 +618,8 @@ fn order_start_random() -> CaseResult {
 fn order_per_request() -> CaseResult {
     let n = Nginx::start(&ordered("order per_request;", [503, 503, 200]))?;
     for i in 0..3 {
-        let a = get(&n, "/")?;
-        check_eq(a.header("X-From"), Some("u03"), "answer")?;
-        check_eq(path_of(&n, i)?, "u01 -> u02 -> u03".to_string(), "path")?;
+        check_eq(answered_by(&n)?.as_str(), "u03", "answer")?;
+        check_path(&n, i, "u01 -> u02 -> u03", "path")?;
     }
     Ok(())
 }
@@ -758,7 +628,7 @@ fn order_start_random_per_request() -> CaseResult {
     let n = Nginx::start(&ordered("order start_random per_request;", [503, 503, 503]))?;
     let mut starts = std::collections::BTreeSet::new();
     for i in 0..30 {
-        get(&n, "/")?;
+        n.get(0, "/")?;
         let p = path_of(&n, i)?;
         let walked: Vec<String> = p.split(" -> ").map(str::to_string).collect();
         check(walked.len() == 3 && rotation_ok(&walked), || {
@@ -774,126 +644,90 @@ fn order_start_random_per_request() -> CaseResult {
 /// The seed's "no round robin" example: singlets, `order per_request`, blacklisting.
 fn order_seed_no_round_robin_with_singlets() -> CaseResult {
     let body = |first: &str| {
-        format!(
-            "upstream u1 {{ server 127.0.0.1:{{{first}}}; server 127.0.0.1:{{P2}}; \
-             combine_server_singlets _single_ nobackup; }}
-             upstrand us1 {{
-                 upstream ~^u1_single_ blacklist_interval=60s;
-                 order per_request;
-                 next_upstream_statuses error timeout non_idempotent 5xx;
-                 intercept_statuses 5xx /Internal/failover;
-             }}
-             {}{}{}",
-            front(
-                "location / { proxy_pass http://$upstrand_us1; }
-                 location /Internal/failover { internal; return 503 \"failover\\n\"; }"
+        config(
+            &[],
+            &format!(
+                "upstream u1 {{ server 127.0.0.1:{{{first}}}; server 127.0.0.1:{{P2}}; \
+                 combine_server_singlets _single_ nobackup; }}
+                 upstrand us1 {{
+                     upstream ~^u1_single_ blacklist_interval=60s;
+                     order per_request;
+                     next_upstream_statuses error timeout non_idempotent 5xx;
+                     intercept_statuses 5xx /Internal/failover;
+                 }}"
             ),
-            backend(1, "s1", 200),
-            backend(2, "s2", 200),
+            "location / { proxy_pass http://$upstrand_us1; }
+             location /Internal/failover { internal; return 503 \"failover\\n\"; }",
+            &[(1, "s1", 200), (2, "s2", 200)],
         )
     };
     let n = Nginx::start(&body("P1"))?;
     for i in 0..3 {
-        check_eq(
-            get(&n, "/")?.header("X-From").map(str::to_string),
-            Some("s1".into()),
-            "s1",
-        )?;
-        check_eq(
-            path_of(&n, i)?,
-            "u1_single_1".to_string(),
-            "always the first server",
-        )?;
+        check_eq(answered_by(&n)?.as_str(), "s1", "s1")?;
+        check_path(&n, i, "u1_single_1", "always the first server")?;
     }
     let n = Nginx::start(&body("P9"))?;
-    check_eq(
-        get(&n, "/")?.header("X-From").map(str::to_string),
-        Some("s2".into()),
-        "s2",
-    )?;
-    check_eq(
-        path_of(&n, 0)?,
-        "u1_single_1 -> u1_single_2".to_string(),
-        "failover",
-    )?;
-    check_eq(
-        get(&n, "/")?.header("X-From").map(str::to_string),
-        Some("s2".into()),
-        "s2",
-    )?;
-    check_eq(
-        path_of(&n, 1)?,
-        "u1_single_2".to_string(),
-        "the dead singlet is blacklisted",
-    )
+    check_eq(answered_by(&n)?.as_str(), "s2", "s2")?;
+    check_path(&n, 0, "u1_single_1 -> u1_single_2", "failover")?;
+    check_eq(answered_by(&n)?.as_str(), "s2", "s2")?;
+    check_path(&n, 1, "u1_single_2", "the dead singlet is blacklisted")
+}
+
+/// Decision 2: `order start_random per_request` with an empty normal list does not crash.
+fn order_random_with_only_backups() -> CaseResult {
+    let n = Nginx::start(&config(
+        &[("b01", 1), ("b02", 2)],
+        "upstrand us1 { upstream ~^b0 backup; order start_random per_request; next_upstream_statuses 5xx; }",
+        "location / { proxy_pass http://$upstrand_us1; }",
+        &[(1, "b01", 503), (2, "b02", 200)],
+    ))?;
+    for _ in 0..10 {
+        let a = n.get(0, "/")?;
+        check_eq(a.status, 200, "status")?;
+        check_eq(a.header("X-From"), Some("b02"), "answer")?;
+    }
+    Ok(())
 }
 
 // ---- 4. blacklist -------------------------------------------------------------------------
 
 fn blacklist_skips_failed_upstream_until_interval_ends() -> CaseResult {
-    let http = format!(
-        "{}{}
-         upstrand us1 {{ upstream u01 blacklist_interval=1s; upstream u02; upstream u03; order per_request; next_upstream_statuses 5xx; }}
-         {}{}{}{}",
-        upstream("u01", 1) + &upstream("u02", 2),
-        upstream("u03", 3),
-        front("location / { proxy_pass http://$upstrand_us1; }"),
-        backend(1, "u01", 503),
-        backend(2, "u02", 200),
-        backend(3, "u03", 200),
-    );
-    let n = Nginx::start(&http)?;
-    get(&n, "/")?;
-    check_eq(path_of(&n, 0)?, "u01 -> u02".to_string(), "first request")?;
-    get(&n, "/")?;
-    check_eq(
-        path_of(&n, 1)?,
-        "u02".to_string(),
-        "u01 skipped while blacklisted",
-    )?;
+    let n = Nginx::start(&config(
+        &[("u01", 1), ("u02", 2), ("u03", 3)],
+        "upstrand us1 { upstream u01 blacklist_interval=1s; upstream u02; upstream u03; \
+         order per_request; next_upstream_statuses 5xx; }",
+        "location / { proxy_pass http://$upstrand_us1; }",
+        &[(1, "u01", 503), (2, "u02", 200), (3, "u03", 200)],
+    ))?;
+    n.get(0, "/")?;
+    check_path(&n, 0, "u01 -> u02", "first request")?;
+    n.get(0, "/")?;
+    check_path(&n, 1, "u02", "u01 skipped while blacklisted")?;
     std::thread::sleep(Duration::from_millis(1300));
-    get(&n, "/")?;
-    check_eq(
-        path_of(&n, 2)?,
-        "u01 -> u02".to_string(),
-        "u01 tried again after the interval",
-    )
+    n.get(0, "/")?;
+    check_path(&n, 2, "u01 -> u02", "u01 tried again after the interval")
+}
+
+/// [`ordered`] with `order per_request` and every member blacklisted for 60 s after a failure.
+fn blacklisting(s: [u16; 3]) -> String {
+    ordered("order per_request;", s)
+        .replace("upstream ~^u0;", "upstream ~^u0 blacklist_interval=60s;")
 }
 
 /// Decision 1: the first non-blacklisted upstream in cycle order, not the one before it.
 fn blacklist_goes_to_first_healthy_in_cycle_order() -> CaseResult {
-    let n = Nginx::start(
-        &ordered("order per_request;", [503, 503, 200])
-            .replace("upstream ~^u0;", "upstream ~^u0 blacklist_interval=60s;"),
-    )?;
-    get(&n, "/")?;
-    check_eq(
-        path_of(&n, 0)?,
-        "u01 -> u02 -> u03".to_string(),
-        "first request",
-    )?;
-    let a = get(&n, "/")?;
-    check_eq(a.header("X-From"), Some("u03"), "answer")?;
-    check_eq(
-        path_of(&n, 1)?,
-        "u03".to_string(),
-        "both failed upstreams skipped",
-    )
+    let n = Nginx::start(&blacklisting([503, 503, 200]))?;
+    n.get(0, "/")?;
+    check_path(&n, 0, "u01 -> u02 -> u03", "first request")?;
+    check_eq(answered_by(&n)?.as_str(), "u03", "answer")?;
+    check_path(&n, 1, "u03", "both failed upstreams skipped")
 }
 
 fn blacklist_everything_whitelists_with_log() -> CaseResult {
-    let n = Nginx::start(
-        &ordered("order per_request;", [503, 503, 503])
-            .replace("upstream ~^u0;", "upstream ~^u0 blacklist_interval=60s;"),
-    )?;
-    get(&n, "/")?;
-    let a = get(&n, "/")?;
-    check_eq(a.status, 503, "status")?;
-    check_eq(
-        path_of(&n, 1)?,
-        "u01 -> u02 -> u03".to_string(),
-        "all whitelisted again",
-    )?;
+    let n = Nginx::start(&blacklisting([503, 503, 503]))?;
+    n.get(0, "/")?;
+    check_eq(n.get(0, "/")?.status, 503, "status")?;
+    check_path(&n, 1, "u01 -> u02 -> u03", "all whitelisted again")?;
     let log = n.error_log();
     check(
         log.contains("[error]")
@@ -904,19 +738,22 @@ fn blacklist_everything_whitelists_with_log() -> CaseResult {
 
 // ---- 5. next_upstream_timeout and intercept_statuses ---------------------------------------
 
+/// `hole` (a [`black_hole`]: 504 after 300 ms) then u02 (200), with `next_upstream_timeout
+/// timeout` and the `intercept` line; `/failover` names the status it saw. Keep the listener
+/// until the case ends.
 fn timeout_config(timeout: &str, intercept: &str) -> Result<(String, TcpListener), Failed> {
     let hole = black_hole()?;
-    let http = format!(
-        "upstream hole {{ server 127.0.0.1:HOLE; }} {}
-         upstrand us1 {{ upstream hole; upstream u02; order per_request; next_upstream_statuses 5xx; next_upstream_timeout {timeout}; {intercept} }}
-         {}{}",
-        upstream("u02", 2),
-        front(
-            "proxy_read_timeout 300ms;
-             location / { proxy_pass http://$upstrand_us1; }
-             location /failover { internal; return 200 \"failover after $status\\n\"; }"
+    let http = config(
+        &[("u02", 2)],
+        &format!(
+            "upstream hole {{ server 127.0.0.1:HOLE; }}
+             upstrand us1 {{ upstream hole; upstream u02; order per_request; \
+             next_upstream_statuses 5xx; next_upstream_timeout {timeout}; {intercept} }}"
         ),
-        backend(2, "u02", 200),
+        "proxy_read_timeout 300ms;
+         location / { proxy_pass http://$upstrand_us1; }
+         location /failover { internal; return 200 \"failover after $status\\n\"; }",
+        &[(2, "u02", 200)],
     )
     .replace("HOLE", &hole_port(&hole)?);
     Ok((http, hole))
@@ -925,63 +762,54 @@ fn timeout_config(timeout: &str, intercept: &str) -> Result<(String, TcpListener
 fn next_upstream_timeout_returns_last_answer() -> CaseResult {
     let (http, _hole) = timeout_config("100ms", "")?;
     let n = Nginx::start(&http)?;
-    let a = get(&n, "/")?;
-    check_eq(a.status, 504, "the timed-out answer is final")?;
-    check_eq(path_of(&n, 0)?, "hole".to_string(), "path")?;
+    check_eq(n.get(0, "/")?.status, 504, "the timed-out answer is final")?;
+    check_path(&n, 0, "hole", "path")?;
     let (http, _hole) = timeout_config("10s", "")?;
     let n = Nginx::start(&http)?;
     check_eq(
-        get(&n, "/")?.status,
+        n.get(0, "/")?.status,
         200,
         "within the time the walk goes on",
     )?;
-    check_eq(path_of(&n, 0)?, "hole -> u02".to_string(), "path")
+    check_path(&n, 0, "hole -> u02", "path")
 }
 
 fn intercept_after_timeout() -> CaseResult {
     let (http, _hole) = timeout_config("100ms", "intercept_statuses 504 /failover;")?;
     let n = Nginx::start(&http)?;
-    let a = get(&n, "/")?;
+    let a = n.get(0, "/")?;
     check_eq(a.status, 200, "failover answer")?;
+    check_eq(a.text().as_str(), "failover after 200\n", "failover body")?;
     check_eq(
-        a.text(),
-        "failover after 200\n".to_string(),
-        "failover body",
-    )?;
-    let lines = access_log(&n, 1)?;
-    let st = lines[0].split('|').nth(4).unwrap_or_default().to_string();
-    check_eq(
-        st,
-        "(hole) 504 (<intercepted>) -".to_string(),
+        log_field(&n, 0, STATUS_FIELD)?.as_str(),
+        "(hole) 504 (<intercepted>) -",
         "$upstrand_status",
     )
 }
 
+/// u01 (500) and u02 (503); 502 goes to `/first`, other 5xx to `/tf`, which reaches its answer
+/// through `try_files` and `error_page`.
 fn intercept_config() -> String {
-    format!(
-        "{}
-         upstrand us1 {{ upstream ~^u0; order per_request; next_upstream_statuses 5xx; intercept_statuses 502 /first; intercept_statuses 5xx /tf; }}
-         {}{}{}",
-        upstream("u01", 1) + &upstream("u02", 2),
-        front(
-            "location / { add_header X-Loc front always; proxy_pass http://$upstrand_us1; }
-             location /first { internal; default_type text/x-first; return 503 \"first\\n\"; }
-             location /tf { internal; try_files /nope @named; }
-             location @named { error_page 404 = @page; return 404; }
-             location @page { default_type text/x-page; return 503 \"via try_files and error_page\\n\"; }"
-        ),
-        backend(1, "u01", 500),
-        backend(2, "u02", 503),
+    config(
+        &[("u01", 1), ("u02", 2)],
+        "upstrand us1 { upstream ~^u0; order per_request; next_upstream_statuses 5xx; \
+         intercept_statuses 502 /first; intercept_statuses 5xx /tf; }",
+        "location / { add_header X-Loc front always; proxy_pass http://$upstrand_us1; }
+         location /first { internal; default_type text/x-first; return 503 \"first\\n\"; }
+         location /tf { internal; try_files /nope @named; }
+         location @named { error_page 404 = @page; return 404; }
+         location @page { default_type text/x-page; return 503 \"via try_files and error_page\\n\"; }",
+        &[(1, "u01", 500), (2, "u02", 503)],
     )
 }
 
 fn intercept_with_try_files_and_error_page() -> CaseResult {
     let n = Nginx::start(&intercept_config())?;
-    let a = get(&n, "/")?;
+    let a = n.get(0, "/")?;
     check_eq(a.status, 503, "failover status")?;
     check_eq(
-        a.text(),
-        "via try_files and error_page\n".to_string(),
+        a.text().as_str(),
+        "via try_files and error_page\n",
         "failover body",
     )?;
     check_eq(
@@ -994,16 +822,16 @@ fn intercept_with_try_files_and_error_page() -> CaseResult {
         Some("front"),
         "add_header of the upstrand location",
     )?;
-    check_eq(path_of(&n, 0)?, "u01 -> u02".to_string(), "path")
+    check_path(&n, 0, "u01 -> u02", "path")
 }
 
 fn intercept_first_matching_directive_wins() -> CaseResult {
     let n =
         Nginx::start(&intercept_config().replace("return 503 \"u02 503", "return 502 \"u02 502"))?;
-    let a = get(&n, "/")?;
+    let a = n.get(0, "/")?;
     check_eq(
-        a.text(),
-        "first\n".to_string(),
+        a.text().as_str(),
+        "first\n",
         "502 goes to the first directive",
     )?;
     check_eq(
@@ -1015,83 +843,85 @@ fn intercept_first_matching_directive_wins() -> CaseResult {
 
 // ---- 6. internal redirects, other subrequests, two upstrands ------------------------------
 
-fn error_page_does_not_break_walk() -> CaseResult {
-    let http = format!(
-        "upstream dead {{ server 127.0.0.1:{{P9}}; }} {}
-         upstrand us1 {{ upstream dead; upstream u02; order per_request; next_upstream_statuses error 503; }}
-         {}{}",
-        upstream("u02", 2),
-        front(
-            "location / { error_page 502 503 /oops; proxy_intercept_errors on; proxy_pass http://$upstrand_us1; }
-             location /oops { return 200 \"error page\\n\"; }"
-        ),
-        backend(2, "u02", 200),
-    );
-    let n = Nginx::start(&http)?;
-    let a = get(&n, "/")?;
+fn redirect_error_page_does_not_break_walk() -> CaseResult {
+    let n = Nginx::start(&config(
+        &[("dead", 9), ("u02", 2)],
+        "upstrand us1 { upstream dead; upstream u02; order per_request; next_upstream_statuses error 503; }",
+        "location / { error_page 502 503 /oops; proxy_intercept_errors on; proxy_pass http://$upstrand_us1; }
+         location /oops { return 200 \"error page\\n\"; }",
+        &[(2, "u02", 200)],
+    ))?;
+    let a = n.get(0, "/")?;
     check_eq(a.status, 200, "status")?;
-    check_eq(a.text(), "u02 200\n".to_string(), "the walk went on")?;
-    check_eq(path_of(&n, 0)?, "dead -> u02".to_string(), "path")
+    check_eq(a.text().as_str(), "u02 200\n", "the walk went on")?;
+    check_path(&n, 0, "dead -> u02", "path")
 }
 
-fn x_accel_redirect_is_ignored() -> CaseResult {
-    let http = format!(
-        "{}
-         upstrand us1 {{ upstream ~^u0; order per_request; next_upstream_statuses 503; }}
-         {}
-         server {{ listen 127.0.0.1:{{P1}}; location / {{ add_header X-Accel-Redirect /secret; return 503 \"u01 503\\n\"; }} }}
-         server {{ listen 127.0.0.1:{{P2}}; location / {{ add_header X-Accel-Redirect /secret; return 200 \"u02 200\\n\"; }} }}",
-        upstream("u01", 1) + &upstream("u02", 2),
-        front(
-            "location / { proxy_pass http://$upstrand_us1; }
-             location /secret { return 200 \"redirected\\n\"; }"
-        ),
-    );
+fn redirect_x_accel_redirect_is_ignored() -> CaseResult {
+    let http = config(
+        &[("u01", 1), ("u02", 2)],
+        "upstrand us1 { upstream ~^u0; order per_request; next_upstream_statuses 503; }",
+        "location / { proxy_pass http://$upstrand_us1; }
+         location /secret { return 200 \"redirected\\n\"; }",
+        &[],
+    ) + "server { listen 127.0.0.1:{P1}; location / { add_header X-Accel-Redirect /secret; return 503 \"u01 503\\n\"; } }
+         server { listen 127.0.0.1:{P2}; location / { add_header X-Accel-Redirect /secret; return 200 \"u02 200\\n\"; } }";
     let n = Nginx::start(&http)?;
-    let a = get(&n, "/")?;
+    let a = n.get(0, "/")?;
     check_eq(a.status, 200, "status")?;
     check_eq(
-        a.text(),
-        "u02 200\n".to_string(),
+        a.text().as_str(),
+        "u02 200\n",
         "backend answer, not the redirect target",
     )?;
-    check_eq(path_of(&n, 0)?, "u01 -> u02".to_string(), "path")
+    check_path(&n, 0, "u01 -> u02", "path")
 }
 
-fn ssi_subrequest_inside_upstrand_request() -> CaseResult {
-    let http = format!(
-        "{}
-         upstrand us1 {{ upstream ~^u0; order per_request; next_upstream_statuses 503; }}
-         {}
-         server {{ listen 127.0.0.1:{{P1}}; location / {{ return 200 \"[<!--# include virtual=\\\"/inc\\\" -->]\\n\"; }} }}",
-        upstream("u01", 1),
-        front(
-            "location / { ssi on; ssi_types text/plain; proxy_pass http://$upstrand_us1; }
-             location /inc { return 200 \"included\"; }"
-        ),
-    );
+fn subrequest_ssi_inside_upstrand_request() -> CaseResult {
+    let http = config(
+        &[("u01", 1)],
+        "upstrand us1 { upstream ~^u0; order per_request; next_upstream_statuses 503; }",
+        "location / { ssi on; ssi_types text/plain; proxy_pass http://$upstrand_us1; }
+         location /inc { return 200 \"included\"; }",
+        &[],
+    ) + "server { listen 127.0.0.1:{P1}; location / { return 200 \"[<!--# include virtual=\\\"/inc\\\" -->]\\n\"; } }";
     let n = Nginx::start(&http)?;
-    let a = get(&n, "/")?;
-    check_eq(a.status, 200, "status")?;
-    check_eq(a.text(), "[included]\n".to_string(), "SSI include ran")
+    check_answer(&n.get(0, "/")?, 200, "[included]\n")
+}
+
+/// An upstrand location included by SSI: the walk runs inside the SSI subrequest and its final
+/// answer lands at the include's place.
+fn subrequest_upstrand_walk_inside_ssi_include() -> CaseResult {
+    let http = config(
+        &[("u01", 1), ("u02", 2), ("b01", 3), ("page", 4)],
+        "upstrand us1 { upstream ~^u0; upstream b01 backup; order per_request; next_upstream_statuses 5xx; }",
+        "location / { ssi on; ssi_types text/plain; proxy_pass http://page; }
+         location /us { proxy_pass http://$upstrand_us1; }",
+        &[(1, "u01", 503), (2, "u02", 502), (3, "b01", 200)],
+    ) + "server { listen 127.0.0.1:{P4}; location / { return 200 \"[<!--# include virtual=\\\"/us\\\" -->]\\n\"; } }";
+    let n = Nginx::start(&http)?;
+    for _ in 0..3 {
+        let a = n.get(0, "/")?;
+        check_eq(a.status, 200, "status")?;
+        check_eq(a.text().as_str(), "[b01 200\n]\n", "included walk answer")?;
+    }
+    Ok(())
 }
 
 fn two_upstrands_in_one_request_give_500() -> CaseResult {
-    let http = format!(
-        "{}
-         upstrand us1 {{ upstream u01; }} upstrand us2 {{ upstream u02; }}
-         {}{}{}",
-        upstream("u01", 1) + &upstream("u02", 2),
-        front(
-            "location /set { set $x $upstrand_us2; proxy_pass http://$upstrand_us1; }
-             location /both { proxy_pass http://$upstrand_us1$upstrand_us2; }"
-        ),
-        backend(1, "u01", 200),
-        backend(2, "u02", 200),
-    );
-    let n = Nginx::start(&http)?;
-    check_eq(get(&n, "/set")?.status, 500, "set + proxy_pass")?;
-    check_eq(get(&n, "/both")?.status, 500, "two variables in proxy_pass")?;
+    let n = Nginx::start(&config(
+        &[("u01", 1), ("u02", 2)],
+        "upstrand us1 { upstream u01; } upstrand us2 { upstream u02; }",
+        "location /set { set $x $upstrand_us2; proxy_pass http://$upstrand_us1; }
+         location /both { proxy_pass http://$upstrand_us1$upstrand_us2; }",
+        &[(1, "u01", 200), (2, "u02", 200)],
+    ))?;
+    check_eq(n.get(0, "/set")?.status, 500, "set + proxy_pass")?;
+    check_eq(
+        n.get(0, "/both")?.status,
+        500,
+        "two variables in proxy_pass",
+    )?;
     let log = n.error_log();
     check(
         log.contains("accessing multiple upstrand variables in a single request is prohibited"),
@@ -1105,14 +935,10 @@ fn variable_elsewhere_yields_name_and_advances() -> CaseResult {
         "location /name { return 200 \"$upstrand_us1\\n\"; } location / {",
     ))?;
     let names: Vec<String> = (0..4)
-        .map(|_| get(&n, "/name").map(|a| a.text()))
+        .map(|_| n.get(0, "/name").map(|a| a.text()))
         .collect::<Result<_, _>>()?;
     check_eq(names.join(""), "u01\nu02\nu03\nu01\n".to_string(), "names")?;
-    check_eq(
-        get(&n, "/")?.header("X-From").map(str::to_string),
-        Some("u02".into()),
-        "cursor",
-    )
+    check_eq(answered_by(&n)?.as_str(), "u02", "cursor")
 }
 
 /// Decision 8: a walk longer than nginx's subrequest nesting limit (50) ends with nginx's own
@@ -1121,17 +947,13 @@ fn walk_longer_than_subrequest_limit() -> CaseResult {
     let ups: String = (0..60)
         .map(|i| format!("upstream m{i:02} {{ server 127.0.0.1:{{P1}}; }}\n"))
         .collect();
-    let http = format!(
-        "{ups}
-         upstrand many {{ upstream ~^m; order per_request; next_upstream_statuses 503; }}
-         {}{}",
-        front("location / { proxy_pass http://$upstrand_many; }"),
-        backend(1, "m", 503),
-    );
-    let n = Nginx::start(&http)?;
-    let a = get(&n, "/")?;
-    check_eq(a.status, 503, "status")?;
-    check_eq(a.text(), "m 503\n".to_string(), "the last answer")?;
+    let n = Nginx::start(&config(
+        &[],
+        &(ups + "upstrand many { upstream ~^m; order per_request; next_upstream_statuses 503; }"),
+        "location / { proxy_pass http://$upstrand_many; }",
+        &[(1, "m", 503)],
+    ))?;
+    check_answer(&n.get(0, "/")?, 503, "m 503\n")?;
     let walked = path_of(&n, 0)?.split(" -> ").count();
     check(walked > 40 && walked < 60, || {
         format!("{walked} upstreams walked")
@@ -1142,62 +964,11 @@ fn walk_longer_than_subrequest_limit() -> CaseResult {
     })
 }
 
-/// Decision 2: `order start_random per_request` with an empty normal list does not crash.
-fn random_order_with_only_backups() -> CaseResult {
-    let http = format!(
-        "{}
-         upstrand us1 {{ upstream ~^b0 backup; order start_random per_request; next_upstream_statuses 5xx; }}
-         {}{}{}",
-        upstream("b01", 1) + &upstream("b02", 2),
-        front("location / { proxy_pass http://$upstrand_us1; }"),
-        backend(1, "b01", 503),
-        backend(2, "b02", 200),
-    );
-    let n = Nginx::start(&http)?;
-    for _ in 0..10 {
-        let a = get(&n, "/")?;
-        check_eq(a.status, 200, "status")?;
-        check_eq(a.header("X-From"), Some("b02"), "answer")?;
-    }
-    Ok(())
-}
-
-/// An upstrand location included by SSI: the walk runs inside the SSI subrequest and its final
-/// answer lands at the include's place.
-fn upstrand_walk_inside_ssi_include() -> CaseResult {
-    let http = format!(
-        "{}{}
-         upstrand us1 {{ upstream ~^u0; upstream b01 backup; order per_request; next_upstream_statuses 5xx; }}
-         {}{}{}{}
-         server {{ listen 127.0.0.1:{{P4}}; location / {{ return 200 \"[<!--# include virtual=\\\"/us\\\" -->]\\n\"; }} }}",
-        upstream("u01", 1) + &upstream("u02", 2),
-        upstream("b01", 3) + &upstream("page", 4),
-        front(
-            "location / { ssi on; ssi_types text/plain; proxy_pass http://page; }
-             location /us { proxy_pass http://$upstrand_us1; }"
-        ),
-        backend(1, "u01", 503),
-        backend(2, "u02", 502),
-        backend(3, "b01", 200),
-    );
-    let n = Nginx::start(&http)?;
-    for _ in 0..3 {
-        let a = get(&n, "/")?;
-        check_eq(a.status, 200, "status")?;
-        check_eq(
-            a.text(),
-            "[b01 200\n]\n".to_string(),
-            "included walk answer",
-        )?;
-    }
-    Ok(())
-}
-
 // ---- 7. status variables ------------------------------------------------------------------
 
 fn status_variables_format() -> CaseResult {
     let n = Nginx::start(&three_and_backup("", "5xx", 503, 502, 200))?;
-    get(&n, "/")?;
+    n.get(0, "/")?;
     let lines = access_log(&n, 1)?;
     let f: Vec<&str> = lines[0].split('|').collect();
     check_eq(f.len(), 10, "fields")?;
@@ -1231,46 +1002,30 @@ fn status_variables_format() -> CaseResult {
 
 fn status_variables_outside_upstrand_are_not_found() -> CaseResult {
     let n = Nginx::start(&front("location / { return 200 \"plain\\n\"; }"))?;
-    get(&n, "/")?;
+    n.get(0, "/")?;
     let lines = access_log(&n, 1)?;
-    check_eq(
-        lines[0].clone(),
-        "/|200|-|-|-|-|-|-|-|-".to_string(),
-        "log line",
-    )
+    check_eq(lines[0].as_str(), "/|200|-|-|-|-|-|-|-|-", "log line")
 }
 
 // ---- 8. dynamic_upstrand ------------------------------------------------------------------
 
-fn dynamic_config() -> String {
-    format!(
-        "{}{}
-         upstrand us1 {{ upstream ~^u0; upstream b01 backup; order start_random; next_upstream_statuses 5xx; }}
-         upstrand us2 {{ upstream ~^u0; upstream b02 backup; order start_random; next_upstream_statuses 5xx; }}
-         {}{}{}{}{}",
-        upstream("u01", 1) + &upstream("u02", 2),
-        upstream("b01", 3) + &upstream("b02", 4),
-        front(
-            "dynamic_upstrand $dus1 $arg_a us2;
-             location / {
-                 dynamic_upstrand $dus2 $arg_b;
-                 if ($arg_b) {
-                     proxy_pass http://$dus2;
-                     break;
-                 }
-                 proxy_pass http://$dus1;
-             }"
-        ),
-        backend(1, "u01", 503),
-        backend(2, "u02", 503),
-        backend(3, "b01", 200),
-        backend(4, "b02", 200),
-    )
-}
-
 /// Every row of the seed's worked example (u0x fail, so the backup names the upstrand).
 fn dynamic_upstrand_seed_example() -> CaseResult {
-    let n = Nginx::start(&dynamic_config())?;
+    let n = Nginx::start(&config(
+        &[("u01", 1), ("u02", 2), ("b01", 3), ("b02", 4)],
+        "upstrand us1 { upstream ~^u0; upstream b01 backup; order start_random; next_upstream_statuses 5xx; }
+         upstrand us2 { upstream ~^u0; upstream b02 backup; order start_random; next_upstream_statuses 5xx; }",
+        "dynamic_upstrand $dus1 $arg_a us2;
+         location / {
+             dynamic_upstrand $dus2 $arg_b;
+             if ($arg_b) {
+                 proxy_pass http://$dus2;
+                 break;
+             }
+             proxy_pass http://$dus1;
+         }",
+        &[(1, "u01", 503), (2, "u02", 503), (3, "b01", 200), (4, "b02", 200)],
+    ))?;
     let rows: &[(&str, u16, Option<&str>)] = &[
         ("/", 200, Some("b02")),
         ("/?a=us1", 200, Some("b01")),
@@ -1286,7 +1041,7 @@ fn dynamic_upstrand_seed_example() -> CaseResult {
         ("/?a=&b=", 200, Some("b02")),
     ];
     for (path, status, from) in rows {
-        let a = get(&n, path)?;
+        let a = n.get(0, path)?;
         check_eq(a.status, *status, &format!("status of {path}"))?;
         if let Some(f) = from {
             check_eq(a.header("X-From"), Some(*f), &format!("answer of {path}"))?;
@@ -1295,123 +1050,51 @@ fn dynamic_upstrand_seed_example() -> CaseResult {
     Ok(())
 }
 
-/// A named case.
-type Case = (&'static str, fn() -> CaseResult);
+/// Trials named like the case functions.
+macro_rules! cases {
+    ($($case:ident),* $(,)?) => {
+        vec![$(Trial::test(stringify!($case), $case)),*]
+    };
+}
 
 fn main() {
     let mut trials = emerg_cases();
-    let cases: &[Case] = &[
-        ("conf_seed_example_accepted", conf_seed_example_accepted),
-        (
-            "conf_regex_members_include_singlets",
-            regex_members_include_singlets,
-        ),
-        (
-            "failover_normal_then_backup_cycle",
-            failover_normal_then_backup_cycle,
-        ),
-        (
-            "failover_last_answer_is_delivered",
-            failover_last_answer_is_delivered,
-        ),
-        (
-            "failover_first_unlisted_answer_stops",
-            failover_first_unlisted_answer_stops,
-        ),
-        ("failover_4xx_and_exact_codes", failover_4xx_and_exact_codes),
-        (
-            "failover_through_gzip_and_chunked",
-            failover_through_gzip_and_chunked,
-        ),
-        (
-            "failover_with_proxy_buffering_off",
-            failover_with_proxy_buffering_off,
-        ),
-        ("failover_one_mebibyte_bodies", failover_one_mebibyte_bodies),
-        ("failover_head_request", failover_head_request),
-        (
-            "failover_error_and_timeout_against_backend_codes",
-            failover_error_and_timeout_against_backend_codes,
-        ),
-        ("failover_non_idempotent_post", non_idempotent_post),
-        ("order_default_round_robin", order_default_round_robin),
-        ("order_start_random", order_start_random),
-        ("order_per_request", order_per_request),
-        (
-            "order_start_random_per_request",
-            order_start_random_per_request,
-        ),
-        (
-            "order_seed_no_round_robin_with_singlets",
-            order_seed_no_round_robin_with_singlets,
-        ),
-        (
-            "order_random_with_only_backups",
-            random_order_with_only_backups,
-        ),
-        (
-            "walk_longer_than_subrequest_limit",
-            walk_longer_than_subrequest_limit,
-        ),
-        (
-            "subrequest_upstrand_walk_inside_ssi_include",
-            upstrand_walk_inside_ssi_include,
-        ),
-        (
-            "blacklist_skips_failed_upstream_until_interval_ends",
-            blacklist_skips_failed_upstream_until_interval_ends,
-        ),
-        (
-            "blacklist_goes_to_first_healthy_in_cycle_order",
-            blacklist_goes_to_first_healthy_in_cycle_order,
-        ),
-        (
-            "blacklist_everything_whitelists_with_log",
-            blacklist_everything_whitelists_with_log,
-        ),
-        (
-            "next_upstream_timeout_returns_last_answer",
-            next_upstream_timeout_returns_last_answer,
-        ),
-        ("intercept_after_timeout", intercept_after_timeout),
-        (
-            "intercept_with_try_files_and_error_page",
-            intercept_with_try_files_and_error_page,
-        ),
-        (
-            "intercept_first_matching_directive_wins",
-            intercept_first_matching_directive_wins,
-        ),
-        (
-            "redirect_error_page_does_not_break_walk",
-            error_page_does_not_break_walk,
-        ),
-        (
-            "redirect_x_accel_redirect_is_ignored",
-            x_accel_redirect_is_ignored,
-        ),
-        (
-            "subrequest_ssi_inside_upstrand_request",
-            ssi_subrequest_inside_upstrand_request,
-        ),
-        (
-            "two_upstrands_in_one_request_give_500",
-            two_upstrands_in_one_request_give_500,
-        ),
-        (
-            "variable_elsewhere_yields_name_and_advances",
-            variable_elsewhere_yields_name_and_advances,
-        ),
-        ("status_variables_format", status_variables_format),
-        (
-            "status_variables_outside_upstrand_are_not_found",
-            status_variables_outside_upstrand_are_not_found,
-        ),
-        (
-            "dynamic_upstrand_seed_example",
-            dynamic_upstrand_seed_example,
-        ),
-    ];
-    trials.extend(cases.iter().map(|(name, f)| Trial::test(*name, *f)));
+    trials.extend(cases![
+        conf_seed_example_accepted,
+        conf_regex_members_include_singlets,
+        failover_normal_then_backup_cycle,
+        failover_last_answer_is_delivered,
+        failover_first_unlisted_answer_stops,
+        failover_4xx_and_exact_codes,
+        failover_through_gzip_and_chunked,
+        failover_with_proxy_buffering_off,
+        failover_one_mebibyte_bodies,
+        failover_head_request,
+        failover_error_and_timeout_against_backend_codes,
+        failover_non_idempotent_post,
+        order_default_round_robin,
+        order_start_random,
+        order_per_request,
+        order_start_random_per_request,
+        order_seed_no_round_robin_with_singlets,
+        order_random_with_only_backups,
+        walk_longer_than_subrequest_limit,
+        subrequest_upstrand_walk_inside_ssi_include,
+        blacklist_skips_failed_upstream_until_interval_ends,
+        blacklist_goes_to_first_healthy_in_cycle_order,
+        blacklist_everything_whitelists_with_log,
+        next_upstream_timeout_returns_last_answer,
+        intercept_after_timeout,
+        intercept_with_try_files_and_error_page,
+        intercept_first_matching_directive_wins,
+        redirect_error_page_does_not_break_walk,
+        redirect_x_accel_redirect_is_ignored,
+        subrequest_ssi_inside_upstrand_request,
+        two_upstrands_in_one_request_give_500,
+        variable_elsewhere_yields_name_and_advances,
+        status_variables_format,
+        status_variables_outside_upstrand_are_not_found,
+        dynamic_upstrand_seed_example,
+    ]);
     run_tests(trials)
 }

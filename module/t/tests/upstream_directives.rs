@@ -162,13 +162,13 @@ fn tally(ng: &Nginx, path: &str, n: usize) -> Result<BTreeMap<String, usize>, ng
     for _ in 0..n {
         let r = ng.get(0, path)?;
         check_eq(r.status, 200, &format!("status of {path}"))?;
-        *m.entry(r.body).or_insert(0) += 1;
+        *m.entry(r.text()).or_insert(0) += 1;
     }
     Ok(m)
 }
 
 fn sequence(ng: &Nginx, path: &str, n: usize) -> Result<Vec<String>, ngx_harness::Failed> {
-    (0..n).map(|_| Ok(ng.get(0, path)?.body)).collect()
+    (0..n).map(|_| Ok(ng.get(0, path)?.text())).collect()
 }
 
 fn counts(pairs: &[(&str, usize)]) -> BTreeMap<String, usize> {
@@ -328,7 +328,7 @@ fn singlets_all_name_forms() -> CaseResult {
         for _ in 0..3 {
             let r = ng.get(0, &format!("/?u={name}"))?;
             check_eq(
-                (r.status, r.body.as_str()),
+                (r.status, r.text().as_str()),
                 (200, *want),
                 &format!("singlet {name}"),
             )?;
@@ -337,7 +337,7 @@ fn singlets_all_name_forms() -> CaseResult {
     // the server declared after combine_server_singlets has no singlet
     let r = ng.get(0, "/?u=uhost4")?;
     check(r.status == 502, || {
-        format!("uhost4 must not exist, got {} {:?}", r.status, r.body)
+        format!("uhost4 must not exist, got {} {:?}", r.status, r.text())
     })?;
     expect_emerg(
         "upstream uhost { server 127.0.0.1:{P1}; combine_server_singlets; server 127.0.0.1:{P2}; }
@@ -358,16 +358,16 @@ fn singlets_backup_and_nobackup() -> CaseResult {
     ))?;
     let r = ng.get(0, "/?u=d1")?;
     check_eq(
-        (r.status, r.body.as_str()),
+        (r.status, r.text().as_str()),
         (200, "b2"),
         "d1: dead primary, backup answers",
     )?;
     let r = ng.get(0, "/?u=d2")?;
-    check_eq((r.status, r.body.as_str()), (200, "b2"), "d2")?;
+    check_eq((r.status, r.text().as_str()), (200, "b2"), "d2")?;
     let r = ng.get(0, "/?u=nb_n_1")?;
     check_eq(r.status, 502, "nb_n_1: dead primary, other server down")?;
     let r = ng.get(0, "/?u=nb_n_2")?;
-    check_eq((r.status, r.body.as_str()), (200, "b2"), "nb_n_2")
+    check_eq((r.status, r.text().as_str()), (200, "b2"), "nb_n_2")
 }
 
 /// The seed's sticky-session example: backends in their own nginx instances so one can be
@@ -401,7 +401,7 @@ fn singlets_sticky_sessions() -> CaseResult {
     for _ in 0..6 {
         let r = main.get_with(0, "/", &[("Cookie", &cookie)])?;
         check_eq(
-            r.body,
+            r.text(),
             format!("Passed to server{pinned}"),
             "pinned by the cookie",
         )?;
@@ -415,7 +415,7 @@ fn singlets_sticky_sessions() -> CaseResult {
     let other = 3 - pinned;
     let r = main.get_with(0, "/", &[("Cookie", &cookie)])?;
     check_eq(
-        (r.status, r.body.clone()),
+        (r.status, r.text()),
         (200, format!("Passed to server{other}")),
         "failover",
     )?;
@@ -428,7 +428,7 @@ fn singlets_sticky_sessions() -> CaseResult {
     for _ in 0..3 {
         let r = main.get_with(0, "/", &[("Cookie", &cookie)])?;
         check_eq(
-            r.body,
+            r.text(),
             format!("Passed to server{other}"),
             "pinned to the survivor",
         )?;
