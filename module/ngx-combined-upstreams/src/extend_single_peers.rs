@@ -14,7 +14,7 @@ use ngx::ffi::{
 use upstrand_core::extend;
 
 use crate::conf::SrvConf;
-use crate::ffi_util::{bytes, command, NGX_ERROR};
+use crate::ffi_util::{bytes, command, conf_log, NGX_ERROR};
 use crate::upstreams;
 
 /// Directive table entry.
@@ -121,7 +121,7 @@ fn fake(s: ngx_http_upstream_server_t, backup: bool) -> ngx_http_upstream_server
 ///
 /// # Safety
 /// `cf` must be the configuration nginx is parsing, at the end of `http {}`.
-pub unsafe fn check_after_init(cf: *mut ngx_conf_t) -> Result<(), ()> {
+pub unsafe fn check_after_init(cf: *mut ngx_conf_t) {
     // SAFETY: every entry of the upstream list is a valid upstream conf.
     unsafe {
         for &u in upstreams::all(cf) {
@@ -130,14 +130,15 @@ pub unsafe fn check_after_init(cf: *mut ngx_conf_t) -> Result<(), ()> {
                 continue;
             }
             let name = String::from_utf8_lossy(bytes(&(*u).host));
-            ngx::ngx_conf_log_error!(
-                NGX_LOG_WARN,
+            conf_log(
                 cf,
-                "\"extend_single_peers\" has no effect in upstream \"{}\": a load balancing \
-                 directive after it replaced it; put extend_single_peers after the balancer",
-                name
+                NGX_LOG_WARN,
+                &format!(
+                    "\"extend_single_peers\" has no effect in upstream \"{name}\": a load \
+                     balancing directive after it replaced it; put extend_single_peers after \
+                     the balancer"
+                ),
             );
         }
     }
-    Ok(())
 }

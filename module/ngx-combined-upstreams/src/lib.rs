@@ -21,7 +21,7 @@ mod upstreams;
 use core::ffi::{c_char, c_void};
 use core::ptr;
 
-use ngx::core::NGX_CONF_ERROR;
+use ngx::core::NGX_CONF_OK;
 use ngx::ffi::{
     ngx_command_t, ngx_conf_t, ngx_http_module_t, ngx_int_t, ngx_module_t, ngx_uint_t,
     NGX_HTTP_MODULE,
@@ -108,10 +108,8 @@ unsafe extern "C" fn postconfiguration(cf: *mut ngx_conf_t) -> ngx_int_t {
 /// Runs at the end of `http {}`, after `ngx_http_upstream_module` initialised every upstream.
 unsafe extern "C" fn init_main_conf(cf: *mut ngx_conf_t, _conf: *mut c_void) -> *mut c_char {
     // SAFETY: nginx passes the configuration being parsed; the http main confs exist.
-    if unsafe { extend_single_peers::check_after_init(cf) }.is_err() {
-        return NGX_CONF_ERROR;
-    }
-    ptr::null_mut()
+    unsafe { extend_single_peers::check_after_init(cf) };
+    NGX_CONF_OK
 }
 
 /// This module's index among HTTP modules (valid once nginx loaded the module).

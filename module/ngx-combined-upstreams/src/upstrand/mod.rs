@@ -23,13 +23,13 @@ use core::ptr::NonNull;
 
 use ngx::ffi::{
     ngx_conf_t, ngx_http_upstream_conf_t, ngx_http_upstream_init_peer_pt,
-    ngx_http_upstream_srv_conf_t, ngx_int_t,
+    ngx_http_upstream_srv_conf_t, ngx_int_t, ngx_uint_t,
 };
 use upstrand_core::upstrand::conf::UpstrandConf;
 use upstrand_core::upstrand::select::UpstrandState;
 
 use crate::conf::MainConf;
-use crate::ffi_util::{pool_box, NGX_OK};
+use crate::ffi_util::{pool_box, NGX_ERROR, NGX_OK};
 
 /// One configured upstrand.
 pub struct Upstrand {
@@ -57,6 +57,9 @@ pub struct Registry {
         *mut ngx_http_upstream_srv_conf_t,
         ngx_http_upstream_init_peer_pt,
     )>,
+    /// Variable indexes of `$upstream_<suffix>` for each of `STATUS_SUFFIXES` (read by the
+    /// status variables), registered at postconfiguration.
+    pub upstream_indexes: Vec<ngx_uint_t>,
     /// Per worker: for each location's `ngx_http_upstream_conf_t` used by a walk, a copy with
     /// `X-Accel-Redirect` ignored and `proxy_intercept_errors` off (made once, reused).
     pub walk_confs: RefCell<
@@ -105,8 +108,8 @@ pub unsafe fn preconfiguration(cf: *mut ngx_conf_t) -> ngx_int_t {
     unsafe { vars::register(cf) }
 }
 
-/// Called from the module's postconfiguration: installs the filters and the peer-init hook when
-/// the configuration has upstrands.
+/// Called from the module's postconfiguration: when the configuration has upstrands, indexes the
+/// `$upstream_*` variables the status variables read, installs the filters and the peer-init hook.
 ///
 /// # Safety
 /// `cf` is the configuration nginx has parsed; `mc` this module's main configuration.
@@ -120,8 +123,13 @@ pub unsafe fn postconfiguration(cf: *mut ngx_conf_t, mc: *mut MainConf) -> ngx_i
     if reg.upstrands.is_empty() {
         return NGX_OK;
     }
-    // SAFETY: cf is valid; the upstream module's main conf is complete after http{} parsing.
+    // SAFETY: cf is valid; the upstream module's main conf is complete after http{} parsing and
+    // variables are initialised only after postconfiguration.
     unsafe {
+        let Some(indexes) = vars::upstream_indexes(cf) else {
+            return NGX_ERROR;
+        };
+        reg.upstream_indexes = indexes;
         request::wrap_peer_init(cf, reg);
         request::install_filters();
     }

@@ -608,7 +608,8 @@ unsafe extern "C" fn peer_init(
     us: *mut ngx_http_upstream_srv_conf_t,
 ) -> ngx_int_t {
     // SAFETY: r is the live request being connected to upstream us; the registry holds the
-    // original peer.init for us; the conf copy is a plain struct copy in the request pool.
+    // original peer.init for us; the walk variant of the location's upstream conf lives in the
+    // registry (per worker) for the whole cycle.
     unsafe {
         let Some(reg) = registry(r) else {
             return NGX_ERROR;

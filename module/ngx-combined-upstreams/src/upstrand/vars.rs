@@ -1,8 +1,9 @@
 //! Variables: `$upstrand_NAME` (prefix variable) and the status variables.
 
 use ngx::ffi::{
-    ngx_conf_t, ngx_hash_key, ngx_http_add_variable, ngx_http_get_variable, ngx_http_request_t,
-    ngx_int_t, ngx_uint_t, ngx_variable_value_t, NGX_HTTP_VAR_NOCACHEABLE, NGX_HTTP_VAR_PREFIX,
+    ngx_conf_t, ngx_http_add_variable, ngx_http_get_flushed_variable, ngx_http_get_variable_index,
+    ngx_http_request_t, ngx_int_t, ngx_uint_t, ngx_variable_value_t, NGX_HTTP_VAR_NOCACHEABLE,
+    NGX_HTTP_VAR_PREFIX,
 };
 use upstrand_core::upstrand::vars::{format_entries, format_path, STATUS_SUFFIXES};
 
@@ -68,15 +69,31 @@ unsafe extern "C" fn upstrand_variable(
     }
 }
 
-/// Copies the value of `$upstream_<suffix>` of request `r` (empty when not found).
-unsafe fn upstream_value(r: *mut ngx_http_request_t, suffix: &str) -> String {
-    let name = format!("upstream_{suffix}");
-    let mut s = borrowed(name.as_bytes());
-    // SAFETY: r is a live request of the tree; nginx only reads the name; the returned value
-    // (possibly a shared variable slot) is copied at once.
+/// Registers `$upstream_<suffix>` for every status suffix as an indexed variable (in
+/// STATUS_SUFFIXES order), so that the status variables read them by index at run time.
+///
+/// # Safety
+/// `cf` is the configuration nginx is parsing, before its variables are initialised
+/// (postconfiguration).
+pub(super) unsafe fn upstream_indexes(cf: *mut ngx_conf_t) -> Option<Vec<ngx_uint_t>> {
+    STATUS_SUFFIXES
+        .iter()
+        .map(|suffix| {
+            let name = format!("upstream_{suffix}");
+            let mut s = borrowed(name.as_bytes());
+            // SAFETY: cf is valid (caller); nginx copies the name.
+            let i = unsafe { ngx_http_get_variable_index(cf, &mut s) };
+            ngx_uint_t::try_from(i).ok()
+        })
+        .collect()
+}
+
+/// Copies the value of the indexed variable `index` of request `r` (empty when not found).
+unsafe fn indexed_value(r: *mut ngx_http_request_t, index: ngx_uint_t) -> String {
+    // SAFETY: r is a live request of the tree and index a registered variable index; the
+    // returned value (possibly a slot shared with the parent request) is copied at once.
     unsafe {
-        let key = ngx_hash_key(s.data, s.len);
-        let vv = ngx_http_get_variable(r, &mut s, key);
+        let vv = ngx_http_get_flushed_variable(r, index);
         // Like nginx itself, trust `not_found` only: handlers that report "not found" may leave
         // the other fields unset.
         if vv.is_null() || (*vv).not_found() != 0 {
@@ -111,11 +128,11 @@ unsafe extern "C" fn status_variable(
         let text = if data == PATH_DATA {
             format_path(roles.iter().map(|role| w.part_name(*role)))
         } else {
-            let Some(suffix) = STATUS_SUFFIXES.get(data) else {
+            let Some(&index) = registry(r).and_then(|reg| reg.upstream_indexes.get(data)) else {
                 set_not_found(v);
                 return NGX_OK;
             };
-            let values: Vec<String> = w.parts().map(|c| upstream_value((*c).r, suffix)).collect();
+            let values: Vec<String> = w.parts().map(|c| indexed_value((*c).r, index)).collect();
             format_entries(
                 roles
                     .iter()
