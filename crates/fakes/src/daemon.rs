@@ -1,18 +1,26 @@
-//! Runs the real `tributary serve` against a [`TestNginx`] with a plugins directory holding one of
-//! the discovery plugins, for the plugins' end-to-end tests. Stopped on drop (also on panic).
+//! The plugin side of an end-to-end test, shared by every discovery plugin's tests and benches: a
+//! plugins directory holding one plugin (its real `plugin.json`, `executable` pointing at the built
+//! binary), `tributary plugin check`, and the real `tributary serve` managing a [`TestNginx`].
+//! Stopped on drop (also on panic).
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use tributary_testkit::{free_port, TestNginx};
 
-/// A plugins directory holding the plugin whose source folder is `plugin_src` (its real
-/// `plugin.json`), with `executable` pointing at the built binary `bin`.
-pub fn plugins_dir(root: &Path, plugin_src: &Path, bin: &Path) -> PathBuf {
+/// Writes `<plugins>/<name>/plugin.json` (`name` from the manifest): the real manifest of the plugin
+/// whose source folder is `plugin_src`, with `executable` set to the built binary `bin`, and
+/// `conformance.json` when a sample is given. Returns the plugin folder.
+pub fn plugin_folder(
+    plugins: &Path,
+    plugin_src: &Path,
+    bin: &Path,
+    conformance: Option<&Value>,
+) -> PathBuf {
     assert!(
         bin.is_file(),
         "{} is missing: build it first (cargo build --workspace --bins)",
@@ -22,13 +30,23 @@ pub fn plugins_dir(root: &Path, plugin_src: &Path, bin: &Path) -> PathBuf {
     let mut manifest: Value = serde_json::from_str(&text).expect("plugin.json is JSON");
     let name = manifest["name"].as_str().expect("name").to_string();
     manifest["executable"] = Value::String(bin.display().to_string());
-    let dir = root.join("plugins");
-    std::fs::create_dir_all(dir.join(&name)).unwrap();
+    let dir = plugins.join(&name);
+    std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(
-        dir.join(&name).join("plugin.json"),
+        dir.join("plugin.json"),
         serde_json::to_vec_pretty(&manifest).unwrap(),
     )
     .unwrap();
+    if let Some(sample) = conformance {
+        std::fs::write(dir.join("conformance.json"), sample.to_string()).unwrap();
+    }
+    dir
+}
+
+/// `<root>/plugins` holding the plugin of [`plugin_folder`] (no conformance sample).
+pub fn plugins_dir(root: &Path, plugin_src: &Path, bin: &Path) -> PathBuf {
+    let dir = root.join("plugins");
+    plugin_folder(&dir, plugin_src, bin, None);
     dir
 }
 
@@ -43,6 +61,27 @@ pub fn tributary_bin(sibling: &Path) -> PathBuf {
     bin
 }
 
+/// stdout then stderr of a finished command, as text.
+pub fn output_text(out: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// Asserts a command succeeded; returns its stdout.
+pub fn assert_ok(out: &Output, what: &str) -> String {
+    assert!(
+        out.status.success(),
+        "{what} failed ({}): stdout: {} stderr: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).to_string()
+}
+
 /// Runs `tributary plugin check DIR` (the CLI's conformance checker); returns (success, output).
 pub fn plugin_check_cli(tributary: &Path, dir: &Path) -> (bool, String) {
     let out = Command::new(tributary)
@@ -50,14 +89,21 @@ pub fn plugin_check_cli(tributary: &Path, dir: &Path) -> (bool, String) {
         .arg(dir)
         .output()
         .expect("run tributary plugin check");
-    (
-        out.status.success(),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    )
+    (out.status.success(), output_text(&out))
+}
+
+/// Runs `tributary plugin check DIR` and asserts the plugin conforms with nothing skipped but the
+/// "missing required field" check when `no_required_fields` (a provider without required fields).
+pub fn assert_cli_check_passes(tributary: &Path, dir: &Path, no_required_fields: bool) {
+    let (ok, text) = plugin_check_cli(tributary, dir);
+    assert!(ok, "tributary plugin check failed: {text}");
+    for line in text.lines().filter(|l| l.contains("SKIP")) {
+        assert!(
+            no_required_fields && line.contains("missing required field"),
+            "a check was skipped: {text}"
+        );
+    }
+    assert!(text.contains("conforms"), "{text}");
 }
 
 /// A running `tributary serve`.
@@ -70,7 +116,8 @@ pub struct Daemon {
 }
 
 impl Daemon {
-    /// Starts the daemon on a free port with `plugins` as plugins dir, managing `nginx`.
+    /// Starts the daemon on a free port with `plugins` as plugins dir, managing `nginx`'s conf dir,
+    /// with a short reload gap and batch window, a 10 s plugin timeout and `RUST_LOG=debug`.
     pub fn start(bin: &Path, root: &Path, plugins: &Path, nginx: &TestNginx) -> Daemon {
         let port = free_port();
         let data_dir = root.join("data");
@@ -90,7 +137,7 @@ impl Daemon {
             .args(["--min-reload-gap-ms", "100", "--batch-quiet-ms", "50"])
             .args(["--plugin-timeout-secs", "10"])
             .env_remove("TRIBUTARY_TOKEN")
-            .env("RUST_LOG", "info")
+            .env("RUST_LOG", "debug")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::from(logf))
@@ -149,24 +196,40 @@ impl Daemon {
         (status, serde_json::from_str(&text).unwrap_or(Value::Null))
     }
 
-    /// Runs `tributary ARGS --api ... --data-dir ...`; returns (success, stdout + stderr).
-    pub fn cli(&self, args: &[&str]) -> (bool, String) {
-        let out = Command::new(&self.bin)
+    /// Runs `tributary ARGS --api ... --data-dir ...`.
+    pub fn cli(&self, args: &[&str]) -> Output {
+        Command::new(&self.bin)
             .args(args)
             .args(["--api", &format!("http://127.0.0.1:{}", self.port)])
             .arg("--data-dir")
             .arg(&self.data_dir)
             .env_remove("TRIBUTARY_TOKEN")
             .output()
-            .expect("run tributary");
-        (
-            out.status.success(),
-            format!(
-                "{}{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            ),
-        )
+            .expect("run tributary")
+    }
+
+    /// [`Daemon::cli`]: (success, stdout + stderr).
+    pub fn cli_text(&self, args: &[&str]) -> (bool, String) {
+        let out = self.cli(args);
+        (out.status.success(), output_text(&out))
+    }
+
+    /// [`Daemon::cli`] with `--json`: (success, parsed stdout, all output as text).
+    pub fn cli_json(&self, args: &[&str]) -> (bool, Value, String) {
+        let mut a = args.to_vec();
+        a.push("--json");
+        let out = self.cli(&a);
+        let text = output_text(&out);
+        let v = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("tributary {args:?} --json printed no JSON ({e}): {text}"));
+        (out.status.success(), v, text)
+    }
+
+    /// `binding show NAME --json`: the binding object.
+    pub fn show(&self, name: &str) -> Value {
+        let (ok, v, text) = self.cli_json(&["binding", "show", name]);
+        assert!(ok, "binding show {name}: {text}");
+        v["binding"].clone()
     }
 
     /// Polls the binding's detail until `pred` holds (at most `timeout`); returns it.
@@ -176,19 +239,14 @@ impl Daemon {
         timeout: Duration,
         mut pred: impl FnMut(&Value) -> bool,
     ) -> Value {
-        let deadline = Instant::now() + timeout;
-        loop {
+        crate::wait::poll_for(&format!("binding {name}: condition"), timeout, || {
             let (status, v) = self.api("GET", &format!("/api/v1/bindings/{name}"), None);
             if status == 200 && pred(&v) {
-                return v;
+                Ok(v)
+            } else {
+                Err(format!("{status} {v}; log: {}", self.log_text()))
             }
-            assert!(
-                Instant::now() < deadline,
-                "binding {name}: condition not met in {timeout:?}; last: {v}; log: {}",
-                self.log_text()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        })
     }
 
     /// Stops the daemon (SIGTERM, then SIGKILL after 15 s).

@@ -1,14 +1,24 @@
-//! Test support for the `consul`, `kubernetes` and `ec2` discovery plugins.
+//! Test support for every discovery plugin (`plugins/*`): their tests and benches use it, so each
+//! runs the built plugin, the host, the daemon and nginx the same way.
 //!
+//! Registries:
 //! - [`consul::FakeConsul`]: a fake of Consul's `/v1/health/service/<name>` and
 //!   `/v1/catalog/services`, written from Consul's public API docs (it is not Consul).
 //! - [`kube::FakeKube`]: a fake Kubernetes API server answering EndpointSlice lists over HTTPS
 //!   with a test CA and a bearer token, written from the Kubernetes API reference.
 //! - [`moto::Moto`]: the real `moto_server` from PyPI (in `target/venv`), with IAM auth on.
+//! - [`dnsmasq::Dnsmasq`]: the real `dnsmasq` (Debian) answering records given on its command line.
+//! - [`etcd::Etcd`]: the real etcd (Debian's `etcd-server`), with a small v3 JSON API client.
 //! - [`tls::TestCa`]: a CA and a server certificate generated at test time.
-//! - [`daemon::Daemon`]: the real `tributary serve` for end-to-end tests with a real nginx.
 //!
-//! - [`bench`]: the resolve benchmark (host and in-process, same run).
+//! The plugin under test:
+//! - [`daemon::plugin_folder`]: a plugin folder with the real manifest pointing at the built binary;
+//!   [`daemon::assert_cli_check_passes`]: `tributary plugin check`.
+//! - [`host::HostedPlugin`]: that plugin under the real plugin host.
+//! - [`daemon::Daemon`]: the real `tributary serve` for end-to-end tests with a real nginx;
+//!   [`wait`]: polling, and what nginx serves for an upstream.
+//! - [`bench`]: the resolve benchmark (through the host, and in-process when the plugin has a
+//!   library, in the same run).
 //!
 //! Every server listens on 127.0.0.1 only, on a free port, and stops when dropped.
 #![forbid(unsafe_code)]
@@ -16,7 +26,11 @@
 pub mod bench;
 pub mod consul;
 pub mod daemon;
+pub mod dnsmasq;
+pub mod etcd;
+pub mod host;
 pub mod http;
 pub mod kube;
 pub mod moto;
 pub mod tls;
+pub mod wait;

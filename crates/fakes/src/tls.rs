@@ -2,6 +2,7 @@
 //! `127.0.0.1` / `localhost` signed by it, generated at test time with `rcgen`.
 
 use std::net::{IpAddr, Ipv4Addr};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair, KeyUsagePurpose, SanType};
@@ -12,8 +13,22 @@ use tokio_rustls::rustls::{self, ServerConfig};
 pub struct TestCa {
     /// The CA certificate (PEM): what a client must trust.
     pub ca_pem: String,
+    /// The server certificate (PEM), for servers that are not ours (etcd).
+    pub cert_pem: String,
+    /// The server certificate's private key (PKCS#8 PEM).
+    pub key_pem: String,
     /// The server's rustls config (certificate chain + key).
     pub server_config: Arc<ServerConfig>,
+}
+
+/// The files [`TestCa::write_pem_files`] wrote.
+pub struct PemFiles {
+    /// The CA certificate: what a client must trust.
+    pub ca: PathBuf,
+    /// The server certificate.
+    pub cert: PathBuf,
+    /// The server certificate's private key.
+    pub key: PathBuf,
 }
 
 impl TestCa {
@@ -48,7 +63,22 @@ impl TestCa {
             .expect("server TLS config");
         TestCa {
             ca_pem: ca.pem(),
+            cert_pem: cert.pem(),
+            key_pem: key.serialize_pem(),
             server_config: Arc::new(config),
         }
+    }
+
+    /// Writes `ca.pem`, `server.pem` and `server.key` into `dir`.
+    pub fn write_pem_files(&self, dir: &Path) -> PemFiles {
+        let files = PemFiles {
+            ca: dir.join("ca.pem"),
+            cert: dir.join("server.pem"),
+            key: dir.join("server.key"),
+        };
+        std::fs::write(&files.ca, &self.ca_pem).unwrap();
+        std::fs::write(&files.cert, &self.cert_pem).unwrap();
+        std::fs::write(&files.key, &self.key_pem).unwrap();
+        files
     }
 }

@@ -2,24 +2,25 @@
 //! docs): in-process through the SDK's `call`, and as the built binary through the real plugin host
 //! and the conformance checker.
 
-use std::path::PathBuf;
+use std::path::Path;
 use std::time::Duration;
 
 use serde_json::{json, Value};
 use tributary_fakes::consul::{FakeConsul, Health, Instance};
+use tributary_fakes::daemon::{plugin_check_cli, tributary_bin};
+use tributary_fakes::host::HostedPlugin;
 use tributary_plugin_consul::Consul;
 use tributary_plugin_host::check::{check_plugin, Outcome};
-use tributary_plugin_host::{HostOptions, PluginHost};
-use tributary_protocol::{ConfigMap, ResolveParams, ERR_CONFIG, ERR_PROVIDER};
+use tributary_protocol::{ResolveParams, ERR_CONFIG, ERR_PROVIDER};
 
 const TOKEN: &str = "acl-tok-7f3a9c2e51d84b06a1e0";
 
 fn params(config: Value, service: &str) -> ResolveParams {
-    ResolveParams {
-        provider: "registry".into(),
-        config: serde_json::from_value::<ConfigMap>(config).unwrap(),
-        service: service.into(),
-    }
+    tributary_fakes::host::params("registry", config, service)
+}
+
+fn bin() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_tributary-plugin-consul"))
 }
 
 fn plugin() -> Consul {
@@ -233,25 +234,15 @@ async fn registry_down_or_slow_is_a_provider_error_never_an_empty_list() {
     assert!(e.message.contains("did not answer"), "{e:?}");
 }
 
-/// A plugins directory with this plugin (executable = the binary cargo built for this test) and a
-/// conformance sample that points at `fake`.
-fn plugins_dir(fake: &FakeConsul, token: Option<&str>) -> tempfile::TempDir {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("consul");
-    std::fs::create_dir_all(&dir).unwrap();
-    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let mut m: Value =
-        serde_json::from_str(&std::fs::read_to_string(src.join("plugin.json")).unwrap()).unwrap();
-    m["executable"] = json!(env!("CARGO_BIN_EXE_tributary-plugin-consul"));
-    std::fs::write(dir.join("plugin.json"), m.to_string()).unwrap();
+/// The built plugin under the real host, with a conformance sample that points at `fake`.
+fn hosted(fake: &FakeConsul, token: Option<&str>) -> HostedPlugin {
     let mut config = json!({"address": fake.address()});
     if let Some(t) = token {
         config["token"] = json!(t);
     }
     let sample = json!({"provider": "registry", "config": config, "service": "web",
                         "unknown_service": "no-such-service"});
-    std::fs::write(dir.join("conformance.json"), sample.to_string()).unwrap();
-    tmp
+    HostedPlugin::load(Path::new(env!("CARGO_MANIFEST_DIR")), bin(), Some(&sample))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -259,14 +250,10 @@ async fn passes_the_conformance_checker_with_a_sample() {
     let fake = FakeConsul::start();
     web(&fake);
     fake.require_token(TOKEN);
-    let tmp = plugins_dir(&fake, Some(TOKEN));
-    let report = check_plugin(&tmp.path().join("consul")).await;
+    let h = hosted(&fake, Some(TOKEN));
+    let report = check_plugin(h.folder()).await;
     // The same through the CLI: `tributary plugin check DIR`.
-    let bin = PathBuf::from(env!("CARGO_BIN_EXE_tributary-plugin-consul"));
-    let (ok, text) = tributary_fakes::daemon::plugin_check_cli(
-        &tributary_fakes::daemon::tributary_bin(&bin),
-        &tmp.path().join("consul"),
-    );
+    let (ok, text) = plugin_check_cli(&tributary_bin(bin()), h.folder());
     assert!(ok, "{text}");
     assert!(text.contains("PASS") && !text.contains("FAIL"), "{text}");
     assert!(!text.contains(TOKEN), "{text}");
@@ -285,9 +272,8 @@ async fn the_secret_token_appears_in_no_captured_output() {
     let fake = FakeConsul::start();
     web(&fake);
     fake.require_token(TOKEN);
-    let tmp = plugins_dir(&fake, Some(TOKEN));
-    let (host, errors) = PluginHost::load(tmp.path(), HostOptions::default());
-    assert!(errors.is_empty(), "{errors:?}");
+    let h = hosted(&fake, Some(TOKEN));
+    let host = &h.host;
     let mut captured = String::new();
     let ok = host
         .resolve(
@@ -370,7 +356,7 @@ fn the_binary_reads_consul_cacert() {
     let dir = tempfile::tempdir().unwrap();
     let ca = dir.path().join("ca.pem");
     std::fs::write(&ca, fake.ca_pem().unwrap()).unwrap();
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_tributary-plugin-consul"))
+    let mut child = std::process::Command::new(bin())
         .env("CONSUL_CACERT", &ca)
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())

@@ -73,7 +73,7 @@ fn registry_changes_reach_nginx_and_an_outage_keeps_the_servers() {
     assert_eq!(v["binding"]["servers"][0]["port"], beta, "{v}");
 
     // The ACL token is in no output of the daemon, the API or the CLI.
-    let (ok, shown) = daemon.cli(&["binding", "show", "api"]);
+    let (ok, shown) = daemon.cli_text(&["binding", "show", "api"]);
     assert!(ok, "{shown}");
     let (_, detail) = daemon.api("GET", "/api/v1/bindings/api", None);
     for text in [daemon.log_text(), shown, detail.to_string(), v.to_string()] {

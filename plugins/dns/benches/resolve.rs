@@ -5,13 +5,12 @@
 //!
 //! Run: `cargo bench -p tributary-plugin-dns --bench resolve` (`BENCH_CALLS=N`, default 1000).
 
-#[path = "../tests/dnsmasq/mod.rs"]
-mod dnsmasq;
-#[path = "../../file/benches/support.rs"]
-mod support;
+use std::path::Path;
 
 use serde_json::json;
-use tributary_protocol::{ConfigMap, ResolveParams};
+use tributary_fakes::bench::run_host;
+use tributary_fakes::dnsmasq::Dnsmasq;
+use tributary_fakes::host::params;
 
 fn main() {
     let mut records = Vec::new();
@@ -28,40 +27,31 @@ fn main() {
         ));
         records.push(format!("--host-record=web.test,10.1.0.{}", i + 1));
     }
-    let dns = dnsmasq::Dnsmasq::start(60, &records);
-    let tmp = tempfile::tempdir().unwrap();
-    let plugins = support::plugins_dir(
-        tmp.path(),
-        "dns",
-        concat!(env!("CARGO_MANIFEST_DIR"), "/plugin.json"),
-        env!("CARGO_BIN_EXE_tributary-plugin-dns"),
-    );
-    let n = support::calls(1000);
-    let params = |config: serde_json::Value, service: &str| ResolveParams {
-        provider: "dns".into(),
-        config: serde_json::from_value::<ConfigMap>(config).unwrap(),
-        service: service.into(),
-    };
-    support::run(
+    let dns = Dnsmasq::start(60, &records);
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let bin = Path::new(env!("CARGO_BIN_EXE_tributary-plugin-dns"));
+    run_host(
         "dns SRV (dnsmasq, UDP truncated -> TCP, additional-section addresses)",
-        &plugins,
-        "dns",
+        src,
+        bin,
         params(
+            "dns",
             json!({ "nameserver": dns.nameserver() }),
             "_http._tcp.api.test",
         ),
         100,
-        n,
+        1000,
     );
-    support::run(
+    run_host(
         "dns A (dnsmasq, 100 addresses)",
-        &plugins,
-        "dns",
+        src,
+        bin,
         params(
+            "dns",
             json!({ "nameserver": dns.nameserver(), "record_type": "A", "port": 8080 }),
             "web.test",
         ),
         100,
-        n,
+        1000,
     );
 }

@@ -1,51 +1,31 @@
 //! The built `tributary-plugin-dns` binary against a real dnsmasq: through the real plugin host, the
 //! conformance checker, and end to end through `tributary serve` and a real nginx.
 
-mod dnsmasq;
-#[path = "../../file/tests/support/mod.rs"]
-mod support;
-
 use std::net::UdpSocket;
-use std::path::PathBuf;
+use std::path::Path;
 use std::time::Duration;
 
-use dnsmasq::Dnsmasq;
 use serde_json::{json, Value};
-use support::{assert_ok, plugin_folder, poll, wait_backends, Daemon};
+use tributary_fakes::daemon::{assert_cli_check_passes, assert_ok, plugins_dir, tributary_bin};
+use tributary_fakes::daemon::{plugin_folder, Daemon};
+use tributary_fakes::dnsmasq::Dnsmasq;
+use tributary_fakes::host::{checked_in, params, HostedPlugin};
+use tributary_fakes::wait::{poll, wait_backends};
 use tributary_plugin_host::check::{check_plugin, Outcome};
-use tributary_plugin_host::{HostOptions, PluginHost, ResolveError};
-use tributary_protocol::{ConfigMap, ResolveParams, ResolveResult, ERR_CONFIG, ERR_PROVIDER};
+use tributary_protocol::{ResolveResult, ERR_CONFIG, ERR_PROVIDER};
 use tributary_testkit::TestNginx;
 
-fn bin() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_tributary-plugin-dns"))
+fn bin() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_tributary-plugin-dns"))
 }
 
-fn params(config: Value, service: &str) -> ResolveParams {
-    ResolveParams {
-        provider: "dns".into(),
-        config: serde_json::from_value::<ConfigMap>(config).unwrap(),
-        service: service.into(),
-    }
+fn source_dir() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
-struct Host {
-    host: PluginHost,
-    _dir: tempfile::TempDir,
-}
-
-impl Host {
-    fn new() -> Host {
-        let dir = tempfile::tempdir().unwrap();
-        plugin_folder(dir.path(), "dns", &bin(), None);
-        let (host, errors) = PluginHost::load(dir.path(), HostOptions::default());
-        assert!(errors.is_empty(), "{errors:?}");
-        Host { host, _dir: dir }
-    }
-
-    async fn resolve(&self, config: Value, service: &str) -> Result<ResolveResult, ResolveError> {
-        self.host.resolve("dns", params(config, service)).await
-    }
+/// The built plugin under the real host.
+fn hosted() -> HostedPlugin {
+    HostedPlugin::load(source_dir(), bin(), None)
 }
 
 /// Targets as sorted `(address, port, weight)`.
@@ -89,7 +69,7 @@ async fn srv_uses_the_lowest_priority_group_resolves_targets_and_takes_the_small
             "--host-record=plain.test,127.0.0.9",
         ]),
     );
-    let h = Host::new();
+    let h = hosted();
     let cfg = json!({ "nameserver": dns.nameserver() });
     let r = h.resolve(cfg.clone(), "_http._tcp.api.test").await.unwrap();
     assert_eq!(
@@ -125,7 +105,7 @@ async fn srv_uses_the_lowest_priority_group_resolves_targets_and_takes_the_small
     explicit["record_type"] = json!("srv");
     let r = h.resolve(explicit, "_http._tcp.api.test").await.unwrap();
     assert_eq!(r.targets.len(), 4);
-    h.host.shutdown().await;
+    h.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -138,7 +118,7 @@ async fn a_aaaa_with_the_configured_port() {
             "--cname=alias.test,web.test",
         ]),
     );
-    let h = Host::new();
+    let h = hosted();
     let ns = dns.nameserver();
     let cases = [
         ("A", vec![("127.0.0.5", 12u64), ("127.0.0.6", 12)]),
@@ -164,7 +144,7 @@ async fn a_aaaa_with_the_configured_port() {
             assert_eq!(r.ttl_seconds, want[0].1, "{rt} {name}");
         }
     }
-    h.host.shutdown().await;
+    h.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -180,7 +160,7 @@ async fn a_hundred_instances_come_back_whole() {
         records.push(format!("--host-record=node{i}.test,127.0.1.{}", i + 1));
     }
     let dns = Dnsmasq::start(60, &records);
-    let h = Host::new();
+    let h = hosted();
     let r = h
         .resolve(
             json!({ "nameserver": dns.nameserver() }),
@@ -196,13 +176,13 @@ async fn a_hundred_instances_come_back_whole() {
             "node{i} missing: {t:?}"
         );
     }
-    h.host.shutdown().await;
+    h.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn errors_name_the_field_or_are_provider_errors_and_never_quote_config() {
     let dns = Dnsmasq::start(10, &s(&["--host-record=web.test,127.0.0.5"]));
-    let h = Host::new();
+    let h = hosted();
     let ns = dns.nameserver();
     // Unknown name: -32003 service.
     let e = h
@@ -271,11 +251,11 @@ async fn errors_name_the_field_or_are_provider_errors_and_never_quote_config() {
     assert_eq!(e.code(), Some(ERR_PROVIDER), "{e}");
     assert!(e.to_string().contains("did not answer"), "{e}");
     assert!(!e.to_string().contains(&silent_ns), "{e}");
-    let stderr = format!("{:?}", h.host.stderr_tail("dns"));
+    let stderr = h.stderr();
     for secret in [&ns, &down, &silent_ns] {
         assert!(!stderr.contains(secret.as_str()), "{stderr}");
     }
-    h.host.shutdown().await;
+    h.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -294,7 +274,7 @@ async fn passes_the_conformance_checker() {
         "service": "_http._tcp.demo.test",
         "unknown_service": "_http._tcp.unknown.test"
     });
-    let dir = plugin_folder(tmp.path(), "dns", &bin(), Some(sample));
+    let dir = plugin_folder(tmp.path(), source_dir(), bin(), Some(&sample));
     let report = check_plugin(&dir).await;
     assert!(report.passed(), "{report}");
     // The provider has no required field (all have defaults), so only that check is skipped.
@@ -307,7 +287,7 @@ async fn passes_the_conformance_checker() {
         }
     }
     // The same through the `tributary plugin check` command.
-    support::assert_cli_check_passes(&support::tributary_bin(&bin()), &dir, true);
+    assert_cli_check_passes(&tributary_bin(bin()), &dir, true);
 }
 
 #[test]
@@ -333,9 +313,8 @@ fn end_to_end_nginx_follows_dns_on_its_ttl_and_keeps_servers_when_dns_is_down() 
     // TTL 10 s (the engine's minimum): the binding refreshes on the TTL, not its 60 s interval.
     let mut dns = Dnsmasq::start(10, &records(&["alpha", "beta"]));
     let tmp = tempfile::tempdir().unwrap();
-    let plugins = tmp.path().join("plugins");
-    plugin_folder(&plugins, "dns", &bin(), None);
-    let daemon = Daemon::start(support::tributary_bin(&bin()), tmp.path(), &plugins, &nginx);
+    let plugins = plugins_dir(tmp.path(), source_dir(), bin());
+    let daemon = Daemon::start(&tributary_bin(bin()), tmp.path(), &plugins, &nginx);
     let ns_cfg = format!("nameserver={}", dns.nameserver());
     let out = daemon.cli(&[
         "binding",
@@ -399,16 +378,12 @@ fn end_to_end_nginx_follows_dns_on_its_ttl_and_keeps_servers_when_dns_is_down() 
 async fn the_checked_in_folder_works_through_its_launcher() {
     // plugins/dns/plugin.json names run.sh, which starts the binary cargo built into the target dir.
     let dns = Dnsmasq::start(10, &s(&["--host-record=web.test,127.0.0.5"]));
-    let plugins = support::source_dir().parent().unwrap().to_path_buf();
-    let (host, errors) = PluginHost::load(&plugins, HostOptions::default());
-    assert!(
-        !errors.iter().any(|e| e.dir() == support::source_dir()),
-        "{errors:?}"
-    );
+    let host = checked_in(source_dir());
     let r = host
         .resolve(
             "dns",
             params(
+                "dns",
                 json!({"nameserver": dns.nameserver(), "record_type": "A", "port": 80}),
                 "web.test",
             ),
@@ -418,6 +393,6 @@ async fn the_checked_in_folder_works_through_its_launcher() {
     assert_eq!(r.targets, vec![json!({"address":"127.0.0.5","port":80})]);
     host.shutdown().await;
     // Without a conformance.json only the checks needing a live nameserver are skipped.
-    let report = check_plugin(&support::source_dir()).await;
+    let report = check_plugin(source_dir()).await;
     assert!(report.passed(), "{report}");
 }

@@ -71,7 +71,7 @@ fn instance_changes_reach_nginx_and_an_outage_keeps_the_servers() {
     assert_eq!(std::fs::read_to_string(&file).unwrap(), expected);
     assert_eq!(nginx.get(&path), (200, "i-42".to_string()));
 
-    let (ok, shown) = daemon.cli(&["binding", "show", "web"]);
+    let (ok, shown) = daemon.cli_text(&["binding", "show", "web"]);
     assert!(ok, "{shown}");
     for text in [daemon.log_text(), shown, v.to_string()] {
         assert!(!text.contains(&secret), "secret leaked: {text}");

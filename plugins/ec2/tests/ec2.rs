@@ -2,24 +2,25 @@
 //! request must carry a SigV4 signature moto verifies with a key it issued): in-process through the
 //! SDK's `call`, and as the built binary through the real plugin host and the conformance checker.
 
-use std::path::PathBuf;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{json, Value};
+use tributary_fakes::daemon::{plugin_check_cli, tributary_bin};
+use tributary_fakes::host::HostedPlugin;
 use tributary_fakes::http::{HttpServer, Resp};
 use tributary_fakes::moto::{Moto, REGION};
 use tributary_plugin_ec2::Ec2;
 use tributary_plugin_host::check::{check_plugin, Outcome};
-use tributary_plugin_host::{HostOptions, PluginHost};
-use tributary_protocol::{ConfigMap, ResolveParams, RpcError, ERR_CONFIG, ERR_PROVIDER};
+use tributary_protocol::{ResolveParams, RpcError, ERR_CONFIG, ERR_PROVIDER};
 
 fn params(config: Value, service: &str) -> ResolveParams {
-    ResolveParams {
-        provider: "ec2".into(),
-        config: serde_json::from_value::<ConfigMap>(config).unwrap(),
-        service: service.into(),
-    }
+    tributary_fakes::host::params("ec2", config, service)
+}
+
+fn bin() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_tributary-plugin-ec2"))
 }
 
 fn config(m: &Moto) -> Value {
@@ -177,32 +178,20 @@ async fn endpoint_down_slow_or_strange_is_a_provider_error() {
     assert_eq!(e.code, ERR_PROVIDER, "{e:?}");
 }
 
-fn plugins_dir(m: &Moto) -> tempfile::TempDir {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("ec2");
-    std::fs::create_dir_all(&dir).unwrap();
-    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let mut manifest: Value =
-        serde_json::from_str(&std::fs::read_to_string(src.join("plugin.json")).unwrap()).unwrap();
-    manifest["executable"] = json!(env!("CARGO_BIN_EXE_tributary-plugin-ec2"));
-    std::fs::write(dir.join("plugin.json"), manifest.to_string()).unwrap();
+/// The built plugin under the real host, with a conformance sample that points at `m`.
+fn hosted(m: &Moto) -> HostedPlugin {
     let sample = json!({"provider": "ec2", "config": config(m), "service": "app=web"});
-    std::fs::write(dir.join("conformance.json"), sample.to_string()).unwrap();
-    tmp
+    HostedPlugin::load(Path::new(env!("CARGO_MANIFEST_DIR")), bin(), Some(&sample))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn passes_the_conformance_checker_and_never_shows_the_secret() {
     let m = Moto::start();
     m.run_instances(1, &[("app", "web")], Some("127.0.0.31"));
-    let tmp = plugins_dir(&m);
-    let report = check_plugin(&tmp.path().join("ec2")).await;
+    let h = hosted(&m);
+    let report = check_plugin(h.folder()).await;
     // The same through the CLI: `tributary plugin check DIR`.
-    let bin = PathBuf::from(env!("CARGO_BIN_EXE_tributary-plugin-ec2"));
-    let (ok, text) = tributary_fakes::daemon::plugin_check_cli(
-        &tributary_fakes::daemon::tributary_bin(&bin),
-        &tmp.path().join("ec2"),
-    );
+    let (ok, text) = plugin_check_cli(&tributary_bin(bin()), h.folder());
     assert!(ok, "{text}");
     assert!(text.contains("PASS") && !text.contains("FAIL"), "{text}");
     assert!(!text.contains(&m.secret_access_key), "{text}");
@@ -216,8 +205,7 @@ async fn passes_the_conformance_checker_and_never_shows_the_secret() {
     assert!(skipped.len() <= 1, "{report}");
     let mut captured = report.to_string();
 
-    let (host, errors) = PluginHost::load(tmp.path(), HostOptions::default());
-    assert!(errors.is_empty(), "{errors:?}");
+    let host = &h.host;
     let ok = host
         .resolve("ec2", params(config(&m), "app=web"))
         .await

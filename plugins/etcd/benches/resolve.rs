@@ -4,16 +4,15 @@
 //!
 //! Run: `cargo bench -p tributary-plugin-etcd --bench resolve` (`BENCH_CALLS=N`, default 2000).
 
-#[path = "../tests/etcd/mod.rs"]
-mod etcd;
-#[path = "../../file/benches/support.rs"]
-mod support;
+use std::path::Path;
 
 use serde_json::json;
-use tributary_protocol::{ConfigMap, ResolveParams};
+use tributary_fakes::bench::run_host;
+use tributary_fakes::etcd::Etcd;
+use tributary_fakes::host::params;
 
 fn main() {
-    let mut e = etcd::Etcd::start();
+    let mut e = Etcd::start();
     for i in 0..100 {
         e.put(
             &format!("/services/api/node-{i:03}"),
@@ -27,35 +26,28 @@ fn main() {
         );
         e.put(&format!("/services/other/node-{i:03}"), "10.9.0.1:80");
     }
-    let tmp = tempfile::tempdir().unwrap();
-    let plugins = support::plugins_dir(
-        tmp.path(),
-        "etcd",
-        concat!(env!("CARGO_MANIFEST_DIR"), "/plugin.json"),
-        env!("CARGO_BIN_EXE_tributary-plugin-etcd"),
-    );
-    let n = support::calls(2000);
-    let params = |config: serde_json::Value| ResolveParams {
-        provider: "etcd".into(),
-        config: serde_json::from_value::<ConfigMap>(config).unwrap(),
-        service: "api".into(),
-    };
-    support::run(
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let bin = Path::new(env!("CARGO_BIN_EXE_tributary-plugin-etcd"));
+    run_host(
         "etcd (v3 JSON range, no auth)",
-        &plugins,
-        "etcd",
-        params(json!({ "endpoints": e.endpoint() })),
+        src,
+        bin,
+        params("etcd", json!({ "endpoints": e.endpoint() }), "api"),
         100,
-        n,
+        2000,
     );
     e.enable_auth("bench-root-pw");
     e.add_reader("bench", "bench-pw", "/services/");
-    support::run(
+    run_host(
         "etcd (v3 JSON range, auth, cached token)",
-        &plugins,
-        "etcd",
-        params(json!({ "endpoints": e.endpoint(), "username": "bench", "password": "bench-pw" })),
+        src,
+        bin,
+        params(
+            "etcd",
+            json!({ "endpoints": e.endpoint(), "username": "bench", "password": "bench-pw" }),
+            "api",
+        ),
         100,
-        n,
+        2000,
     );
 }

@@ -2,50 +2,30 @@
 //! and without authentication, over HTTPS with a test CA), the conformance checker, and end to end
 //! through `tributary serve` and a real nginx.
 
-mod etcd;
-#[path = "../../file/tests/support/mod.rs"]
-mod support;
+use std::path::Path;
 
-use std::path::PathBuf;
-
-use etcd::{Etcd, Tls};
 use serde_json::{json, Value};
-use support::{assert_ok, plugin_folder, poll, wait_backends, Daemon};
+use tributary_fakes::daemon::{assert_cli_check_passes, assert_ok, plugins_dir, tributary_bin};
+use tributary_fakes::daemon::{plugin_folder, Daemon};
+use tributary_fakes::etcd::Etcd;
+use tributary_fakes::host::{checked_in, params, HostedPlugin};
+use tributary_fakes::tls::TestCa;
+use tributary_fakes::wait::{poll, wait_backends};
 use tributary_plugin_host::check::{check_plugin, Outcome};
-use tributary_plugin_host::{HostOptions, PluginHost, ResolveError};
-use tributary_protocol::{ConfigMap, ResolveParams, ResolveResult, ERR_CONFIG, ERR_PROVIDER};
+use tributary_protocol::{ResolveResult, ERR_CONFIG, ERR_PROVIDER};
 use tributary_testkit::TestNginx;
 
-fn bin() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_tributary-plugin-etcd"))
+fn bin() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_tributary-plugin-etcd"))
 }
 
-struct Host {
-    host: PluginHost,
-    _dir: tempfile::TempDir,
+fn source_dir() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
-impl Host {
-    fn new() -> Host {
-        let dir = tempfile::tempdir().unwrap();
-        plugin_folder(dir.path(), "etcd", &bin(), None);
-        let (host, errors) = PluginHost::load(dir.path(), HostOptions::default());
-        assert!(errors.is_empty(), "{errors:?}");
-        Host { host, _dir: dir }
-    }
-
-    async fn resolve(&self, config: Value, service: &str) -> Result<ResolveResult, ResolveError> {
-        let params = ResolveParams {
-            provider: "etcd".into(),
-            config: serde_json::from_value::<ConfigMap>(config).unwrap(),
-            service: service.into(),
-        };
-        self.host.resolve("etcd", params).await
-    }
-
-    fn stderr(&self) -> String {
-        format!("{:?}", self.host.stderr_tail("etcd"))
-    }
+/// The built plugin under the real host.
+fn hosted() -> HostedPlugin {
+    HostedPlugin::load(source_dir(), bin(), None)
 }
 
 fn sorted(r: &ResolveResult) -> Vec<Value> {
@@ -77,7 +57,7 @@ async fn resolves_keys_under_the_prefix() {
     e.put("/services/half/1", "10.2.0.1:80");
     e.put("/services/half/2", "{oops");
     e.put("/reg/v2/api/1", "10.3.0.1:80");
-    let h = Host::new();
+    let h = hosted();
     let cfg = json!({ "endpoints": e.endpoint() });
 
     let r = h.resolve(cfg.clone(), "api").await.unwrap();
@@ -137,14 +117,14 @@ async fn resolves_keys_under_the_prefix() {
         .map(|t| t["address"].as_str().unwrap().to_string())
         .collect();
     assert_eq!(addrs, vec!["10.0.0.2", "10.0.0.4", "2001:db8::3"]);
-    h.host.shutdown().await;
+    h.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn endpoints_fail_over_and_all_down_is_a_provider_error_without_hosts() {
     let mut e = Etcd::start();
     e.put("/services/api/1", "10.0.0.1:80");
-    let h = Host::new();
+    let h = hosted();
     let dead = format!("http://127.0.0.1:{}", tributary_testkit::free_port());
     let both = format!("{dead}, {}", e.endpoint());
     let r = h
@@ -166,7 +146,7 @@ async fn endpoints_fail_over_and_all_down_is_a_provider_error_without_hosts() {
     );
     assert!(!text.contains("127.0.0.1"), "{text}");
     assert!(!h.stderr().contains("127.0.0.1"), "{}", h.stderr());
-    h.host.shutdown().await;
+    h.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -177,7 +157,7 @@ async fn authentication_errors_name_the_credential_and_never_show_the_password()
     e.enable_auth("r00t-Secret-Pw");
     let password = "S3cret-app-pw-7731";
     e.add_reader("app", password, "/services/");
-    let h = Host::new();
+    let h = hosted();
     let ep = e.endpoint();
     let good = json!({"endpoints": ep, "username": "app", "password": password});
 
@@ -231,15 +211,15 @@ async fn authentication_errors_name_the_credential_and_never_show_the_password()
             "password leaked: {text}"
         );
     }
-    h.host.shutdown().await;
+    h.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn https_with_a_custom_ca() {
     let tmp = tempfile::tempdir().unwrap();
-    let tls = Tls::generate(tmp.path());
+    let tls = TestCa::generate("tributary test CA").write_pem_files(tmp.path());
     let e = Etcd::start_with(Some((tls.cert.clone(), tls.key.clone())));
-    let h = Host::new();
+    let h = hosted();
     let with_ca = json!({"endpoints": e.endpoint(), "ca_cert": tls.ca});
     // The test client speaks plain HTTP: an unknown service shows the TLS path works end to end.
     let err = poll("etcd over HTTPS answers", || {
@@ -270,7 +250,7 @@ async fn https_with_a_custom_ca() {
         (Some(ERR_CONFIG), Some("ca_cert")),
         "{err}"
     );
-    h.host.shutdown().await;
+    h.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -284,7 +264,7 @@ async fn passes_the_conformance_checker() {
         "service": "demo",
         "unknown_service": "no-such-service"
     });
-    let dir = plugin_folder(tmp.path(), "etcd", &bin(), Some(sample));
+    let dir = plugin_folder(tmp.path(), source_dir(), bin(), Some(&sample));
     let report = check_plugin(&dir).await;
     assert!(report.passed(), "{report}");
     assert!(
@@ -294,7 +274,7 @@ async fn passes_the_conformance_checker() {
             .any(|c| matches!(c.outcome, Outcome::Skip(_))),
         "{report}"
     );
-    support::assert_cli_check_passes(&support::tributary_bin(&bin()), &dir, false);
+    assert_cli_check_passes(&tributary_bin(bin()), &dir, false);
 }
 
 #[test]
@@ -316,9 +296,8 @@ fn end_to_end_nginx_follows_etcd_and_keeps_servers_when_etcd_is_down() {
     e.add_reader("tributary", password, "/services/");
 
     let tmp = tempfile::tempdir().unwrap();
-    let plugins = tmp.path().join("plugins");
-    plugin_folder(&plugins, "etcd", &bin(), None);
-    let daemon = Daemon::start(support::tributary_bin(&bin()), tmp.path(), &plugins, &nginx);
+    let plugins = plugins_dir(tmp.path(), source_dir(), bin());
+    let daemon = Daemon::start(&tributary_bin(bin()), tmp.path(), &plugins, &nginx);
     let ep = format!("endpoints={}", e.endpoint());
     let pw = format!("password={password}");
     let out = daemon.cli(&[
@@ -432,24 +411,17 @@ async fn the_checked_in_folder_works_through_its_launcher() {
     // plugins/etcd/plugin.json names run.sh, which starts the binary cargo built into the target dir.
     let e = Etcd::start();
     e.put("/services/api/1", "10.0.0.1:80");
-    let plugins = support::source_dir().parent().unwrap().to_path_buf();
-    let (host, errors) = PluginHost::load(&plugins, HostOptions::default());
-    assert!(
-        !errors.iter().any(|e| e.dir() == support::source_dir()),
-        "{errors:?}"
-    );
-    let params = ResolveParams {
-        provider: "etcd".into(),
-        config: serde_json::from_value::<ConfigMap>(json!({"endpoints": e.endpoint()})).unwrap(),
-        service: "api".into(),
-    };
+    let host = checked_in(source_dir());
     let r = host
-        .resolve("etcd", params)
+        .resolve(
+            "etcd",
+            params("etcd", json!({"endpoints": e.endpoint()}), "api"),
+        )
         .await
         .unwrap_or_else(|err| panic!("{err}; stderr: {:?}", host.stderr_tail("etcd")));
     assert_eq!(r.targets, vec![json!({"address":"10.0.0.1","port":80})]);
     host.shutdown().await;
-    let report = check_plugin(&support::source_dir()).await;
+    let report = check_plugin(source_dir()).await;
     assert!(report.passed(), "{report}");
 }
 
@@ -458,7 +430,7 @@ async fn an_endpoint_that_never_answers_times_out_as_a_provider_error() {
     // Accepts connections (the kernel's backlog) but never answers a byte.
     let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let endpoint = format!("http://{}", silent.local_addr().unwrap());
-    let h = Host::new();
+    let h = hosted();
     // The plugin's own answer (its request timeout), not the host's 30 s timeout.
     let err = h
         .resolve(json!({ "endpoints": endpoint }), "api")
@@ -468,5 +440,5 @@ async fn an_endpoint_that_never_answers_times_out_as_a_provider_error() {
     assert!(err.to_string().contains("timed out"), "{err}");
     assert!(!err.to_string().contains("127.0.0.1"), "{err}");
     drop(silent);
-    h.host.shutdown().await;
+    h.shutdown().await;
 }

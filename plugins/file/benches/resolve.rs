@@ -3,11 +3,10 @@
 //!
 //! Run: `cargo bench -p tributary-plugin-file --bench resolve` (`BENCH_CALLS=N`, default 2000).
 
-#[path = "support.rs"]
-mod support;
+use std::path::Path;
 
 use serde_json::json;
-use tributary_protocol::{ConfigMap, ResolveParams};
+use tributary_fakes::host::params;
 
 fn main() {
     let tmp = tempfile::tempdir().unwrap();
@@ -26,23 +25,12 @@ fn main() {
     }
     let file = tmp.path().join("services.yaml");
     std::fs::write(&file, text).unwrap();
-    let plugins = support::plugins_dir(
-        tmp.path(),
-        "file",
-        concat!(env!("CARGO_MANIFEST_DIR"), "/plugin.json"),
-        env!("CARGO_BIN_EXE_tributary-plugin-file"),
-    );
-    let params = ResolveParams {
-        provider: "file".into(),
-        config: serde_json::from_value::<ConfigMap>(json!({ "path": file })).unwrap(),
-        service: "svc7".into(),
-    };
-    support::run(
+    tributary_fakes::bench::run_host(
         "file (YAML, 20 services x 100)",
-        &plugins,
-        "file",
-        params,
+        Path::new(env!("CARGO_MANIFEST_DIR")),
+        Path::new(env!("CARGO_BIN_EXE_tributary-plugin-file")),
+        params("file", json!({ "path": file }), "svc7"),
         100,
-        support::calls(2000),
+        2000,
     );
 }

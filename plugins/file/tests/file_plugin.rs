@@ -1,40 +1,36 @@
 //! The built `tributary-plugin-file` binary: through the real plugin host, the conformance checker
 //! (library and `tributary plugin check`), and end to end through `tributary serve` and a real nginx.
 
-#[path = "support/mod.rs"]
-mod support;
-
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde_json::json;
-use support::{assert_ok, plugin_folder, wait_backends, Daemon};
+use tributary_fakes::daemon::{assert_cli_check_passes, assert_ok, plugins_dir, tributary_bin};
+use tributary_fakes::daemon::{plugin_folder, Daemon};
+use tributary_fakes::host::HostedPlugin;
+use tributary_fakes::wait::wait_backends;
 use tributary_plugin_host::check::{check_plugin, Outcome};
-use tributary_plugin_host::{HostOptions, PluginHost};
-use tributary_protocol::{ConfigMap, ResolveParams, ERR_CONFIG};
+use tributary_protocol::ERR_CONFIG;
 use tributary_testkit::TestNginx;
 
-fn bin() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_tributary-plugin-file"))
+fn bin() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_tributary-plugin-file"))
 }
 
-fn params(path: &Path, service: &str) -> ResolveParams {
-    ResolveParams {
-        provider: "file".into(),
-        config: serde_json::from_value::<ConfigMap>(json!({ "path": path })).unwrap(),
-        service: service.into(),
-    }
+fn source_dir() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn config(path: &Path) -> serde_json::Value {
+    json!({ "path": path })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn resolves_through_the_host_and_reads_the_file_on_every_call() {
     let tmp = tempfile::tempdir().unwrap();
-    let plugins = tmp.path().join("plugins");
-    plugin_folder(&plugins, "file", &bin(), None);
+    let h = HostedPlugin::load(source_dir(), bin(), None);
     let file = tmp.path().join("services.json");
     std::fs::write(&file, r#"{"api":["10.0.0.1:80","[2001:db8::1]:443:5"]}"#).unwrap();
-    let (host, errors) = PluginHost::load(&plugins, HostOptions::default());
-    assert!(errors.is_empty(), "{errors:?}");
-    let r = host.resolve("file", params(&file, "api")).await.unwrap();
+    let r = h.resolve(config(&file), "api").await.unwrap();
     assert_eq!(
         r.targets,
         vec![
@@ -43,35 +39,26 @@ async fn resolves_through_the_host_and_reads_the_file_on_every_call() {
         ]
     );
     std::fs::write(&file, r#"{"api":[{"address":"10.0.0.9","port":81}]}"#).unwrap();
-    let r = host.resolve("file", params(&file, "api")).await.unwrap();
+    let r = h.resolve(config(&file), "api").await.unwrap();
     assert_eq!(r.targets, vec![json!({"address":"10.0.0.9","port":81})]);
 
-    let e = host
-        .resolve("file", params(&file, "web"))
-        .await
-        .unwrap_err();
+    let e = h.resolve(config(&file), "web").await.unwrap_err();
     assert_eq!(
         (e.code(), e.field()),
         (Some(ERR_CONFIG), Some("service")),
         "{e}"
     );
     std::fs::remove_file(&file).unwrap();
-    let e = host
-        .resolve("file", params(&file, "api"))
-        .await
-        .unwrap_err();
+    let e = h.resolve(config(&file), "api").await.unwrap_err();
     assert_eq!(
         (e.code(), e.field()),
         (Some(ERR_CONFIG), Some("path")),
         "{e}"
     );
     assert!(!e.to_string().contains("services.json"), "{e}");
-    let stderr = host.stderr_tail("file");
-    assert!(
-        !format!("{stderr:?}").contains("services.json"),
-        "{stderr:?}"
-    );
-    host.shutdown().await;
+    let stderr = h.stderr();
+    assert!(!stderr.contains("services.json"), "{stderr}");
+    h.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -81,7 +68,7 @@ async fn passes_the_conformance_checker() {
     std::fs::write(&file, "demo: ['127.0.0.1:8080']\n").unwrap();
     let sample =
         json!({"provider":"file","config":{"path":file},"service":"demo","unknown_service":"nope"});
-    let dir = plugin_folder(&tmp.path().join("plugins"), "file", &bin(), Some(sample));
+    let dir = plugin_folder(tmp.path(), source_dir(), bin(), Some(&sample));
     let report = check_plugin(&dir).await;
     assert!(report.passed(), "{report}");
     assert!(
@@ -93,11 +80,7 @@ async fn passes_the_conformance_checker() {
     );
     // The checked-in folder (run.sh launcher, sample/services.yaml relative to the folder) too,
     // through the `tributary plugin check` command.
-    support::assert_cli_check_passes(
-        &support::tributary_bin(&bin()),
-        &support::source_dir(),
-        false,
-    );
+    assert_cli_check_passes(&tributary_bin(bin()), source_dir(), false);
 }
 
 #[test]
@@ -109,8 +92,7 @@ fn end_to_end_nginx_follows_the_file_and_keeps_servers_when_it_breaks() {
         .backend("gamma")
         .start();
     let port = |n: &str| nginx.backend_port(n);
-    let plugins = tmp.path().join("plugins");
-    plugin_folder(&plugins, "file", &bin(), None);
+    let plugins = plugins_dir(tmp.path(), source_dir(), bin());
     let file = tmp.path().join("registry.yaml");
     let write = |names: &[&str]| {
         let entries: Vec<String> = names
@@ -120,7 +102,7 @@ fn end_to_end_nginx_follows_the_file_and_keeps_servers_when_it_breaks() {
         std::fs::write(&file, format!("api:\n{}other: []\n", entries.concat())).unwrap();
     };
     write(&["alpha", "beta"]);
-    let daemon = Daemon::start(support::tributary_bin(&bin()), tmp.path(), &plugins, &nginx);
+    let daemon = Daemon::start(&tributary_bin(bin()), tmp.path(), &plugins, &nginx);
 
     let path_cfg = format!("path={}", file.display());
     let out = daemon.cli(&[

@@ -82,7 +82,7 @@ fn readiness_changes_reach_nginx_and_an_outage_keeps_the_servers() {
     assert_eq!(nginx.get(&path), (200, "pod-3".to_string()));
     assert_eq!(v["binding"]["servers"][0]["address"], "127.0.0.3", "{v}");
 
-    let (ok, shown) = daemon.cli(&["binding", "show", "web"]);
+    let (ok, shown) = daemon.cli_text(&["binding", "show", "web"]);
     assert!(ok, "{shown}");
     for text in [daemon.log_text(), shown, v.to_string()] {
         assert!(!text.contains(TOKEN), "token leaked: {text}");

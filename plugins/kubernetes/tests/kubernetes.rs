@@ -2,25 +2,26 @@
 //! HTTPS with a test CA, written from the Kubernetes API reference): in-process through the SDK's
 //! `call`, and as the built binary through the real plugin host and the conformance checker.
 
-use std::path::PathBuf;
+use std::path::Path;
 use std::time::Duration;
 
 use serde_json::{json, Value};
+use tributary_fakes::daemon::{plugin_check_cli, tributary_bin};
+use tributary_fakes::host::HostedPlugin;
 use tributary_fakes::kube::{endpoint, slice, FakeKube};
 use tributary_fakes::tls::TestCa;
 use tributary_plugin_host::check::{check_plugin, Outcome};
-use tributary_plugin_host::{HostOptions, PluginHost};
 use tributary_plugin_kubernetes::Kubernetes;
-use tributary_protocol::{ConfigMap, ResolveParams, RpcError, ERR_CONFIG, ERR_PROVIDER};
+use tributary_protocol::{ResolveParams, RpcError, ERR_CONFIG, ERR_PROVIDER};
 
 const TOKEN: &str = "eyJhbGciOiJSUzI1NiJ9.sa-token-4c1d9e7b2a";
 
 fn params(config: Value, service: &str) -> ResolveParams {
-    ResolveParams {
-        provider: "kubernetes".into(),
-        config: serde_json::from_value::<ConfigMap>(config).unwrap(),
-        service: service.into(),
-    }
+    tributary_fakes::host::params("kubernetes", config, service)
+}
+
+fn bin() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_tributary-plugin-kubernetes"))
 }
 
 fn config(k: &FakeKube) -> Value {
@@ -267,33 +268,21 @@ async fn api_server_down_or_slow_is_a_provider_error() {
     assert!(e.message.contains("did not answer"), "{e:?}");
 }
 
-fn plugins_dir(k: &FakeKube) -> tempfile::TempDir {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("kubernetes");
-    std::fs::create_dir_all(&dir).unwrap();
-    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let mut m: Value =
-        serde_json::from_str(&std::fs::read_to_string(src.join("plugin.json")).unwrap()).unwrap();
-    m["executable"] = json!(env!("CARGO_BIN_EXE_tributary-plugin-kubernetes"));
-    std::fs::write(dir.join("plugin.json"), m.to_string()).unwrap();
+/// The built plugin under the real host, with a conformance sample that points at `k`.
+fn hosted(k: &FakeKube) -> HostedPlugin {
     let sample = json!({"provider": "kubernetes", "config": config(k), "service": "shop/api",
                         "unknown_service": "no-such-service"});
-    std::fs::write(dir.join("conformance.json"), sample.to_string()).unwrap();
-    tmp
+    HostedPlugin::load(Path::new(env!("CARGO_MANIFEST_DIR")), bin(), Some(&sample))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn passes_the_conformance_checker_and_never_shows_the_token() {
     let k = FakeKube::start(TOKEN);
     cluster(&k);
-    let tmp = plugins_dir(&k);
-    let report = check_plugin(&tmp.path().join("kubernetes")).await;
+    let h = hosted(&k);
+    let report = check_plugin(h.folder()).await;
     // The same through the CLI: `tributary plugin check DIR`.
-    let bin = PathBuf::from(env!("CARGO_BIN_EXE_tributary-plugin-kubernetes"));
-    let (ok, text) = tributary_fakes::daemon::plugin_check_cli(
-        &tributary_fakes::daemon::tributary_bin(&bin),
-        &tmp.path().join("kubernetes"),
-    );
+    let (ok, text) = plugin_check_cli(&tributary_bin(bin()), h.folder());
     assert!(ok, "{text}");
     assert!(text.contains("PASS") && !text.contains("FAIL"), "{text}");
     assert!(!text.contains(TOKEN), "{text}");
@@ -307,8 +296,7 @@ async fn passes_the_conformance_checker_and_never_shows_the_token() {
     );
     let mut captured = report.to_string();
 
-    let (host, errors) = PluginHost::load(tmp.path(), HostOptions::default());
-    assert!(errors.is_empty(), "{errors:?}");
+    let host = &h.host;
     let ok = host
         .resolve("kubernetes", params(config(&k), "shop/api"))
         .await

@@ -125,13 +125,11 @@ fn main() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(10_000);
     let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("static");
-    std::fs::create_dir_all(&dir).unwrap();
-    let manifest = concat!(env!("CARGO_MANIFEST_DIR"), "/plugin.json");
-    let mut m: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(manifest).unwrap()).unwrap();
-    m["executable"] = json!(env!("CARGO_BIN_EXE_tributary-plugin-static"));
-    std::fs::write(dir.join("plugin.json"), m.to_string()).unwrap();
+    let plugins = tributary_fakes::daemon::plugins_dir(
+        tmp.path(),
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")),
+        std::path::Path::new(env!("CARGO_BIN_EXE_tributary-plugin-static")),
+    );
 
     let multi = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -142,9 +140,9 @@ fn main() {
         .build()
         .unwrap();
     let base_multi = multi.block_on(bench_cat(n));
-    let host_multi = multi.block_on(bench_host(n, tmp.path()));
+    let host_multi = multi.block_on(bench_host(n, &plugins));
     let base_single = single.block_on(bench_cat(n));
-    let host_single = single.block_on(bench_host(n, tmp.path()));
+    let host_single = single.block_on(bench_host(n, &plugins));
 
     println!("plugin round trips: {n} sequential calls each (latencies in µs; ratio = p50 / baseline p50)");
     println!(

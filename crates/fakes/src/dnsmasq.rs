@@ -1,6 +1,5 @@
 //! A real `dnsmasq` (Debian's package) answering only its command-line records on a free
 //! 127.0.0.1 port, for the `dns` plugin's tests and benchmark. Stopped on drop.
-#![allow(dead_code)]
 
 use std::net::{TcpStream, UdpSocket};
 use std::path::PathBuf;

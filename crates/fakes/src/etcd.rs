@@ -1,10 +1,11 @@
 //! A real etcd (Debian's `etcd-server`) on free 127.0.0.1 ports with a temporary data dir, for the
 //! `etcd` plugin's tests and benchmark, and a tiny HTTP client for its v3 JSON API. Stopped on drop.
-#![allow(dead_code)]
+//! For an HTTPS client URL, give it the server certificate of a [`crate::tls::TestCa`]
+//! ([`crate::tls::TestCa::write_pem_files`]).
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -27,85 +28,6 @@ pub fn binary() -> PathBuf {
                  (scripts/setup.sh does it)"
             )
         })
-}
-
-/// TLS material for an HTTPS client URL: the CA file for the plugin, the server's cert and key.
-pub struct Tls {
-    pub ca: PathBuf,
-    pub cert: PathBuf,
-    pub key: PathBuf,
-}
-
-impl Tls {
-    /// A test CA and a server certificate for 127.0.0.1 signed by it (openssl command line).
-    pub fn generate(dir: &Path) -> Tls {
-        let run = |args: &[&str]| {
-            let out = Command::new("openssl")
-                .args(args)
-                .current_dir(dir)
-                .output()
-                .expect("openssl must be installed");
-            assert!(
-                out.status.success(),
-                "openssl {args:?}: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        };
-        std::fs::write(
-            dir.join("san.ext"),
-            "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\n",
-        )
-        .unwrap();
-        run(&[
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-keyout",
-            "ca.key",
-            "-out",
-            "ca.pem",
-            "-days",
-            "2",
-            "-subj",
-            "/CN=tributary test CA",
-        ]);
-        run(&[
-            "req",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-keyout",
-            "server.key",
-            "-out",
-            "server.csr",
-            "-subj",
-            "/CN=127.0.0.1",
-        ]);
-        run(&[
-            "x509",
-            "-req",
-            "-in",
-            "server.csr",
-            "-CA",
-            "ca.pem",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-out",
-            "server.pem",
-            "-days",
-            "2",
-            "-extfile",
-            "san.ext",
-        ]);
-        Tls {
-            ca: dir.join("ca.pem"),
-            cert: dir.join("server.pem"),
-            key: dir.join("server.key"),
-        }
-    }
 }
 
 /// A running etcd.
