@@ -78,6 +78,67 @@ pub fn target(address: impl Into<String>, port: u16, weight: Option<u16>) -> Val
     t
 }
 
+/// A server written as text, `address:port[:weight]` (IPv6 as `[addr]:port[:weight]`), split into
+/// its pieces as written. Checking the address and the weight is the plugin's; [`parse_port`] reads
+/// the port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TargetText<'a> {
+    pub address: &'a str,
+    pub port: &'a str,
+    pub weight: Option<&'a str>,
+}
+
+/// Splits `address:port[:weight]` (IPv6 as `[addr]:port[:weight]`). The error says what is wrong
+/// without quoting the text (config values are secret).
+pub fn split_target(entry: &str) -> Result<TargetText<'_>, &'static str> {
+    let (address, rest) = if let Some(after) = entry.strip_prefix('[') {
+        let (addr, rest) = after
+            .split_once(']')
+            .ok_or("`[` without `]` (IPv6 is written [addr]:port)")?;
+        let rest = rest
+            .strip_prefix(':')
+            .ok_or("a port must follow `]:` (IPv6 is written [addr]:port)")?;
+        (addr, rest)
+    } else {
+        let (addr, rest) = entry
+            .split_once(':')
+            .ok_or("expected address:port[:weight]")?;
+        if rest.split(':').count() > 2 {
+            return Err("too many `:` (write IPv6 as [addr]:port[:weight])");
+        }
+        (addr, rest)
+    };
+    let (port, weight) = match rest.split_once(':') {
+        Some((p, w)) => (p, Some(w)),
+        None => (rest, None),
+    };
+    Ok(TargetText {
+        address,
+        port,
+        weight,
+    })
+}
+
+/// A port written as text: a number from 1 to 65535.
+pub fn parse_port(text: &str) -> Result<u16, &'static str> {
+    text.parse()
+        .ok()
+        .filter(|p| *p >= 1)
+        .ok_or("port must be a number from 1 to 65535")
+}
+
+/// The innermost cause under `e` (its last `source()`), as text; `"unknown error"` when it has
+/// none. For HTTP clients whose own message carries the URL (which may hold config values).
+pub fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut cur = e.source();
+    let mut last = None;
+    while let Some(s) = cur {
+        last = Some(s);
+        cur = s.source();
+    }
+    last.map_or_else(|| "unknown error".to_string(), ToString::to_string)
+}
+
 /// Typed access to config fields, failing with -32003 and the field's key. Messages never quote
 /// the value.
 pub trait ConfigExt {

@@ -19,7 +19,7 @@ use reqwest::header::{HeaderMap, HeaderValue};
 use reqwest::{StatusCode, Url};
 use serde::Deserialize;
 use serde_json::Value;
-use tributary_plugin_sdk::{ConfigExt, Plugin, ResolveParams, ResolveResult, RpcError};
+use tributary_plugin_sdk::{root_cause, ConfigExt, Plugin, ResolveParams, ResolveResult, RpcError};
 
 /// How long one request to the registry may take.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -448,6 +448,7 @@ fn transport_error(e: &reqwest::Error, timeout: Duration) -> RpcError {
             timeout.as_secs_f64()
         ));
     }
+    // reqwest's own text carries the URL: name the innermost cause instead.
     let cause = root_cause(e);
     if cause.contains("certificate") || cause.contains("UnknownIssuer") {
         return RpcError::config(
@@ -461,17 +462,6 @@ fn transport_error(e: &reqwest::Error, timeout: Duration) -> RpcError {
         return RpcError::provider(format!("cannot connect to the registry: {cause}"));
     }
     RpcError::provider(format!("request to the registry failed: {cause}"))
-}
-
-fn root_cause(e: &reqwest::Error) -> String {
-    // reqwest's own text carries the URL: name the innermost cause instead.
-    let mut cur = std::error::Error::source(e);
-    let mut last = None;
-    while let Some(s) = cur {
-        last = Some(s);
-        cur = s.source();
-    }
-    last.map_or_else(|| "unknown error".to_string(), ToString::to_string)
 }
 
 #[cfg(test)]

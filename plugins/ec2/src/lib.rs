@@ -23,7 +23,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use reqwest::header::{HeaderValue, AUTHORIZATION, CONTENT_TYPE, HOST};
 use reqwest::Url;
 use serde_json::Value;
-use tributary_plugin_sdk::{ConfigExt, Plugin, ResolveParams, ResolveResult, RpcError};
+use tributary_plugin_sdk::{root_cause, ConfigExt, Plugin, ResolveParams, ResolveResult, RpcError};
 
 /// How long one request to the EC2 endpoint may take.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -290,23 +290,13 @@ impl Ec2 {
                 self.timeout.as_secs_f64()
             ));
         }
+        // reqwest's own text carries the URL: name the innermost cause instead.
         let cause = root_cause(e);
         if e.is_connect() {
             return RpcError::provider(format!("cannot connect to the EC2 endpoint: {cause}"));
         }
         RpcError::provider(format!("request to the EC2 endpoint failed: {cause}"))
     }
-}
-
-fn root_cause(e: &reqwest::Error) -> String {
-    // reqwest's own text carries the URL: name the innermost cause instead.
-    let mut cur = std::error::Error::source(e);
-    let mut last = None;
-    while let Some(s) = cur {
-        last = Some(s);
-        cur = s.source();
-    }
-    last.map_or_else(|| "unknown error".to_string(), ToString::to_string)
 }
 
 /// An AWS error answer (`<Response><Errors><Error><Code>..<Message>..`) as a protocol error.

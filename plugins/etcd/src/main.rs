@@ -16,7 +16,9 @@ use std::time::Duration;
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine as _;
 use serde_json::{json, Map, Value};
-use tributary_plugin_sdk::{target, ConfigExt, Plugin, ResolveParams, ResolveResult, RpcError};
+use tributary_plugin_sdk::{
+    parse_port, split_target, target, ConfigExt, Plugin, ResolveParams, ResolveResult, RpcError,
+};
 
 /// Per request: connecting, and the whole exchange.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
@@ -525,29 +527,12 @@ fn parse_object(o: &Map<String, Value>) -> Result<Value, String> {
 
 /// `host:port[:weight]`, IPv6 as `[addr]:port[:weight]`.
 fn parse_host_port(s: &str) -> Result<Value, String> {
-    let (host, rest) = if let Some(after) = s.strip_prefix('[') {
-        let (h, rest) = after.split_once(']').ok_or("`[` without `]`")?;
-        (h, rest.strip_prefix(':').ok_or("a port must follow `]:`")?)
-    } else {
-        let (h, rest) = s.split_once(':').ok_or("expected host:port")?;
-        if rest.split(':').count() > 2 {
-            return Err("too many `:` (write IPv6 as [addr]:port)".into());
-        }
-        (h, rest)
-    };
-    if host.is_empty() || host.contains(char::is_whitespace) {
+    let t = split_target(s)?;
+    if t.address.is_empty() || t.address.contains(char::is_whitespace) {
         return Err("empty host or host with spaces".into());
     }
-    let (port, weight) = match rest.split_once(':') {
-        Some((p, w)) => (p, Some(w)),
-        None => (rest, None),
-    };
-    let port = port
-        .parse::<u16>()
-        .ok()
-        .filter(|p| *p > 0)
-        .ok_or("port must be a number from 1 to 65535")?;
-    let weight = match weight {
+    let port = parse_port(t.port)?;
+    let weight = match t.weight {
         None => None,
         Some(w) => Some(
             w.parse::<u16>()
@@ -556,7 +541,7 @@ fn parse_host_port(s: &str) -> Result<Value, String> {
                 .ok_or("weight must be a number from 0 to 1000")?,
         ),
     };
-    Ok(target(host, port, weight.filter(|w| *w > 0)))
+    Ok(target(t.address, port, weight.filter(|w| *w > 0)))
 }
 
 fn main() -> ExitCode {

@@ -22,7 +22,9 @@ use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 
 use serde_json::{Map, Value};
-use tributary_plugin_sdk::{target, ConfigExt, Plugin, ResolveParams, ResolveResult, RpcError};
+use tributary_plugin_sdk::{
+    parse_port, split_target, target, ConfigExt, Plugin, ResolveParams, ResolveResult, RpcError,
+};
 
 /// Files over this size are refused (a registry file is a few KiB; this guards the plugin's memory).
 const MAX_FILE_BYTES: u64 = 16 * 1024 * 1024;
@@ -220,36 +222,12 @@ fn valid_address_text(a: &str) -> bool {
 
 /// `address:port[:weight]`, IPv6 as `[addr]:port[:weight]`.
 fn parse_text_entry(entry: &str) -> Result<Value, &'static str> {
-    let (address, rest) = if let Some(after) = entry.strip_prefix('[') {
-        let (addr, rest) = after
-            .split_once(']')
-            .ok_or("`[` without `]` (IPv6 is written [addr]:port)")?;
-        let rest = rest
-            .strip_prefix(':')
-            .ok_or("a port must follow `]:` (IPv6 is written [addr]:port)")?;
-        (addr, rest)
-    } else {
-        let (addr, rest) = entry
-            .split_once(':')
-            .ok_or("expected address:port[:weight]")?;
-        if rest.split(':').count() > 2 {
-            return Err("too many `:` (write IPv6 as [addr]:port[:weight])");
-        }
-        (addr, rest)
-    };
-    if !valid_address_text(address) {
+    let t = split_target(entry)?;
+    if !valid_address_text(t.address) {
         return Err("address must be an IP address or host name without spaces");
     }
-    let (port, weight) = match rest.split_once(':') {
-        Some((p, w)) => (p, Some(w)),
-        None => (rest, None),
-    };
-    let port: u16 = port
-        .parse()
-        .ok()
-        .filter(|p| *p >= 1)
-        .ok_or("port must be a number from 1 to 65535")?;
-    let weight = match weight {
+    let port = parse_port(t.port)?;
+    let weight = match t.weight {
         None => None,
         Some(w) => Some(
             w.parse::<u16>()
@@ -258,7 +236,7 @@ fn parse_text_entry(entry: &str) -> Result<Value, &'static str> {
                 .ok_or("weight must be a number from 0 to 1000 (0 means 1)")?,
         ),
     };
-    Ok(target(address, port, weight.filter(|w| *w > 0)))
+    Ok(target(t.address, port, weight.filter(|w| *w > 0)))
 }
 
 fn main() -> ExitCode {

@@ -24,7 +24,7 @@ use reqwest::header::{HeaderMap, HeaderValue, AUTHORIZATION};
 use reqwest::{StatusCode, Url};
 use serde::Deserialize;
 use serde_json::Value;
-use tributary_plugin_sdk::{ConfigExt, Plugin, ResolveParams, ResolveResult, RpcError};
+use tributary_plugin_sdk::{root_cause, ConfigExt, Plugin, ResolveParams, ResolveResult, RpcError};
 
 /// How long one request to the API server may take.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -413,6 +413,7 @@ impl Kubernetes {
                 self.timeout.as_secs_f64()
             ));
         }
+        // reqwest's own text carries the URL: name the innermost cause instead.
         let cause = root_cause(e);
         if cause.contains("certificate") || cause.contains("UnknownIssuer") {
             return RpcError::config(
@@ -425,17 +426,6 @@ impl Kubernetes {
         }
         RpcError::provider(format!("request to the API server failed: {cause}"))
     }
-}
-
-fn root_cause(e: &reqwest::Error) -> String {
-    // reqwest's own text carries the URL: name the innermost cause instead.
-    let mut cur = std::error::Error::source(e);
-    let mut last = None;
-    while let Some(s) = cur {
-        last = Some(s);
-        cur = s.source();
-    }
-    last.map_or_else(|| "unknown error".to_string(), ToString::to_string)
 }
 
 /// Slices → targets: the chosen port, ready endpoints only.

@@ -8,7 +8,9 @@
 use std::process::ExitCode;
 
 use serde_json::Value;
-use tributary_plugin_sdk::{target, ConfigExt, Plugin, ResolveParams, ResolveResult, RpcError};
+use tributary_plugin_sdk::{
+    parse_port, split_target, target, ConfigExt, Plugin, ResolveParams, ResolveResult, RpcError,
+};
 
 struct Static;
 
@@ -68,36 +70,12 @@ fn parse_targets(list: &str) -> Result<Vec<Value>, RpcError> {
 }
 
 fn parse_entry(entry: &str) -> Result<Value, &'static str> {
-    let (address, rest) = if let Some(after) = entry.strip_prefix('[') {
-        let (addr, rest) = after
-            .split_once(']')
-            .ok_or("`[` without `]` (IPv6 is written [addr]:port)")?;
-        let rest = rest
-            .strip_prefix(':')
-            .ok_or("a port must follow `]:` (IPv6 is written [addr]:port)")?;
-        (addr, rest)
-    } else {
-        let (addr, rest) = entry
-            .split_once(':')
-            .ok_or("expected address:port[:weight]")?;
-        if rest.split(':').count() > 2 {
-            return Err("too many `:` (write IPv6 as [addr]:port[:weight])");
-        }
-        (addr, rest)
-    };
-    if address.is_empty() {
+    let t = split_target(entry)?;
+    if t.address.is_empty() {
         return Err("empty address");
     }
-    let (port, weight) = match rest.split_once(':') {
-        Some((p, w)) => (p, Some(w)),
-        None => (rest, None),
-    };
-    let port: u16 = port
-        .parse()
-        .ok()
-        .filter(|p| *p >= 1)
-        .ok_or("port must be a number from 1 to 65535")?;
-    let weight = match weight {
+    let port = parse_port(t.port)?;
+    let weight = match t.weight {
         None => None,
         Some(w) => Some(
             w.parse::<u16>()
@@ -106,7 +84,7 @@ fn parse_entry(entry: &str) -> Result<Value, &'static str> {
                 .ok_or("weight must be a number from 1 to 1000")?,
         ),
     };
-    Ok(target(address, port, weight))
+    Ok(target(t.address, port, weight))
 }
 
 fn main() -> ExitCode {
