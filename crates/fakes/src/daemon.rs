@@ -208,6 +208,33 @@ impl Daemon {
             .expect("run tributary")
     }
 
+    /// `tributary binding add NAME --plugin PLUGIN --provider PROVIDER --service SERVICE`, a
+    /// `--config` per `key=value` of `config`, then `extra` (e.g. `--replace`, `--interval 10`).
+    pub fn binding_add(
+        &self,
+        name: &str,
+        plugin: &str,
+        provider: &str,
+        service: &str,
+        config: &[&str],
+        extra: &[&str],
+    ) -> Output {
+        let mut args = vec!["binding", "add", name];
+        args.extend([
+            "--plugin",
+            plugin,
+            "--provider",
+            provider,
+            "--service",
+            service,
+        ]);
+        for kv in config {
+            args.extend(["--config", kv]);
+        }
+        args.extend(extra);
+        self.cli(&args)
+    }
+
     /// [`Daemon::cli`]: (success, stdout + stderr).
     pub fn cli_text(&self, args: &[&str]) -> (bool, String) {
         let out = self.cli(args);

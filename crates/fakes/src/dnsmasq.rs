@@ -8,23 +8,11 @@ use std::time::{Duration, Instant};
 
 /// The dnsmasq binary: `dnsmasq` on PATH, else /usr/sbin/dnsmasq. Panics with the install hint.
 pub fn binary() -> PathBuf {
-    let mut candidates: Vec<PathBuf> = std::env::var_os("PATH")
-        .map(|p| {
-            std::env::split_paths(&p)
-                .map(|d| d.join("dnsmasq"))
-                .collect()
-        })
-        .unwrap_or_default();
-    candidates.push(PathBuf::from("/usr/sbin/dnsmasq"));
-    candidates
-        .into_iter()
-        .find(|p| p.is_file())
-        .unwrap_or_else(|| {
-            panic!(
-                "dnsmasq not found (PATH, /usr/sbin): install Debian's dnsmasq-base package \
-                 (scripts/setup.sh does it)"
-            )
-        })
+    crate::find_program(
+        "dnsmasq",
+        "/usr/sbin/dnsmasq",
+        "install Debian's dnsmasq-base package (scripts/setup.sh does it)",
+    )
 }
 
 /// A port free for both TCP and UDP on 127.0.0.1 a moment ago.

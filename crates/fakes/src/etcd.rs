@@ -15,19 +15,11 @@ use serde_json::{json, Value};
 
 /// The etcd binary: `etcd` on PATH, else /usr/bin/etcd. Panics with the install hint.
 pub fn binary() -> PathBuf {
-    let mut candidates: Vec<PathBuf> = std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).map(|d| d.join("etcd")).collect())
-        .unwrap_or_default();
-    candidates.push(PathBuf::from("/usr/bin/etcd"));
-    candidates
-        .into_iter()
-        .find(|p| p.is_file())
-        .unwrap_or_else(|| {
-            panic!(
-                "etcd not found (PATH, /usr/bin): install Debian's etcd-server package \
-                 (scripts/setup.sh does it)"
-            )
-        })
+    crate::find_program(
+        "etcd",
+        "/usr/bin/etcd",
+        "install Debian's etcd-server package (scripts/setup.sh does it)",
+    )
 }
 
 /// A running etcd.

@@ -4,6 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
+use tributary_plugin_host::check::{CheckReport, Outcome};
 use tributary_plugin_host::{HostOptions, PluginHost, ResolveError};
 use tributary_plugin_sdk::{ConfigMap, ResolveParams, ResolveResult};
 
@@ -98,4 +99,18 @@ pub fn checked_in(plugin_src: &Path) -> PluginHost {
     let (host, errors) = PluginHost::load(plugins, HostOptions::default());
     assert!(!errors.iter().any(|e| e.dir() == plugin_src), "{errors:?}");
     host
+}
+
+/// Asserts the conformance `report` passed and that every check it skipped was skipped for a
+/// reason containing one of `may_skip` (empty: nothing skipped).
+pub fn assert_conforms(report: &CheckReport, may_skip: &[&str]) {
+    assert!(report.passed(), "{report}");
+    for c in &report.checks {
+        if let Outcome::Skip(why) = &c.outcome {
+            assert!(
+                may_skip.iter().any(|m| why.contains(m)),
+                "a check was skipped: {report}"
+            );
+        }
+    }
 }

@@ -34,3 +34,16 @@ pub mod kube;
 pub mod moto;
 pub mod tls;
 pub mod wait;
+
+/// The program `name`: the first on `PATH`, else `fallback` (its usual Debian path). Panics with
+/// `install_hint` when neither exists: a missing tool fails the test, it never skips it.
+pub fn find_program(name: &str, fallback: &str, install_hint: &str) -> std::path::PathBuf {
+    let mut candidates: Vec<std::path::PathBuf> = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).map(|d| d.join(name)).collect())
+        .unwrap_or_default();
+    candidates.push(fallback.into());
+    candidates
+        .into_iter()
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| panic!("{name} not found (PATH, {fallback}): {install_hint}"))
+}

@@ -127,6 +127,29 @@ pub fn parse_port(text: &str) -> Result<u16, &'static str> {
         .ok_or("port must be a number from 1 to 65535")
 }
 
+/// A weight written as text, for plugins where `0` means "no weight" (nginx's default, 1): `0` to
+/// `1000`, `0` giving `None`.
+pub fn parse_weight(text: &str) -> Result<Option<u16>, &'static str> {
+    text.parse::<u16>()
+        .ok()
+        .filter(|w| *w <= 1000)
+        .map(|w| (w > 0).then_some(w))
+        .ok_or("weight must be a number from 0 to 1000 (0 means 1)")
+}
+
+/// [`parse_weight`] for a JSON `weight` member: absent or `null` is `None`; else a whole number from
+/// `0` to `1000`, `0` giving `None`.
+pub fn weight_value(v: Option<&Value>) -> Result<Option<u16>, &'static str> {
+    match v {
+        None | Some(Value::Null) => Ok(None),
+        Some(w) => w
+            .as_u64()
+            .filter(|w| *w <= 1000)
+            .map(|w| (w > 0).then_some(w as u16))
+            .ok_or("weight must be a whole number from 0 to 1000 (0 means 1)"),
+    }
+}
+
 /// The innermost cause under `e` (its last `source()`), as text; `"unknown error"` when it has
 /// none. For HTTP clients whose own message carries the URL (which may hold config values).
 pub fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {

@@ -80,3 +80,30 @@ fn root_cause_is_the_innermost_source_never_the_outer_text() {
         "unknown error"
     );
 }
+
+#[test]
+fn weights_are_0_to_1000_and_0_means_none() {
+    use serde_json::json;
+    use tributary_plugin_sdk::{parse_weight, weight_value};
+    assert_eq!(parse_weight("0"), Ok(None));
+    assert_eq!(parse_weight("1"), Ok(Some(1)));
+    assert_eq!(parse_weight("1000"), Ok(Some(1000)));
+    for bad in ["1001", "-1", "", "x", "65536"] {
+        let e = parse_weight(bad).unwrap_err();
+        assert!(
+            e.starts_with("weight must be a number from 0 to 1000"),
+            "{bad:?}: {e}"
+        );
+    }
+    assert_eq!(weight_value(None), Ok(None));
+    assert_eq!(weight_value(Some(&json!(null))), Ok(None));
+    assert_eq!(weight_value(Some(&json!(0))), Ok(None));
+    assert_eq!(weight_value(Some(&json!(7))), Ok(Some(7)));
+    for bad in [json!(1001), json!(-1), json!(1.5), json!("5"), json!(70000)] {
+        let e = weight_value(Some(&bad)).unwrap_err();
+        assert!(
+            e.starts_with("weight must be a whole number from 0 to 1000"),
+            "{bad}: {e}"
+        );
+    }
+}

@@ -17,7 +17,8 @@ use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine as _;
 use serde_json::{json, Map, Value};
 use tributary_plugin_sdk::{
-    parse_port, split_target, target, ConfigExt, Plugin, ResolveParams, ResolveResult, RpcError,
+    parse_port, parse_weight, split_target, target, weight_value, ConfigExt, Plugin, ResolveParams,
+    ResolveResult, RpcError,
 };
 
 /// Per request: connecting, and the whole exchange.
@@ -509,15 +510,7 @@ fn parse_object(o: &Map<String, Value>) -> Result<Value, String> {
         .and_then(Value::as_u64)
         .filter(|p| (1..=65535).contains(p))
         .ok_or("port must be a whole number from 1 to 65535")? as u16;
-    let weight = match o.get("weight") {
-        None | Some(Value::Null) => None,
-        Some(w) => Some(
-            w.as_u64()
-                .filter(|w| *w <= 1000)
-                .ok_or("weight must be a whole number from 0 to 1000")? as u16,
-        ),
-    };
-    let mut t = target(address, port, weight.filter(|w| *w > 0));
+    let mut t = target(address, port, weight_value(o.get("weight"))?);
     if let Some(Value::Array(tags)) = o.get("tags") {
         let tags: Vec<Value> = tags.iter().filter(|t| t.is_string()).cloned().collect();
         t["tags"] = Value::Array(tags);
@@ -532,16 +525,8 @@ fn parse_host_port(s: &str) -> Result<Value, String> {
         return Err("empty host or host with spaces".into());
     }
     let port = parse_port(t.port)?;
-    let weight = match t.weight {
-        None => None,
-        Some(w) => Some(
-            w.parse::<u16>()
-                .ok()
-                .filter(|w| *w <= 1000)
-                .ok_or("weight must be a number from 0 to 1000")?,
-        ),
-    };
-    Ok(target(t.address, port, weight.filter(|w| *w > 0)))
+    let weight = t.weight.map(parse_weight).transpose()?.flatten();
+    Ok(target(t.address, port, weight))
 }
 
 fn main() -> ExitCode {

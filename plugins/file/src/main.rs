@@ -23,7 +23,8 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::{Map, Value};
 use tributary_plugin_sdk::{
-    parse_port, split_target, target, ConfigExt, Plugin, ResolveParams, ResolveResult, RpcError,
+    parse_port, parse_weight, split_target, target, weight_value, ConfigExt, Plugin, ResolveParams,
+    ResolveResult, RpcError,
 };
 
 /// Files over this size are refused (a registry file is a few KiB; this guards the plugin's memory).
@@ -196,16 +197,7 @@ fn parse_object_entry(o: &Map<String, Value>) -> Result<Value, String> {
             .ok_or("port must be a whole number from 1 to 65535")? as u16,
         None => return Err("port is missing".into()),
     };
-    let weight = match o.get("weight") {
-        None | Some(Value::Null) => None,
-        Some(w) => Some(
-            w.as_u64()
-                .filter(|w| *w <= 1000)
-                .ok_or("weight must be a whole number from 0 to 1000 (0 means 1)")?
-                as u16,
-        ),
-    };
-    let mut t = target(address, port, weight.filter(|w| *w > 0));
+    let mut t = target(address, port, weight_value(o.get("weight"))?);
     match o.get("tags") {
         None | Some(Value::Null) => {}
         Some(Value::Array(tags)) if tags.iter().all(Value::is_string) => {
@@ -227,16 +219,8 @@ fn parse_text_entry(entry: &str) -> Result<Value, &'static str> {
         return Err("address must be an IP address or host name without spaces");
     }
     let port = parse_port(t.port)?;
-    let weight = match t.weight {
-        None => None,
-        Some(w) => Some(
-            w.parse::<u16>()
-                .ok()
-                .filter(|w| *w <= 1000)
-                .ok_or("weight must be a number from 0 to 1000 (0 means 1)")?,
-        ),
-    };
-    Ok(target(t.address, port, weight.filter(|w| *w > 0)))
+    let weight = t.weight.map(parse_weight).transpose()?.flatten();
+    Ok(target(t.address, port, weight))
 }
 
 fn main() -> ExitCode {

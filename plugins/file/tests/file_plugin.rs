@@ -6,9 +6,9 @@ use std::path::Path;
 use serde_json::json;
 use tributary_fakes::daemon::{assert_cli_check_passes, assert_ok, plugins_dir, tributary_bin};
 use tributary_fakes::daemon::{plugin_folder, Daemon};
-use tributary_fakes::host::HostedPlugin;
+use tributary_fakes::host::{assert_conforms, HostedPlugin};
 use tributary_fakes::wait::wait_backends;
-use tributary_plugin_host::check::{check_plugin, Outcome};
+use tributary_plugin_host::check::check_plugin;
 use tributary_protocol::ERR_CONFIG;
 use tributary_testkit::TestNginx;
 
@@ -70,14 +70,7 @@ async fn passes_the_conformance_checker() {
         json!({"provider":"file","config":{"path":file},"service":"demo","unknown_service":"nope"});
     let dir = plugin_folder(tmp.path(), source_dir(), bin(), Some(&sample));
     let report = check_plugin(&dir).await;
-    assert!(report.passed(), "{report}");
-    assert!(
-        !report
-            .checks
-            .iter()
-            .any(|c| matches!(c.outcome, Outcome::Skip(_))),
-        "{report}"
-    );
+    assert_conforms(&report, &[]);
     // The checked-in folder (run.sh launcher, sample/services.yaml relative to the folder) too,
     // through the `tributary plugin check` command.
     assert_cli_check_passes(&tributary_bin(bin()), source_dir(), false);
@@ -105,21 +98,14 @@ fn end_to_end_nginx_follows_the_file_and_keeps_servers_when_it_breaks() {
     let daemon = Daemon::start(&tributary_bin(bin()), tmp.path(), &plugins, &nginx);
 
     let path_cfg = format!("path={}", file.display());
-    let out = daemon.cli(&[
-        "binding",
-        "add",
+    let out = daemon.binding_add(
         "api",
-        "--plugin",
         "file",
-        "--provider",
         "file",
-        "--service",
         "api",
-        "--config",
-        &path_cfg,
-        "--interval",
-        "10",
-    ]);
+        &[&path_cfg],
+        &["--interval", "10"],
+    );
     assert_ok(&out, "binding add");
     wait_backends(&nginx, "api", &["alpha", "beta"]);
     let conf = nginx.upstreams_dir().join("api.conf");
@@ -159,19 +145,7 @@ fn end_to_end_nginx_follows_the_file_and_keeps_servers_when_it_breaks() {
 
     // An unknown service is a -32003 on `service`, shown on the binding.
     write(&["alpha"]);
-    let out = daemon.cli(&[
-        "binding",
-        "add",
-        "nope",
-        "--plugin",
-        "file",
-        "--provider",
-        "file",
-        "--service",
-        "missing",
-        "--config",
-        &path_cfg,
-    ]);
+    let out = daemon.binding_add("nope", "file", "file", "missing", &[&path_cfg], &[]);
     assert_ok(&out, "binding add (unknown service)");
     let b = daemon.show("nope");
     assert_eq!(b["last_outcome"]["status"], "failed", "{b}");
