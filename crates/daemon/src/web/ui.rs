@@ -351,7 +351,7 @@ fn targets_table(servers: &[Value]) -> String {
         return "<p>No servers known.</p>".into();
     }
     let mut s = String::from(
-        "<table class=\"servers\"><thead><tr><th>Address</th><th>Port</th><th>Weight</th>\
+        "<table class=\"servers\"><thead><tr><th>Address</th><th class=\"num\">Port</th><th class=\"num\">Weight</th>\
          <th>Tags</th></tr></thead><tbody>",
     );
     for t in servers {
@@ -384,7 +384,7 @@ fn targets_table(servers: &[Value]) -> String {
 fn outcome_block(o: &OutcomeRecord, now: i64) -> String {
     let mut s = format!(
         "<dl class=\"outcome\"><dt>When</dt><dd>{}</dd><dt>Outcome</dt><dd>{}</dd>\
-         <dt>Took</dt><dd>{} ms</dd><dt>Servers kept</dt><dd>{}</dd>",
+         <dt>Took</dt><dd>{} ms</dd><dt>Valid targets</dt><dd>{}</dd>",
         time_el(o.at_ms, now),
         outcome_summary(o),
         o.duration_ms,
