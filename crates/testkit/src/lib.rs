@@ -50,6 +50,20 @@ pub fn nginx_binary() -> PathBuf {
     try_nginx_binary().unwrap_or_else(|e| panic!("{e}"))
 }
 
+/// Whether `unshare -n` works here (a new network namespace needs root or CAP_SYS_ADMIN).
+/// Checked once per process.
+pub fn network_isolation_available() -> bool {
+    static AVAILABLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *AVAILABLE.get_or_init(|| {
+        Command::new("unshare")
+            .args(["-n", "true"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    })
+}
+
 /// Like [`nginx_binary`], returning the error text instead of panicking.
 pub fn try_nginx_binary() -> Result<PathBuf, String> {
     if let Some(p) = std::env::var_os("TRIBUTARY_NGINX") {
@@ -398,8 +412,17 @@ impl TestNginx {
     }
 
     /// The test command (`... -t`), for `CommandNginx::new`.
+    ///
+    /// `nginx -t` resolves the host names of `server` lines. So that a test with an unresolvable
+    /// name never sends a DNS query off this machine, the command runs in a fresh network
+    /// namespace (`unshare -n`, loopback only) where the kernel allows it (root); elsewhere it
+    /// runs as is.
     pub fn test_cmd(&self) -> Vec<String> {
-        let mut v = self.base_cmd();
+        let mut v = Vec::new();
+        if network_isolation_available() {
+            v.extend(["unshare".to_string(), "-n".to_string()]);
+        }
+        v.extend(self.base_cmd());
         v.push("-t".into());
         v
     }

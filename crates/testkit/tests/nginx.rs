@@ -113,3 +113,25 @@ fn one_worker_after_start_and_settles_after_reload() {
         assert_eq!(nginx.get("/u/api/"), (200, "a".to_string()));
     }
 }
+
+#[test]
+fn test_cmd_reports_an_unresolvable_host_without_leaving_the_machine() {
+    let nginx = TestNginx::start();
+    fs::write(
+        nginx.upstreams_dir().join("ghost.conf"),
+        "upstream ghost {\n    server nonexistent.invalid:80 weight=1;\n}\n",
+    )
+    .unwrap();
+    let cmd = nginx.test_cmd();
+    if tributary_testkit::network_isolation_available() {
+        // In its own network namespace nginx has no route to any resolver: no DNS query leaves.
+        assert_eq!(cmd[..2], ["unshare", "-n"]);
+    }
+    let out = Command::new(&cmd[0]).args(&cmd[1..]).output().unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("host not found in upstream \"nonexistent.invalid:80\""),
+        "{stderr}"
+    );
+}
