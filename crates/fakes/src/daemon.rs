@@ -1,8 +1,10 @@
-//! The plugin side of an end-to-end test, shared by every discovery plugin's tests and benches: a
-//! plugins directory holding one plugin (its real `plugin.json`, `executable` pointing at the built
-//! binary), `tributary plugin check`, and the real `tributary serve` managing a [`TestNginx`].
-//! Stopped on drop (also on panic).
+//! The plugin side of an end-to-end test, shared by every discovery plugin's tests and benches and
+//! by the daemon's own end-to-end tests: a plugins directory holding one plugin (its real
+//! `plugin.json`, `executable` pointing at the built binary) and optionally the plugin host's
+//! misbehaving `tributary-testplug`, `tributary plugin check`, and the real `tributary serve`
+//! managing a [`TestNginx`]. Stopped on drop (also on panic).
 
+use std::ffi::OsString;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
@@ -50,15 +52,55 @@ pub fn plugins_dir(root: &Path, plugin_src: &Path, bin: &Path) -> PathBuf {
     dir
 }
 
-/// The `tributary` binary, next to `sibling` (another binary cargo built into the same folder).
-pub fn tributary_bin(sibling: &Path) -> PathBuf {
-    let bin = sibling.parent().expect("bin dir").join("tributary");
+/// The binary `name`, next to `sibling` (another binary cargo built into the same folder).
+pub fn sibling_bin(sibling: &Path, name: &str) -> PathBuf {
+    let bin = sibling.parent().expect("bin dir").join(name);
     assert!(
         bin.is_file(),
-        "{} is missing: build the daemon first (cargo build --workspace --bins)",
+        "{} is missing: build it first (cargo build --workspace --bins)",
         bin.display()
     );
     bin
+}
+
+/// The `tributary` binary, next to `sibling` (see [`sibling_bin`]).
+pub fn tributary_bin(sibling: &Path) -> PathBuf {
+    sibling_bin(sibling, "tributary")
+}
+
+/// Adds the plugin host's misbehaving test plugin (the built `tributary-testplug` at `bin`) to the
+/// plugins directory `plugins` as `testplug`: provider `t` with a secret `token` and a plain
+/// `note`; its `service` picks the behaviour (`ok`, `hang`, `exit`, `garbage`, `config-error`, ...;
+/// see `crates/plugin-host/src/bin/tributary-testplug.rs`).
+pub fn add_testplug(plugins: &Path, bin: &Path) {
+    assert!(
+        bin.is_file(),
+        "{} is missing: build it first (cargo build --workspace --bins)",
+        bin.display()
+    );
+    let manifest = serde_json::json!({
+        "name": "testplug",
+        "version": "0.1.0",
+        "description": "misbehaves on purpose",
+        "executable": bin.display().to_string(),
+        "capabilities": ["upstream.discovery"],
+        "permissions": ["network"],
+        "discovery": {"providers": [{
+            "code": "t",
+            "name": "Test",
+            "configuration": {"fields": [
+                {"key": "token", "display_name": "Token", "secret": true},
+                {"key": "note", "display_name": "Note"}
+            ]}
+        }]}
+    });
+    let dir = plugins.join("testplug");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("plugin.json"),
+        serde_json::to_vec_pretty(&manifest).unwrap(),
+    )
+    .unwrap();
 }
 
 /// stdout then stderr of a finished command, as text.
@@ -80,6 +122,13 @@ pub fn assert_ok(out: &Output, what: &str) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).to_string()
+}
+
+/// Asserts a command failed; returns its stdout then stderr.
+pub fn assert_fails(out: &Output, what: &str) -> String {
+    let text = output_text(out);
+    assert!(!out.status.success(), "{what} should have failed: {text}");
+    text
 }
 
 /// Runs `tributary plugin check DIR` (the CLI's conformance checker); returns (success, output).
@@ -106,36 +155,90 @@ pub fn assert_cli_check_passes(tributary: &Path, dir: &Path, no_required_fields:
     assert!(text.contains("conforms"), "{text}");
 }
 
-/// A running `tributary serve`.
+/// The `serve` arguments of [`Daemon::start`]: a short reload gap and batch window, a 10 s plugin
+/// timeout.
+pub const FAST: &[&str] = &[
+    "--min-reload-gap-ms",
+    "100",
+    "--batch-quiet-ms",
+    "50",
+    "--plugin-timeout-secs",
+    "10",
+];
+
+/// A running `tributary serve` with `RUST_LOG=debug`, its stderr in [`Daemon::log`].
 pub struct Daemon {
     child: Option<Child>,
     bin: PathBuf,
+    /// The `serve` arguments after `--listen`.
+    args: Vec<OsString>,
     pub port: u16,
     pub data_dir: PathBuf,
+    pub plugins_dir: PathBuf,
+    pub conf_dir: PathBuf,
     pub log: PathBuf,
 }
 
 impl Daemon {
-    /// Starts the daemon on a free port with `plugins` as plugins dir, managing `nginx`'s conf dir,
-    /// with a short reload gap and batch window, a 10 s plugin timeout and `RUST_LOG=debug`.
+    /// Starts the daemon with the [`FAST`] arguments (see [`Daemon::start_with`]).
     pub fn start(bin: &Path, root: &Path, plugins: &Path, nginx: &TestNginx) -> Daemon {
-        let port = free_port();
+        Daemon::start_with(bin, root, plugins, nginx, FAST)
+    }
+
+    /// Starts the daemon `bin` on a free port with `plugins` as plugins dir and `<root>/data` as
+    /// data dir, managing `nginx`'s conf dir, with the `serve` arguments `extra` (none: the
+    /// daemon's defaults). Returns once `/api/v1/health` answers.
+    pub fn start_with(
+        bin: &Path,
+        root: &Path,
+        plugins: &Path,
+        nginx: &TestNginx,
+        extra: &[&str],
+    ) -> Daemon {
         let data_dir = root.join("data");
+        let conf_dir = nginx.conf_dir();
+        let mut args: Vec<OsString> = vec![
+            "--data-dir".into(),
+            data_dir.clone().into(),
+            "--plugins-dir".into(),
+            plugins.into(),
+            "--conf-dir".into(),
+            conf_dir.clone().into(),
+            "--test-cmd".into(),
+            nginx.test_cmd().join(" ").into(),
+            "--reload-cmd".into(),
+            nginx.reload_cmd().join(" ").into(),
+        ];
+        args.extend(extra.iter().map(OsString::from));
         let log = root.join("daemon.log");
-        let logf = std::fs::File::create(&log).unwrap();
-        let child = Command::new(bin)
+        std::fs::File::create(&log).unwrap();
+        let mut d = Daemon {
+            child: None,
+            bin: bin.to_path_buf(),
+            args,
+            port: 0,
+            data_dir,
+            plugins_dir: plugins.to_path_buf(),
+            conf_dir,
+            log,
+        };
+        d.spawn();
+        d
+    }
+
+    /// Starts the process (again, after [`Daemon::stop`]) with the same arguments and data dir, on a
+    /// new free port, appending to the same log. Returns once `/api/v1/health` answers.
+    pub fn spawn(&mut self) {
+        assert!(self.child.is_none(), "tributary serve is already running");
+        self.port = free_port();
+        let logf = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&self.log)
+            .unwrap();
+        let child = Command::new(&self.bin)
             .arg("serve")
-            .args(["--listen", &format!("127.0.0.1:{port}")])
-            .arg("--data-dir")
-            .arg(&data_dir)
-            .arg("--plugins-dir")
-            .arg(plugins)
-            .arg("--conf-dir")
-            .arg(nginx.conf_dir())
-            .args(["--test-cmd", &nginx.test_cmd().join(" ")])
-            .args(["--reload-cmd", &nginx.reload_cmd().join(" ")])
-            .args(["--min-reload-gap-ms", "100", "--batch-quiet-ms", "50"])
-            .args(["--plugin-timeout-secs", "10"])
+            .args(["--listen", &format!("127.0.0.1:{}", self.port)])
+            .args(&self.args)
             .env_remove("TRIBUTARY_TOKEN")
             .env("RUST_LOG", "debug")
             .stdin(Stdio::null())
@@ -143,31 +246,30 @@ impl Daemon {
             .stderr(Stdio::from(logf))
             .spawn()
             .expect("spawn tributary serve");
-        let mut d = Daemon {
-            child: Some(child),
-            bin: bin.to_path_buf(),
-            port,
-            data_dir,
-            log,
-        };
+        self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
-            if let Some(status) = d.child.as_mut().unwrap().try_wait().unwrap() {
-                d.child = None;
-                panic!("tributary serve exited with {status}: {}", d.log_text());
+            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                self.child = None;
+                panic!("tributary serve exited with {status}: {}", self.log_text());
             }
-            if TcpStream::connect(("127.0.0.1", port)).is_ok()
-                && http(port, "GET", "/api/v1/health", None, None).0 == 200
+            if TcpStream::connect(("127.0.0.1", self.port)).is_ok()
+                && http(self.port, "GET", "/api/v1/health", None, None).0 == 200
             {
-                return d;
+                return;
             }
             assert!(
                 Instant::now() < deadline,
                 "tributary serve did not answer: {}",
-                d.log_text()
+                self.log_text()
             );
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+
+    /// The daemon's process id while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
     }
 
     /// The daemon's stderr so far.
@@ -185,14 +287,12 @@ impl Daemon {
 
     /// An authenticated API call; the body parsed as JSON (`Null` when it is not).
     pub fn api(&self, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
-        let body = body.map(Value::to_string);
-        let (status, text) = http(
-            self.port,
-            method,
-            path,
-            Some(&self.token()),
-            body.as_deref(),
-        );
+        self.api_raw(method, path, body.map(Value::to_string).as_deref())
+    }
+
+    /// [`Daemon::api`] with the body sent as is (also text that is not JSON).
+    pub fn api_raw(&self, method: &str, path: &str, body: Option<&str>) -> (u16, Value) {
+        let (status, text) = http(self.port, method, path, Some(&self.token()), body);
         (status, serde_json::from_str(&text).unwrap_or(Value::Null))
     }
 
@@ -311,7 +411,7 @@ pub fn http(
     body: Option<&str>,
 ) -> (u16, String) {
     let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect to the daemon");
-    s.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(150))).unwrap();
     let body = body.unwrap_or("");
     let auth = token
         .map(|t| format!("Authorization: Bearer {t}\r\n"))

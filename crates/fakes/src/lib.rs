@@ -15,8 +15,9 @@
 //! - [`daemon::plugin_folder`]: a plugin folder with the real manifest pointing at the built binary;
 //!   [`daemon::assert_cli_check_passes`]: `tributary plugin check`.
 //! - [`host::HostedPlugin`]: that plugin under the real plugin host.
-//! - [`daemon::Daemon`]: the real `tributary serve` for end-to-end tests with a real nginx;
-//!   [`wait`]: polling, and what nginx serves for an upstream.
+//! - [`daemon::Daemon`]: the real `tributary serve` for end-to-end tests with a real nginx (also
+//!   the daemon's own tests and scale bench; [`daemon::add_testplug`] adds the plugin host's
+//!   misbehaving test plugin); [`wait`]: polling, and what nginx serves for an upstream.
 //! - [`bench`]: the resolve benchmark (through the host, and in-process when the plugin has a
 //!   library, in the same run).
 //!
