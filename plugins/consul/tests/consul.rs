@@ -344,26 +344,41 @@ async fn https_agent_with_a_private_ca_from_consul_cacert() {
 #[test]
 fn the_binary_reads_consul_cacert() {
     // The built binary, with CONSUL_CACERT naming the fake's CA file, resolves over HTTPS.
-    use std::io::Write;
+    use std::io::{Read, Write};
+    /// Kills and reaps the plugin process when dropped, also when the test panics.
+    struct Plugin(std::process::Child);
+    impl Drop for Plugin {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
     let fake = FakeConsul::start_tls();
     web(&fake);
     let dir = tempfile::tempdir().unwrap();
     let ca = dir.path().join("ca.pem");
     std::fs::write(&ca, fake.ca_pem().unwrap()).unwrap();
-    let mut child = std::process::Command::new(bin())
-        .env("CONSUL_CACERT", &ca)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut plugin = Plugin(
+        std::process::Command::new(bin())
+            .env("CONSUL_CACERT", &ca)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
     let req = json!({"jsonrpc": "2.0", "id": 1, "method": "discovery.resolve",
                      "params": {"provider": "registry", "config": {"address": fake.address()},
                                 "service": "web"}});
-    let mut stdin = child.stdin.take().unwrap();
+    let mut stdin = plugin.0.stdin.take().unwrap();
     writeln!(stdin, "{req}").unwrap();
     drop(stdin);
-    let out = child.wait_with_output().unwrap();
-    let answer: Value = serde_json::from_slice(&out.stdout).unwrap();
+    // The plugin answers, then exits at the end of its input, closing stdout.
+    let mut out = Vec::new();
+    let mut stdout = plugin.0.stdout.take().unwrap();
+    stdout.read_to_end(&mut out).unwrap();
+    let status = plugin.0.wait().unwrap();
+    assert!(status.success(), "the plugin exited with {status}");
+    let answer: Value = serde_json::from_slice(&out).unwrap();
     assert_eq!(
         answer["result"]["targets"].as_array().unwrap().len(),
         2,
