@@ -144,6 +144,10 @@ fn now_ms() -> i64 {
 
 fn main() {
     // `cargo bench` passes --bench; nothing else to parse.
+    // Measure the daemon at its production log level (the test runner defaults to debug).
+    if std::env::var_os("RUST_LOG").is_none() {
+        std::env::set_var("RUST_LOG", "info");
+    }
     let n = env_num("BENCH_BINDINGS", 1000);
     let idle_secs = env_num("BENCH_IDLE_SECS", 65);
     let root = tempfile::tempdir().unwrap();

@@ -166,7 +166,8 @@ pub const FAST: &[&str] = &[
     "10",
 ];
 
-/// A running `tributary serve` with `RUST_LOG=debug`, its stderr in [`Daemon::log`].
+/// A running `tributary serve` with `RUST_LOG=debug` (or the caller's `RUST_LOG`), its stderr in
+/// [`Daemon::log`].
 pub struct Daemon {
     child: Option<Child>,
     bin: PathBuf,
@@ -240,7 +241,10 @@ impl Daemon {
             .args(["--listen", &format!("127.0.0.1:{}", self.port)])
             .args(&self.args)
             .env_remove("TRIBUTARY_TOKEN")
-            .env("RUST_LOG", "debug")
+            .env(
+                "RUST_LOG",
+                std::env::var("RUST_LOG").unwrap_or_else(|_| "debug".to_string()),
+            )
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::from(logf))
