@@ -14,10 +14,12 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 use serde_json::Value;
-use tributary_core::{render, summarize_dropped, validate, Dropped, ExtraDirective, Target};
 use tributary_core::{Binding, UpstreamName};
+use tributary_core::{Dropped, ExtraDirective, Target};
 use tributary_plugin_host::{HostOptions, PluginHost};
 use tributary_protocol::{ConfigMap, ResolveParams, ERR_CONFIG, ERR_INVALID_PARAMS, ERR_PROVIDER};
+
+use crate::resolution::Resolved;
 
 /// Inputs of a dry run.
 #[derive(Clone)]
@@ -148,23 +150,19 @@ pub async fn run(args: DryRun) -> Result<DryRunOk, DryRunFailure> {
     host.shutdown().await;
     let answer =
         answer.map_err(|e| fail(e.code().unwrap_or(ERR_PROVIDER), e.to_string(), e.field()))?;
-    let v = validate(&answer.targets);
-    if v.targets.is_empty() {
-        let msg = if answer.targets.is_empty() {
-            "the service has no servers right now: nothing would be written".to_string()
-        } else {
-            format!(
-                "no valid target ({}): nothing would be written",
-                summarize_dropped(&v.dropped)
-            )
-        };
-        return Err(fail(ERR_PROVIDER, msg, None));
-    }
-    let rendered = render(&name, &v.targets, &directives);
+    let r = Resolved::new(&name, &directives, &answer);
+    let Some(rendered) = r.rendered else {
+        let reason = r.no_target_reason().unwrap_or_default();
+        return Err(fail(
+            ERR_PROVIDER,
+            format!("{reason}: nothing would be written"),
+            None,
+        ));
+    };
     Ok(DryRunOk {
-        targets: v.targets,
-        dropped: v.dropped,
-        ttl_seconds: answer.ttl_seconds,
+        targets: r.targets,
+        dropped: r.dropped,
+        ttl_seconds: r.ttl_seconds,
         rendered,
     })
 }

@@ -21,13 +21,12 @@ use serde_json::Value;
 use tokio::sync::{mpsc, oneshot, watch, Notify};
 use tokio::task::AbortHandle;
 use tributary_apply::{Applier, Change, ChangeOutcome, RemoveOutcome};
-use tributary_core::{
-    render, schedule, summarize_dropped, validate, Binding, ExtraDirective, UpstreamName,
-};
+use tributary_core::{schedule, Binding, ExtraDirective, UpstreamName};
 use tributary_plugin_host::PluginHost;
 use tributary_protocol::{ConfigMap, ProviderDecl, ResolveParams};
-use tributary_store::{BindingRecord, DroppedRecord, OutcomeRecord, OutcomeStatus, Store, Upsert};
+use tributary_store::{BindingRecord, OutcomeRecord, OutcomeStatus, Store, Upsert};
 
+use crate::resolution::Resolved;
 use crate::view::{BindingDetail, BindingInput, BindingView, BulkItem, RemoveResponse};
 
 /// Longest refresh interval accepted (one week).
@@ -872,32 +871,15 @@ async fn run_once(inner: &Inner, binding: &Binding) -> OutcomeRecord {
             rec.field = e.field().map(str::to_string);
         }
         Ok(answer) => {
-            rec.ttl_seconds = Some(answer.ttl_seconds);
-            let v = validate(&answer.targets);
-            rec.kept = crate::tags::kept_with_tags(&v.targets, &answer.targets);
-            rec.dropped = v
-                .dropped
-                .iter()
-                .map(|d| DroppedRecord {
-                    target: d.target.clone(),
-                    reason: d.reason.to_string(),
-                })
-                .collect();
-            if v.targets.is_empty() {
-                rec.why = Some(if answer.targets.is_empty() {
-                    "the service has no servers right now; the current file was kept".to_string()
-                } else {
-                    format!(
-                        "no valid target ({}); the current file was kept",
-                        summarize_dropped(&v.dropped)
-                    )
-                });
-            } else {
-                let bytes = render(&binding.name, &v.targets, &binding.directives).into_bytes();
+            let r = Resolved::new(&binding.name, &binding.directives, &answer);
+            rec.ttl_seconds = Some(r.ttl_seconds);
+            rec.kept = r.kept_with_tags(&answer);
+            rec.dropped = r.dropped_records();
+            if let Some(text) = &r.rendered {
                 let (tx, rx) = oneshot::channel();
                 let change = Change {
                     name: binding.name.clone(),
-                    bytes,
+                    bytes: text.clone().into_bytes(),
                 };
                 let result = match inner.apply_tx.send(ApplyMsg::Change(change, tx)) {
                     Ok(()) => rx.await.ok(),
@@ -929,9 +911,13 @@ async fn run_once(inner: &Inner, binding: &Binding) -> OutcomeRecord {
                     }
                     None => rec.why = Some("the daemon is stopping; nothing applied".to_string()),
                 }
-                if rec.status != OutcomeStatus::Failed && !v.dropped.is_empty() {
-                    rec.why = Some(summarize_dropped(&v.dropped));
+                if rec.status != OutcomeStatus::Failed {
+                    rec.why = r.dropped_note();
                 }
+            } else {
+                rec.why = r
+                    .no_target_reason()
+                    .map(|reason| format!("{reason}; the current file was kept"));
             }
         }
     }

@@ -13,6 +13,8 @@
 //!   but `/api/v1/health`.
 //! - [`client`]: the small HTTP/1.1 client the CLI uses to talk to a running daemon.
 //! - [`dry_run`]: `tributary resolve`, one plugin call that touches nothing.
+//! - [`resolution`]: a plugin answer validated and rendered, shared by refreshes, test
+//!   resolutions and the dry run.
 //! - [`token`]: API token creation and lookup (file mode 0600).
 //! - [`web`]: the web UI (login, sessions, CSRF), `/metrics`, the OpenAPI document and more
 //!   `/api/v1` endpoints; [`web::router`] merges them with [`api::router`].
@@ -23,6 +25,7 @@ pub mod cli;
 pub mod client;
 pub mod dry_run;
 pub mod engine;
+pub mod resolution;
 pub mod tags;
 pub mod token;
 pub mod view;

@@ -8,9 +8,10 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Serialize;
 use serde_json::Value;
-use tributary_core::{render, summarize_dropped, validate};
 use tributary_protocol::ResolveParams;
 use tributary_store::{DroppedRecord, OutcomeRecord};
+
+use crate::resolution::Resolved;
 
 use super::metrics::NginxNumbers;
 use super::WebState;
@@ -113,33 +114,19 @@ pub async fn preview(
             p.field = e.field().map(str::to_string);
         }
         Ok(answer) => {
-            let v = validate(&answer.targets);
-            p.ttl_seconds = Some(answer.ttl_seconds);
-            p.targets = crate::tags::kept_with_tags(&v.targets, &answer.targets);
-            p.dropped = v
-                .dropped
-                .iter()
-                .map(|d| DroppedRecord {
-                    target: d.target.clone(),
-                    reason: d.reason.to_string(),
-                })
-                .collect();
-            if v.targets.is_empty() {
-                p.why = Some(if answer.targets.is_empty() {
-                    "the service has no servers right now: nothing would be written".into()
-                } else {
-                    format!(
-                        "no valid target ({}): nothing would be written",
-                        summarize_dropped(&v.dropped)
-                    )
-                });
-            } else {
+            let r = Resolved::new(&binding.name, &binding.directives, &answer);
+            p.ttl_seconds = Some(r.ttl_seconds);
+            p.targets = r.kept_with_tags(&answer);
+            p.dropped = r.dropped_records();
+            if r.rendered.is_some() {
                 p.result = "ok".into();
-                if !v.dropped.is_empty() {
-                    p.why = Some(summarize_dropped(&v.dropped));
-                }
-                p.rendered = Some(render(&binding.name, &v.targets, &binding.directives));
+                p.why = r.dropped_note();
+            } else {
+                p.why = r
+                    .no_target_reason()
+                    .map(|reason| format!("{reason}: nothing would be written"));
             }
+            p.rendered = r.rendered;
         }
     }
     Ok(p)
