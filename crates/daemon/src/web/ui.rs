@@ -18,7 +18,7 @@ use axum::{Extension, Router};
 use serde::Deserialize;
 use serde_json::Value;
 use tributary_protocol::{FieldType, ProviderDecl};
-use tributary_store::{OutcomeRecord, OutcomeStatus};
+use tributary_store::{DroppedRecord, OutcomeRecord, OutcomeStatus};
 
 use super::api_extra::{preview, Preview};
 use super::html::{esc, fmt_time, page, secure, time_el};
@@ -411,15 +411,8 @@ fn outcome_block(o: &OutcomeRecord, now: i64) -> String {
     ));
     s.push_str("</dl>");
     if !o.dropped.is_empty() {
-        s.push_str("<h3>Dropped targets</h3><ul class=\"dropped\">");
-        for d in &o.dropped {
-            s.push_str(&format!(
-                "<li><code>{}</code>: {}</li>",
-                esc(&d.target.to_string()),
-                esc(&d.reason)
-            ));
-        }
-        s.push_str("</ul>");
+        s.push_str("<h3>Dropped targets</h3>");
+        s.push_str(&dropped_list(&o.dropped));
     }
     if let Some(e) = &o.nginx_error {
         s.push_str(&format!(
@@ -865,15 +858,7 @@ fn render_form(
         }
         body.push_str(&targets_table(&p.targets));
         if !p.dropped.is_empty() {
-            body.push_str("<ul class=\"dropped\">");
-            for d in &p.dropped {
-                body.push_str(&format!(
-                    "<li><code>{}</code>: {}</li>",
-                    esc(&d.target.to_string()),
-                    esc(&d.reason)
-                ));
-            }
-            body.push_str("</ul>");
+            body.push_str(&dropped_list(&p.dropped));
         }
         if let Some(r) = &p.rendered {
             body.push_str(&format!(
@@ -1208,6 +1193,20 @@ async fn nginx_page(State(st): State<WebState>, Extension(s): Extension<Session>
         ));
     }
     page(StatusCode::OK, "nginx", Some(&s.csrf), &body)
+}
+
+/// The dropped targets of an answer, each with its reason.
+fn dropped_list(dropped: &[DroppedRecord]) -> String {
+    let mut s = String::from("<ul class=\"dropped\">");
+    for d in dropped {
+        s.push_str(&format!(
+            "<li><code>{}</code>: {}</li>",
+            esc(&d.target.to_string()),
+            esc(&d.reason)
+        ));
+    }
+    s.push_str("</ul>");
+    s
 }
 
 #[cfg(test)]
