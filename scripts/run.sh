@@ -132,7 +132,7 @@ Try:
   $BIN binding$API_FLAG --data-dir $DATA list
   $BIN binding$API_FLAG --data-dir $DATA show demo
   $BIN binding$API_FLAG --data-dir $DATA add demo --replace --plugin static --provider static \\
-      --service demo --config "targets=127.0.0.1:$B2_PORT:5 127.0.0.1:$B1_PORT"
+      --service demo --config "targets=127.0.0.1:$B2_PORT:5 127.0.0.1:$B1_PORT" --directive "keepalive 8;"
   curl -H "Authorization: Bearer \$(cat $DATA/token)" http://127.0.0.1:$API_PORT/api/v1/bindings
 
 EOF

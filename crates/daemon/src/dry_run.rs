@@ -8,7 +8,7 @@
 //! `code` is the plugin's JSON-RPC error code when the plugin answered an error, `-32000` for
 //! other plugin failures (timeout, crash, malformed answer, no valid target), `-32003` when the
 //! config does not match the provider's declared fields (`field` = the key), and `-32602` for bad
-//! command-line input (`field` = `plugin`, `provider`, `upstream` or `directive`).
+//! command-line input (`field` = `plugin`, `provider`, `service`, `upstream`, `directive` or `config`).
 
 use std::path::PathBuf;
 
