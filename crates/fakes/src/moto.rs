@@ -198,33 +198,24 @@ impl Moto {
         tags: &[(&str, &str)],
         private_ip: Option<&str>,
     ) -> Vec<String> {
-        let tags: serde_json::Map<String, Value> = tags
-            .iter()
-            .map(|(k, v)| (k.to_string(), json!(v)))
-            .collect();
-        let out = self.ec2(
-            "run",
-            json!({"count": count, "tags": tags, "private_ip": private_ip}),
-        );
-        out["ids"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|v| v.as_str().unwrap().to_string())
-            .collect()
+        self.run(count, tags, "private_ip", json!(private_ip))
     }
 
     /// Starts `count` instances with `tags` in the default VPC (which gives them public
     /// addresses). Returns their ids.
     pub fn run_public_instances(&self, count: usize, tags: &[(&str, &str)]) -> Vec<String> {
+        self.run(count, tags, "default_subnet", json!(true))
+    }
+
+    /// The helper's `run` command with one placement option; returns the new instance ids.
+    fn run(&self, count: usize, tags: &[(&str, &str)], option: &str, value: Value) -> Vec<String> {
         let tags: serde_json::Map<String, Value> = tags
             .iter()
             .map(|(k, v)| (k.to_string(), json!(v)))
             .collect();
-        let out = self.ec2(
-            "run",
-            json!({"count": count, "tags": tags, "default_subnet": true}),
-        );
+        let mut args = json!({"count": count, "tags": tags});
+        args[option] = value;
+        let out = self.ec2("run", args);
         out["ids"]
             .as_array()
             .unwrap()
