@@ -90,6 +90,11 @@ fn form(body: &Bytes) -> Result<Vec<(String, String)>, Box<Response>> {
     })
 }
 
+/// Refuses a posted form (unreadable, or a CSRF token not the session's) for the action buttons.
+fn require_csrf(s: &Session, body: &Bytes) -> Result<(), Box<Response>> {
+    check_csrf(s, &form(body)?)
+}
+
 fn get_field<'a>(f: &'a [(String, String)], key: &str) -> Option<&'a str> {
     f.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
 }
@@ -202,11 +207,7 @@ async fn logout(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let f = match form(&body) {
-        Ok(f) => f,
-        Err(r) => return *r,
-    };
-    if let Err(r) = check_csrf(&s, &f) {
+    if let Err(r) = require_csrf(&s, &body) {
         return *r;
     }
     if let Some(id) = session::cookie(&headers, session::SESSION_COOKIE) {
@@ -605,11 +606,7 @@ async fn refresh(
     Path(name): Path<String>,
     body: Bytes,
 ) -> Response {
-    let f = match form(&body) {
-        Ok(f) => f,
-        Err(r) => return *r,
-    };
-    if let Err(r) = check_csrf(&s, &f) {
+    if let Err(r) = require_csrf(&s, &body) {
         return *r;
     }
     match st.api.engine.refresh(&name).await {
@@ -624,11 +621,7 @@ async fn delete(
     Path(name): Path<String>,
     body: Bytes,
 ) -> Response {
-    let f = match form(&body) {
-        Ok(f) => f,
-        Err(r) => return *r,
-    };
-    if let Err(r) = check_csrf(&s, &f) {
+    if let Err(r) = require_csrf(&s, &body) {
         return *r;
     }
     match st.api.engine.remove(&name).await {
