@@ -20,7 +20,7 @@ PREFIX="$DATA/nginx"
 TARGET="${CARGO_TARGET_DIR:-$ROOT/target}"
 BIN="$TARGET/debug/tributary"
 
-scripts/setup.sh
+scripts/setup.sh run
 echo "== build (daemon and plugins)"
 cargo build --workspace --bins
 
