@@ -4,7 +4,7 @@
 # Usage: scripts/test.sh
 # Exits non-zero when anything failed; after nextest's summary one line names what failed.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 
 scripts/setup.sh test || exit 1
 
