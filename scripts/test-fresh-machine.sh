@@ -69,7 +69,10 @@ trap cleanup EXIT
 
 # --- The set-up's messages when Rust is missing or too old (on this machine: they stop before apt) --------
 rust_version=$(sed -n 's/^rust-version *= *"\([0-9.]*\)".*/\1/p' Cargo.toml | head -n 1)
-out=$(env -i PATH=/usr/bin:/bin HOME="$WORK/nohome" bash scripts/setup.sh run 2>&1)
+# A PATH with the few tools the set-up uses before its Rust check, and no cargo (wherever this machine has one).
+mkdir -p "$WORK/nocargo"
+for t in dirname sed head awk sort id; do ln -s "$(command -v "$t")" "$WORK/nocargo/$t"; done
+out=$(env -i PATH="$WORK/nocargo" HOME="$WORK/nohome" "$BASH" scripts/setup.sh run 2>&1)
 rc=$?
 if [ $rc -ne 0 ] && grep -q "install a Rust toolchain $rust_version or newer with rustup" <<<"$out"; then
   pass "no cargo: the set-up says to install Rust $rust_version+ with rustup"
