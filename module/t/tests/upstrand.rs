@@ -86,9 +86,11 @@ fn check_answer(a: &Response, status: u16, body: &str) -> CaseResult {
     check_eq(a.text().as_str(), body, "body")
 }
 
-/// The `X-From` header (the backend's name) of the answer to `GET /` on `{P0}`; `-` without one.
-fn answered_by(n: &Nginx) -> Result<String, Failed> {
-    Ok(n.get(0, "/")?.header("X-From").unwrap_or("-").to_string())
+/// The `X-From` header (the backend's name) of the answer to `GET /` over `conn`; `-` without one.
+/// The cursor and the blacklist of an upstrand are per worker: cases that follow them send every
+/// request over one keep-alive connection, which one worker serves.
+fn answered_by(conn: &mut KeepAlive) -> Result<String, Failed> {
+    Ok(conn.get("/")?.header("X-From").unwrap_or("-").to_string())
 }
 
 /// A listening socket that never accepts: connections succeed, answers never come.
@@ -575,13 +577,13 @@ fn ordered(order: &str, s: [u16; 3]) -> String {
 }
 
 /// `X-From` of `count` answers to `GET /` in a row.
-fn from_sequence(n: &Nginx, count: usize) -> Result<Vec<String>, Failed> {
-    (0..count).map(|_| answered_by(n)).collect()
+fn from_sequence(conn: &mut KeepAlive, count: usize) -> Result<Vec<String>, Failed> {
+    (0..count).map(|_| answered_by(conn)).collect()
 }
 
 fn order_default_round_robin() -> CaseResult {
     let n = Nginx::start(&ordered("", [200, 200, 200]))?;
-    let seq = from_sequence(&n, 7)?;
+    let seq = from_sequence(&mut n.keep_alive(0)?, 7)?;
     check_eq(
         seq.join(","),
         "u01,u02,u03,u01,u02,u03,u01".to_string(),
@@ -589,7 +591,7 @@ fn order_default_round_robin() -> CaseResult {
     )?;
     // Failover does not move the cursor more than one step per request.
     let n = Nginx::start(&ordered("", [503, 200, 200]))?;
-    let seq = from_sequence(&n, 4)?;
+    let seq = from_sequence(&mut n.keep_alive(0)?, 4)?;
     check_eq(
         seq.join(","),
         "u02,u02,u03,u02".to_string(),
@@ -609,7 +611,7 @@ fn rotation_ok(seq: &[String]) -> bool {
 
 fn order_start_random() -> CaseResult {
     let n = Nginx::start(&ordered("order start_random;", [200, 200, 200]))?;
-    let seq = from_sequence(&n, 9)?;
+    let seq = from_sequence(&mut n.keep_alive(0)?, 9)?;
     check(rotation_ok(&seq), || {
         format!("round robin after a random start: {seq:?}")
     })
@@ -618,7 +620,8 @@ fn order_start_random() -> CaseResult {
 fn order_per_request() -> CaseResult {
     let n = Nginx::start(&ordered("order per_request;", [503, 503, 200]))?;
     for i in 0..3 {
-        check_eq(answered_by(&n)?.as_str(), "u03", "answer")?;
+        // new connections: any worker, always the same walk
+        check_eq(n.get(0, "/")?.header("X-From"), Some("u03"), "answer")?;
         check_path(&n, i, "u01 -> u02 -> u03", "path")?;
     }
     Ok(())
@@ -663,13 +666,15 @@ fn order_seed_no_round_robin_with_singlets() -> CaseResult {
     };
     let n = Nginx::start(&body("P1"))?;
     for i in 0..3 {
-        check_eq(answered_by(&n)?.as_str(), "s1", "s1")?;
+        // new connections: whichever worker serves it starts at the first server
+        check_eq(n.get(0, "/")?.header("X-From"), Some("s1"), "s1")?;
         check_path(&n, i, "u1_single_1", "always the first server")?;
     }
     let n = Nginx::start(&body("P9"))?;
-    check_eq(answered_by(&n)?.as_str(), "s2", "s2")?;
+    let mut conn = n.keep_alive(0)?; // the blacklist is per worker
+    check_eq(answered_by(&mut conn)?.as_str(), "s2", "s2")?;
     check_path(&n, 0, "u1_single_1 -> u1_single_2", "failover")?;
-    check_eq(answered_by(&n)?.as_str(), "s2", "s2")?;
+    check_eq(answered_by(&mut conn)?.as_str(), "s2", "s2")?;
     check_path(&n, 1, "u1_single_2", "the dead singlet is blacklisted")
 }
 
@@ -699,12 +704,13 @@ fn blacklist_skips_failed_upstream_until_interval_ends() -> CaseResult {
         "location / { proxy_pass http://$upstrand_us1; }",
         &[(1, "u01", 503), (2, "u02", 200), (3, "u03", 200)],
     ))?;
-    n.get(0, "/")?;
+    let mut conn = n.keep_alive(0)?; // the blacklist is per worker
+    check_eq(conn.get("/")?.status, 200, "status")?;
     check_path(&n, 0, "u01 -> u02", "first request")?;
-    n.get(0, "/")?;
+    check_eq(conn.get("/")?.status, 200, "status")?;
     check_path(&n, 1, "u02", "u01 skipped while blacklisted")?;
     std::thread::sleep(Duration::from_millis(1300));
-    n.get(0, "/")?;
+    check_eq(conn.get("/")?.status, 200, "status")?;
     check_path(&n, 2, "u01 -> u02", "u01 tried again after the interval")
 }
 
@@ -717,16 +723,19 @@ fn blacklisting(s: [u16; 3]) -> String {
 /// Decision 1: the first non-blacklisted upstream in cycle order, not the one before it.
 fn blacklist_goes_to_first_healthy_in_cycle_order() -> CaseResult {
     let n = Nginx::start(&blacklisting([503, 503, 200]))?;
-    n.get(0, "/")?;
+    let mut conn = n.keep_alive(0)?; // the blacklist is per worker
+    check_eq(answered_by(&mut conn)?.as_str(), "u03", "answer")?;
     check_path(&n, 0, "u01 -> u02 -> u03", "first request")?;
-    check_eq(answered_by(&n)?.as_str(), "u03", "answer")?;
+    check_eq(answered_by(&mut conn)?.as_str(), "u03", "answer")?;
     check_path(&n, 1, "u03", "both failed upstreams skipped")
 }
 
 fn blacklist_everything_whitelists_with_log() -> CaseResult {
     let n = Nginx::start(&blacklisting([503, 503, 503]))?;
-    n.get(0, "/")?;
-    check_eq(n.get(0, "/")?.status, 503, "status")?;
+    let mut conn = n.keep_alive(0)?; // the blacklist is per worker
+    check_eq(conn.get("/")?.status, 503, "status")?;
+    check_path(&n, 0, "u01 -> u02 -> u03", "first walk")?;
+    check_eq(conn.get("/")?.status, 503, "status")?;
     check_path(&n, 1, "u01 -> u02 -> u03", "all whitelisted again")?;
     let log = n.error_log();
     check(
@@ -934,11 +943,12 @@ fn variable_elsewhere_yields_name_and_advances() -> CaseResult {
         "location / {",
         "location /name { return 200 \"$upstrand_us1\\n\"; } location / {",
     ))?;
+    let mut conn = n.keep_alive(0)?; // the cursor is per worker
     let names: Vec<String> = (0..4)
-        .map(|_| n.get(0, "/name").map(|a| a.text()))
+        .map(|_| conn.get("/name").map(|a| a.text()))
         .collect::<Result<_, _>>()?;
     check_eq(names.join(""), "u01\nu02\nu03\nu01\n".to_string(), "names")?;
-    check_eq(answered_by(&n)?.as_str(), "u02", "cursor")
+    check_eq(answered_by(&mut conn)?.as_str(), "u02", "cursor")
 }
 
 /// Decision 8: a walk longer than nginx's subrequest nesting limit (50) ends with nginx's own
