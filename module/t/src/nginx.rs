@@ -412,7 +412,7 @@ impl Nginx {
                 )
                 .into());
             }
-            std::thread::sleep(Duration::from_millis(5));
+            std::thread::sleep(Duration::from_millis(10));
         }
     }
 
@@ -420,11 +420,8 @@ impl Nginx {
     pub fn wait_exited(&self, pids: &[u32], timeout: Duration) -> CaseResult {
         let deadline = Instant::now() + timeout;
         loop {
-            let left: Vec<u32> = pids
-                .iter()
-                .copied()
-                .filter(|p| self.workers().contains(p))
-                .collect();
+            let live = self.workers();
+            let left: Vec<u32> = pids.iter().copied().filter(|p| live.contains(p)).collect();
             if left.is_empty() {
                 return Ok(());
             }
@@ -435,21 +432,29 @@ impl Nginx {
                 )
                 .into());
             }
-            std::thread::sleep(Duration::from_millis(5));
+            std::thread::sleep(Duration::from_millis(10));
         }
     }
 
     /// Stops nginx gracefully (see [`Nginx::shutdown`]) and checks the error log; the error names
     /// every problem.
-    pub fn stop(mut self) -> CaseResult {
+    pub fn stop(self) -> CaseResult {
+        self.stop_then(|_| ())
+    }
+
+    /// Stops nginx like [`Nginx::stop`], then gives `f` the prefix directory (the logs are
+    /// complete: every process has exited) before it is removed; `f`'s result is returned when
+    /// the stop found no problem.
+    pub fn stop_then<T>(mut self, f: impl FnOnce(&Path) -> T) -> Result<T, Failed> {
         let mut problems = self.shutdown();
+        let out = f(&self.dir.0);
         problems.extend(
             self.log_problems()
                 .into_iter()
                 .map(|l| format!("unexpected error-log line: {l}")),
         );
         if problems.is_empty() {
-            Ok(())
+            Ok(out)
         } else {
             Err(problems.join("\n").into())
         }

@@ -2,6 +2,7 @@
 //! process id (only to processes the harness started or their children).
 
 use std::fs;
+use std::path::Path;
 
 use rustix::process::{kill_process, Pid, Signal};
 
@@ -48,16 +49,34 @@ pub fn alive(pid: u32) -> bool {
     stat(pid).is_some_and(|(s, _)| s != 'Z')
 }
 
-/// Live (non-zombie) children of `pid`, in ascending pid order.
+/// Live (non-zombie) children of `pid`, in ascending pid order: the `children` lists of its
+/// threads (`/proc/PID/task/*/children`), else a scan of `/proc`.
 pub fn children(pid: u32) -> Vec<u32> {
-    let Ok(dir) = fs::read_dir("/proc") else {
-        return Vec::new();
+    let from_tasks = fs::read_dir(format!("/proc/{pid}/task")).ok().map(|tasks| {
+        tasks
+            .filter_map(|t| fs::read_to_string(t.ok()?.path().join("children")).ok())
+            .flat_map(|text| {
+                text.split_whitespace()
+                    .filter_map(|c| c.parse().ok())
+                    .collect::<Vec<u32>>()
+            })
+            .collect::<Vec<u32>>()
+    });
+    let listed = match from_tasks {
+        Some(l) if Path::new(&format!("/proc/{pid}/task/{pid}/children")).exists() => l,
+        _ => fs::read_dir("/proc")
+            .map(|dir| {
+                dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+                    .collect()
+            })
+            .unwrap_or_default(),
     };
-    let mut out: Vec<u32> = dir
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+    let mut out: Vec<u32> = listed
+        .into_iter()
         .filter(|c| stat(*c).is_some_and(|(s, ppid)| ppid == pid && s != 'Z'))
         .collect();
     out.sort_unstable();
+    out.dedup();
     out
 }
 
@@ -94,7 +113,10 @@ mod tests {
         let me = std::process::id();
         assert!(alive(me));
         assert!(rss_kib(me).is_some_and(|k| k > 0));
-        let mut c = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+        let mut c = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
         let kids = children(me);
         let killed = signal(c.id(), Sig::Kill);
         c.wait().unwrap();

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use ngx_harness::{
     check, check_eq, emerg_trial, expect_ok, run_tests, CaseResult, Failed, KeepAlive, Nginx,
-    Response, Trial,
+    Options, Response, Trial,
 };
 
 /// Loads the Debian echo module (for backends that read and echo a request body).
@@ -617,6 +617,66 @@ fn order_start_random() -> CaseResult {
     })
 }
 
+/// Fresh nginx starts for [`order_start_random_differs_across_workers`].
+const RANDOM_STARTS: usize = 5;
+/// Workers per start.
+const RANDOM_WORKERS: usize = 4;
+
+/// `start_random` draws each worker's start at random. Over [`RANDOM_STARTS`] fresh starts of
+/// [`RANDOM_WORKERS`] workers (`listen ... reuseport` spreads new connections over the workers;
+/// `X-Pid` names the one that answered), the first answer of every worker is its start, and the
+/// following answers of each worker continue the rotation. With 3 members and uniform starts:
+/// - all 20 starts equal (what a fixed start always gives) has probability 3^-19 ≈ 9e-10;
+/// - every start's workers agreeing (what a start drawn once in the master, before the fork,
+///   gives) has probability (3^-3)^5 = 3^-15 ≈ 7e-8.
+fn order_start_random_differs_across_workers() -> CaseResult {
+    let http = ordered("order start_random;", [200, 200, 200])
+        .replace("listen 127.0.0.1:{P0};", "listen 127.0.0.1:{P0} reuseport;")
+        .replace(
+            "location / { proxy_pass",
+            "location / { add_header X-Pid $pid; proxy_pass",
+        );
+    let mut all_firsts = Vec::new();
+    let mut mixed_starts = 0;
+    for _ in 0..RANDOM_STARTS {
+        let n = Options::new().workers(RANDOM_WORKERS).start(&http)?;
+        let mut seqs: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+        for _ in 0..400 {
+            let a = n.get(0, "/")?;
+            check_eq(a.status, 200, "status")?;
+            let pid = a.header("X-Pid").ok_or("no X-Pid")?.to_string();
+            let from = a.header("X-From").ok_or("no X-From")?.to_string();
+            seqs.entry(pid).or_default().push(from);
+            if seqs.len() == RANDOM_WORKERS && seqs.values().all(|s| s.len() >= 3) {
+                break;
+            }
+        }
+        check(
+            seqs.len() == RANDOM_WORKERS && seqs.values().all(|s| s.len() >= 3),
+            || format!("400 requests did not reach every worker 3 times: {seqs:?}"),
+        )?;
+        for (pid, seq) in &seqs {
+            check(rotation_ok(seq), || {
+                format!("worker {pid}: round robin after a random start: {seq:?}")
+            })?;
+        }
+        let firsts: std::collections::BTreeSet<&String> = seqs.values().map(|s| &s[0]).collect();
+        mixed_starts += usize::from(firsts.len() > 1);
+        all_firsts.extend(seqs.values().map(|s| s[0].clone()));
+        n.stop()?;
+    }
+    let distinct: std::collections::BTreeSet<&String> = all_firsts.iter().collect();
+    check(distinct.len() > 1, || {
+        format!("all {} worker starts were {distinct:?}", all_firsts.len())
+    })?;
+    check(mixed_starts > 0, || {
+        format!(
+            "in each of {RANDOM_STARTS} starts all workers began at the same upstream \
+             (drawn before the fork?): {all_firsts:?}"
+        )
+    })
+}
+
 fn order_per_request() -> CaseResult {
     let n = Nginx::start(&ordered("order per_request;", [503, 503, 200]))?;
     for i in 0..3 {
@@ -1084,6 +1144,7 @@ fn main() {
         failover_non_idempotent_post,
         order_default_round_robin,
         order_start_random,
+        order_start_random_differs_across_workers,
         order_per_request,
         order_start_random_per_request,
         order_seed_no_round_robin_with_singlets,
