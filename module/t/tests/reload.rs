@@ -11,6 +11,8 @@
 //! exit, and the RSS of the master and of the workers must stay flat.
 //!
 //! - `reload_under_load`: [`RELOADS`] reloads (in CI).
+//! - `reload_during_walk_finishes_on_the_old_generation`: one walk held up by a silent upstream
+//!   while nginx reloads ends on the old worker with the old configuration.
 //! - `reload_under_load_memcheck` (ignored; `module/t/bench/reload-memcheck.sh` runs it): the same
 //!   with nginx under valgrind memcheck and fewer reloads; every process's `ERROR SUMMARY` must say
 //!   0 errors.
@@ -483,6 +485,52 @@ fn reload_under_load_memcheck() -> CaseResult {
     check(bad.is_empty(), || format!("valgrind found errors: {bad:?}"))
 }
 
+/// The configuration of [`reload_during_walk_finishes_on_the_old_generation`]: upstrand `us1`
+/// walks `first` then `then`; `hole` never answers (nginx makes a 504 after 1 s).
+fn walk_config(first: &str, then: &str, hole: u16) -> String {
+    format!(
+        "log_format p '$upstrand_path|$status';
+         upstream hole {{ server 127.0.0.1:{hole}; }}
+         upstream u2 {{ server 127.0.0.1:{{P2}}; }}
+         upstream u3 {{ server 127.0.0.1:{{P3}}; }}
+         upstrand us1 {{ upstream {first}; upstream {then}; order per_request; \
+         next_upstream_statuses 5xx; }}
+         server {{ listen 127.0.0.1:{{P0}}; proxy_read_timeout 1s;
+                   access_log {{PREFIX}}/logs/walks.log p;
+                   location / {{ proxy_pass http://$upstrand_us1; }} }}
+         server {{ listen 127.0.0.1:{{P2}}; return 200 \"b2\"; }}
+         server {{ listen 127.0.0.1:{{P3}}; return 200 \"b3\"; }}"
+    )
+}
+
+/// A walk in flight when nginx reloads finishes on its old worker with the old configuration
+/// (its upstrand and upstreams stay valid until that worker exits), the old worker then exits,
+/// and the next request walks the new configuration.
+fn reload_during_walk_finishes_on_the_old_generation() -> CaseResult {
+    let hole = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+    let hole_port = hole.local_addr().map_err(|e| e.to_string())?.port();
+    let mut ng = ngx_harness::Nginx::start(&walk_config("hole", "u2", hole_port))?;
+    let front = ng.port(0);
+    let walk = std::thread::spawn(move || ngx_harness::http_get(front, "/", &[]));
+    std::thread::sleep(Duration::from_millis(300));
+    let old = ng.reload(&walk_config("u3", "u2", hole_port))?;
+    let a = walk.join().map_err(|_| "client thread panicked")??;
+    check(a.status == 200 && a.text() == "b2", || {
+        format!("walk across the reload: {} {:?}", a.status, a.text())
+    })?;
+    ng.wait_exited(&old, Duration::from_secs(10))?;
+    let b = ng.get(0, "/")?;
+    check(b.status == 200 && b.text() == "b3", || {
+        format!("after the reload: {} {:?}", b.status, b.text())
+    })?;
+    let log = ng
+        .stop_then(|prefix| fs::read_to_string(prefix.join("logs/walks.log")))?
+        .map_err(|e| format!("walks.log: {e}"))?;
+    check(log == "hole -> u2|200\nu3|200\n", || {
+        format!("walks:\n{log}")
+    })
+}
+
 /// The classifier accepts what each generation explains and nothing else.
 fn reload_classifier_rejects_what_the_config_does_not_explain() -> CaseResult {
     let gens: Vec<Generation> = (0..8).map(Generation::new).collect();
@@ -519,6 +567,10 @@ fn main() {
         Trial::test(
             "reload_classifier_rejects_what_the_config_does_not_explain",
             reload_classifier_rejects_what_the_config_does_not_explain,
+        ),
+        Trial::test(
+            "reload_during_walk_finishes_on_the_old_generation",
+            reload_during_walk_finishes_on_the_old_generation,
         ),
         Trial::test("reload_under_load", reload_under_load),
         Trial::test("reload_under_load_memcheck", reload_under_load_memcheck)
