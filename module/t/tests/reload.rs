@@ -401,8 +401,21 @@ fn reload_under_load() -> CaseResult {
             f.worker_rss_warm, f.worker_rss_last
         )
     })?;
+    // Every answer nginx logged reached wrk complete, except those in flight when wrk stopped
+    // (at most one per connection).
+    let logged = f.verdicts.values().sum::<usize>() as u64;
+    check(
+        logged >= f.wrk.requests && logged - f.wrk.requests <= WRK_CONNECTIONS as u64,
+        || {
+            format!(
+                "nginx logged {logged} answers, wrk completed {}: answers lost on the way",
+                f.wrk.requests
+            )
+        },
+    )?;
     // Each reload's old workers close every idle keep-alive connection once (nginx drops a
-    // request that arrives on it at that moment: wrk counts a read error). Nothing else may fail.
+    // request that arrives on it at that moment, unread and unlogged: wrk counts a read error).
+    // Nothing else may fail.
     let conns = WRK_CONNECTIONS as u64 * f.reloads as u64;
     check(
         f.wrk.connect_errors + f.wrk.write_errors + f.wrk.timeouts == 0
