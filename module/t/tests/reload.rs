@@ -347,10 +347,11 @@ fn report(name: &str, f: &Figures) {
         f.verdicts.get(&Verdict::Unexplained).unwrap_or(&0),
         f.worker_exit_max_ms,
     );
+    let warm = WARMUP_RELOADS.min(f.reloads);
     println!(
-        "{name}: RSS master {} KiB at start, {} KiB after {WARMUP_RELOADS} reloads, {} KiB after \
-         {} (every 20 reloads: {:?}); workers {:?} KiB (first generation), {:?} KiB (generation \
-         {WARMUP_RELOADS}), {:?} KiB (last); worker median every 20 reloads: {:?}",
+        "{name}: RSS master {} KiB at start, {} KiB after {warm} reloads, {} KiB after {} (every \
+         20 reloads: {:?}); workers {:?} KiB (first generation), {:?} KiB (generation {warm}), \
+         {:?} KiB (last); worker median every 20 reloads: {:?}",
         f.master_rss_start,
         f.master_rss_warm,
         f.master_rss_end,
