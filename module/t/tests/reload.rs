@@ -13,6 +13,8 @@
 //! - `reload_under_load`: [`RELOADS`] reloads (in CI).
 //! - `reload_during_walk_finishes_on_the_old_generation`: one walk held up by a silent upstream
 //!   while nginx reloads ends on the old worker with the old configuration.
+//! - `workers_killed_mid_walk_are_replaced`: SIGKILL to every worker during a walk; the new
+//!   workers walk correctly.
 //! - `reload_under_load_memcheck` (ignored; `module/t/bench/reload-memcheck.sh` runs it): the same
 //!   with nginx under valgrind memcheck and fewer reloads; every process's `ERROR SUMMARY` must say
 //!   0 errors.
@@ -545,6 +547,55 @@ fn reload_during_walk_finishes_on_the_old_generation() -> CaseResult {
     })
 }
 
+/// SIGKILL at a bad moment: every worker is killed while a walk waits on a silent upstream.
+/// The master starts new workers (the `[alert]` lines are expected), the client of the killed
+/// walk gets no answer, and the next walks run the whole configuration on the new workers.
+fn workers_killed_mid_walk_are_replaced() -> CaseResult {
+    let hole = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+    let hole_port = hole.local_addr().map_err(|e| e.to_string())?.port();
+    let mut ng = ngx_harness::Nginx::start(&walk_config("hole", "u2", hole_port))?;
+    ng.expect_log("exited on signal 9");
+    let front = ng.port(0);
+    let walk = std::thread::spawn(move || ngx_harness::http_get(front, "/", &[]));
+    std::thread::sleep(Duration::from_millis(300));
+    let killed = ng.workers();
+    for w in &killed {
+        check(procfs::signal(*w, procfs::Sig::Kill), || {
+            format!("kill {w}")
+        })?;
+    }
+    let lost = walk.join().map_err(|_| "client thread panicked")?;
+    check(lost.is_err(), || {
+        format!("the killed walk still answered: {lost:?}")
+    })?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while ng.workers().iter().filter(|w| !killed.contains(w)).count() < 2 {
+        check(Instant::now() < deadline, || {
+            format!("no new workers after {killed:?} were killed")
+        })?;
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for _ in 0..2 {
+        let a = ng.get(0, "/")?;
+        check(a.status == 200 && a.text() == "b2", || {
+            format!("walk after the kill: {} {:?}", a.status, a.text())
+        })?;
+    }
+    let log = ng.error_log();
+    for w in &killed {
+        check(
+            log.contains(&format!("worker process {w} exited on signal 9")),
+            || format!("error log lacks the exit of {w}:\n{log}"),
+        )?;
+    }
+    let walks = ng
+        .stop_then(|prefix| fs::read_to_string(prefix.join("logs/walks.log")))?
+        .map_err(|e| format!("walks.log: {e}"))?;
+    check(walks == "hole -> u2|200\n".repeat(2), || {
+        format!("walks after the kill:\n{walks}")
+    })
+}
+
 /// The classifier accepts what each generation explains and nothing else.
 fn reload_classifier_rejects_what_the_config_does_not_explain() -> CaseResult {
     let gens: Vec<Generation> = (0..8).map(Generation::new).collect();
@@ -585,6 +636,10 @@ fn main() {
         Trial::test(
             "reload_during_walk_finishes_on_the_old_generation",
             reload_during_walk_finishes_on_the_old_generation,
+        ),
+        Trial::test(
+            "workers_killed_mid_walk_are_replaced",
+            workers_killed_mid_walk_are_replaced,
         ),
         Trial::test("reload_under_load", reload_under_load),
         Trial::test("reload_under_load_memcheck", reload_under_load_memcheck)
