@@ -1,0 +1,991 @@
+//! Cases for the live upstream API (`upstreams_api;`, issue 11) against Debian's nginx with the
+//! module loaded, run with `master_process on` and 2 workers so every change must reach both
+//! workers through the zone. Every row is a named test; run directly it ends with
+//! `N passed, N failed`.
+//!
+//! Layout: the front server listens on `{P0}` (`reuseport`, so both workers accept) and
+//! answers with `X-Worker: <pid>` and the backend's body; the API is `/api/` on `{P0}`;
+//! backends `b1`…`b5` are `server {}` blocks of the same nginx on `{P1}`…`{P5}`; `{DEAD}` is a
+//! port where nothing listens. The nginx runner (`Master`) is local to this file: the harness's
+//! `Nginx` runs one process, and this file needs a master, its workers' PIDs and reloads.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
+
+use ngx_harness::{
+    check, check_eq, dead_port, fill, free_ports, http_request, module_path, nginx_bin, run_tests,
+    CaseResult, Failed, Response, Trial,
+};
+
+/// A running nginx with a master process and 2 workers, in its own prefix; stopped (QUIT, then
+/// KILL of master and workers) and its prefix removed on drop.
+struct Master {
+    child: Option<Child>,
+    dir: PathBuf,
+    ports: Vec<u16>,
+    dead: u16,
+    http: String,
+    seen_workers: BTreeSet<u32>,
+}
+
+fn temp_dir() -> Result<PathBuf, String> {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "cu-live-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    for sub in ["conf", "logs", "tmp"] {
+        fs::create_dir_all(dir.join(sub)).map_err(|e| format!("mkdir {}: {e}", dir.display()))?;
+    }
+    Ok(dir)
+}
+
+impl Master {
+    fn start(http: &str) -> Result<Master, Failed> {
+        let so = module_path();
+        check(so.is_file(), || {
+            format!(
+                "module not found at {} (cargo build --release -p ngx-combined-upstreams)",
+                so.display()
+            )
+        })?;
+        let mut m = Master {
+            child: None,
+            dir: temp_dir()?,
+            ports: free_ports(ngx_harness::PORTS),
+            dead: dead_port(),
+            http: http.to_string(),
+            seen_workers: BTreeSet::new(),
+        };
+        m.write_config(http)?;
+        let stderr = fs::File::create(m.dir.join("logs/stderr.log")).map_err(|e| e.to_string())?;
+        let child = Command::new(nginx_bin())
+            .arg("-p")
+            .arg(&m.dir)
+            .arg("-e")
+            .arg(m.dir.join("logs/error.log"))
+            .arg("-c")
+            .arg(m.dir.join("conf/nginx.conf"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(stderr)
+            .spawn()
+            .map_err(|e| format!("start nginx: {e}"))?;
+        m.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(c) = m.child.as_mut() {
+                if let Ok(Some(st)) = c.try_wait() {
+                    m.child = None;
+                    return Err(format!(
+                        "nginx exited ({st}): {}{}",
+                        fs::read_to_string(m.dir.join("logs/stderr.log")).unwrap_or_default(),
+                        m.error_log()
+                    )
+                    .into());
+                }
+            }
+            if TcpStream::connect(("127.0.0.1", m.ports[0])).is_ok() && m.workers().len() == 2 {
+                break;
+            }
+            check(Instant::now() < deadline, || {
+                format!("nginx did not start: {}", m.error_log())
+            })?;
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        m.seen_workers = m.workers();
+        Ok(m)
+    }
+
+    fn write_config(&self, http: &str) -> Result<(), String> {
+        let d = self.dir.display();
+        let http = fill(http, &self.ports, self.dead, &self.dir);
+        let conf = format!(
+            "load_module {so};\ndaemon off;\nmaster_process on;\nworker_processes 2;\n\
+             error_log {d}/logs/error.log info;\npid {d}/logs/nginx.pid;\n\
+             events {{ worker_connections 1024; }}\nhttp {{\naccess_log off;\n\
+             client_body_temp_path {d}/tmp/body;\nproxy_temp_path {d}/tmp/proxy;\n\
+             fastcgi_temp_path {d}/tmp/fastcgi;\nuwsgi_temp_path {d}/tmp/uwsgi;\nscgi_temp_path {d}/tmp/scgi;\n{http}\n}}\n",
+            so = module_path().display()
+        );
+        fs::write(self.dir.join("conf/nginx.conf"), conf).map_err(|e| e.to_string())
+    }
+
+    fn master_pid(&self) -> u32 {
+        self.child.as_ref().map_or(0, Child::id)
+    }
+
+    /// PIDs of the master's live worker processes (from /proc).
+    fn workers(&self) -> BTreeSet<u32> {
+        let master = self.master_pid();
+        let mut out = BTreeSet::new();
+        let Ok(rd) = fs::read_dir("/proc") else {
+            return out;
+        };
+        for e in rd.flatten() {
+            let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+                continue;
+            };
+            let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else {
+                continue;
+            };
+            // pid (comm) state ppid ...
+            let after = stat.rsplit_once(')').map_or("", |(_, a)| a);
+            let f: Vec<&str> = after.split_whitespace().collect();
+            if f.len() > 1 && f[1].parse::<u32>().ok() == Some(master) && f[0] != "Z" {
+                out.insert(pid);
+            }
+        }
+        out
+    }
+
+    fn error_log(&self) -> String {
+        fs::read_to_string(self.dir.join("logs/error.log")).unwrap_or_default()
+    }
+
+    fn port(&self, i: usize) -> u16 {
+        self.ports[i]
+    }
+
+    /// `nginx -s reload` with a new `http {}` body; waits until only new workers run.
+    fn reload(&mut self, http: &str) -> CaseResult {
+        self.write_config(http)?;
+        self.http = http.to_string();
+        let old = self.workers();
+        let out = Command::new(nginx_bin())
+            .arg("-p")
+            .arg(&self.dir)
+            .arg("-e")
+            .arg(self.dir.join("logs/error.log"))
+            .arg("-c")
+            .arg(self.dir.join("conf/nginx.conf"))
+            .args(["-s", "reload"])
+            .output()
+            .map_err(|e| format!("nginx -s reload: {e}"))?;
+        check(out.status.success(), || {
+            format!("reload failed: {}", String::from_utf8_lossy(&out.stderr))
+        })?;
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let now = self.workers();
+            if now.len() == 2 && now.is_disjoint(&old) {
+                self.seen_workers = now;
+                return Ok(());
+            }
+            check(Instant::now() < deadline, || {
+                format!(
+                    "reload did not replace workers {old:?}: {now:?}\n{}",
+                    self.error_log()
+                )
+            })?;
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn api(&self, method: &str, path: &str, body: &str) -> Result<Response, Failed> {
+        http_request(
+            self.port(0),
+            method,
+            &format!("/api{path}"),
+            &[],
+            body.as_bytes(),
+        )
+    }
+
+    fn get_json(&self, path: &str) -> Result<serde_json::Value, Failed> {
+        let r = self.api("GET", path, "")?;
+        check_eq(
+            r.status,
+            200,
+            &format!("GET /api{path} status ({})", r.text()),
+        )?;
+        json(&r)
+    }
+
+    fn put(&self, name: &str, body: &str) -> Result<Response, Failed> {
+        self.api("PUT", &format!("/{name}"), body)
+    }
+
+    /// `GET /` on the front server: (worker pid, body).
+    fn front(&self) -> Result<(u32, String), Failed> {
+        let r = http_request(self.port(0), "GET", "/", &[], b"")?;
+        let w = r
+            .header("X-Worker")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        Ok((w, r.text().trim().to_string()))
+    }
+
+    /// Checks that the workers are still the ones seen at start or at the last reload (a crash
+    /// makes the master start a new one) and that no worker died on a signal.
+    fn check_workers_unchanged(&self) -> CaseResult {
+        check_eq(self.workers(), self.seen_workers.clone(), "worker PIDs")?;
+        let log = self.error_log();
+        check(!log.contains("exited on signal"), || {
+            format!("a worker crashed:\n{log}")
+        })
+    }
+}
+
+impl Drop for Master {
+    fn drop(&mut self) {
+        let workers = self.workers();
+        if let Some(mut c) = self.child.take() {
+            let _ = Command::new("kill")
+                .arg("-QUIT")
+                .arg(c.id().to_string())
+                .status();
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = c.try_wait() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        for w in workers {
+            let _ = Command::new("kill")
+                .arg("-KILL")
+                .arg(w.to_string())
+                .stderr(Stdio::null())
+                .status();
+        }
+        let _ = fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn json(r: &Response) -> Result<serde_json::Value, Failed> {
+    Ok(serde_json::from_slice(&r.body).map_err(|e| format!("bad JSON {:?}: {e}", r.text()))?)
+}
+
+/// A backend `server {}` on `{Pi}` answering its name.
+fn backend(i: usize) -> String {
+    format!("server {{ listen 127.0.0.1:{{P{i}}}; location / {{ return 200 \"b{i}\\n\"; }} }}\n")
+}
+
+/// The front server on `{P0}`: `/` proxies to `upstream`, `/api/` is the API (loopback only).
+fn front(upstream: &str, extra: &str) -> String {
+    format!(
+        "server {{ listen 127.0.0.1:{{P0}} reuseport;\n\
+         add_header X-Worker $pid always;\n\
+         location / {{ proxy_pass http://{upstream}; proxy_next_upstream_tries 0; {extra} }}\n\
+         location /api/ {{ allow 127.0.0.1; deny all; client_max_body_size 2m; upstreams_api; }}\n\
+         }}\n{}",
+        (1..=5).map(backend).collect::<String>()
+    )
+}
+
+/// The standard configuration: `app` (round robin, zone) with b1; other upstreams to name.
+fn standard() -> String {
+    format!(
+        "upstream app {{ zone app 1m; server 127.0.0.1:{{P1}}; }}\n\
+         upstream lc {{ zone app; least_conn; server 127.0.0.1:{{P1}}; }}\n\
+         upstream rk {{ zone rk 64k; server 127.0.0.1:{{P1}}; keepalive 4; }}\n\
+         upstream lck {{ zone rk; least_conn; server 127.0.0.1:{{P1}}; keepalive 4; }}\n\
+         upstream ih {{ zone other 64k; ip_hash; server 127.0.0.1:{{P1}}; }}\n\
+         upstream hs {{ zone other; hash $uri consistent; server 127.0.0.1:{{P1}}; }}\n\
+         upstream rnd {{ zone other; random; server 127.0.0.1:{{P1}}; }}\n\
+         upstream nozone {{ server 127.0.0.1:{{P1}}; }}\n\
+         upstream tiny {{ zone tiny 32k; server 127.0.0.1:{{P1}}; }}\n{}",
+        front("app", "")
+    )
+}
+
+/// A `PUT` body for these backends (`{Pi}` ports) and backups.
+fn set_body(m: &Master, primary: &[usize], backup: &[usize]) -> String {
+    let mut s: Vec<String> = primary
+        .iter()
+        .map(|i| format!(r#"{{"address":"127.0.0.1:{}"}}"#, m.port(*i)))
+        .collect();
+    s.extend(
+        backup
+            .iter()
+            .map(|i| format!(r#"{{"address":"127.0.0.1:{}","backup":true}}"#, m.port(*i))),
+    );
+    format!(r#"{{"servers":[{}]}}"#, s.join(","))
+}
+
+/// The addresses of `GET /api/NAME`, with `(b)` for backups.
+fn addresses(v: &serde_json::Value) -> Vec<String> {
+    v["servers"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|s| {
+                    let addr = s["address"].as_str().unwrap_or("?").to_string();
+                    if s["backup"].as_bool() == Some(true) {
+                        format!("{addr}(b)")
+                    } else {
+                        addr
+                    }
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn addr(m: &Master, i: usize) -> String {
+    format!("127.0.0.1:{}", m.port(i))
+}
+
+/// Sends front requests until both workers answered at least `per_worker` times; every answer
+/// must be in `allowed`. Returns the answers counted per worker.
+fn both_workers_answer(
+    m: &Master,
+    allowed: &[&str],
+    per_worker: usize,
+) -> Result<BTreeMap<u32, usize>, Failed> {
+    let mut seen: BTreeMap<u32, usize> = BTreeMap::new();
+    for n in 0..5000 {
+        let (w, body) = m.front()?;
+        check(allowed.contains(&body.as_str()), || {
+            format!("request {n}: answer {body:?} from worker {w}, allowed {allowed:?}")
+        })?;
+        *seen.entry(w).or_default() += 1;
+        if seen.len() == 2 && seen.values().all(|c| *c >= per_worker) {
+            return Ok(seen);
+        }
+    }
+    Err(
+        format!("both workers did not answer {per_worker} times each in 5000 requests: {seen:?}")
+            .into(),
+    )
+}
+
+fn case_lists_upstreams_and_names_balancers() -> CaseResult {
+    let m = Master::start(&standard())?;
+    let list = m.get_json("/")?;
+    let names: BTreeMap<String, String> = list["upstreams"]
+        .as_array()
+        .ok_or("no upstreams array")?
+        .iter()
+        .map(|u| {
+            (
+                u["name"].as_str().unwrap_or("").to_string(),
+                u["balancer"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect();
+    let want: BTreeMap<String, String> = [
+        ("app", "round_robin"),
+        ("lc", "least_conn"),
+        ("rk", "round_robin+keepalive"),
+        ("lck", "least_conn+keepalive"),
+        ("tiny", "round_robin"),
+    ]
+    .iter()
+    .map(|(a, b)| (a.to_string(), b.to_string()))
+    .collect();
+    check_eq(names, want, "live upstreams and balancers")?;
+    let app = m.get_json("/app")?;
+    check_eq(addresses(&app), vec![addr(&m, 1)], "app servers")?;
+    check_eq(app["retiring"].as_u64(), Some(0), "retiring")?;
+    check_eq(app["servers"][0]["weight"].as_u64(), Some(1), "weight")?;
+    check_eq(
+        app["servers"][0]["fail_timeout_ms"].as_u64(),
+        Some(10_000),
+        "fail_timeout_ms",
+    )?;
+    check(app["generation"].as_u64().is_some(), || {
+        "no generation".into()
+    })?;
+    Ok(())
+}
+
+fn case_put_reaches_every_worker_without_reload() -> CaseResult {
+    let m = Master::start(&standard())?;
+    both_workers_answer(&m, &["b1"], 5)?;
+    let before = m.workers();
+    let g0 = m.get_json("/app")?["generation"]
+        .as_u64()
+        .ok_or("no generation")?;
+    let t0 = Instant::now();
+    let r = m.put("app", &set_body(&m, &[2, 3], &[]))?;
+    let put_done = Instant::now();
+    check_eq(r.status, 200, &format!("PUT ({})", r.text()))?;
+    let v = json(&r)?;
+    check_eq(v["changed"].as_bool(), Some(true), "changed")?;
+    check(v["generation"].as_u64() != Some(g0), || {
+        "generation unchanged".into()
+    })?;
+    // Time from the PUT answer to the first new-set answer from each worker.
+    let mut first: BTreeMap<u32, Duration> = BTreeMap::new();
+    while first.len() < 2 && put_done.elapsed() < Duration::from_secs(10) {
+        let (w, body) = m.front()?;
+        check(body == "b2" || body == "b3", || {
+            format!("after the PUT worker {w} answered {body:?}")
+        })?;
+        first.entry(w).or_insert_with(|| put_done.elapsed());
+    }
+    eprintln!(
+        "PUT took {:?}; first new-set answer after the PUT answer, per worker: {first:?}",
+        put_done - t0
+    );
+    let seen = both_workers_answer(&m, &["b2", "b3"], 50)?;
+    check_eq(seen.len(), 2, "workers answering")?;
+    check_eq(m.workers(), before, "worker PIDs (no reload, no restart)")?;
+    m.check_workers_unchanged()?;
+    check(!m.error_log().contains("reconfiguring"), || {
+        "nginx reloaded".into()
+    })?;
+    let app = m.get_json("/app")?;
+    check_eq(
+        addresses(&app),
+        vec![addr(&m, 2), addr(&m, 3)],
+        "GET after PUT",
+    )?;
+    Ok(())
+}
+
+fn case_identical_set_is_a_no_op() -> CaseResult {
+    let m = Master::start(&standard())?;
+    let r = json(&m.put("app", &set_body(&m, &[2, 3], &[4]))?)?;
+    let g = r["generation"].as_u64();
+    let r2 = json(&m.put("app", &set_body(&m, &[3, 2], &[4]))?)?;
+    check_eq(
+        r2["changed"].as_bool(),
+        Some(false),
+        "changed (same set, other order)",
+    )?;
+    check_eq(r2["generation"].as_u64(), g, "generation")?;
+    Ok(())
+}
+
+fn case_servers_that_stay_keep_their_state() -> CaseResult {
+    let m = Master::start(&standard())?;
+    // A dead primary with max_fails=5 and a live one; requests fail over from the dead one.
+    let body = |extra: &str| {
+        format!(
+            r#"{{"servers":[{{"address":"127.0.0.1:{}","max_fails":5,"fail_timeout_ms":60000}},{{"address":"127.0.0.1:{}"}}{extra}]}}"#,
+            m.dead,
+            m.port(1)
+        )
+    };
+    check_eq(m.put("app", &body(""))?.status, 200, "PUT")?;
+    for _ in 0..6 {
+        let (_, b) = m.front()?;
+        check_eq(b.as_str(), "b1", "answer while the dead server fails")?;
+    }
+    let fails = |v: &serde_json::Value| v["servers"][0]["fails"].as_u64().unwrap_or(0);
+    let before = m.get_json("/app")?;
+    check(fails(&before) >= 1, || {
+        format!("dead server has no failures: {before}")
+    })?;
+    let r = m.put(
+        "app",
+        &body(&format!(r#",{{"address":"127.0.0.1:{}"}}"#, m.port(2))),
+    )?;
+    check_eq(r.status, 200, "PUT adding b2")?;
+    let after = m.get_json("/app")?;
+    check_eq(
+        fails(&after),
+        fails(&before),
+        "failures of the server that stayed",
+    )?;
+    check_eq(addresses(&after).len(), 3, "servers")?;
+    // A changed setting of a staying server is applied; its failures stay too.
+    let r = m.put("app", &format!(
+        r#"{{"servers":[{{"address":"127.0.0.1:{}","max_fails":5,"fail_timeout_ms":60000,"down":true}},{{"address":"127.0.0.1:{}"}}]}}"#,
+        m.dead, m.port(1)
+    ))?;
+    check_eq(r.status, 200, "PUT marking it down")?;
+    let down = m.get_json("/app")?;
+    check_eq(down["servers"][0]["down"].as_bool(), Some(true), "down")?;
+    check_eq(
+        fails(&down),
+        fails(&before),
+        "failures after a settings change",
+    )?;
+    Ok(())
+}
+
+/// A backend on a test-owned socket that holds each answer until released.
+struct SlowBackend {
+    port: u16,
+    release: Arc<AtomicBool>,
+    accepted: mpsc::Receiver<()>,
+    _thread: std::thread::JoinHandle<()>,
+}
+
+impl SlowBackend {
+    fn start() -> Result<SlowBackend, Failed> {
+        let l = TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+        let port = l.local_addr().map_err(|e| e.to_string())?.port();
+        let release = Arc::new(AtomicBool::new(false));
+        let (tx, rx) = mpsc::channel();
+        let rel = release.clone();
+        let t = std::thread::spawn(move || {
+            for s in l.incoming() {
+                let Ok(mut s) = s else { return };
+                let _ = tx.send(());
+                let mut buf = [0u8; 4096];
+                let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
+                let _ = s.read(&mut buf);
+                let deadline = Instant::now() + Duration::from_secs(30);
+                while !rel.load(Ordering::SeqCst) && Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                let _ = s.write_all(
+                    b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: close\r\n\r\nslow\n",
+                );
+                if rel.load(Ordering::SeqCst) {
+                    return;
+                }
+            }
+        });
+        Ok(SlowBackend {
+            port,
+            release,
+            accepted: rx,
+            _thread: t,
+        })
+    }
+}
+
+fn slab(m: &Master, name: &str) -> Result<(u64, u64), Failed> {
+    let s = m.get_json(&format!("/{name}?slab"))?;
+    Ok((
+        s["chunks_used"].as_u64().ok_or("no chunks_used")?,
+        s["pages_free"].as_u64().ok_or("no pages_free")?,
+    ))
+}
+
+fn case_busy_server_is_retired_then_freed() -> CaseResult {
+    let m = Master::start(&standard())?;
+    let slow = SlowBackend::start()?;
+    let base = slab(&m, "app")?;
+    let body = format!(r#"{{"servers":[{{"address":"127.0.0.1:{}"}}]}}"#, slow.port);
+    check_eq(m.put("app", &body)?.status, 200, "PUT slow backend")?;
+    let port0 = m.port(0);
+    let inflight = std::thread::spawn(move || {
+        http_request(port0, "GET", "/", &[], b"").map(|r| (r.status, r.text()))
+    });
+    slow.accepted
+        .recv_timeout(Duration::from_secs(10))
+        .map_err(|_| "slow backend got no connection")?;
+    let v = m.get_json("/app")?;
+    check_eq(
+        v["servers"][0]["active"].as_u64(),
+        Some(1),
+        "active on the slow server",
+    )?;
+    let r = json(&m.put("app", &set_body(&m, &[1], &[]))?)?;
+    check_eq(
+        r["retiring"].as_u64(),
+        Some(1),
+        "retiring after removing the busy server",
+    )?;
+    let v = m.get_json("/app")?;
+    check_eq(v["retiring"].as_u64(), Some(1), "GET retiring while busy")?;
+    check_eq(
+        addresses(&v),
+        vec![addr(&m, 1)],
+        "set without the busy server",
+    )?;
+    let (w, b) = m.front()?;
+    check_eq(b.as_str(), "b1", &format!("new requests (worker {w})"))?;
+    slow.release.store(true, Ordering::SeqCst);
+    let (status, text) = inflight.join().map_err(|_| "request thread panicked")??;
+    check_eq(
+        (status, text.as_str()),
+        (200, "slow\n"),
+        "the in-flight request completes",
+    )?;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let v = m.get_json("/app")?;
+        if v["retiring"].as_u64() == Some(0) {
+            break;
+        }
+        check(Instant::now() < deadline, || {
+            format!("retired server not freed: {v}")
+        })?;
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    check_eq(
+        slab(&m, "app")?,
+        base,
+        "zone slab (chunks used, free pages) back to the start",
+    )?;
+    m.check_workers_unchanged()
+}
+
+fn case_compare_and_set_conflict() -> CaseResult {
+    let m = Master::start(&standard())?;
+    let g = m.get_json("/app")?["generation"]
+        .as_u64()
+        .ok_or("no generation")?;
+    let with_gen = |servers: &[usize], g: u64| {
+        let b = set_body(&m, servers, &[]);
+        format!("{},\"generation\":{g}}}", &b[..b.len() - 1])
+    };
+    let r = m.put("app", &with_gen(&[2], g))?;
+    check_eq(
+        r.status,
+        200,
+        &format!("PUT with the current generation ({})", r.text()),
+    )?;
+    let r = m.put("app", &with_gen(&[3], g))?;
+    check_eq(r.status, 409, "PUT with a stale generation")?;
+    check(r.text().contains("generation is"), || {
+        format!("409 text: {}", r.text())
+    })?;
+    check_eq(
+        addresses(&m.get_json("/app")?),
+        vec![addr(&m, 2)],
+        "set after the conflict",
+    )?;
+    Ok(())
+}
+
+fn case_bad_inputs_change_nothing() -> CaseResult {
+    let m = Master::start(&standard())?;
+    check_eq(
+        m.put("app", &set_body(&m, &[2, 3], &[4]))?.status,
+        200,
+        "PUT",
+    )?;
+    let before = m.get_json("/app")?;
+    let many: Vec<String> = (0..513)
+        .map(|i| format!(r#"{{"address":"10.1.{}.{}:80"}}"#, i / 250, i % 250 + 1))
+        .collect();
+    let tiny_many: Vec<String> = (0..300)
+        .map(|i| format!(r#"{{"address":"10.1.{}.{}:80"}}"#, i / 250, i % 250 + 1))
+        .collect();
+    let huge = format!(
+        r#"{{"servers":[{{"address":"10.0.0.1:80"}}]{}}}"#,
+        " ".repeat(300 * 1024)
+    );
+    let cases: Vec<(&str, &str, String, u16, &str)> = vec![
+        ("PUT", "/app", "{\"servers\":".into(), 400, "bad JSON"),
+        ("PUT", "/app", "".into(), 400, "empty body"),
+        (
+            "PUT",
+            "/nope",
+            set_body(&m, &[1], &[]),
+            404,
+            "no upstream \\\"nope\\\"",
+        ),
+        (
+            "PUT",
+            "/nozone",
+            set_body(&m, &[1], &[]),
+            409,
+            "has no zone",
+        ),
+        ("PUT", "/ih", set_body(&m, &[1], &[]), 409, "ip_hash"),
+        (
+            "PUT",
+            "/hs",
+            set_body(&m, &[1], &[]),
+            409,
+            "hash consistent",
+        ),
+        ("PUT", "/rnd", set_body(&m, &[1], &[]), 409, "random"),
+        (
+            "PUT",
+            "/app",
+            r#"{"servers":[{"address":"localhost:80"}]}"#.into(),
+            400,
+            "addresses only",
+        ),
+        (
+            "PUT",
+            "/app",
+            format!(r#"{{"servers":[{}]}}"#, many.join(",")),
+            400,
+            "at most 512",
+        ),
+        ("PUT", "/app", huge, 413, "larger than"),
+        (
+            "PUT",
+            "/tiny",
+            format!(r#"{{"servers":[{}]}}"#, tiny_many.join(",")),
+            507,
+            "no room",
+        ),
+        ("DELETE", "/app", String::new(), 405, "GET or PUT"),
+        ("POST", "/", String::new(), 405, "use GET"),
+        ("GET", "/a/b", String::new(), 404, "no such API resource"),
+    ];
+    for (method, path, body, status, text) in cases {
+        let r = m.api(method, path, &body)?;
+        check_eq(r.status, status, &format!("{method} {path} ({})", r.text()))?;
+        check(r.text().contains(text), || {
+            format!("{method} {path}: {:?} lacks {text:?}", r.text())
+        })?;
+        check(r.header("Content-Type") == Some("application/json"), || {
+            format!(
+                "{method} {path}: content type {:?}",
+                r.header("Content-Type")
+            )
+        })?;
+        check_eq(
+            &m.get_json("/app")?,
+            &before,
+            &format!("app after {method} {path}"),
+        )?;
+    }
+    check_eq(
+        addresses(&m.get_json("/tiny")?),
+        vec![addr(&m, 1)],
+        "tiny after the 507",
+    )?;
+    check_eq(
+        m.get_json("/tiny?slab")?["alloc_failures"]
+            .as_u64()
+            .map(|f| f > 0),
+        Some(true),
+        "tiny zone saw the failed allocation",
+    )?;
+    m.check_workers_unchanged()
+}
+
+fn case_reload_restores_the_configured_set() -> CaseResult {
+    let mut m = Master::start(&standard())?;
+    let g0 = m.get_json("/app")?["generation"].as_u64();
+    check_eq(
+        m.put("app", &set_body(&m, &[2, 3], &[4]))?.status,
+        200,
+        "PUT",
+    )?;
+    check_eq(m.put("lc", &set_body(&m, &[5], &[]))?.status, 200, "PUT lc")?;
+    std::thread::sleep(Duration::from_millis(5));
+    let http = m.http.clone();
+    m.reload(&http)?;
+    let app = m.get_json("/app")?;
+    check_eq(addresses(&app), vec![addr(&m, 1)], "app after reload")?;
+    check_eq(
+        addresses(&m.get_json("/lc")?),
+        vec![addr(&m, 1)],
+        "lc after reload",
+    )?;
+    check(app["generation"].as_u64() != g0, || {
+        "generation repeated after reload".into()
+    })?;
+    both_workers_answer(&m, &["b1"], 5)?;
+    // And live changes work on the new zone.
+    check_eq(
+        m.put("app", &set_body(&m, &[3], &[]))?.status,
+        200,
+        "PUT after reload",
+    )?;
+    both_workers_answer(&m, &["b3"], 5)?;
+    m.check_workers_unchanged()
+}
+
+fn case_zone_memory_does_not_grow() -> CaseResult {
+    let mut m = Master::start(&standard())?;
+    // Warm-up: the first set with backups makes the backup list, which stays (it is small and
+    // in-flight requests may point at it); from then on the figures must come back exactly.
+    check_eq(
+        m.put("app", &set_body(&m, &[1], &[2]))?.status,
+        200,
+        "warm-up PUT",
+    )?;
+    check_eq(
+        m.put("app", &set_body(&m, &[1], &[]))?.status,
+        200,
+        "warm-up PUT back",
+    )?;
+    let base = slab(&m, "app")?;
+    let big: Vec<usize> = vec![1, 2, 3, 4, 5];
+    for round in 0..40 {
+        let body = match round % 4 {
+            0 => set_body(&m, &big, &[]),
+            1 => {
+                // many distinct addresses, some backups
+                let s: Vec<String> = (0..60)
+                    .map(|i| {
+                        format!(
+                            r#"{{"address":"10.9.{round}.{}:80","backup":{}}}"#,
+                            i + 1,
+                            i % 3 == 0
+                        )
+                    })
+                    .collect();
+                format!(r#"{{"servers":[{}]}}"#, s.join(","))
+            }
+            2 => set_body(&m, &[2], &[3, 4]),
+            _ => set_body(&m, &[1], &[]),
+        };
+        let r = m.put("app", &body)?;
+        check_eq(r.status, 200, &format!("PUT round {round} ({})", r.text()))?;
+    }
+    // Back to the configured set, with traffic in between.
+    both_workers_answer(&m, &["b1"], 3)?;
+    let after_puts = slab(&m, "app")?;
+    check_eq(
+        after_puts,
+        base,
+        "slab (chunks used, free pages) after 40 PUTs",
+    )?;
+    let http = m.http.clone();
+    let mut after_reloads = Vec::new();
+    for _ in 0..3 {
+        m.reload(&http)?;
+        for i in 0..5 {
+            check_eq(
+                m.put("app", &set_body(&m, &[1 + i % 5], &[6]))?.status,
+                200,
+                "PUT between reloads",
+            )?;
+        }
+        check_eq(
+            m.put("app", &set_body(&m, &[1], &[]))?.status,
+            200,
+            "PUT back",
+        )?;
+        after_reloads.push(slab(&m, "app")?);
+    }
+    check(after_reloads.windows(2).all(|w| w[0] == w[1]), || {
+        format!("slab after each reload cycle: {after_reloads:?}")
+    })?;
+    check_eq(
+        after_reloads[0],
+        base,
+        "slab after a reload and the same changes",
+    )?;
+    m.check_workers_unchanged()
+}
+
+fn case_least_conn_and_keepalive_take_live_changes() -> CaseResult {
+    for up in ["lc", "rk", "lck"] {
+        let m = Master::start(&format!(
+            "upstream lc {{ zone app 64k; least_conn; server 127.0.0.1:{{P1}}; }}\n\
+             upstream rk {{ zone rk 64k; server 127.0.0.1:{{P1}}; keepalive 4; }}\n\
+             upstream lck {{ zone rk; least_conn; server 127.0.0.1:{{P1}}; keepalive 4; }}\n{}",
+            front(
+                up,
+                "proxy_http_version 1.1; proxy_set_header Connection \"\";"
+            )
+        ))?;
+        both_workers_answer(&m, &["b1"], 5)?;
+        check_eq(
+            m.put(up, &set_body(&m, &[2, 3], &[4]))?.status,
+            200,
+            &format!("PUT {up}"),
+        )?;
+        let seen = both_workers_answer(&m, &["b2", "b3"], 30)?;
+        check_eq(seen.len(), 2, "workers")?;
+        // Only the backup left alive: the dead primary fails over to it.
+        let body = format!(
+            r#"{{"servers":[{{"address":"127.0.0.1:{}"}},{{"address":"127.0.0.1:{}","backup":true}}]}}"#,
+            m.dead,
+            m.port(4)
+        );
+        check_eq(
+            m.put(up, &body)?.status,
+            200,
+            &format!("PUT {up} dead+backup"),
+        )?;
+        both_workers_answer(&m, &["b4"], 5)?;
+        m.check_workers_unchanged()?;
+    }
+    Ok(())
+}
+
+fn case_set_changes_under_traffic_with_retries() -> CaseResult {
+    // Many dead servers force each request through several tries, so sets change between a
+    // request's init and its later tries; the set grows past 64 servers (the size where
+    // nginx's tried bitmap stops fitting in one word) and shrinks again.
+    let m = Master::start(&standard())?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let bad = Arc::new(AtomicUsize::new(0));
+    let total = Arc::new(AtomicUsize::new(0));
+    let mut threads = Vec::new();
+    for _ in 0..4 {
+        let (stop, bad, total, port) = (stop.clone(), bad.clone(), total.clone(), m.port(0));
+        threads.push(std::thread::spawn(move || {
+            while !stop.load(Ordering::SeqCst) {
+                match http_request(port, "GET", "/", &[], b"") {
+                    Ok(r) if r.status == 200 => {}
+                    _ => {
+                        bad.fetch_add(1, Ordering::SeqCst);
+                    }
+                }
+                total.fetch_add(1, Ordering::SeqCst);
+            }
+        }));
+    }
+    let dead_base = 20_000 + (m.dead as usize % 5000);
+    for round in 0..60 {
+        let n = if round % 2 == 0 { 100 } else { 3 };
+        let mut s: Vec<String> = (0..n)
+            .map(|i| {
+                format!(
+                    r#"{{"address":"127.0.0.{}:{}"}}"#,
+                    2 + i % 200,
+                    dead_base + i
+                )
+            })
+            .collect();
+        s.push(format!(
+            r#"{{"address":"127.0.0.1:{}"}}"#,
+            m.port(1 + round % 5)
+        ));
+        s.push(format!(
+            r#"{{"address":"127.0.0.1:{}","backup":true}}"#,
+            m.port(1 + (round + 1) % 5)
+        ));
+        let r = m.put("app", &format!(r#"{{"servers":[{}]}}"#, s.join(",")))?;
+        check_eq(r.status, 200, &format!("PUT round {round} ({})", r.text()))?;
+        std::thread::sleep(Duration::from_millis(30));
+    }
+    stop.store(true, Ordering::SeqCst);
+    for t in threads {
+        let _ = t.join();
+    }
+    let (bad, total) = (bad.load(Ordering::SeqCst), total.load(Ordering::SeqCst));
+    eprintln!("{total} requests during 60 set changes, {bad} not 200");
+    check(total > 100, || format!("only {total} requests"))?;
+    check_eq(bad, 0, "requests that did not end in 200")?;
+    m.check_workers_unchanged()
+}
+
+fn main() {
+    run_tests(vec![
+        Trial::test(
+            "lists_upstreams_and_names_balancers",
+            case_lists_upstreams_and_names_balancers,
+        ),
+        Trial::test(
+            "put_reaches_every_worker_without_reload",
+            case_put_reaches_every_worker_without_reload,
+        ),
+        Trial::test("identical_set_is_a_no_op", case_identical_set_is_a_no_op),
+        Trial::test(
+            "servers_that_stay_keep_their_state",
+            case_servers_that_stay_keep_their_state,
+        ),
+        Trial::test(
+            "busy_server_is_retired_then_freed",
+            case_busy_server_is_retired_then_freed,
+        ),
+        Trial::test("compare_and_set_conflict", case_compare_and_set_conflict),
+        Trial::test("bad_inputs_change_nothing", case_bad_inputs_change_nothing),
+        Trial::test(
+            "reload_restores_the_configured_set",
+            case_reload_restores_the_configured_set,
+        ),
+        Trial::test("zone_memory_does_not_grow", case_zone_memory_does_not_grow),
+        Trial::test(
+            "least_conn_and_keepalive_take_live_changes",
+            case_least_conn_and_keepalive_take_live_changes,
+        ),
+        Trial::test(
+            "set_changes_under_traffic_with_retries",
+            case_set_changes_under_traffic_with_retries,
+        ),
+    ]);
+}
