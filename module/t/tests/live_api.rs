@@ -362,6 +362,27 @@ fn both_workers_answer(
     )
 }
 
+/// Front requests (new connections) until both workers answered once; every answer must be in
+/// `allowed`. Returns the time that took.
+fn until_both_answer(m: &Master, allowed: &[&str]) -> Result<Duration, Failed> {
+    let t = Instant::now();
+    let mut seen = BTreeSet::new();
+    while seen.len() < 2 {
+        let (w, body) = m.front()?;
+        check(allowed.contains(&body.as_str()), || {
+            format!(
+                "worker {w} answered {body:?} ({:?} after the PUT answer), allowed {allowed:?}",
+                t.elapsed()
+            )
+        })?;
+        seen.insert(w);
+        check(t.elapsed() < Duration::from_secs(10), || {
+            format!("only workers {seen:?} answered in 10 s")
+        })?;
+    }
+    Ok(t.elapsed())
+}
+
 fn case_lists_upstreams_and_names_balancers() -> CaseResult {
     let m = Master::start(&standard())?;
     let list = m.get_json("/")?;
@@ -418,19 +439,51 @@ fn case_put_reaches_every_worker_without_reload() -> CaseResult {
     check(v["generation"].as_u64() != Some(g0), || {
         "generation unchanged".into()
     })?;
-    // Time from the PUT answer to the first new-set answer from each worker.
-    let mut first: BTreeMap<u32, Duration> = BTreeMap::new();
-    while first.len() < 2 && put_done.elapsed() < Duration::from_secs(10) {
-        let (w, body) = m.front()?;
-        check(body == "b2" || body == "b3", || {
-            format!("after the PUT worker {w} answered {body:?}")
-        })?;
-        first.entry(w).or_insert_with(|| put_done.elapsed());
+    // Every answer after the PUT answer comes from the new set, in both workers; then 100 more
+    // changes, each checked the same way, with the time from the PUT answer until both workers
+    // answered from the new set, next to the same measure without a change (the baseline: the
+    // time two workers take to answer at all).
+    let first = until_both_answer(&m, &["b2", "b3"])?;
+    let mut changed = vec![first];
+    let mut baseline = Vec::new();
+    for i in 0..100 {
+        let (set, allowed): (&[usize], &[&str]) = if i % 2 == 0 {
+            (&[4, 5], &["b4", "b5"])
+        } else {
+            (&[2, 3], &["b2", "b3"])
+        };
+        baseline.push(until_both_answer(
+            &m,
+            if i % 2 == 0 {
+                &["b2", "b3"]
+            } else {
+                &["b4", "b5"]
+            },
+        )?);
+        let r = m.put("app", &set_body(&m, set, &[]))?;
+        check_eq(r.status, 200, "PUT")?;
+        changed.push(until_both_answer(&m, allowed)?);
     }
+    let stats = |v: &mut Vec<Duration>| {
+        v.sort();
+        (v[v.len() / 2], v[v.len() * 99 / 100], v[v.len() - 1])
+    };
+    let (c50, c99, cmax) = stats(&mut changed);
+    let (b50, b99, bmax) = stats(&mut baseline);
     eprintln!(
-        "PUT took {:?}; first new-set answer after the PUT answer, per worker: {first:?}",
-        put_done - t0
+        "PUT took {:?}; from the PUT answer until both workers answered from the new set ({} changes): \
+         median {c50:?}, p99 {c99:?}, max {cmax:?}; baseline without a change (both workers answer): \
+         median {b50:?}, p99 {b99:?}, max {bmax:?}; ratio of medians {:.2}",
+        put_done - t0,
+        changed.len(),
+        c50.as_secs_f64() / b50.as_secs_f64().max(1e-9)
     );
+    // Back to b2/b3 for the checks below.
+    check_eq(
+        m.put("app", &set_body(&m, &[2, 3], &[]))?.status,
+        200,
+        "PUT",
+    )?;
     let seen = both_workers_answer(&m, &["b2", "b3"], 50)?;
     check_eq(seen.len(), 2, "workers answering")?;
     check_eq(m.workers(), before, "worker PIDs (no reload, no restart)")?;
@@ -519,6 +572,12 @@ struct SlowBackend {
 
 impl SlowBackend {
     fn start() -> Result<SlowBackend, Failed> {
+        Self::start_mode(false)
+    }
+
+    /// `fail`: on release, close the connection without an answer (nginx then tries the next
+    /// server).
+    fn start_mode(fail: bool) -> Result<SlowBackend, Failed> {
         let l = TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
         let port = l.local_addr().map_err(|e| e.to_string())?.port();
         let release = Arc::new(AtomicBool::new(false));
@@ -535,9 +594,12 @@ impl SlowBackend {
                 while !rel.load(Ordering::SeqCst) && Instant::now() < deadline {
                     std::thread::sleep(Duration::from_millis(10));
                 }
-                let _ = s.write_all(
-                    b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: close\r\n\r\nslow\n",
-                );
+                if !fail {
+                    let _ = s.write_all(
+                        b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: close\r\n\r\nslow\n",
+                    );
+                }
+                drop(s);
                 if rel.load(Ordering::SeqCst) {
                     return;
                 }
@@ -617,6 +679,56 @@ fn case_busy_server_is_retired_then_freed() -> CaseResult {
         base,
         "zone slab (chunks used, free pages) back to the start",
     )?;
+    m.check_workers_unchanged()
+}
+
+fn case_request_between_tries_continues_in_a_grown_set() -> CaseResult {
+    // A request holds server F (3 servers, its tried bitmap is one word); the set is replaced
+    // by 70 servers (69 of them down) without F; F then fails the request, whose next try must
+    // be made from the new set with balancer data sized for it.
+    let m = Master::start(&standard())?;
+    let f = SlowBackend::start_mode(true)?;
+    let body = format!(
+        r#"{{"servers":[{{"address":"127.0.0.1:{}"}},{{"address":"127.0.0.1:{}"}},{{"address":"127.0.0.1:{}"}}]}}"#,
+        f.port,
+        m.dead,
+        m.dead + 1
+    );
+    check_eq(m.put("app", &body)?.status, 200, "PUT F + 2")?;
+    let r0 = m.get_json("/app")?["rebalanced"].as_u64();
+    let port0 = m.port(0);
+    let inflight = std::thread::spawn(move || {
+        http_request(port0, "GET", "/", &[], b"").map(|r| (r.status, r.text()))
+    });
+    f.accepted
+        .recv_timeout(Duration::from_secs(10))
+        .map_err(|_| "F got no connection")?;
+    let mut s: Vec<String> = (0..69)
+        .map(|i| {
+            format!(
+                r#"{{"address":"127.0.0.{}:{}","down":true}}"#,
+                2 + i,
+                m.dead
+            )
+        })
+        .collect();
+    s.push(format!(r#"{{"address":"127.0.0.1:{}"}}"#, m.port(2)));
+    let r = json(&m.put("app", &format!(r#"{{"servers":[{}]}}"#, s.join(",")))?)?;
+    check_eq(r["retiring"].as_u64(), Some(1), "F retired")?;
+    f.release.store(true, Ordering::SeqCst);
+    let (status, text) = inflight.join().map_err(|_| "request thread panicked")??;
+    check_eq(
+        (status, text.trim()),
+        (200, "b2"),
+        "the request continued in the new set",
+    )?;
+    let v = m.get_json("/app")?;
+    check_eq(
+        v["rebalanced"].as_u64(),
+        r0.map(|x| x + 1),
+        "requests rebalanced",
+    )?;
+    check_eq(v["retiring"].as_u64(), Some(0), "F freed")?;
     m.check_workers_unchanged()
 }
 
@@ -973,6 +1085,10 @@ fn main() {
             case_busy_server_is_retired_then_freed,
         ),
         Trial::test("compare_and_set_conflict", case_compare_and_set_conflict),
+        Trial::test(
+            "request_between_tries_continues_in_a_grown_set",
+            case_request_between_tries_continues_in_a_grown_set,
+        ),
         Trial::test("bad_inputs_change_nothing", case_bad_inputs_change_nothing),
         Trial::test(
             "reload_restores_the_configured_set",

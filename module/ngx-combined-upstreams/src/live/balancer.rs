@@ -128,6 +128,7 @@ unsafe extern "C" fn get_peer(pc: *mut ngx_peer_connection_t, data: *mut c_void)
             take_over(ctx, pc);
             (*pc).tries = tries;
             (*ctx).generation = now;
+            zone::count_rebalanced((*ctx).shared);
         }
         let Some(get) = (*ctx).get else {
             return NGX_ERROR;

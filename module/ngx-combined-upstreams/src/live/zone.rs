@@ -41,6 +41,9 @@ pub struct Shared {
     retired: *mut ngx_http_upstream_rr_peer_t,
     /// Number of peers in `retired` (read without lock as a hint).
     retiring: AtomicU64,
+    /// Selections that found the set changed since their request's balancer data was made and
+    /// made it again (see `balancer.rs`).
+    rebalanced: AtomicU64,
 }
 
 /// Allocates the state in the zone.
@@ -156,6 +159,15 @@ pub unsafe fn generation(s: *mut Shared) -> u64 {
     unsafe { (*s).generation.load(Ordering::SeqCst) }
 }
 
+/// Counts one request whose balancer data was made again after a change.
+///
+/// # Safety
+/// `s` is a live [`Shared`].
+pub unsafe fn count_rebalanced(s: *mut Shared) {
+    // SAFETY: caller.
+    unsafe { (*s).rebalanced.fetch_add(1, Ordering::Relaxed) };
+}
+
 /// Whether retired peers wait to be freed (a hint read without lock).
 ///
 /// # Safety
@@ -201,6 +213,7 @@ pub unsafe fn view(s: *mut Shared, primary: *mut ngx_http_upstream_rr_peers_t) -
             generation: generation(s),
             servers,
             retiring: (*s).retiring.load(Ordering::SeqCst),
+            rebalanced: (*s).rebalanced.load(Ordering::Relaxed),
         }
     }
 }

@@ -32,6 +32,9 @@ pub struct UpstreamView {
     pub servers: Vec<ServerView>,
     /// Removed servers that still have requests in flight.
     pub retiring: u64,
+    /// Requests (since the zone was made) that were between two tries when the set changed and
+    /// continued in the new set (their balancer state was made again).
+    pub rebalanced: u64,
 }
 
 /// One entry of `GET <loc>/`.

@@ -196,10 +196,11 @@ fn renders_json() {
             fails: 0,
         }],
         retiring: 1,
+        rebalanced: 0,
     };
     assert_eq!(
         v.to_json(),
-        r#"{"generation":3,"servers":[{"address":"10.0.0.1:80","weight":1,"max_fails":1,"fail_timeout_ms":10000,"backup":false,"down":false,"active":2,"fails":0}],"retiring":1}"#
+        r#"{"generation":3,"servers":[{"address":"10.0.0.1:80","weight":1,"max_fails":1,"fail_timeout_ms":10000,"backup":false,"down":false,"active":2,"fails":0}],"retiring":1,"rebalanced":0}"#
     );
     assert_eq!(
         ApiError::unknown_upstream("x\"y").to_json(),
