@@ -20,8 +20,8 @@ use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use ngx_harness::{
-    check, check_eq, dead_port, fill, free_ports, http_request, module_path, nginx_bin, run_tests,
-    CaseResult, Failed, Response, Trial,
+    check, check_eq, dead_port, emerg_trial, fill, free_ports, http_request, module_path,
+    nginx_bin, run_tests, CaseResult, Failed, Response, Trial,
 };
 
 /// A running nginx with a master process and 2 workers, in its own prefix; stopped (QUIT, then
@@ -732,6 +732,51 @@ fn case_request_between_tries_continues_in_a_grown_set() -> CaseResult {
     m.check_workers_unchanged()
 }
 
+fn case_large_set_from_a_body_in_a_temp_file() -> CaseResult {
+    // 512 servers with every field: about 60 KB, more than client_body_buffer_size, so nginx
+    // keeps the body in a temporary file.
+    let m = Master::start(&standard())?;
+    let s: Vec<String> = (0..512)
+        .map(|i| {
+            format!(
+                r#"{{"address":"10.2.{}.{}:8080","weight":{},"max_fails":2,"fail_timeout_ms":20000,"backup":{},"down":false}}"#,
+                i / 250,
+                i % 250 + 1,
+                1 + i % 7,
+                i >= 500
+            )
+        })
+        .collect();
+    let body = format!(r#"{{"servers":[{}]}}"#, s.join(","));
+    check(body.len() > 32 * 1024, || {
+        format!("body only {} bytes", body.len())
+    })?;
+    let r = m.put("app", &body)?;
+    check_eq(r.status, 200, &format!("PUT 512 servers ({})", r.text()))?;
+    let v = m.get_json("/app")?;
+    let servers = v["servers"].as_array().ok_or("no servers")?;
+    check_eq(servers.len(), 512, "servers")?;
+    check_eq(
+        servers
+            .iter()
+            .filter(|x| x["backup"].as_bool() == Some(true))
+            .count(),
+        12,
+        "backups",
+    )?;
+    check_eq(servers[3]["weight"].as_u64(), Some(4), "weight of the 4th")?;
+    check_eq(
+        servers[0]["fail_timeout_ms"].as_u64(),
+        Some(20_000),
+        "fail_timeout_ms",
+    )?;
+    check(
+        m.error_log().contains("buffered to a temporary file"),
+        || "the body was not in a temporary file".into(),
+    )?;
+    Ok(())
+}
+
 fn case_compare_and_set_conflict() -> CaseResult {
     let m = Master::start(&standard())?;
     let g = m.get_json("/app")?["generation"]
@@ -860,6 +905,9 @@ fn case_bad_inputs_change_nothing() -> CaseResult {
         Some(true),
         "tiny zone saw the failed allocation",
     )?;
+    check(!m.error_log().contains("no memory"), || {
+        "a [crit] no-memory line for the refused change (the 507 says it)".into()
+    })?;
     m.check_workers_unchanged()
 }
 
@@ -1067,6 +1115,16 @@ fn case_set_changes_under_traffic_with_retries() -> CaseResult {
 
 fn main() {
     run_tests(vec![
+        emerg_trial(
+            "directive_takes_no_arguments",
+            "server { listen 127.0.0.1:{P0}; location /api/ { upstreams_api on; } }",
+            "invalid number of arguments in \"upstreams_api\" directive",
+        ),
+        emerg_trial(
+            "directive_only_in_a_location",
+            "server { listen 127.0.0.1:{P0}; upstreams_api; }",
+            "\"upstreams_api\" directive is not allowed here",
+        ),
         Trial::test(
             "lists_upstreams_and_names_balancers",
             case_lists_upstreams_and_names_balancers,
@@ -1085,6 +1143,10 @@ fn main() {
             case_busy_server_is_retired_then_freed,
         ),
         Trial::test("compare_and_set_conflict", case_compare_and_set_conflict),
+        Trial::test(
+            "large_set_from_a_body_in_a_temp_file",
+            case_large_set_from_a_body_in_a_temp_file,
+        ),
         Trial::test(
             "request_between_tries_continues_in_a_grown_set",
             case_request_between_tries_continues_in_a_grown_set,

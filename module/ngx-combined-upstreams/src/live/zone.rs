@@ -284,6 +284,10 @@ pub unsafe fn apply(
         let mut new_backup = ptr::null_mut();
         {
             let _m = SlabLock::take(pool);
+            // A full zone is answered with 507; nginx's "[crit] ngx_slab_alloc() failed: no
+            // memory" line for it would only repeat that, so it is off while these allocate.
+            let log_nomem = (*pool).log_nomem();
+            (*pool).set_log_nomem(0);
             let mut failed = false;
             for &j in &p.add {
                 match peers::alloc_peer_locked(pool, &req.servers[j]) {
@@ -300,6 +304,7 @@ pub unsafe fn apply(
                     None => failed = true,
                 }
             }
+            (*pool).set_log_nomem(log_nomem);
             if failed {
                 for np in fresh.iter().flatten() {
                     peers::free_peer_locked(pool, *np);
