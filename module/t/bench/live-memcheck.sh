@@ -25,7 +25,7 @@ DIR="$(mktemp -d)"
 PID=""; SLOW=""; LOADERS=()
 cleanup() {
   for p in "${LOADERS[@]}"; do kill "$p" 2>/dev/null || true; done
-  [ -n "$SLOW" ] && kill "$SLOW" 2>/dev/null
+  [ -n "$SLOW" ] && kill $SLOW 2>/dev/null
   [ -n "$PID" ] && kill -QUIT "$PID" 2>/dev/null
   wait 2>/dev/null
   [ "${KEEP:-0}" = 1 ] || rm -rf "$DIR"
@@ -41,6 +41,7 @@ free_port() {
   done
 }
 P0=$(free_port); P1=$(free_port); P2=$(free_port); P3=$(free_port); PS=$(free_port); PD=$(free_port)
+PF=$(free_port)
 
 # A slow backend: answers every request after 300 ms (requests in flight while it is removed).
 python3 - "$PS" <<'PY' &
@@ -55,6 +56,21 @@ class S(socketserver.ThreadingMixIn, http.server.HTTPServer): daemon_threads = T
 S(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
 PY
 SLOW=$!
+# A slow failing backend: reads the request, waits 300 ms, closes without an answer, so the request
+# takes its next try later — often after the set changed (then it is "rebalanced").
+python3 - "$PF" <<'PY' &
+import socket, sys, threading, time
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen(128)
+def h(c):
+    try:
+        c.recv(4096); time.sleep(0.3)
+    finally:
+        c.close()
+while True:
+    c, _ = s.accept(); threading.Thread(target=h, args=(c,), daemon=True).start()
+PY
+SLOW="$SLOW $!"
 
 cat > "$DIR/conf/nginx.conf" <<CONF
 load_module $SO;
@@ -95,8 +111,8 @@ for _ in $(seq 600); do
   sleep 0.1
 done
 
-# Traffic: 4 loops of requests to the three upstreams.
-for i in 1 2 3 4; do
+# Traffic: 8 loops of requests to the three upstreams.
+for i in 1 2 3 4 5 6 7 8; do
   ( while :; do for u in rr lc ka; do curl -s -o /dev/null -m 10 "$U/$u" || true; done; done ) &
   LOADERS+=($!)
 done
@@ -114,7 +130,10 @@ SETS=(
   "$(many)"
   "$(srv "$P3"),$(srv "$PD" ',"backup":true'),$(srv "$P1" ',"backup":true')"
   "$(srv "$P2"),$(srv "$PS" ',"weight":3')"
+  "$(srv "$PF" ',"max_fails":0'),$(srv "$P3"),$(srv "$P2" ',"backup":true')"
 )
+# (The failing backend is in the last set only: a request it fails is rebalanced into the first
+# set, where every server answers; so every request must end in 2xx.)
 put() { curl -s -o /dev/null -w "%{http_code}" -X PUT "$U/api/$1" -d "{\"servers\":[$2]}"; }
 puts=0; failed=0; start=$(date +%s); reloaded=0
 while [ $(( $(date +%s) - start )) -lt "$LOAD" ]; do
@@ -140,7 +159,7 @@ retiring=$(field retiring); rebalanced=$(field rebalanced)
 requests=$(grep -c ' "GET /\(rr\|lc\|ka\)' "$DIR/logs/access.log" || true)
 not2xx=$(grep ' "GET /\(rr\|lc\|ka\)' "$DIR/logs/access.log" | awk '$9 !~ /^2/' | wc -l)
 echo "live-memcheck: $requests proxied requests ($not2xx not 2xx), $puts PUTs ($failed not 200), 1 reload, ${LOAD}s;" \
-  "requests rebalanced after the reload: $rebalanced; retired servers left: $retiring"
+  "requests rebalanced (counted since the reload): $rebalanced; retired servers left: $retiring"
 kill -QUIT "$PID"; wait "$PID" 2>/dev/null || true; PID=""
 sleep 1
 ok=1
@@ -151,5 +170,5 @@ for f in "$DIR"/logs/valgrind.*.log; do
 done
 [ "${KEEP:-0}" = 1 ] && echo "live-memcheck: logs in $DIR/logs"
 grep -E "\[(alert|crit|emerg)\]|exited on signal" "$DIR/logs/error.log" && ok=0
-[ "$ok" = 1 ] && [ "$failed" = 0 ] && [ "$retiring" = 0 ] || { echo "live-memcheck: FAILED" >&2; exit 1; }
+[ "$ok" = 1 ] && [ "$failed" = 0 ] && [ "$retiring" = 0 ] && [ "$not2xx" = 0 ] || { echo "live-memcheck: FAILED" >&2; exit 1; }
 echo "live-memcheck: OK"

@@ -562,6 +562,27 @@ fn case_servers_that_stay_keep_their_state() -> CaseResult {
     Ok(())
 }
 
+fn case_round_robin_position_is_kept() -> CaseResult {
+    // Smooth weighted round robin over b1, b2 (weights 1): the first pick is b1, leaving b1's
+    // current weight at -1 and b2's at +1. Adding b3 while keeping that state makes b2 the next
+    // pick; a set that restarted the weights would pick b1 again.
+    let m = Master::start(&standard())?;
+    check_eq(
+        m.put("app", &set_body(&m, &[1, 2], &[]))?.status,
+        200,
+        "PUT b1 b2",
+    )?;
+    check_eq(m.front()?.1.as_str(), "b1", "first pick")?;
+    check_eq(
+        m.put("app", &set_body(&m, &[1, 2, 3], &[]))?.status,
+        200,
+        "PUT b1 b2 b3",
+    )?;
+    check_eq(m.front()?.1.as_str(), "b2", "pick after adding b3")?;
+    check_eq(m.front()?.1.as_str(), "b3", "next pick")?;
+    Ok(())
+}
+
 /// A backend on a test-owned socket that holds each answer until released.
 struct SlowBackend {
     port: u16,
@@ -775,6 +796,39 @@ fn case_large_set_from_a_body_in_a_temp_file() -> CaseResult {
         || "the body was not in a temporary file".into(),
     )?;
     Ok(())
+}
+
+fn case_request_keeps_its_tries_when_the_set_shrinks_to_one() -> CaseResult {
+    // A request holds F in [F, b1]; the set becomes [b2] (a single server); F then fails the
+    // request, which must still take its second try (in the new set).
+    let m = Master::start(&standard())?;
+    let f = SlowBackend::start_mode(true)?;
+    let body = format!(
+        r#"{{"servers":[{{"address":"127.0.0.1:{}"}},{{"address":"127.0.0.1:{}"}}]}}"#,
+        f.port,
+        m.port(1)
+    );
+    check_eq(m.put("app", &body)?.status, 200, "PUT F b1")?;
+    let port0 = m.port(0);
+    let inflight = std::thread::spawn(move || {
+        http_request(port0, "GET", "/", &[], b"").map(|r| (r.status, r.text()))
+    });
+    f.accepted
+        .recv_timeout(Duration::from_secs(10))
+        .map_err(|_| "F got no connection")?;
+    check_eq(
+        m.put("app", &set_body(&m, &[2], &[]))?.status,
+        200,
+        "PUT b2",
+    )?;
+    f.release.store(true, Ordering::SeqCst);
+    let (status, text) = inflight.join().map_err(|_| "request thread panicked")??;
+    check_eq(
+        (status, text.trim()),
+        (200, "b2"),
+        "the failed request's second try",
+    )?;
+    m.check_workers_unchanged()
 }
 
 fn case_compare_and_set_conflict() -> CaseResult {
@@ -1143,6 +1197,14 @@ fn main() {
             case_busy_server_is_retired_then_freed,
         ),
         Trial::test("compare_and_set_conflict", case_compare_and_set_conflict),
+        Trial::test(
+            "request_keeps_its_tries_when_the_set_shrinks_to_one",
+            case_request_keeps_its_tries_when_the_set_shrinks_to_one,
+        ),
+        Trial::test(
+            "round_robin_position_is_kept",
+            case_round_robin_position_is_kept,
+        ),
         Trial::test(
             "large_set_from_a_body_in_a_temp_file",
             case_large_set_from_a_body_in_a_temp_file,

@@ -12,6 +12,8 @@
 //! - the peer's name and address that nginx keeps after `free` (`u->peer.name` for
 //!   `$upstream_addr` and error log lines, `u->peer.sockaddr`) are copies in the request pool, so
 //!   a retired peer can be freed as soon as its last connection ends;
+//! - a request whose set shrank to one server after its peer was selected keeps its remaining
+//!   tries (nginx's `free` would end them, reading the list's new `single` flag);
 //! - every `free` frees retired peers that became idle.
 
 use core::ffi::c_void;
@@ -178,8 +180,15 @@ unsafe extern "C" fn free_peer(
     let ctx = data.cast::<PeerCtx>();
     // SAFETY: as get_peer; the balancer's free gets the data its own get used.
     unsafe {
+        let tries = (*pc).tries;
         if let Some(free) = (*ctx).free {
             free(pc, (*ctx).data, state);
+        }
+        // nginx's round-robin `free` ends every retry (tries = 0) when the list is `single` now;
+        // when the set became a single server after this request's peer was selected, the
+        // request still has its other tries (the next `get` makes new balancer data).
+        if (*pc).tries == 0 && tries > 1 && zone::generation((*ctx).shared) != (*ctx).generation {
+            (*pc).tries = tries - 1;
         }
         if zone::has_retiring((*ctx).shared) {
             zone::sweep(

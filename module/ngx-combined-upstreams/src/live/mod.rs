@@ -20,6 +20,7 @@ pub mod zone;
 
 use core::ffi::{c_char, c_void};
 use core::ptr;
+use std::collections::BTreeMap;
 use std::sync::Mutex;
 
 use ngx::ffi::{
@@ -64,12 +65,13 @@ pub struct Entry {
 // SAFETY: nginx runs each process single-threaded; the pointers are only used on that thread.
 unsafe impl Send for Entry {}
 
-static REGISTRY: Mutex<Vec<Entry>> = Mutex::new(Vec::new());
+/// Entries by the address of their `ngx_http_upstream_srv_conf_t`.
+static REGISTRY: Mutex<BTreeMap<usize, Entry>> = Mutex::new(BTreeMap::new());
 
 /// The cycle whose configuration contains `upstreams_api` (set while it is parsed).
 static API_CYCLE: Mutex<usize> = Mutex::new(0);
 
-fn registry() -> std::sync::MutexGuard<'static, Vec<Entry>> {
+fn registry() -> std::sync::MutexGuard<'static, BTreeMap<usize, Entry>> {
     REGISTRY.lock().unwrap_or_else(|e| e.into_inner())
 }
 
@@ -78,7 +80,7 @@ pub fn with_entry<T>(
     uscf: *mut ngx_http_upstream_srv_conf_t,
     f: impl FnOnce(&Entry) -> T,
 ) -> Option<T> {
-    registry().iter().find(|e| e.uscf == uscf).map(f)
+    registry().get(&(uscf as usize)).map(f)
 }
 
 /// The balancer's `peer.init` and the live state for `uscf`.
@@ -153,7 +155,7 @@ pub unsafe fn init_main_conf(cf: *mut ngx_conf_t) -> Result<(), &'static str> {
             };
             if e.zone.is_some() && e.balancer.live.is_some() && e.orig_init.is_some() {
                 (*uscf).peer.init = Some(balancer::init_peer);
-                let already = reg.iter().find(|o| {
+                let already = reg.values().find(|o| {
                     o.cycle == cycle && (*o.uscf).shm_zone == zone_ptr && o.orig_zone_init.is_some()
                 });
                 match already {
@@ -164,7 +166,7 @@ pub unsafe fn init_main_conf(cf: *mut ngx_conf_t) -> Result<(), &'static str> {
                     }
                 }
             }
-            reg.push(e);
+            reg.insert(uscf as usize, e);
         }
         Ok(())
     }
@@ -172,7 +174,7 @@ pub unsafe fn init_main_conf(cf: *mut ngx_conf_t) -> Result<(), &'static str> {
 
 unsafe extern "C" fn forget_cycle(data: *mut c_void) {
     let cycle = data.cast::<ngx_cycle_t>();
-    registry().retain(|e| e.cycle != cycle);
+    registry().retain(|_, e| e.cycle != cycle);
 }
 
 /// The zone `init` installed for zones of live upstreams: runs nginx's (which copies the peers
@@ -180,7 +182,7 @@ unsafe extern "C" fn forget_cycle(data: *mut c_void) {
 unsafe extern "C" fn zone_init(shm_zone: *mut ngx_shm_zone_t, data: *mut c_void) -> ngx_int_t {
     let mut reg = registry();
     let Some(orig) = reg
-        .iter()
+        .values()
         .find(|e| e.shm_zone == shm_zone && e.orig_zone_init.is_some())
         .and_then(|e| e.orig_zone_init)
     else {
@@ -196,7 +198,7 @@ unsafe extern "C" fn zone_init(shm_zone: *mut ngx_shm_zone_t, data: *mut c_void)
         let now_ms = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(1, |d| d.as_millis() as u64);
-        for e in reg.iter_mut() {
+        for e in reg.values_mut() {
             if e.shm_zone == shm_zone && e.orig_zone_init.is_some() {
                 e.shared = zone::create(pool, now_ms);
                 if e.shared.is_null() {
