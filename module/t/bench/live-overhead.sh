@@ -7,7 +7,9 @@
 #      the 4 backends).
 # nginx: master + 2 workers; load: wrk keep-alive, CONNS connections. Rounds run A, B, C in turn; the
 # medians of the per-round ratios B/A and C/A are reported for requests/s and p99 latency, next to the
-# absolute medians. Non-2xx answers and socket errors are counted (must be 0).
+# absolute medians, and the requests served per CPU-second of the two workers (from /proc: the measure to
+# read on a shared machine, where wrk's rates follow whatever else runs). Non-2xx answers and socket errors
+# are counted (must be 0).
 #
 #   module/t/bench/live-overhead.sh [PATH/TO/libngx_http_combined_upstreams_module.so]
 #
@@ -71,18 +73,33 @@ start_nginx() {
   for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$P0/" && return 0; sleep 0.05; done
   echo "live-overhead: nginx did not start" >&2; cat "$DIR/logs/error.log" >&2; exit 1
 }
-# wrk -> "req/s p99_ms non2xx socket_errors"
+# CPU ticks (user + system) of the nginx workers so far
+worker_ticks() {
+  local t=0 p f
+  for p in $(pgrep -P "$PID"); do
+    f=$(sed 's/.*) //' "/proc/$p/stat" 2>/dev/null) || continue
+    t=$((t + $(awk '{print $12 + $13}' <<<"$f")))
+  done
+  echo "$t"
+}
+# wrk -> "req/s p99_ms non2xx socket_errors requests_per_worker_cpu_second"
 measure() {
-  wrk -t2 -c"$CONNS" -d"${DURATION}s" --latency "http://127.0.0.1:$P0/" | python3 -c '
+  local t0 t1 out
+  t0=$(worker_ticks)
+  out=$(wrk -t2 -c"$CONNS" -d"${DURATION}s" --latency "http://127.0.0.1:$P0/")
+  t1=$(worker_ticks)
+  python3 -c '
 import re, sys
 t = sys.stdin.read()
+ticks = (int(sys.argv[2]) - int(sys.argv[1])) / float(sys.argv[3])
 rps = float(re.search(r"Requests/sec:\s+([\d.]+)", t).group(1))
+n = int(re.search(r"(\d+) requests in", t).group(1))
 m = re.search(r"99%\s+([\d.]+)(us|ms|s)\b", t)
 p99 = float(m.group(1)) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[m.group(2)]
 non2xx = int(re.search(r"Non-2xx or 3xx responses: (\d+)", t).group(1)) if "Non-2xx" in t else 0
 se = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", t)
 errs = sum(int(x) for x in se.groups()) if se else 0
-print(rps, p99, non2xx, errs)'
+print(rps, p99, non2xx, errs, n / max(ticks, 1e-9))' "$t0" "$t1" "$(getconf CLK_TCK)" <<<"$out"
 }
 putter() {
   local a="{\"servers\":[{\"address\":\"127.0.0.1:$P1\"},{\"address\":\"127.0.0.1:$P2\"}]}"
@@ -116,12 +133,15 @@ print(f"live-overhead: {sys.argv[2]} rounds x {sys.argv[3]} s, {sys.argv[4]} kee
       f"PUTs in the last C round: {sys.argv[5]}")
 for k, name in (("A", "no upstreams_api"), ("B", "upstreams_api configured"), ("C", "upstreams_api + PUT every 100 ms")):
     v = by[k]
-    print(f"  {k} {name:34s} req/s {med([x[0] for x in v]):10.0f}  p99 {med([x[1] for x in v]):7.2f} ms  "
-          f"non-2xx {int(sum(x[2] for x in v))}  socket errors {int(sum(x[3] for x in v))}")
+    print(f"  {k} {name:34s} req/s {med([x[0] for x in v]):9.0f}  p99 {med([x[1] for x in v]):7.2f} ms  "
+          f"req per worker CPU-s {med([x[4] for x in v]):8.0f}  non-2xx {int(sum(x[2] for x in v))}  "
+          f"socket errors {int(sum(x[3] for x in v))}")
 for k in "BC":
     rps = med([b[0] / a[0] for a, b in zip(by["A"], by[k])])
     p99 = med([b[1] / a[1] for a, b in zip(by["A"], by[k])])
-    print(f"  ratio {k}/A: req/s {rps:.3f}, p99 {p99:.3f} (medians of per-round ratios)")
+    cpu = med([b[4] / a[4] for a, b in zip(by["A"], by[k])])
+    print(f"  ratio {k}/A: req/s {rps:.3f}, p99 {p99:.3f}, requests per worker CPU-second {cpu:.3f} "
+          f"(medians of per-round ratios; on a shared machine read the CPU ratio)")
 bad = sum(x[2] + x[3] for k in "ABC" for x in by[k])
 sys.exit(1 if bad else 0)
 PY
