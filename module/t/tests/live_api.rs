@@ -287,8 +287,15 @@ fn front(upstream: &str, extra: &str) -> String {
 
 /// The standard configuration: `app` (round robin, zone) with b1; other upstreams to name.
 fn standard() -> String {
+    standard_for("app")
+}
+
+/// [`standard`] with the front server proxying to `upstream`, logging `$upstream_addr` to
+/// `logs/up.log`.
+fn standard_for(upstream: &str) -> String {
     format!(
-        "upstream app {{ zone app 1m; server 127.0.0.1:{{P1}}; }}\n\
+        "log_format up '$upstream_addr';\n\
+         upstream app {{ zone app 1m; server 127.0.0.1:{{P1}}; }}\n\
          upstream lc {{ zone app; least_conn; server 127.0.0.1:{{P1}}; }}\n\
          upstream rk {{ zone rk 64k; server 127.0.0.1:{{P1}}; keepalive 4; }}\n\
          upstream lck {{ zone rk; least_conn; server 127.0.0.1:{{P1}}; keepalive 4; }}\n\
@@ -297,7 +304,7 @@ fn standard() -> String {
          upstream rnd {{ zone other; random; server 127.0.0.1:{{P1}}; }}\n\
          upstream nozone {{ server 127.0.0.1:{{P1}}; }}\n\
          upstream tiny {{ zone tiny 32k; server 127.0.0.1:{{P1}}; }}\n{}",
-        front("app", "")
+        front(upstream, "access_log {PREFIX}/logs/up.log up;")
     )
 }
 
@@ -644,11 +651,19 @@ fn slab(m: &Master, name: &str) -> Result<(u64, u64), Failed> {
 }
 
 fn case_busy_server_is_retired_then_freed() -> CaseResult {
-    let m = Master::start(&standard())?;
+    for up in ["app", "lc", "lck"] {
+        busy_server_is_retired_then_freed(up)
+            .map_err(|e| format!("upstream {up}: {}", e.message().unwrap_or("failed")))?;
+    }
+    Ok(())
+}
+
+fn busy_server_is_retired_then_freed(up: &str) -> CaseResult {
+    let m = Master::start(&standard_for(up))?;
     let slow = SlowBackend::start()?;
-    let base = slab(&m, "app")?;
+    let base = slab(&m, up)?;
     let body = format!(r#"{{"servers":[{{"address":"127.0.0.1:{}"}}]}}"#, slow.port);
-    check_eq(m.put("app", &body)?.status, 200, "PUT slow backend")?;
+    check_eq(m.put(up, &body)?.status, 200, "PUT slow backend")?;
     let port0 = m.port(0);
     let inflight = std::thread::spawn(move || {
         http_request(port0, "GET", "/", &[], b"").map(|r| (r.status, r.text()))
@@ -656,19 +671,19 @@ fn case_busy_server_is_retired_then_freed() -> CaseResult {
     slow.accepted
         .recv_timeout(Duration::from_secs(10))
         .map_err(|_| "slow backend got no connection")?;
-    let v = m.get_json("/app")?;
+    let v = m.get_json(&format!("/{up}"))?;
     check_eq(
         v["servers"][0]["active"].as_u64(),
         Some(1),
         "active on the slow server",
     )?;
-    let r = json(&m.put("app", &set_body(&m, &[1], &[]))?)?;
+    let r = json(&m.put(up, &set_body(&m, &[1], &[]))?)?;
     check_eq(
         r["retiring"].as_u64(),
         Some(1),
         "retiring after removing the busy server",
     )?;
-    let v = m.get_json("/app")?;
+    let v = m.get_json(&format!("/{up}"))?;
     check_eq(v["retiring"].as_u64(), Some(1), "GET retiring while busy")?;
     check_eq(
         addresses(&v),
@@ -686,7 +701,7 @@ fn case_busy_server_is_retired_then_freed() -> CaseResult {
     )?;
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
-        let v = m.get_json("/app")?;
+        let v = m.get_json(&format!("/{up}"))?;
         if v["retiring"].as_u64() == Some(0) {
             break;
         }
@@ -696,9 +711,15 @@ fn case_busy_server_is_retired_then_freed() -> CaseResult {
         std::thread::sleep(Duration::from_millis(20));
     }
     check_eq(
-        slab(&m, "app")?,
+        slab(&m, up)?,
         base,
         "zone slab (chunks used, free pages) back to the start",
+    )?;
+    // The request's $upstream_addr was logged after its server was freed: a copy, still right.
+    let log = fs::read_to_string(m.dir.join("logs/up.log")).unwrap_or_default();
+    check(
+        log.lines().any(|l| l == format!("127.0.0.1:{}", slow.port)),
+        || format!("no $upstream_addr of the retired server in the log: {log:?}"),
     )?;
     m.check_workers_unchanged()
 }
