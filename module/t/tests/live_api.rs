@@ -49,7 +49,20 @@ fn temp_dir() -> Result<PathBuf, String> {
 }
 
 impl Master {
+    /// Starts nginx; retried twice, since a port picked as free can be taken by another process
+    /// before nginx binds it.
     fn start(http: &str) -> Result<Master, Failed> {
+        let mut last = None;
+        for _ in 0..3 {
+            match Self::try_start(http) {
+                Ok(m) => return Ok(m),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| "nginx did not start".into()))
+    }
+
+    fn try_start(http: &str) -> Result<Master, Failed> {
         let so = module_path();
         check(so.is_file(), || {
             format!(
