@@ -6,402 +6,24 @@
 //! Layout: the front server listens on `{P0}` (`reuseport`, so both workers accept) and
 //! answers with `X-Worker: <pid>` and the backend's body; the API is `/api/` on `{P0}`;
 //! backends `b1`…`b5` are `server {}` blocks of the same nginx on `{P1}`…`{P5}`; `{DEAD}` is a
-//! port where nothing listens. The nginx runner (`Master`) is local to this file: the harness's
-//! `Nginx` runs one process, and this file needs a master, its workers' PIDs and reloads.
+//! port where nothing listens. The nginx runner (`Master`, in `live_api/master.rs`) belongs to
+//! these tests: the harness's `Nginx` runs one process, and they need a master, its workers' PIDs
+//! and reloads (`live_api/helpers.rs`: configurations, bodies, shared checks).
 
-use std::collections::{BTreeMap, BTreeSet};
+#[path = "live_api/helpers.rs"]
+mod helpers;
+#[path = "live_api/master.rs"]
+mod master;
+
+use std::collections::BTreeMap;
 use std::fs;
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ngx_harness::{
-    check, check_eq, dead_port, emerg_trial, fill, free_ports, http_request, module_path,
-    nginx_bin, run_tests, CaseResult, Failed, Response, Trial,
-};
-
-/// A running nginx with a master process and 2 workers, in its own prefix; stopped (QUIT, then
-/// KILL of master and workers) and its prefix removed on drop.
-struct Master {
-    child: Option<Child>,
-    dir: PathBuf,
-    ports: Vec<u16>,
-    dead: u16,
-    http: String,
-    seen_workers: BTreeSet<u32>,
-}
-
-fn temp_dir() -> Result<PathBuf, String> {
-    static N: AtomicUsize = AtomicUsize::new(0);
-    let dir = std::env::temp_dir().join(format!(
-        "cu-live-{}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    ));
-    for sub in ["conf", "logs", "tmp"] {
-        fs::create_dir_all(dir.join(sub)).map_err(|e| format!("mkdir {}: {e}", dir.display()))?;
-    }
-    Ok(dir)
-}
-
-impl Master {
-    /// Starts nginx; retried twice, since a port picked as free can be taken by another process
-    /// before nginx binds it.
-    fn start(http: &str) -> Result<Master, Failed> {
-        let mut last = None;
-        for _ in 0..3 {
-            match Self::try_start(http) {
-                Ok(m) => return Ok(m),
-                Err(e) => last = Some(e),
-            }
-        }
-        Err(last.unwrap_or_else(|| "nginx did not start".into()))
-    }
-
-    fn try_start(http: &str) -> Result<Master, Failed> {
-        let so = module_path();
-        check(so.is_file(), || {
-            format!(
-                "module not found at {} (cargo build --release -p ngx-combined-upstreams)",
-                so.display()
-            )
-        })?;
-        let mut m = Master {
-            child: None,
-            dir: temp_dir()?,
-            ports: free_ports(ngx_harness::PORTS),
-            dead: dead_port(),
-            http: http.to_string(),
-            seen_workers: BTreeSet::new(),
-        };
-        m.write_config(http)?;
-        let stderr = fs::File::create(m.dir.join("logs/stderr.log")).map_err(|e| e.to_string())?;
-        let child = Command::new(nginx_bin())
-            .arg("-p")
-            .arg(&m.dir)
-            .arg("-e")
-            .arg(m.dir.join("logs/error.log"))
-            .arg("-c")
-            .arg(m.dir.join("conf/nginx.conf"))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(stderr)
-            .spawn()
-            .map_err(|e| format!("start nginx: {e}"))?;
-        m.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            if let Some(c) = m.child.as_mut() {
-                if let Ok(Some(st)) = c.try_wait() {
-                    m.child = None;
-                    return Err(format!(
-                        "nginx exited ({st}): {}{}",
-                        fs::read_to_string(m.dir.join("logs/stderr.log")).unwrap_or_default(),
-                        m.error_log()
-                    )
-                    .into());
-                }
-            }
-            if TcpStream::connect(("127.0.0.1", m.ports[0])).is_ok() && m.workers().len() == 2 {
-                break;
-            }
-            check(Instant::now() < deadline, || {
-                format!("nginx did not start: {}", m.error_log())
-            })?;
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        m.seen_workers = m.workers();
-        Ok(m)
-    }
-
-    fn write_config(&self, http: &str) -> Result<(), String> {
-        let d = self.dir.display();
-        let http = fill(http, &self.ports, self.dead, &self.dir);
-        let conf = format!(
-            "load_module {so};\ndaemon off;\nmaster_process on;\nworker_processes 2;\n\
-             error_log {d}/logs/error.log info;\npid {d}/logs/nginx.pid;\n\
-             events {{ worker_connections 1024; }}\nhttp {{\naccess_log off;\n\
-             client_body_temp_path {d}/tmp/body;\nproxy_temp_path {d}/tmp/proxy;\n\
-             fastcgi_temp_path {d}/tmp/fastcgi;\nuwsgi_temp_path {d}/tmp/uwsgi;\nscgi_temp_path {d}/tmp/scgi;\n{http}\n}}\n",
-            so = module_path().display()
-        );
-        fs::write(self.dir.join("conf/nginx.conf"), conf).map_err(|e| e.to_string())
-    }
-
-    fn master_pid(&self) -> u32 {
-        self.child.as_ref().map_or(0, Child::id)
-    }
-
-    /// PIDs of the master's live worker processes (from /proc).
-    fn workers(&self) -> BTreeSet<u32> {
-        let master = self.master_pid();
-        let mut out = BTreeSet::new();
-        let Ok(rd) = fs::read_dir("/proc") else {
-            return out;
-        };
-        for e in rd.flatten() {
-            let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
-                continue;
-            };
-            let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else {
-                continue;
-            };
-            // pid (comm) state ppid ...
-            let after = stat.rsplit_once(')').map_or("", |(_, a)| a);
-            let f: Vec<&str> = after.split_whitespace().collect();
-            if f.len() > 1 && f[1].parse::<u32>().ok() == Some(master) && f[0] != "Z" {
-                out.insert(pid);
-            }
-        }
-        out
-    }
-
-    fn error_log(&self) -> String {
-        fs::read_to_string(self.dir.join("logs/error.log")).unwrap_or_default()
-    }
-
-    fn port(&self, i: usize) -> u16 {
-        self.ports[i]
-    }
-
-    /// `nginx -s reload` with a new `http {}` body; waits until only new workers run.
-    fn reload(&mut self, http: &str) -> CaseResult {
-        self.write_config(http)?;
-        self.http = http.to_string();
-        let old = self.workers();
-        let out = Command::new(nginx_bin())
-            .arg("-p")
-            .arg(&self.dir)
-            .arg("-e")
-            .arg(self.dir.join("logs/error.log"))
-            .arg("-c")
-            .arg(self.dir.join("conf/nginx.conf"))
-            .args(["-s", "reload"])
-            .output()
-            .map_err(|e| format!("nginx -s reload: {e}"))?;
-        check(out.status.success(), || {
-            format!("reload failed: {}", String::from_utf8_lossy(&out.stderr))
-        })?;
-        let deadline = Instant::now() + Duration::from_secs(15);
-        loop {
-            let now = self.workers();
-            if now.len() == 2 && now.is_disjoint(&old) {
-                self.seen_workers = now;
-                return Ok(());
-            }
-            check(Instant::now() < deadline, || {
-                format!(
-                    "reload did not replace workers {old:?}: {now:?}\n{}",
-                    self.error_log()
-                )
-            })?;
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    fn api(&self, method: &str, path: &str, body: &str) -> Result<Response, Failed> {
-        http_request(
-            self.port(0),
-            method,
-            &format!("/api{path}"),
-            &[],
-            body.as_bytes(),
-        )
-    }
-
-    fn get_json(&self, path: &str) -> Result<serde_json::Value, Failed> {
-        let r = self.api("GET", path, "")?;
-        check_eq(
-            r.status,
-            200,
-            &format!("GET /api{path} status ({})", r.text()),
-        )?;
-        json(&r)
-    }
-
-    fn put(&self, name: &str, body: &str) -> Result<Response, Failed> {
-        self.api("PUT", &format!("/{name}"), body)
-    }
-
-    /// `GET /` on the front server: (worker pid, body).
-    fn front(&self) -> Result<(u32, String), Failed> {
-        let r = http_request(self.port(0), "GET", "/", &[], b"")?;
-        let w = r
-            .header("X-Worker")
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0);
-        Ok((w, r.text().trim().to_string()))
-    }
-
-    /// Checks that the workers are still the ones seen at start or at the last reload (a crash
-    /// makes the master start a new one) and that no worker died on a signal.
-    fn check_workers_unchanged(&self) -> CaseResult {
-        check_eq(self.workers(), self.seen_workers.clone(), "worker PIDs")?;
-        let log = self.error_log();
-        check(!log.contains("exited on signal"), || {
-            format!("a worker crashed:\n{log}")
-        })
-    }
-}
-
-impl Drop for Master {
-    fn drop(&mut self) {
-        let workers = self.workers();
-        if let Some(mut c) = self.child.take() {
-            let _ = Command::new("kill")
-                .arg("-QUIT")
-                .arg(c.id().to_string())
-                .status();
-            let deadline = Instant::now() + Duration::from_secs(5);
-            while Instant::now() < deadline {
-                if let Ok(Some(_)) = c.try_wait() {
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        for w in workers {
-            let _ = Command::new("kill")
-                .arg("-KILL")
-                .arg(w.to_string())
-                .stderr(Stdio::null())
-                .status();
-        }
-        let _ = fs::remove_dir_all(&self.dir);
-    }
-}
-
-fn json(r: &Response) -> Result<serde_json::Value, Failed> {
-    Ok(serde_json::from_slice(&r.body).map_err(|e| format!("bad JSON {:?}: {e}", r.text()))?)
-}
-
-/// A backend `server {}` on `{Pi}` answering its name.
-fn backend(i: usize) -> String {
-    format!("server {{ listen 127.0.0.1:{{P{i}}}; location / {{ return 200 \"b{i}\\n\"; }} }}\n")
-}
-
-/// The front server on `{P0}`: `/` proxies to `upstream`, `/api/` is the API (loopback only).
-fn front(upstream: &str, extra: &str) -> String {
-    format!(
-        "server {{ listen 127.0.0.1:{{P0}} reuseport;\n\
-         add_header X-Worker $pid always;\n\
-         location / {{ proxy_pass http://{upstream}; proxy_next_upstream_tries 0; {extra} }}\n\
-         location /api/ {{ allow 127.0.0.1; deny all; client_max_body_size 2m; upstreams_api; }}\n\
-         }}\n{}",
-        (1..=5).map(backend).collect::<String>()
-    )
-}
-
-/// The standard configuration: `app` (round robin, zone) with b1; other upstreams to name.
-fn standard() -> String {
-    standard_for("app")
-}
-
-/// [`standard`] with the front server proxying to `upstream`, logging `$upstream_addr` to
-/// `logs/up.log`.
-fn standard_for(upstream: &str) -> String {
-    format!(
-        "log_format up '$upstream_addr';\n\
-         upstream app {{ zone app 1m; server 127.0.0.1:{{P1}}; }}\n\
-         upstream lc {{ zone app; least_conn; server 127.0.0.1:{{P1}}; }}\n\
-         upstream rk {{ zone rk 64k; server 127.0.0.1:{{P1}}; keepalive 4; }}\n\
-         upstream lck {{ zone rk; least_conn; server 127.0.0.1:{{P1}}; keepalive 4; }}\n\
-         upstream ih {{ zone other 64k; ip_hash; server 127.0.0.1:{{P1}}; }}\n\
-         upstream hs {{ zone other; hash $uri consistent; server 127.0.0.1:{{P1}}; }}\n\
-         upstream rnd {{ zone other; random; server 127.0.0.1:{{P1}}; }}\n\
-         upstream nozone {{ server 127.0.0.1:{{P1}}; }}\n\
-         upstream tiny {{ zone tiny 32k; server 127.0.0.1:{{P1}}; }}\n{}",
-        front(upstream, "access_log {PREFIX}/logs/up.log up;")
-    )
-}
-
-/// A `PUT` body for these backends (`{Pi}` ports) and backups.
-fn set_body(m: &Master, primary: &[usize], backup: &[usize]) -> String {
-    let mut s: Vec<String> = primary
-        .iter()
-        .map(|i| format!(r#"{{"address":"127.0.0.1:{}"}}"#, m.port(*i)))
-        .collect();
-    s.extend(
-        backup
-            .iter()
-            .map(|i| format!(r#"{{"address":"127.0.0.1:{}","backup":true}}"#, m.port(*i))),
-    );
-    format!(r#"{{"servers":[{}]}}"#, s.join(","))
-}
-
-/// The addresses of `GET /api/NAME`, with `(b)` for backups.
-fn addresses(v: &serde_json::Value) -> Vec<String> {
-    v["servers"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .map(|s| {
-                    let addr = s["address"].as_str().unwrap_or("?").to_string();
-                    if s["backup"].as_bool() == Some(true) {
-                        format!("{addr}(b)")
-                    } else {
-                        addr
-                    }
-                })
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-fn addr(m: &Master, i: usize) -> String {
-    format!("127.0.0.1:{}", m.port(i))
-}
-
-/// Sends front requests until both workers answered at least `per_worker` times; every answer
-/// must be in `allowed`. Returns the answers counted per worker.
-fn both_workers_answer(
-    m: &Master,
-    allowed: &[&str],
-    per_worker: usize,
-) -> Result<BTreeMap<u32, usize>, Failed> {
-    let mut seen: BTreeMap<u32, usize> = BTreeMap::new();
-    for n in 0..5000 {
-        let (w, body) = m.front()?;
-        check(allowed.contains(&body.as_str()), || {
-            format!("request {n}: answer {body:?} from worker {w}, allowed {allowed:?}")
-        })?;
-        *seen.entry(w).or_default() += 1;
-        if seen.len() == 2 && seen.values().all(|c| *c >= per_worker) {
-            return Ok(seen);
-        }
-    }
-    Err(
-        format!("both workers did not answer {per_worker} times each in 5000 requests: {seen:?}")
-            .into(),
-    )
-}
-
-/// Front requests (new connections) until both workers answered once; every answer must be in
-/// `allowed`. Returns the time that took.
-fn until_both_answer(m: &Master, allowed: &[&str]) -> Result<Duration, Failed> {
-    let t = Instant::now();
-    let mut seen = BTreeSet::new();
-    while seen.len() < 2 {
-        let (w, body) = m.front()?;
-        check(allowed.contains(&body.as_str()), || {
-            format!(
-                "worker {w} answered {body:?} ({:?} after the PUT answer), allowed {allowed:?}",
-                t.elapsed()
-            )
-        })?;
-        seen.insert(w);
-        check(t.elapsed() < Duration::from_secs(10), || {
-            format!("only workers {seen:?} answered in 10 s")
-        })?;
-    }
-    Ok(t.elapsed())
-}
+use helpers::*;
+use master::{Master, SlowBackend};
+use ngx_harness::{check, check_eq, emerg_trial, http_request, run_tests, CaseResult, Trial};
 
 fn case_lists_upstreams_and_names_balancers() -> CaseResult {
     let m = Master::start(&standard())?;
@@ -582,6 +204,52 @@ fn case_servers_that_stay_keep_their_state() -> CaseResult {
     Ok(())
 }
 
+fn case_concurrent_compare_and_set_has_one_winner() -> CaseResult {
+    // 8 clients PUT different sets with the same generation at once (both workers take some):
+    // exactly one gets 200, the others 409, and the set is the winner's.
+    let m = Master::start(&standard())?;
+    for round in 0..5 {
+        let g = m.get_json("/app")?["generation"]
+            .as_u64()
+            .ok_or("no generation")?;
+        let barrier = Arc::new(std::sync::Barrier::new(8));
+        let threads: Vec<_> = (0..8)
+            .map(|i| {
+                let (port, barrier) = (m.port(0), barrier.clone());
+                let body = format!(
+                    r#"{{"servers":[{{"address":"10.7.{round}.{}:80"}}],"generation":{g}}}"#,
+                    i + 1
+                );
+                std::thread::spawn(move || {
+                    barrier.wait();
+                    http_request(port, "PUT", "/api/app", &[], body.as_bytes())
+                        .map(|r| (i, r.status))
+                })
+            })
+            .collect();
+        let mut winners = Vec::new();
+        for t in threads {
+            let (i, status) = t.join().map_err(|_| "PUT thread panicked")??;
+            match status {
+                200 => winners.push(i),
+                409 => {}
+                other => return Err(format!("PUT {i}: status {other}").into()),
+            }
+        }
+        check_eq(
+            winners.len(),
+            1,
+            &format!("round {round}: PUTs answered 200"),
+        )?;
+        check_eq(
+            addresses(&m.get_json("/app")?),
+            vec![format!("10.7.{round}.{}:80", winners[0] + 1)],
+            "the set is the winner's",
+        )?;
+    }
+    m.check_workers_unchanged()
+}
+
 fn case_round_robin_position_is_kept() -> CaseResult {
     // Smooth weighted round robin over b1, b2 (weights 1): the first pick is b1, leaving b1's
     // current weight at -1 and b2's at +1. Adding b3 while keeping that state makes b2 the next
@@ -601,66 +269,6 @@ fn case_round_robin_position_is_kept() -> CaseResult {
     check_eq(m.front()?.1.as_str(), "b2", "pick after adding b3")?;
     check_eq(m.front()?.1.as_str(), "b3", "next pick")?;
     Ok(())
-}
-
-/// A backend on a test-owned socket that holds each answer until released.
-struct SlowBackend {
-    port: u16,
-    release: Arc<AtomicBool>,
-    accepted: mpsc::Receiver<()>,
-    _thread: std::thread::JoinHandle<()>,
-}
-
-impl SlowBackend {
-    fn start() -> Result<SlowBackend, Failed> {
-        Self::start_mode(false)
-    }
-
-    /// `fail`: on release, close the connection without an answer (nginx then tries the next
-    /// server).
-    fn start_mode(fail: bool) -> Result<SlowBackend, Failed> {
-        let l = TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
-        let port = l.local_addr().map_err(|e| e.to_string())?.port();
-        let release = Arc::new(AtomicBool::new(false));
-        let (tx, rx) = mpsc::channel();
-        let rel = release.clone();
-        let t = std::thread::spawn(move || {
-            for s in l.incoming() {
-                let Ok(mut s) = s else { return };
-                let _ = tx.send(());
-                let mut buf = [0u8; 4096];
-                let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
-                let _ = s.read(&mut buf);
-                let deadline = Instant::now() + Duration::from_secs(30);
-                while !rel.load(Ordering::SeqCst) && Instant::now() < deadline {
-                    std::thread::sleep(Duration::from_millis(10));
-                }
-                if !fail {
-                    let _ = s.write_all(
-                        b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: close\r\n\r\nslow\n",
-                    );
-                }
-                drop(s);
-                if rel.load(Ordering::SeqCst) {
-                    return;
-                }
-            }
-        });
-        Ok(SlowBackend {
-            port,
-            release,
-            accepted: rx,
-            _thread: t,
-        })
-    }
-}
-
-fn slab(m: &Master, name: &str) -> Result<(u64, u64), Failed> {
-    let s = m.get_json(&format!("/{name}?slab"))?;
-    Ok((
-        s["chunks_used"].as_u64().ok_or("no chunks_used")?,
-        s["pages_free"].as_u64().ok_or("no pages_free")?,
-    ))
 }
 
 fn case_busy_server_is_retired_then_freed() -> CaseResult {
@@ -1238,6 +846,10 @@ fn main() {
         Trial::test(
             "round_robin_position_is_kept",
             case_round_robin_position_is_kept,
+        ),
+        Trial::test(
+            "concurrent_compare_and_set_has_one_winner",
+            case_concurrent_compare_and_set_has_one_winner,
         ),
         Trial::test(
             "large_set_from_a_body_in_a_temp_file",
