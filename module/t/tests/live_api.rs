@@ -752,10 +752,18 @@ fn case_least_conn_and_keepalive_take_live_changes() -> CaseResult {
 }
 
 fn case_set_changes_under_traffic_with_retries() -> CaseResult {
+    for up in ["app", "lck"] {
+        set_changes_under_traffic_with_retries(up)
+            .map_err(|e| format!("upstream {up}: {}", e.message().unwrap_or("failed")))?;
+    }
+    Ok(())
+}
+
+fn set_changes_under_traffic_with_retries(up: &str) -> CaseResult {
     // Many dead servers force each request through several tries, so sets change between a
     // request's init and its later tries; the set grows past 64 servers (the size where
     // nginx's tried bitmap stops fitting in one word) and shrinks again.
-    let m = Master::start(&standard())?;
+    let m = Master::start(&standard_for(up))?;
     let stop = Arc::new(AtomicBool::new(false));
     let bad = Arc::new(AtomicUsize::new(0));
     let total = Arc::new(AtomicUsize::new(0));
@@ -794,7 +802,7 @@ fn case_set_changes_under_traffic_with_retries() -> CaseResult {
             r#"{{"address":"127.0.0.1:{}","backup":true}}"#,
             m.port(1 + (round + 1) % 5)
         ));
-        let r = m.put("app", &format!(r#"{{"servers":[{}]}}"#, s.join(",")))?;
+        let r = m.put(up, &format!(r#"{{"servers":[{}]}}"#, s.join(",")))?;
         check_eq(r.status, 200, &format!("PUT round {round} ({})", r.text()))?;
         std::thread::sleep(Duration::from_millis(30));
     }

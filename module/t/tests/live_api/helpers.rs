@@ -40,7 +40,7 @@ pub fn standard_for(upstream: &str) -> String {
         "log_format up '$upstream_addr';\n\
          upstream app {{ zone app 1m; server 127.0.0.1:{{P1}}; }}\n\
          upstream lc {{ zone app; least_conn; server 127.0.0.1:{{P1}}; }}\n\
-         upstream rk {{ zone rk 64k; server 127.0.0.1:{{P1}}; keepalive 4; }}\n\
+         upstream rk {{ zone rk 1m; server 127.0.0.1:{{P1}}; keepalive 4; }}\n\
          upstream lck {{ zone rk; least_conn; server 127.0.0.1:{{P1}}; keepalive 4; }}\n\
          upstream ih {{ zone other 64k; ip_hash; server 127.0.0.1:{{P1}}; }}\n\
          upstream hs {{ zone other; hash $uri consistent; server 127.0.0.1:{{P1}}; }}\n\
