@@ -250,6 +250,75 @@ fn case_concurrent_compare_and_set_has_one_winner() -> CaseResult {
     m.check_workers_unchanged()
 }
 
+fn case_workers_killed_under_traffic_and_puts() -> CaseResult {
+    // SIGKILL a worker every 50 ms for 2 s while clients send requests and the set changes
+    // every 20 ms; afterwards the master's new workers serve and the API works.
+    let m = Master::start(&standard())?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut threads = Vec::new();
+    for _ in 0..3 {
+        let (stop, port) = (stop.clone(), m.port(0));
+        threads.push(std::thread::spawn(move || {
+            while !stop.load(Ordering::SeqCst) {
+                let _ = http_request(port, "GET", "/", &[], b"");
+            }
+        }));
+    }
+    {
+        let (stop, port) = (stop.clone(), m.port(0));
+        let bodies = [
+            set_body(&m, &[1, 2], &[3]),
+            set_body(&m, &[2], &[]),
+            set_body(&m, &[1, 2, 3, 4], &[5]),
+        ];
+        threads.push(std::thread::spawn(move || {
+            let mut i = 0;
+            while !stop.load(Ordering::SeqCst) {
+                let _ = http_request(port, "PUT", "/api/app", &[], bodies[i % 3].as_bytes());
+                i += 1;
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }));
+    }
+    let mut kills = 0;
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(2) {
+        if let Some(w) = m.workers().into_iter().next() {
+            let _ = std::process::Command::new("kill")
+                .arg("-KILL")
+                .arg(w.to_string())
+                .status();
+            kills += 1;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    stop.store(true, Ordering::SeqCst);
+    for t in threads {
+        let _ = t.join();
+    }
+    check(kills >= 10, || format!("only {kills} workers killed"))?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while m.workers().len() != 2 {
+        check(Instant::now() < deadline, || {
+            "the master did not restart 2 workers".into()
+        })?;
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    check_eq(
+        m.put("app", &set_body(&m, &[4], &[]))?.status,
+        200,
+        "PUT after the kills",
+    )?;
+    both_workers_answer(&m, &["b4"], 10)?;
+    check_eq(
+        addresses(&m.get_json("/app")?),
+        vec![addr(&m, 4)],
+        "GET after the kills",
+    )?;
+    eprintln!("{kills} workers killed with SIGKILL; nginx serves and the API answers");
+    Ok(())
+}
+
 fn case_round_robin_position_is_kept() -> CaseResult {
     // Smooth weighted round robin over b1, b2 (weights 1): the first pick is b1, leaving b1's
     // current weight at -1 and b2's at +1. Adding b3 while keeping that state makes b2 the next
@@ -854,6 +923,10 @@ fn main() {
         Trial::test(
             "round_robin_position_is_kept",
             case_round_robin_position_is_kept,
+        ),
+        Trial::test(
+            "workers_killed_under_traffic_and_puts",
+            case_workers_killed_under_traffic_and_puts,
         ),
         Trial::test(
             "concurrent_compare_and_set_has_one_winner",
