@@ -11,6 +11,20 @@
 //! - list: `number`, `shpool`, `rwlock`, `total_weight`, `tries`, `single`, `weighted`,
 //!   `name`, `next` (the backup list), `peer`.
 //!
+//! For nginx 1.27.3+ (issue of version conditionals): those versions' zone module can resolve
+//! `server ... resolve` names itself and rewrites the lists from a timer (`peers->resolve`,
+//! `peer->host`, `peers->config`); upstreams with such servers must then be refused (409) — check
+//! `resolve` here. A peer's `refs` counts references by the resolver's host objects: a peer with
+//! `refs > 0` must not be freed either. Lists the API creates (the backup list) leave `config`
+//! null, which nginx's round robin treats as "no resolver".
+//!
+//! Other nginx structures the live API reads or writes (stable from 1.22 to 1.30): the slab pool
+//! (`mutex`, `min_shift`, `stats`, `pfree`, `start`, `end`, `log_nomem`: `zone.rs`), the peer
+//! connection (`get`, `free`, `data`, `set_session`, `save_session`, `tries`, `name`, `sockaddr`,
+//! `socklen`: `balancer.rs`), the upstream (`peer`, `shm_zone`, `host`, `srv_conf`) and zone
+//! (`init`, `shm.name`, `shm.addr`) configurations (`mod.rs`), modules' `name`/`commands`
+//! (`probe.rs`).
+//!
 //! Memory: every peer of a zone is a slab allocation with its `sockaddr` (size of
 //! `ngx_sockaddr_t`), `name.data` (`NGX_SOCKADDR_STRLEN` bytes), `server.data` and, once an SSL
 //! session was saved, `ssl_session` as separate slab allocations — the layout
