@@ -15,6 +15,7 @@ mod combine_server_singlets;
 mod conf;
 mod extend_single_peers;
 mod ffi_util;
+mod live;
 mod upstrand;
 mod upstreams;
 
@@ -30,12 +31,13 @@ use ngx::ffi::{
 /// Directive table: each feature file exports its entry as `COMMAND` (made with
 /// [`ffi_util::command`]). To add a directive: list it here and bump the array length. The last
 /// entry must stay [`ngx_command_t::empty`].
-static mut COMMANDS: [ngx_command_t; 6] = [
+static mut COMMANDS: [ngx_command_t; 7] = [
     add_upstream::COMMAND,
     combine_server_singlets::COMMAND,
     extend_single_peers::COMMAND,
     upstrand::block::COMMAND,
     upstrand::dynamic::COMMAND,
+    live::COMMAND,
     ngx_command_t::empty(),
 ];
 
@@ -109,6 +111,11 @@ unsafe extern "C" fn postconfiguration(cf: *mut ngx_conf_t) -> ngx_int_t {
 unsafe extern "C" fn init_main_conf(cf: *mut ngx_conf_t, _conf: *mut c_void) -> *mut c_char {
     // SAFETY: nginx passes the configuration being parsed; the http main confs exist.
     unsafe { extend_single_peers::check_after_init(cf) };
+    // SAFETY: as above; every upstream ran its init_upstream.
+    if let Err(msg) = unsafe { live::init_main_conf(cf) } {
+        // SAFETY: cf is the configuration being parsed.
+        return unsafe { ffi_util::conf_error(cf, msg) };
+    }
     NGX_CONF_OK
 }
 

@@ -7,9 +7,11 @@
 //! - [`add_upstream`]: arguments of `add_upstream NAME [backup] [weight=N]` and the copy plan.
 //! - [`singlets`]: arguments of `combine_server_singlets`, singlet names and per-singlet flags.
 //! - [`extend`]: which fake peers `extend_single_peers` adds.
+//! - [`live`]: the live upstream API (`upstreams_api`): request parsing, change plans, answers.
 
 pub mod add_upstream;
 pub mod extend;
+pub mod live;
 pub mod singlets;
 pub mod upstrand;
 
