@@ -44,6 +44,7 @@ unsafe fn apply(
         // The servers so far, copied out: creating upstreams below does not touch this list,
         // and servers declared later are in no singlet.
         let servers: Vec<ngx_http_upstream_server_t> = upstreams::servers(host).to_vec();
+        singlets::require_servers(servers.len())?;
         let flags: Vec<_> = servers.iter().map(upstreams::flags_of).collect();
         for (i, server) in servers.iter().enumerate() {
             let name = singlets::name(host_name, &opts, i + 1, upstreams::server_name(server));

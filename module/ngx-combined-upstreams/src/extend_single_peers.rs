@@ -2,7 +2,7 @@
 //! all servers are known, a part (primary or backup) with exactly one address gets a fake `down`
 //! peer in the other part; stock round robin then counts the lone peer's failures.
 
-use core::ffi::{c_char, c_void};
+use core::ffi::{c_char, c_void, CStr};
 use core::ptr;
 
 use ngx::core::NGX_CONF_OK;
@@ -14,7 +14,7 @@ use ngx::ffi::{
 use upstrand_core::extend;
 
 use crate::conf::SrvConf;
-use crate::ffi_util::{bytes, command, conf_log, NGX_ERROR};
+use crate::ffi_util::{bytes, command, log_at, NGX_ERROR};
 use crate::upstreams;
 
 /// Directive table entry.
@@ -130,13 +130,22 @@ pub unsafe fn check_after_init(cf: *mut ngx_conf_t) {
                 continue;
             }
             let name = String::from_utf8_lossy(bytes(&(*u).host));
-            conf_log(
-                cf,
+            // The upstream's own place, not the end of http{} where this check runs.
+            let file = if (*u).file_name.is_null() {
+                String::new()
+            } else {
+                CStr::from_ptr((*u).file_name.cast())
+                    .to_string_lossy()
+                    .into_owned()
+            };
+            log_at(
+                (*cf).log,
                 NGX_LOG_WARN,
                 &format!(
                     "\"extend_single_peers\" has no effect in upstream \"{name}\": a load \
                      balancing directive after it replaced it; put extend_single_peers after \
-                     the balancer"
+                     the balancer in {file}:{}",
+                    (*u).line
                 ),
             );
         }

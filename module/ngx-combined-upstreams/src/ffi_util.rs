@@ -149,6 +149,26 @@ pub unsafe fn conf_error(cf: *mut ngx_conf_t, msg: &str) -> *mut c_char {
     NGX_CONF_ERROR
 }
 
+/// Logs `msg` on `log` at `level` (a plain log line: nginx adds no ` in FILE:LINE`).
+///
+/// # Safety
+/// `log` is a live nginx log.
+pub unsafe fn log_at(log: *mut ngx::ffi::ngx_log_t, level: u32, msg: &str) {
+    let mut s = borrowed(msg.as_bytes());
+    // SAFETY: log is live (caller); "%V" takes an ngx_str_t pointer valid for the call.
+    unsafe {
+        if (*log).log_level >= level as ngx_uint_t {
+            ngx_log_error_core(
+                level as ngx_uint_t,
+                log,
+                0,
+                c"%V".as_ptr(),
+                ptr::addr_of_mut!(s),
+            );
+        }
+    }
+}
+
 /// Logs `msg` on the request's connection log at `level`.
 ///
 /// # Safety
@@ -167,6 +187,19 @@ pub unsafe fn log_request(r: *mut ngx_http_request_t, level: u32, msg: &str) {
                 ptr::addr_of_mut!(s),
             );
         }
+    }
+}
+
+/// True when the request's log has HTTP debugging on (`error_log ... debug` in a build with
+/// `--with-debug`, as Debian's nginx is).
+///
+/// # Safety
+/// `r` is a live request.
+pub unsafe fn debug_enabled(r: *mut ngx_http_request_t) -> bool {
+    // SAFETY: r and its connection's log are live (caller).
+    unsafe {
+        let log = (*(*r).connection).log;
+        (*log).log_level & ngx::ffi::NGX_LOG_DEBUG_HTTP as ngx_uint_t != 0
     }
 }
 

@@ -73,6 +73,17 @@ pub fn parse(args: &[&[u8]]) -> Result<Singlets, ConfError> {
     Ok(out)
 }
 
+/// `combine_server_singlets` needs at least one server declared before it in its upstream
+/// (the C module's wording).
+pub fn require_servers(count: usize) -> Result<(), ConfError> {
+    if count == 0 {
+        return Err(ConfError::new(
+            "no server so far declared to build singlets",
+        ));
+    }
+    Ok(())
+}
+
 fn is_integer(arg: &[u8]) -> bool {
     !arg.is_empty() && arg.iter().all(u8::is_ascii_digit)
 }
@@ -146,6 +157,15 @@ pub fn singlet_flags(servers: &[ServerFlags], active: usize, nobackup: bool) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn singlets_need_a_server_declared_before() {
+        assert_eq!(
+            require_servers(0).unwrap_err().as_str(),
+            "no server so far declared to build singlets"
+        );
+        assert!(require_servers(1).is_ok());
+    }
 
     fn p(args: &[&str]) -> Result<Singlets, ConfError> {
         let v: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();

@@ -13,7 +13,7 @@ use ngx::ffi::{
 use upstrand_core::upstrand::conf::{check_unique, Matcher, UpstrandBuilder};
 use upstrand_core::upstrand::vars::is_reserved_suffix;
 
-use super::{registry_for_conf, Upstrand};
+use super::{registry_for_conf, vars, Upstrand};
 use crate::conf::MainConf;
 use crate::ffi_util::{borrowed, bytes, command, conf_args, conf_result, pool_copy, ConfFail};
 use crate::upstreams;
@@ -165,8 +165,13 @@ unsafe fn block(cf: *mut ngx_conf_t, mc: *mut MainConf) -> Result<(), ConfFail> 
     if rv != NGX_CONF_OK {
         return Err(ConfFail::Logged);
     }
+    let conf = builder.finish()?;
+    // SAFETY: cf is the configuration being parsed, inside http{} (caller).
+    if !unsafe { vars::register_upstrand(cf, &conf.name, reg.upstrands.len()) } {
+        return Err(ConfFail::Logged);
+    }
     reg.upstrands.push(Upstrand {
-        conf: builder.finish()?,
+        conf,
         state: RefCell::new(None),
     });
     Ok(())

@@ -12,6 +12,12 @@
 //! Every participating request has a [`ReqCtx`] in its module-context slot; the walk keeps the
 //! list of them so that a request whose context was wiped by an internal redirect (`try_files`,
 //! `error_page` in the failover location) gets it back.
+//!
+//! Aliasing rule: walk state ([`WalkCtx`], [`ReqCtx`]) is reached only through raw pointers.
+//! A reference to it lives only inside a stretch of code that calls nothing of nginx's that can
+//! run variable handlers (the filter chain, `ngx_http_subrequest`, `peer.init`): `add_header X
+//! $upstrand_us1;` re-enters [`upstrand_value`] from the header filter chain, which writes
+//! `poisoned`, and the status variables read the walk.
 
 use core::ffi::c_void;
 use core::ptr;
@@ -24,19 +30,19 @@ use ngx::ffi::{
     ngx_variable_value_t, random, NGX_HTTP_LOCK, NGX_HTTP_PATCH, NGX_HTTP_POST,
     NGX_HTTP_SUBREQUEST_CLONE, NGX_HTTP_UPSTREAM_IGN_XA_REDIRECT, NGX_LOG_ERR,
 };
-use upstrand_core::upstrand::select::{member, whitelist_message, MemberRef, Step, Walk};
+use upstrand_core::upstrand::select::{
+    member, multiple_message, whitelist_message, MemberRef, Step, Walk,
+};
 use upstrand_core::upstrand::status::{Answer, Origin};
+use upstrand_core::upstrand::trace;
 
 use super::{Registry, Upstrand};
 use crate::conf::MainConf;
 use crate::ctx_index;
 use crate::ffi_util::{
-    bytes, log_request, pool_copy, pool_new, set_not_found, set_value_raw, NGX_ERROR, NGX_OK,
+    bytes, debug_enabled, log_request, pool_copy, pool_new, set_not_found, set_value_raw,
+    NGX_ERROR, NGX_OK,
 };
-
-/// The log line for a second upstrand in one request.
-const MULTIPLE_MESSAGE: &str =
-    "accessing multiple upstrand variables in a single request is prohibited";
 
 /// What a participating request is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -85,30 +91,51 @@ pub(super) struct WalkCtx {
     pub last: *mut ReqCtx,
 }
 
-impl WalkCtx {
-    /// The contexts of every participating request, chronologically.
-    ///
-    /// # Safety
-    /// The walk and its contexts are live (they live as long as the request tree's pool).
-    pub unsafe fn parts(&self) -> impl Iterator<Item = *mut ReqCtx> + '_ {
-        let mut cur = self.first;
-        core::iter::from_fn(move || {
-            if cur.is_null() {
-                return None;
-            }
-            let c = cur;
-            // SAFETY: c is a live context of this walk (caller).
-            cur = unsafe { (*c).next };
-            Some(c)
-        })
-    }
+/// The contexts of every participating request of walk `w`, chronologically. Holds no
+/// reference to the walk: each step reads one `next` pointer.
+///
+/// # Safety
+/// The walk and its contexts are live (they live as long as the request tree's pool) while the
+/// iterator is used.
+pub(super) unsafe fn parts(w: *const WalkCtx) -> impl Iterator<Item = *mut ReqCtx> {
+    // SAFETY: w is live (caller).
+    let mut cur = unsafe { (*w).first };
+    core::iter::from_fn(move || {
+        if cur.is_null() {
+            return None;
+        }
+        let c = cur;
+        // SAFETY: c is a live context of this walk (caller).
+        cur = unsafe { (*c).next };
+        Some(c)
+    })
+}
 
-    /// The name shown for a part in the status variables.
-    pub fn part_name(&self, role: Role) -> &str {
-        match role {
-            // SAFETY: upstrand points into the registry, which outlives every request.
-            Role::Step(m) => &member(unsafe { &(*self.upstrand).conf }, m).name,
-            Role::Intercept => upstrand_core::upstrand::vars::INTERCEPTED,
+/// The name shown for a part in the status variables.
+pub(super) fn part_name(up: &Upstrand, role: Role) -> &str {
+    match role {
+        Role::Step(m) => &member(&up.conf, m).name,
+        Role::Intercept => upstrand_core::upstrand::vars::INTERCEPTED,
+    }
+}
+
+/// The upstrand of walk `w` (registry memory, which outlives every request of the cycle).
+///
+/// # Safety
+/// `w` is a live walk.
+pub(super) unsafe fn walk_upstrand<'a>(w: *const WalkCtx) -> &'a Upstrand {
+    // SAFETY: upstrand points into the registry, which lives as long as the configuration; it is
+    // only ever shared (its per-worker state is a RefCell).
+    unsafe { &*(*w).upstrand }
+}
+
+/// Logs a walk decision at `debug` level (`error_log ... debug`); `line` is only formatted
+/// when the request's log has HTTP debugging on.
+unsafe fn log_walk(r: *mut ngx_http_request_t, line: impl FnOnce() -> String) {
+    // SAFETY: r is live (caller).
+    unsafe {
+        if debug_enabled(r) {
+            log_request(r, ngx::ffi::NGX_LOG_DEBUG, &line());
         }
     }
 }
@@ -149,8 +176,7 @@ pub(super) unsafe fn find_ctx(r: *mut ngx_http_request_t) -> *mut ReqCtx {
         while !p.is_null() {
             let pc = (*slot(p)).cast::<ReqCtx>();
             if !pc.is_null() {
-                let w = &*(*pc).walk;
-                return match w.parts().find(|c| (**c).r == r) {
+                return match parts((*pc).walk).find(|c| (**c).r == r) {
                     Some(c) => {
                         *slot(r) = c.cast();
                         c
@@ -220,10 +246,21 @@ fn now_ms() -> u64 {
 }
 
 /// Sets `v` to the member name of a step (names live in the registry for the whole cycle).
-unsafe fn set_member(v: *mut ngx_variable_value_t, w: &WalkCtx, m: MemberRef) {
-    let name = w.part_name(Role::Step(m));
+unsafe fn set_member(v: *mut ngx_variable_value_t, up: &Upstrand, m: MemberRef) {
+    let name = part_name(up, Role::Step(m));
     // SAFETY: the name bytes live in the registry, which outlives the request; nginx only reads.
     unsafe { set_value_raw(v, name.as_ptr().cast_mut(), name.len()) };
+}
+
+/// A second upstrand was accessed in the request tree of walk `w`: poison the walk (every
+/// further step answers 500) and log the C module's message.
+unsafe fn poison(r: *mut ngx_http_request_t, w: *mut WalkCtx, new: &Upstrand) {
+    // SAFETY: w is a live walk (caller); no reference to it is held here.
+    unsafe {
+        (*w).poisoned = true;
+        let original = &walk_upstrand(w).conf.name;
+        log_request(r, NGX_LOG_ERR, &multiple_message(original, &new.conf.name));
+    }
 }
 
 /// Value of `$upstrand_NAME` for upstrand `up` in request `r`.
@@ -236,25 +273,25 @@ pub(super) unsafe fn upstrand_value(
     up: &Upstrand,
 ) -> ngx_int_t {
     // SAFETY: r, v are live (caller); walks and contexts are ours, allocated in the pool of the
-    // request tree and alive while it is.
+    // request tree and alive while it is; they are touched through raw pointers only (this
+    // handler can run inside the filter chain of a walk request).
     unsafe {
         let ctx = find_ctx(r);
         if !ctx.is_null() {
-            let w = &mut *(*ctx).walk;
-            if w.poisoned {
+            let w = (*ctx).walk;
+            if (*w).poisoned {
                 set_not_found(v);
                 return NGX_OK;
             }
-            if !ptr::eq(w.upstrand, up) {
-                w.poisoned = true;
-                log_request(r, NGX_LOG_ERR, MULTIPLE_MESSAGE);
+            if !ptr::eq((*w).upstrand, up) {
+                poison(r, w, up);
                 set_not_found(v);
                 return NGX_OK;
             }
             match (*ctx).role {
                 Role::Step(m) => {
                     (*r).set_error_page(1);
-                    set_member(v, w, m);
+                    set_member(v, up, m);
                 }
                 Role::Intercept => set_not_found(v),
             }
@@ -262,8 +299,7 @@ pub(super) unsafe fn upstrand_value(
         }
         let other = tree_walk(r);
         if !other.is_null() {
-            (*other).poisoned = true;
-            log_request(r, NGX_LOG_ERR, MULTIPLE_MESSAGE);
+            poison(r, other, up);
             set_not_found(v);
             return NGX_OK;
         }
@@ -277,6 +313,9 @@ pub(super) unsafe fn upstrand_value(
             log_request(r, NGX_LOG_ERR, &whitelist_message(&up.conf.name));
         }
         let first = begin.walk.current(&up.conf);
+        log_walk(r, || {
+            trace::started(&up.conf.name, part_name(up, Role::Step(first)), first.cycle)
+        });
         let method = (*r).method;
         let non_idempotent =
             method & (NGX_HTTP_POST | NGX_HTTP_LOCK | NGX_HTTP_PATCH) as ngx_uint_t != 0;
@@ -296,7 +335,7 @@ pub(super) unsafe fn upstrand_value(
             return NGX_ERROR;
         }
         (*r).set_error_page(1);
-        set_member(v, &*w, first);
+        set_member(v, up, first);
         NGX_OK
     }
 }
@@ -341,12 +380,19 @@ unsafe fn next_body(r: *mut ngx_http_request_t, chain: *mut ngx_chain_t) -> ngx_
     }
 }
 
-/// True when nginx produced the status itself (no backend status line in the last try).
-unsafe fn generated(r: *mut ngx_http_request_t) -> bool {
+/// Who produced the answer `r` is sending: nginx itself (`error`/`timeout` words) when the
+/// request has no upstream, when no status line came, or when nginx finalised the request with
+/// an error status of its own (`ngx_http_special_response_handler` sets `err_status`) — also
+/// after the backend sent a status line and then failed or timed out before the header ended.
+unsafe fn origin(r: *mut ngx_http_request_t) -> Origin {
     // SAFETY: r is live; r->upstream is either null or the request's upstream.
     unsafe {
         let u = (*r).upstream;
-        u.is_null() || (*u).headers_in.status_n == 0
+        if u.is_null() || (*u).headers_in.status_n == 0 || (*r).err_status != 0 {
+            Origin::Generated
+        } else {
+            Origin::Backend
+        }
     }
 }
 
@@ -363,11 +409,10 @@ unsafe fn fix_list(dst: *mut ngx_list_t, src: *mut ngx_list_t) {
 
 /// Makes the answer of subrequest `r` the root's response: copy the headers and send them down
 /// the chain as the root's.
-unsafe fn deliver(r: *mut ngx_http_request_t, w: &WalkCtx) -> ngx_int_t {
-    // SAFETY: r and w.root are live requests of one tree; headers_out is plain data with lists
+unsafe fn deliver(r: *mut ngx_http_request_t, root: *mut ngx_http_request_t) -> ngx_int_t {
+    // SAFETY: r and root are live requests of one tree; headers_out is plain data with lists
     // allocated in the shared pool.
     unsafe {
-        let root = w.root;
         (*root).headers_out = (*r).headers_out;
         fix_list(
             ptr::addr_of_mut!((*root).headers_out.headers),
@@ -428,83 +473,110 @@ unsafe fn spawn(
 }
 
 unsafe extern "C" fn header_filter(r: *mut ngx_http_request_t) -> ngx_int_t {
-    // SAFETY: r is the live request nginx is sending a header for; contexts and walks are ours.
+    // SAFETY: r is the live request nginx is sending a header for; contexts and walks are ours
+    // and reached through raw pointers only (see the module's aliasing rule): the calls down
+    // the chain below can run our variable handlers again.
     unsafe {
         let ctx = find_ctx(r);
         if ctx.is_null() {
             return next_header(r);
         }
-        let c = &mut *ctx;
-        let w = &mut *c.walk;
-        if w.poisoned {
-            c.mode = Mode::Pass;
+        let w = (*ctx).walk;
+        if (*w).poisoned {
+            (*ctx).mode = Mode::Pass;
             return next_header(r);
         }
-        if c.role == Role::Intercept {
-            c.mode = Mode::Deliver;
-            return deliver(r, w);
+        if (*ctx).role == Role::Intercept {
+            (*ctx).mode = Mode::Deliver;
+            return deliver(r, (*w).root);
         }
-        if c.mode != Mode::Undecided {
+        if (*ctx).mode != Mode::Undecided {
             return next_header(r);
         }
-        let up = &*w.upstrand;
-        let status = u16::try_from((*r).headers_out.status).unwrap_or(0);
-        let origin = if generated(r) {
-            Origin::Generated
-        } else {
-            Origin::Backend
+        let Role::Step(current) = (*ctx).role else {
+            return next_header(r);
         };
-        let answer = Answer { status, origin };
-        let non_idempotent = w.non_idempotent;
-        let walk = &mut w.walk;
+        let up = walk_upstrand(w);
+        let status = u16::try_from((*r).headers_out.status).unwrap_or(0);
+        let answer = Answer {
+            status,
+            origin: origin(r),
+        };
+        // The time limit counts from the first contact with an upstream (nginx stamps
+        // `peer.start_time` right before connecting, after a buffered request body was read).
+        let u = (*r).upstream;
+        if !u.is_null() && (*u).peer.start_time != 0 {
+            (*w).walk.contacted((*u).peer.start_time as u64);
+        }
+        let non_idempotent = (*w).non_idempotent;
+        let walk = ptr::addr_of_mut!((*w).walk);
         let step = up.with_state(|conf, state| {
-            walk.on_answer(conf, state, answer, non_idempotent, now_ms(), &mut rng)
+            (*walk).on_answer(conf, state, answer, non_idempotent, now_ms(), &mut rng)
         });
+        let here = part_name(up, Role::Step(current));
         let (next_role, uri, clone) = match step {
             Step::Final {
-                intercept: None, ..
-            } => return final_answer(r, ctx),
+                intercept: None,
+                reason,
+            } => {
+                log_walk(r, || {
+                    trace::stopped(&up.conf.name, here, answer, reason, None)
+                });
+                return final_answer(r, ctx);
+            }
             Step::Final {
-                intercept: Some(i), ..
-            } => (Role::Intercept, up.conf.intercepts[i].uri.as_bytes(), false),
+                intercept: Some(i),
+                reason,
+            } => {
+                let uri = up.conf.intercepts[i].uri.as_str();
+                log_walk(r, || {
+                    trace::stopped(&up.conf.name, here, answer, reason, Some(uri))
+                });
+                (Role::Intercept, uri.as_bytes(), false)
+            }
             Step::Next(m) => {
-                let root = w.root;
-                (Role::Step(m), bytes(&(*root).uri), true)
+                log_walk(r, || {
+                    let to = part_name(up, Role::Step(m));
+                    trace::moved(&up.conf.name, here, answer, to, m.cycle)
+                });
+                (Role::Step(m), bytes(&(*(*w).root).uri), true)
             }
         };
-        let args = if clone { Some((*w.root).args) } else { None };
+        let args = if clone { Some((*(*w).root).args) } else { None };
         let mode = if clone {
             Mode::Undecided
         } else {
             Mode::Deliver
         };
-        c.mode = Mode::Swallow;
-        if spawn(r, c.walk, uri, args, clone, next_role, mode) {
+        (*ctx).mode = Mode::Swallow;
+        if spawn(r, w, uri, args, clone, next_role, mode) {
             return NGX_OK;
         }
         // nginx logged why (e.g. "subrequests cycle"): this answer stays the final one.
+        log_walk(r, || trace::spawn_failed(&up.conf.name, here));
         final_answer(r, ctx)
     }
 }
 
 /// The current answer of `r` is the walk's response.
 unsafe fn final_answer(r: *mut ngx_http_request_t, ctx: *mut ReqCtx) -> ngx_int_t {
-    // SAFETY: r is live and ctx its context (caller).
+    // SAFETY: r is live and ctx its context (caller); no reference to walk state is held while
+    // the chain runs.
     unsafe {
-        let c = &mut *ctx;
-        let w = &*c.walk;
-        if r == w.root {
-            c.mode = Mode::Pass;
+        let root = (*(*ctx).walk).root;
+        if r == root {
+            (*ctx).mode = Mode::Pass;
             next_header(r)
         } else {
-            c.mode = Mode::Deliver;
-            deliver(r, w)
+            (*ctx).mode = Mode::Deliver;
+            deliver(r, root)
         }
     }
 }
 
 unsafe extern "C" fn body_filter(r: *mut ngx_http_request_t, chain: *mut ngx_chain_t) -> ngx_int_t {
-    // SAFETY: r is live; chain is the chain nginx passes down, its links and buffers are valid.
+    // SAFETY: r is live; chain is the chain nginx passes down, its links and buffers are valid;
+    // walk state is read through raw pointers before the chain runs.
     unsafe {
         let ctx = find_ctx(r);
         if ctx.is_null() {
@@ -530,8 +602,7 @@ unsafe extern "C" fn body_filter(r: *mut ngx_http_request_t, chain: *mut ngx_cha
                 NGX_OK
             }
             Mode::Deliver => {
-                let w = &*(*ctx).walk;
-                if w.root == (*r).main {
+                if (*(*ctx).walk).root == (*r).main {
                     let mut cl = chain;
                     while !cl.is_null() {
                         let b = (*cl).buf;

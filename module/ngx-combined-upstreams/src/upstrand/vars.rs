@@ -1,44 +1,34 @@
-//! Variables: `$upstrand_NAME` (prefix variable) and the status variables.
+//! Variables: `$upstrand_NAME` (one exact variable per `upstrand` block, so nginx itself rejects
+//! `$upstrand_typo` at configuration time) and the status variables.
 
 use ngx::ffi::{
     ngx_conf_t, ngx_http_add_variable, ngx_http_get_flushed_variable, ngx_http_get_variable_index,
     ngx_http_request_t, ngx_int_t, ngx_uint_t, ngx_variable_value_t, NGX_HTTP_VAR_NOCACHEABLE,
-    NGX_HTTP_VAR_PREFIX,
 };
 use upstrand_core::upstrand::vars::{format_entries, format_path, STATUS_SUFFIXES};
 
-use super::request::{find_ctx, registry, upstrand_value};
-use crate::ffi_util::{borrowed, bytes, set_not_found, set_value_copy, NGX_ERROR, NGX_OK};
+use super::request::{find_ctx, part_name, parts, registry, upstrand_value, walk_upstrand, Role};
+use crate::ffi_util::{borrowed, set_not_found, set_value_copy, NGX_ERROR, NGX_OK};
 
 const PREFIX: &[u8] = b"upstrand_";
 /// `data` of `$upstrand_path`; the status variables use their index in STATUS_SUFFIXES.
 const PATH_DATA: usize = STATUS_SUFFIXES.len();
 
-/// Registers `$upstrand_` (prefix), the seven status variables and `$upstrand_path`.
+/// Registers the seven status variables and `$upstrand_path`.
 ///
 /// # Safety
 /// `cf` is the configuration nginx is parsing (preconfiguration).
 pub(super) unsafe fn register(cf: *mut ngx_conf_t) -> ngx_int_t {
-    // SAFETY: cf is valid; nginx copies the names; the returned variables live in the cycle.
-    unsafe {
-        let mut name = borrowed(PREFIX);
-        let v = ngx_http_add_variable(
-            cf,
-            &mut name,
-            (NGX_HTTP_VAR_PREFIX | NGX_HTTP_VAR_NOCACHEABLE) as ngx_uint_t,
-        );
-        if v.is_null() {
-            return NGX_ERROR;
-        }
-        (*v).get_handler = Some(upstrand_variable);
-        (*v).data = 0;
-        let suffixes = STATUS_SUFFIXES
-            .iter()
-            .copied()
-            .chain(core::iter::once("path"));
-        for (i, suffix) in suffixes.enumerate() {
-            let full = [PREFIX, suffix.as_bytes()].concat();
-            let mut name = borrowed(&full);
+    let suffixes = STATUS_SUFFIXES
+        .iter()
+        .copied()
+        .chain(core::iter::once("path"));
+    for (i, suffix) in suffixes.enumerate() {
+        let full = [PREFIX, suffix.as_bytes()].concat();
+        let mut name = borrowed(&full);
+        // SAFETY: cf is valid (caller); nginx copies the name; the returned variable lives in
+        // the cycle.
+        unsafe {
             let v = ngx_http_add_variable(cf, &mut name, NGX_HTTP_VAR_NOCACHEABLE as ngx_uint_t);
             if v.is_null() {
                 return NGX_ERROR;
@@ -46,22 +36,40 @@ pub(super) unsafe fn register(cf: *mut ngx_conf_t) -> ngx_int_t {
             (*v).get_handler = Some(status_variable);
             (*v).data = i;
         }
-        NGX_OK
     }
+    NGX_OK
 }
 
-/// `$upstrand_NAME`: `data` points at the full variable name.
+/// Registers `$upstrand_NAME` for the upstrand at `index` of the configuration's registry
+/// (called by the `upstrand` block handler). nginx logs why it refuses a name.
+///
+/// # Safety
+/// `cf` is the configuration nginx is parsing, inside `http {}`.
+pub(super) unsafe fn register_upstrand(cf: *mut ngx_conf_t, name: &str, index: usize) -> bool {
+    let full = [PREFIX, name.as_bytes()].concat();
+    let mut s = borrowed(&full);
+    // SAFETY: cf is valid (caller); nginx copies the name; the variable lives in the cycle.
+    unsafe {
+        let v = ngx_http_add_variable(cf, &mut s, NGX_HTTP_VAR_NOCACHEABLE as ngx_uint_t);
+        if v.is_null() {
+            return false;
+        }
+        (*v).get_handler = Some(upstrand_variable);
+        (*v).data = index;
+    }
+    true
+}
+
+/// `$upstrand_NAME`: `data` is the upstrand's index in the registry.
 unsafe extern "C" fn upstrand_variable(
     r: *mut ngx_http_request_t,
     v: *mut ngx_variable_value_t,
     data: usize,
 ) -> ngx_int_t {
-    // SAFETY: nginx passes the variable's name (an ngx_str_t that lives in the cycle) as data
-    // for prefix variables; r and v are live.
+    // SAFETY: r and v are live (nginx calls the handler with them); the registry of r's
+    // configuration is the one the variable was registered in.
     unsafe {
-        let full = bytes(&*(data as *const ngx::ffi::ngx_str_t));
-        let suffix = full.get(PREFIX.len()..).unwrap_or(&[]);
-        let Some(up) = registry(r).and_then(|reg| reg.find(suffix)) else {
+        let Some(up) = registry(r).and_then(|reg| reg.upstrands.get(data)) else {
             set_not_found(v);
             return NGX_OK;
         };
@@ -113,7 +121,9 @@ unsafe extern "C" fn status_variable(
     v: *mut ngx_variable_value_t,
     data: usize,
 ) -> ngx_int_t {
-    // SAFETY: r and v are live; contexts and walks are ours and live as long as the tree.
+    // SAFETY: r and v are live; contexts and walks are ours and live as long as the tree. The
+    // parts are copied out first: reading `$upstream_*` below runs nginx's variable code, so no
+    // reference to walk state is held across it.
     unsafe {
         let mut ctx = find_ctx(r);
         if ctx.is_null() {
@@ -123,21 +133,25 @@ unsafe extern "C" fn status_variable(
             set_not_found(v);
             return NGX_OK;
         }
-        let w = &*(*ctx).walk;
-        let roles: Vec<_> = w.parts().map(|c| (*c).role).collect();
+        let w = (*ctx).walk;
+        let up = walk_upstrand(w);
+        let list: Vec<(Role, *mut ngx_http_request_t)> =
+            parts(w).map(|c| ((*c).role, (*c).r)).collect();
         let text = if data == PATH_DATA {
-            format_path(roles.iter().map(|role| w.part_name(*role)))
+            format_path(list.iter().map(|(role, _)| part_name(up, *role)))
         } else {
             let Some(&index) = registry(r).and_then(|reg| reg.upstream_indexes.get(data)) else {
                 set_not_found(v);
                 return NGX_OK;
             };
-            let values: Vec<String> = w.parts().map(|c| indexed_value((*c).r, index)).collect();
+            let values: Vec<String> = list
+                .iter()
+                .map(|(_, part)| indexed_value(*part, index))
+                .collect();
             format_entries(
-                roles
-                    .iter()
+                list.iter()
                     .zip(&values)
-                    .map(|(role, val)| (w.part_name(*role), val.as_str())),
+                    .map(|((role, _), val)| (part_name(up, *role), val.as_str())),
             )
         };
         if !set_value_copy(r, v, text.as_bytes()) {
