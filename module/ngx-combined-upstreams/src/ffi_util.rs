@@ -5,11 +5,9 @@
 use core::ffi::{c_char, c_void, CStr};
 use core::{ptr, slice};
 
-use ngx::core::{NGX_CONF_ERROR, NGX_CONF_OK};
 use ngx::ffi::{
-    ngx_command_t, ngx_conf_log_error, ngx_conf_t, ngx_http_request_t, ngx_int_t,
-    ngx_log_error_core, ngx_palloc, ngx_pnalloc, ngx_pool_cleanup_add, ngx_pool_t, ngx_str_t,
-    ngx_uint_t, ngx_variable_value_t, NGX_LOG_EMERG,
+    ngx_command_t, ngx_conf_t, ngx_http_request_t, ngx_int_t, ngx_log_error_core, ngx_palloc,
+    ngx_pnalloc, ngx_pool_cleanup_add, ngx_pool_t, ngx_str_t, ngx_uint_t, ngx_variable_value_t,
 };
 
 /// nginx's `NGX_OK` as the `ngx_int_t` hooks and handlers return.
@@ -69,20 +67,6 @@ impl From<&str> for ConfFail {
     }
 }
 
-/// What a directive handler returns to nginx for `result`; a [`ConfFail::Message`] is logged as
-/// `[emerg] MSG in FILE:LINE` first.
-///
-/// # Safety
-/// `cf` must be the configuration nginx is parsing.
-pub unsafe fn conf_result(cf: *mut ngx_conf_t, result: Result<(), ConfFail>) -> *mut c_char {
-    match result {
-        Ok(()) => NGX_CONF_OK,
-        // SAFETY: forwarded from the caller.
-        Err(ConfFail::Message(msg)) => unsafe { conf_error(cf, &msg) },
-        Err(ConfFail::Logged) => NGX_CONF_ERROR,
-    }
-}
-
 /// The bytes of an `ngx_str_t` (empty for a null pointer).
 ///
 /// # Safety
@@ -101,52 +85,6 @@ pub fn borrowed(s: &[u8]) -> ngx_str_t {
         len: s.len(),
         data: s.as_ptr().cast_mut(),
     }
-}
-
-/// The words of the directive being handled (`cf->args`), the directive name first.
-///
-/// # Safety
-/// `cf` must be the configuration nginx is parsing, inside a directive handler.
-pub unsafe fn conf_args<'a>(cf: *mut ngx_conf_t) -> Vec<&'a [u8]> {
-    // SAFETY: inside a directive handler cf->args is an array of ngx_str_t filled by the parser;
-    // the strings live in the configuration pool for the whole parse.
-    unsafe {
-        let args = &*(*cf).args;
-        if args.nelts == 0 {
-            return Vec::new();
-        }
-        let elts = slice::from_raw_parts(args.elts as *const ngx_str_t, args.nelts);
-        elts.iter().map(|s| bytes(s)).collect()
-    }
-}
-
-/// Logs `msg` at `level` as a configuration message (nginx adds ` in FILE:LINE` of the directive
-/// being handled).
-///
-/// # Safety
-/// `cf` must be the configuration nginx is parsing.
-pub unsafe fn conf_log(cf: *mut ngx_conf_t, level: u32, msg: &str) {
-    let mut s = borrowed(msg.as_bytes());
-    // SAFETY: cf is valid (caller); "%V" takes an ngx_str_t pointer, which stays valid for the call.
-    unsafe {
-        ngx_conf_log_error(
-            level as ngx_uint_t,
-            cf,
-            0,
-            c"%V".as_ptr(),
-            ptr::addr_of_mut!(s),
-        )
-    };
-}
-
-/// Logs `msg` as `[emerg] MSG in FILE:LINE` and returns `NGX_CONF_ERROR`.
-///
-/// # Safety
-/// `cf` must be the configuration nginx is parsing.
-pub unsafe fn conf_error(cf: *mut ngx_conf_t, msg: &str) -> *mut c_char {
-    // SAFETY: forwarded from the caller.
-    unsafe { conf_log(cf, NGX_LOG_EMERG, msg) };
-    NGX_CONF_ERROR
 }
 
 /// Logs `msg` on `log` at `level` (a plain log line: nginx adds no ` in FILE:LINE`).

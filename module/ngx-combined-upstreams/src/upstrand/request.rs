@@ -30,6 +30,7 @@ use ngx::ffi::{
     ngx_variable_value_t, random, NGX_HTTP_LOCK, NGX_HTTP_PATCH, NGX_HTTP_POST,
     NGX_HTTP_SUBREQUEST_CLONE, NGX_HTTP_UPSTREAM_IGN_XA_REDIRECT, NGX_LOG_ERR,
 };
+use ngx::http::{HttpModule, HttpModuleMainConf};
 use upstrand_core::upstrand::select::{
     member, multiple_message, whitelist_message, MemberRef, Step, Walk,
 };
@@ -37,8 +38,7 @@ use upstrand_core::upstrand::status::{Answer, Origin};
 use upstrand_core::upstrand::trace;
 
 use super::{Registry, Upstrand};
-use crate::conf::MainConf;
-use crate::ctx_index;
+use crate::conf::Module;
 use crate::ffi_util::{
     bytes, debug_enabled, log_request, pool_copy, pool_new, set_not_found, set_value_raw,
     NGX_ERROR, NGX_OK,
@@ -142,7 +142,7 @@ unsafe fn log_walk(r: *mut ngx_http_request_t, line: impl FnOnce() -> String) {
 
 unsafe fn slot(r: *mut ngx_http_request_t) -> *mut *mut c_void {
     // SAFETY: r is live and its ctx array has ngx_http_max_module entries (caller).
-    unsafe { (*r).ctx.add(ctx_index()) }
+    unsafe { (*r).ctx.add(Module::module().ctx_index) }
 }
 
 /// The registry of the request's configuration (None when no upstrand is configured).
@@ -150,14 +150,9 @@ unsafe fn slot(r: *mut ngx_http_request_t) -> *mut *mut c_void {
 /// # Safety
 /// `r` is a live request.
 pub(super) unsafe fn registry<'a>(r: *mut ngx_http_request_t) -> Option<&'a Registry> {
-    // SAFETY: r's main_conf array holds our MainConf at our ctx_index.
-    unsafe {
-        let mc = (*(*r).main_conf.add(ctx_index())).cast::<MainConf>();
-        if mc.is_null() {
-            return None;
-        }
-        (*mc).upstrand.map(|p| &*p.as_ptr())
-    }
+    // SAFETY: r is live (caller); its main configuration lives as long as the cycle and is
+    // only read at run time.
+    Module::main_conf(unsafe { &*r })?.upstrand.as_deref()
 }
 
 /// The context of `r` if it takes part in a walk; restores it after an internal redirect.
@@ -472,7 +467,7 @@ unsafe fn spawn(
     }
 }
 
-unsafe extern "C" fn header_filter(r: *mut ngx_http_request_t) -> ngx_int_t {
+extern "C" fn header_filter(r: *mut ngx_http_request_t) -> ngx_int_t {
     // SAFETY: r is the live request nginx is sending a header for; contexts and walks are ours
     // and reached through raw pointers only (see the module's aliasing rule): the calls down
     // the chain below can run our variable handlers again.
@@ -574,7 +569,7 @@ unsafe fn final_answer(r: *mut ngx_http_request_t, ctx: *mut ReqCtx) -> ngx_int_
     }
 }
 
-unsafe extern "C" fn body_filter(r: *mut ngx_http_request_t, chain: *mut ngx_chain_t) -> ngx_int_t {
+extern "C" fn body_filter(r: *mut ngx_http_request_t, chain: *mut ngx_chain_t) -> ngx_int_t {
     // SAFETY: r is live; chain is the chain nginx passes down, its links and buffers are valid;
     // walk state is read through raw pointers before the chain runs.
     unsafe {
@@ -623,11 +618,9 @@ unsafe extern "C" fn body_filter(r: *mut ngx_http_request_t, chain: *mut ngx_cha
 
 /// Wraps `peer.init` of every upstream that is a member of some upstrand, so that requests of a
 /// walk run with `X-Accel-Redirect` and `proxy_intercept_errors` turned off (an internal
-/// redirect would break the walk) and a poisoned walk fails with 500.
-///
-/// # Safety
-/// `cf` is the parsed configuration; called once from postconfiguration.
-pub(super) unsafe fn wrap_peer_init(cf: *mut ngx_conf_t, reg: &mut Registry) {
+/// redirect would break the walk) and a poisoned walk fails with 500. Called once from
+/// postconfiguration, after the upstream module's init_main_conf set every `peer.init`.
+pub(super) fn wrap_peer_init(cf: &ngx_conf_t, reg: &mut Registry) {
     let mut names: Vec<Vec<u8>> = Vec::new();
     for up in &reg.upstrands {
         for m in up.conf.normal.iter().chain(&up.conf.backup) {
@@ -637,19 +630,15 @@ pub(super) unsafe fn wrap_peer_init(cf: *mut ngx_conf_t, reg: &mut Registry) {
             }
         }
     }
-    // SAFETY: cf is valid; upstream srv confs live as long as the cycle and their peer.init
-    // was set by the upstream module's init_main_conf, which ran before postconfiguration.
-    unsafe {
-        for (uscf, host) in super::block::named_upstreams(cf) {
-            let lower = host.to_ascii_lowercase();
-            if !names.contains(&lower) || reg.wrapped.iter().any(|(u, _)| *u == uscf) {
-                continue;
-            }
-            // Only the first upstream of a name is what proxy_pass finds.
-            names.retain(|n| *n != lower);
-            reg.wrapped.push((uscf, (*uscf).peer.init));
-            (*uscf).peer.init = Some(peer_init);
+    for u in super::block::named_upstreams(cf) {
+        let lower = u.host().to_ascii_lowercase();
+        if !names.contains(&lower) || reg.wrapped.iter().any(|(w, _)| *w == u.as_ptr()) {
+            continue;
         }
+        // Only the first upstream of a name is what proxy_pass finds.
+        names.retain(|n| *n != lower);
+        reg.wrapped.push((u.as_ptr(), u.peer_init()));
+        u.set_peer_init(Some(peer_init));
     }
 }
 
@@ -674,7 +663,7 @@ unsafe fn walk_conf(
     p
 }
 
-unsafe extern "C" fn peer_init(
+extern "C" fn peer_init(
     r: *mut ngx_http_request_t,
     us: *mut ngx_http_upstream_srv_conf_t,
 ) -> ngx_int_t {

@@ -14,11 +14,8 @@ const PREFIX: &[u8] = b"upstrand_";
 /// `data` of `$upstrand_path`; the status variables use their index in STATUS_SUFFIXES.
 const PATH_DATA: usize = STATUS_SUFFIXES.len();
 
-/// Registers the seven status variables and `$upstrand_path`.
-///
-/// # Safety
-/// `cf` is the configuration nginx is parsing (preconfiguration).
-pub(super) unsafe fn register(cf: *mut ngx_conf_t) -> ngx_int_t {
+/// Registers the seven status variables and `$upstrand_path` (preconfiguration).
+pub(super) fn register(cf: &mut ngx_conf_t) -> ngx_int_t {
     let suffixes = STATUS_SUFFIXES
         .iter()
         .copied()
@@ -26,8 +23,8 @@ pub(super) unsafe fn register(cf: *mut ngx_conf_t) -> ngx_int_t {
     for (i, suffix) in suffixes.enumerate() {
         let full = [PREFIX, suffix.as_bytes()].concat();
         let mut name = borrowed(&full);
-        // SAFETY: cf is valid (caller); nginx copies the name; the returned variable lives in
-        // the cycle.
+        // SAFETY: cf is the configuration being parsed; nginx copies the name; the returned
+        // variable lives in the cycle.
         unsafe {
             let v = ngx_http_add_variable(cf, &mut name, NGX_HTTP_VAR_NOCACHEABLE as ngx_uint_t);
             if v.is_null() {
@@ -41,14 +38,12 @@ pub(super) unsafe fn register(cf: *mut ngx_conf_t) -> ngx_int_t {
 }
 
 /// Registers `$upstrand_NAME` for the upstrand at `index` of the configuration's registry
-/// (called by the `upstrand` block handler). nginx logs why it refuses a name.
-///
-/// # Safety
-/// `cf` is the configuration nginx is parsing, inside `http {}`.
-pub(super) unsafe fn register_upstrand(cf: *mut ngx_conf_t, name: &str, index: usize) -> bool {
+/// (called by the `upstrand` block handler, inside `http {}`). nginx logs why it refuses a name.
+pub(super) fn register_upstrand(cf: &mut ngx_conf_t, name: &str, index: usize) -> bool {
     let full = [PREFIX, name.as_bytes()].concat();
     let mut s = borrowed(&full);
-    // SAFETY: cf is valid (caller); nginx copies the name; the variable lives in the cycle.
+    // SAFETY: cf is the configuration being parsed; nginx copies the name; the variable lives
+    // in the cycle.
     unsafe {
         let v = ngx_http_add_variable(cf, &mut s, NGX_HTTP_VAR_NOCACHEABLE as ngx_uint_t);
         if v.is_null() {
@@ -61,7 +56,7 @@ pub(super) unsafe fn register_upstrand(cf: *mut ngx_conf_t, name: &str, index: u
 }
 
 /// `$upstrand_NAME`: `data` is the upstrand's index in the registry.
-unsafe extern "C" fn upstrand_variable(
+extern "C" fn upstrand_variable(
     r: *mut ngx_http_request_t,
     v: *mut ngx_variable_value_t,
     data: usize,
@@ -78,19 +73,16 @@ unsafe extern "C" fn upstrand_variable(
 }
 
 /// Registers `$upstream_<suffix>` for every status suffix as an indexed variable (in
-/// STATUS_SUFFIXES order), so that the status variables read them by index at run time.
-///
-/// # Safety
-/// `cf` is the configuration nginx is parsing, before its variables are initialised
-/// (postconfiguration).
-pub(super) unsafe fn upstream_indexes(cf: *mut ngx_conf_t) -> Option<Vec<ngx_uint_t>> {
+/// STATUS_SUFFIXES order), so that the status variables read them by index at run time
+/// (postconfiguration, before nginx initialises variables).
+pub(super) fn upstream_indexes(cf: &mut ngx_conf_t) -> Option<Vec<ngx_uint_t>> {
     STATUS_SUFFIXES
         .iter()
         .map(|suffix| {
             let name = format!("upstream_{suffix}");
             let mut s = borrowed(name.as_bytes());
-            // SAFETY: cf is valid (caller); nginx copies the name.
-            let i = unsafe { ngx_http_get_variable_index(cf, &mut s) };
+            // SAFETY: cf is the configuration being parsed; nginx copies the name.
+            let i = unsafe { ngx_http_get_variable_index(&mut *cf, &mut s) };
             ngx_uint_t::try_from(i).ok()
         })
         .collect()
@@ -116,7 +108,7 @@ unsafe fn indexed_value(r: *mut ngx_http_request_t, index: ngx_uint_t) -> String
 }
 
 /// `$upstrand_addr` & co. (`data` = index into STATUS_SUFFIXES) and `$upstrand_path`.
-unsafe extern "C" fn status_variable(
+extern "C" fn status_variable(
     r: *mut ngx_http_request_t,
     v: *mut ngx_variable_value_t,
     data: usize,
