@@ -32,27 +32,21 @@ extern "C" fn handler(
 
 /// Appends the copies to `host`, the upstream being parsed.
 fn apply(cf: &mut ngx_conf_t, host: Upstream, opts: AddUpstream) -> Result<(), ConfFail> {
-    let shown = String::from_utf8_lossy(&opts.name);
-    let Some(src) = upstreams::find(cf, &opts.name) else {
-        return Err(format!("upstream \"{shown}\" not found").into());
-    };
-    if src == host {
-        return Err(format!("upstream \"{shown}\" makes recursion").into());
-    }
-    if !src.has_server_list() {
-        return Err(format!(
-            "upstream \"{shown}\" has no server list to copy (an upstream implied by proxy_pass \
-             with a host name is resolved only at start)"
-        )
-        .into());
-    }
-    // Snapshot: plan every copy first, then push.
+    let src = upstreams::find(cf, &opts.name);
+    let source = src.map(|s| add_upstream::Source {
+        is_host: s == host,
+        has_server_list: s.has_server_list(),
+    });
+    let servers = src.map(Upstream::servers).unwrap_or_default();
+    let plan = add_upstream::plan(
+        &opts,
+        source,
+        host.flags() & NGX_HTTP_UPSTREAM_BACKUP != 0,
+        servers.iter().map(upstreams::flags_of),
+    )?;
+    // Snapshot: every copy is planned before the first push.
     let mut copies = Vec::new();
-    for s in src.servers() {
-        let flags = add_upstream::copy_flags(upstreams::flags_of(&s), &opts)?;
-        if flags.backup && host.flags() & NGX_HTTP_UPSTREAM_BACKUP == 0 {
-            return Err("balancing method does not support parameter \"backup\"".into());
-        }
+    for (s, flags) in servers.into_iter().zip(plan) {
         let mut copy = s;
         if copy.name.len == 0 && !copy.addrs.is_null() && copy.naddrs > 0 {
             // a server of an implicit upstream: give it its address text as name

@@ -28,7 +28,7 @@ pub trait ConfExt {
     /// Logs `msg` at `level` as a configuration message: nginx adds ` in FILE:LINE` of the
     /// directive being handled.
     fn log(&self, level: u32, msg: &str);
-    /// What a directive handler returns to nginx; a [`ConfFail::Message`] is logged as
+    /// What a directive handler returns to nginx; a [`ConfFail::Conf`] is logged as
     /// `[emerg] MSG in FILE:LINE` first.
     fn result(&self, result: Result<(), ConfFail>) -> *mut c_char;
 }
@@ -84,8 +84,8 @@ impl ConfExt for ngx_conf_t {
     fn result(&self, result: Result<(), ConfFail>) -> *mut c_char {
         match result {
             Ok(()) => NGX_CONF_OK,
-            Err(ConfFail::Message(msg)) => {
-                self.log(NGX_LOG_EMERG, &msg);
+            Err(ConfFail::Conf(e)) => {
+                self.log(NGX_LOG_EMERG, &e.to_string());
                 NGX_CONF_ERROR
             }
             Err(ConfFail::Logged) => NGX_CONF_ERROR,

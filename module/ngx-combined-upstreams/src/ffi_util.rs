@@ -43,27 +43,15 @@ pub const fn command(
 /// Why a directive handler failed.
 #[derive(Debug)]
 pub enum ConfFail {
-    /// Log this text as `[emerg]`.
-    Message(String),
-    /// Already logged (nginx did it) or out of memory: only return `NGX_CONF_ERROR`.
+    /// Log this error as `[emerg]` (its `Display` is nginx's wording).
+    Conf(upstrand_core::ConfError),
+    /// Already logged (nginx did it, also for out of memory): only return `NGX_CONF_ERROR`.
     Logged,
 }
 
 impl From<upstrand_core::ConfError> for ConfFail {
     fn from(e: upstrand_core::ConfError) -> Self {
-        ConfFail::Message(e.as_str().to_string())
-    }
-}
-
-impl From<String> for ConfFail {
-    fn from(text: String) -> Self {
-        ConfFail::Message(text)
-    }
-}
-
-impl From<&str> for ConfFail {
-    fn from(text: &str) -> Self {
-        ConfFail::Message(text.to_string())
+        ConfFail::Conf(e)
     }
 }
 

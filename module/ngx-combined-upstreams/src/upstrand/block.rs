@@ -11,7 +11,7 @@ use ngx::ffi::{
     NGX_HTTP_MAIN_CONF_OFFSET, NGX_MAX_CONF_ERRSTR,
 };
 use upstrand_core::upstrand::conf::{check_unique, Matcher, UpstrandBuilder};
-use upstrand_core::upstrand::vars::is_reserved_suffix;
+use upstrand_core::ConfError;
 
 use super::{registry_for_conf, vars, Upstrand};
 use crate::conf::MainConf;
@@ -42,7 +42,9 @@ pub(super) fn named_upstreams(cf: &ngx_conf_t) -> Vec<Upstream> {
 fn compile(cf: &ngx_conf_t, pattern: &str) -> Result<Matcher, String> {
     let mut err = [0u8; NGX_MAX_CONF_ERRSTR as usize];
     // The compiled regex may keep pointing at its pattern: copy it into the pool.
-    let pattern = cf.copy_str(pattern.as_bytes()).ok_or("out of memory")?;
+    let pattern = cf
+        .copy_str(pattern.as_bytes())
+        .ok_or_else(|| "out of memory".to_string())?;
     // SAFETY: rc is a zeroed C struct whose used fields are set before the call; the pool is the
     // live configuration pool; err outlives the call that writes into it.
     let re = unsafe {
@@ -68,9 +70,9 @@ fn compile(cf: &ngx_conf_t, pattern: &str) -> Result<Matcher, String> {
     }))
 }
 
-fn text(arg: &[u8]) -> Result<&str, String> {
+fn text(arg: &[u8]) -> Result<&str, ConfError> {
     core::str::from_utf8(arg)
-        .map_err(|_| format!("invalid parameter \"{}\"", String::from_utf8_lossy(arg)))
+        .map_err(|_| ConfError::InvalidParameter(String::from_utf8_lossy(arg).into_owned()))
 }
 
 /// Handler of each directive inside the block (`cf->handler`).
@@ -118,16 +120,11 @@ extern "C" fn handler(
 fn block(cf: &mut ngx_conf_t, mc: &mut MainConf) -> Result<(), ConfFail> {
     // NGX_CONF_TAKE1 guarantees the name argument.
     let arg = cf.args().get(1).copied().unwrap_or_default();
-    let Ok(name) = text(arg) else {
-        let shown = String::from_utf8_lossy(arg);
-        return Err(format!("invalid upstrand name \"{shown}\"").into());
-    };
-    if is_reserved_suffix(&name.to_ascii_lowercase()) {
-        return Err(format!("invalid upstrand name \"{name}\": reserved").into());
-    }
+    let name = String::from_utf8_lossy(arg);
+    // Checks the name (letters, digits, `_`; not a status variable's suffix) first.
+    let mut builder = UpstrandBuilder::new(&name)?;
     let reg = registry_for_conf(mc);
-    check_unique(reg.upstrands.iter().map(|u| u.conf.name.as_str()), name)?;
-    let mut builder = UpstrandBuilder::new(name)?;
+    check_unique(reg.upstrands.iter().map(|u| u.conf.name.as_str()), &name)?;
     // The nested parse runs on a copy of *cf whose handler is `inner_handler`, as nginx's own
     // block directives do; the builder outlives the parse that points at it.
     let mut block_cf: ngx_conf_t = *cf;
