@@ -18,6 +18,7 @@ use ngx::ffi::{
     NGX_HTTP_UPSTREAM_WEIGHT,
 };
 use ngx::http::{HttpModule, HttpModuleMainConf, HttpModuleServerConf, NgxHttpUpstreamModule};
+use upstrand_core::upstreams::{find_by_name, UpstreamInfo};
 use upstrand_core::{ConfError, ServerFlags};
 
 use crate::conf::{Module, SrvConf};
@@ -195,19 +196,21 @@ pub fn all(cf: &ngx_conf_t) -> Vec<Upstream> {
         .collect()
 }
 
-/// The upstream named `name` (ASCII case-insensitive, like nginx); an explicit one wins over an
-/// implicit one of the same host.
+/// The plain view of upstreams that `upstrand_core::upstreams` decides on.
+pub fn infos(list: &[Upstream]) -> Vec<UpstreamInfo<'static>> {
+    list.iter()
+        .map(|u| UpstreamInfo {
+            name: u.host(),
+            port: u.port(),
+            explicit: u.flags() & NGX_HTTP_UPSTREAM_CREATE != 0,
+        })
+        .collect()
+}
+
+/// The upstream `add_upstream NAME` refers to (see `upstrand_core::upstreams::find_by_name`).
 pub fn find(cf: &ngx_conf_t, name: &[u8]) -> Option<Upstream> {
-    let mut implicit = None;
-    for u in all(cf) {
-        if u.host().eq_ignore_ascii_case(name) {
-            if u.flags() & NGX_HTTP_UPSTREAM_CREATE != 0 {
-                return Some(u);
-            }
-            implicit.get_or_insert(u);
-        }
-    }
-    implicit
+    let list = all(cf);
+    find_by_name(&infos(&list), name).map(|i| list[i])
 }
 
 /// The body of a handler of a directive inside `upstream {}` whose arguments the pure crate

@@ -11,6 +11,7 @@ use ngx::ffi::{
     NGX_HTTP_MAIN_CONF_OFFSET, NGX_MAX_CONF_ERRSTR,
 };
 use upstrand_core::upstrand::conf::{check_unique, Matcher, UpstrandBuilder};
+use upstrand_core::upstreams::addressable;
 use upstrand_core::ConfError;
 
 use super::{registry_for_conf, vars, Upstrand};
@@ -30,9 +31,10 @@ pub const COMMAND: ngx_command_t = command(
 /// Upstreams of the configuration so far that `proxy_pass http://NAME` can address by name
 /// (explicit `upstream` blocks and upstreams created like them: port 0), in definition order.
 pub(super) fn named_upstreams(cf: &ngx_conf_t) -> Vec<Upstream> {
-    upstreams::all(cf)
+    let list = upstreams::all(cf);
+    addressable(&upstreams::infos(&list))
         .into_iter()
-        .filter(|u| u.port() == 0)
+        .map(|i| list[i])
         .collect()
 }
 

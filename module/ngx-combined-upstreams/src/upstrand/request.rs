@@ -36,6 +36,7 @@ use upstrand_core::upstrand::select::{
 };
 use upstrand_core::upstrand::status::{Answer, Origin};
 use upstrand_core::upstrand::trace;
+use upstrand_core::upstreams::members_to_wrap;
 
 use super::{Registry, Upstrand};
 use crate::conf::Module;
@@ -621,22 +622,14 @@ extern "C" fn body_filter(r: *mut ngx_http_request_t, chain: *mut ngx_chain_t) -
 /// redirect would break the walk) and a poisoned walk fails with 500. Called once from
 /// postconfiguration, after the upstream module's init_main_conf set every `peer.init`.
 pub(super) fn wrap_peer_init(cf: &ngx_conf_t, reg: &mut Registry) {
-    let mut names: Vec<Vec<u8>> = Vec::new();
-    for up in &reg.upstrands {
-        for m in up.conf.normal.iter().chain(&up.conf.backup) {
-            let n = m.name.as_bytes().to_ascii_lowercase();
-            if !names.contains(&n) {
-                names.push(n);
-            }
-        }
-    }
-    for u in super::block::named_upstreams(cf) {
-        let lower = u.host().to_ascii_lowercase();
-        if !names.contains(&lower) || reg.wrapped.iter().any(|(w, _)| *w == u.as_ptr()) {
-            continue;
-        }
-        // Only the first upstream of a name is what proxy_pass finds.
-        names.retain(|n| *n != lower);
+    let list = crate::upstreams::all(cf);
+    let members = reg
+        .upstrands
+        .iter()
+        .flat_map(|up| up.conf.normal.iter().chain(&up.conf.backup))
+        .map(|m| m.name.as_str());
+    let wrap = members_to_wrap(&crate::upstreams::infos(&list), members);
+    for u in wrap.into_iter().map(|i| list[i]) {
         reg.wrapped.push((u.as_ptr(), u.peer_init()));
         u.set_peer_init(Some(peer_init));
     }
