@@ -10,7 +10,9 @@ use core::ffi::c_char;
 use core::{ptr, slice};
 
 use ngx::core::{NGX_CONF_ERROR, NGX_CONF_OK};
-use ngx::ffi::{ngx_conf_log_error, ngx_conf_t, ngx_str_t, ngx_uint_t, NGX_LOG_EMERG};
+use ngx::ffi::{
+    ngx_conf_log_error, ngx_conf_t, ngx_log_error_core, ngx_str_t, ngx_uint_t, NGX_LOG_EMERG,
+};
 
 use crate::ffi_util::{borrowed, bytes, pool_box, pool_copy, pool_new, ConfFail};
 
@@ -28,6 +30,9 @@ pub trait ConfExt {
     /// Logs `msg` at `level` as a configuration message: nginx adds ` in FILE:LINE` of the
     /// directive being handled.
     fn log(&self, level: u32, msg: &str);
+    /// Logs `msg` at `level` on the configuration log as a plain line (no ` in FILE:LINE` of the
+    /// current directive: the message names its own place).
+    fn log_plain(&self, level: u32, msg: &str);
     /// What a directive handler returns to nginx; a [`ConfFail::Conf`] is logged as
     /// `[emerg] MSG in FILE:LINE` first.
     fn result(&self, result: Result<(), ConfFail>) -> *mut c_char;
@@ -79,6 +84,23 @@ impl ConfExt for ngx_conf_t {
                 ptr::addr_of_mut!(s),
             )
         };
+    }
+
+    fn log_plain(&self, level: u32, msg: &str) {
+        let mut s = borrowed(msg.as_bytes());
+        // SAFETY: cf->log is the live configuration log; "%V" takes an ngx_str_t pointer that
+        // stays valid for the call.
+        unsafe {
+            if (*self.log).log_level >= level as ngx_uint_t {
+                ngx_log_error_core(
+                    level as ngx_uint_t,
+                    self.log,
+                    0,
+                    c"%V".as_ptr(),
+                    ptr::addr_of_mut!(s),
+                );
+            }
+        }
     }
 
     fn result(&self, result: Result<(), ConfFail>) -> *mut c_char {

@@ -13,7 +13,8 @@ use ngx::ffi::{
 use upstrand_core::extend;
 
 use crate::conf::SrvConf;
-use crate::ffi_util::{command, log_at, NGX_ERROR};
+use crate::conf_ext::ConfExt;
+use crate::ffi_util::{command, NGX_ERROR};
 use crate::upstreams::{self, Upstream};
 
 /// Directive table entry.
@@ -124,17 +125,13 @@ pub fn check_after_init(cf: &ngx_conf_t) {
         }
         let name = String::from_utf8_lossy(u.host());
         let (file, line) = u.file_line();
-        // SAFETY: cf->log is the live configuration log.
-        unsafe {
-            log_at(
-                cf.log,
-                NGX_LOG_WARN,
-                &format!(
-                    "\"extend_single_peers\" has no effect in upstream \"{name}\": a load \
-                     balancing directive after it replaced it; put extend_single_peers after \
-                     the balancer in {file}:{line}"
-                ),
-            )
-        };
+        cf.log_plain(
+            NGX_LOG_WARN,
+            &format!(
+                "\"extend_single_peers\" has no effect in upstream \"{name}\": a load \
+                 balancing directive after it replaced it; put extend_single_peers after the \
+                 balancer in {file}:{line}"
+            ),
+        );
     }
 }

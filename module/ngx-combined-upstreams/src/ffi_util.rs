@@ -6,8 +6,8 @@ use core::ffi::{c_char, c_void, CStr};
 use core::{ptr, slice};
 
 use ngx::ffi::{
-    ngx_command_t, ngx_conf_t, ngx_http_request_t, ngx_int_t, ngx_log_error_core, ngx_palloc,
-    ngx_pnalloc, ngx_pool_cleanup_add, ngx_pool_t, ngx_str_t, ngx_uint_t, ngx_variable_value_t,
+    ngx_command_t, ngx_conf_t, ngx_int_t, ngx_palloc, ngx_pnalloc, ngx_pool_cleanup_add,
+    ngx_pool_t, ngx_str_t, ngx_uint_t,
 };
 
 /// nginx's `NGX_OK` as the `ngx_int_t` hooks and handlers return.
@@ -75,60 +75,6 @@ pub fn borrowed(s: &[u8]) -> ngx_str_t {
     }
 }
 
-/// Logs `msg` on `log` at `level` (a plain log line: nginx adds no ` in FILE:LINE`).
-///
-/// # Safety
-/// `log` is a live nginx log.
-pub unsafe fn log_at(log: *mut ngx::ffi::ngx_log_t, level: u32, msg: &str) {
-    let mut s = borrowed(msg.as_bytes());
-    // SAFETY: log is live (caller); "%V" takes an ngx_str_t pointer valid for the call.
-    unsafe {
-        if (*log).log_level >= level as ngx_uint_t {
-            ngx_log_error_core(
-                level as ngx_uint_t,
-                log,
-                0,
-                c"%V".as_ptr(),
-                ptr::addr_of_mut!(s),
-            );
-        }
-    }
-}
-
-/// Logs `msg` on the request's connection log at `level`.
-///
-/// # Safety
-/// `r` is a live request.
-pub unsafe fn log_request(r: *mut ngx_http_request_t, level: u32, msg: &str) {
-    let mut s = borrowed(msg.as_bytes());
-    // SAFETY: r and its connection are live; "%V" takes an ngx_str_t pointer valid for the call.
-    unsafe {
-        let log = (*(*r).connection).log;
-        if (*log).log_level >= level as ngx_uint_t {
-            ngx_log_error_core(
-                level as ngx_uint_t,
-                log,
-                0,
-                c"%V".as_ptr(),
-                ptr::addr_of_mut!(s),
-            );
-        }
-    }
-}
-
-/// True when the request's log has HTTP debugging on (`error_log ... debug` in a build with
-/// `--with-debug`, as Debian's nginx is).
-///
-/// # Safety
-/// `r` is a live request.
-pub unsafe fn debug_enabled(r: *mut ngx_http_request_t) -> bool {
-    // SAFETY: r and its connection's log are live (caller).
-    unsafe {
-        let log = (*(*r).connection).log;
-        (*log).log_level & ngx::ffi::NGX_LOG_DEBUG_HTTP as ngx_uint_t != 0
-    }
-}
-
 /// Copies `data` into `pool` as an `ngx_str_t`; `None` when out of memory.
 ///
 /// # Safety
@@ -187,51 +133,4 @@ pub unsafe fn pool_box<T>(pool: *mut ngx_pool_t, value: T) -> Option<*mut T> {
 unsafe extern "C" fn drop_box<T>(data: *mut c_void) {
     // SAFETY: data was produced by Box::into_raw in pool_box and is dropped exactly once here.
     drop(unsafe { Box::from_raw(data.cast::<T>()) });
-}
-
-/// Sets a variable value to a copy of `value` in the request pool; false when out of memory.
-///
-/// # Safety
-/// `r` is a live request and `v` a variable value slot nginx passed to a handler.
-pub unsafe fn set_value_copy(
-    r: *mut ngx_http_request_t,
-    v: *mut ngx_variable_value_t,
-    value: &[u8],
-) -> bool {
-    // SAFETY: r's pool is live (caller); the copy lives as long as the request.
-    let Some(copy) = (unsafe { pool_copy((*r).pool, value) }) else {
-        return false;
-    };
-    // SAFETY: v is a valid slot (caller).
-    unsafe { set_value_raw(v, copy.data, copy.len) };
-    true
-}
-
-/// Points a variable value at `len` bytes at `data` (which must outlive the request).
-///
-/// # Safety
-/// `v` is a variable value slot nginx passed to a handler.
-pub unsafe fn set_value_raw(v: *mut ngx_variable_value_t, data: *mut u8, len: usize) {
-    // SAFETY: v is a valid slot (caller).
-    unsafe {
-        (*v).set_len(len as u32);
-        (*v).set_valid(1);
-        (*v).set_no_cacheable(1);
-        (*v).set_not_found(0);
-        (*v).data = data;
-    }
-}
-
-/// Marks a variable value as not found.
-///
-/// # Safety
-/// `v` is a variable value slot nginx passed to a handler.
-pub unsafe fn set_not_found(v: *mut ngx_variable_value_t) {
-    // SAFETY: v is a valid slot (caller).
-    unsafe {
-        (*v).set_len(0);
-        (*v).set_valid(0);
-        (*v).set_not_found(1);
-        (*v).data = ptr::null_mut();
-    }
 }

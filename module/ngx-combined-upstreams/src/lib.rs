@@ -16,6 +16,7 @@ mod conf;
 mod conf_ext;
 mod extend_single_peers;
 mod ffi_util;
+mod http;
 mod upstrand;
 mod upstreams;
 

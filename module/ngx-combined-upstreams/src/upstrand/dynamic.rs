@@ -1,22 +1,20 @@
 //! `dynamic_upstrand $RESULT $VAR1 [$VAR2 ...] [LITERAL];` and its location configuration.
 
 use core::ffi::{c_char, c_void};
-use core::ptr;
 
 use ngx::core::NGX_CONF_OK;
 use ngx::ffi::{
-    ngx_command_t, ngx_conf_t, ngx_http_add_variable, ngx_http_get_flushed_variable,
-    ngx_http_get_variable_index, ngx_http_request_t, ngx_int_t, ngx_uint_t, ngx_variable_value_t,
-    NGX_CONF_2MORE, NGX_HTTP_LIF_CONF, NGX_HTTP_LOC_CONF, NGX_HTTP_LOC_CONF_OFFSET,
-    NGX_HTTP_SRV_CONF, NGX_HTTP_VAR_CHANGEABLE, NGX_HTTP_VAR_NOCACHEABLE,
+    ngx_command_t, ngx_conf_t, ngx_http_add_variable, ngx_http_get_variable_index,
+    ngx_http_request_t, ngx_int_t, ngx_uint_t, ngx_variable_value_t, NGX_CONF_2MORE,
+    NGX_HTTP_LIF_CONF, NGX_HTTP_LOC_CONF, NGX_HTTP_LOC_CONF_OFFSET, NGX_HTTP_SRV_CONF,
+    NGX_HTTP_VAR_CHANGEABLE, NGX_HTTP_VAR_NOCACHEABLE,
 };
-use ngx::http::HttpModuleLocationConf;
 use upstrand_core::upstrand::dynamic::{choose, parse_args};
 
 use super::request::{registry, upstrand_value};
-use crate::conf::Module;
 use crate::conf_ext::ConfExt;
-use crate::ffi_util::{borrowed, command, set_not_found, set_value_raw, ConfFail, NGX_OK};
+use crate::ffi_util::{borrowed, command, ConfFail, NGX_ERROR, NGX_OK};
+use crate::http::{Req, VarSlot};
 
 /// Directive table entry: `dynamic_upstrand $RESULT $VAR... [LITERAL]` (server, location, if in
 /// location).
@@ -128,39 +126,28 @@ extern "C" fn dynamic_variable(
     v: *mut ngx_variable_value_t,
     data: usize,
 ) -> ngx_int_t {
-    // SAFETY: r and v are live; our LocConf sits at our ctx_index of r's loc_conf array; the
-    // candidate values are read (and the chosen name copied) before anything else runs.
-    unsafe {
-        let Some(lc) = Module::location_conf(&*r) else {
-            set_not_found(v);
-            return NGX_OK;
-        };
-        let Some(entry) = lc.entries.iter().find(|e| e.result == data) else {
-            set_not_found(v);
-            return NGX_OK;
-        };
-        let mut values: Vec<Option<Vec<u8>>> = Vec::with_capacity(entry.candidates.len());
-        for idx in &entry.candidates {
-            let vv = ngx_http_get_flushed_variable(r, *idx);
-            if vv.is_null() || (*vv).not_found() != 0 || (*vv).data.is_null() {
-                values.push(None);
-            } else {
-                let s = core::slice::from_raw_parts((*vv).data, (*vv).len() as usize);
-                values.push(Some(s.to_vec()));
-            }
-        }
-        let chosen = choose(
-            values.iter().map(|o| o.as_deref()),
-            entry.default.as_deref(),
-        );
-        let up = chosen.and_then(|name| registry(r).and_then(|reg| reg.find(&name)));
-        match up {
-            Some(up) => upstrand_value(r, v, up),
-            None => {
-                // Empty value: `proxy_pass http://$RESULT` then fails with 500.
-                set_value_raw(v, ptr::NonNull::<u8>::dangling().as_ptr(), 0);
-                NGX_OK
-            }
+    // SAFETY: nginx calls the handler with the live request and its value slot.
+    let (Some(r), Some(mut v)) = (unsafe { (Req::from_ptr(r), VarSlot::from_ptr(v)) }) else {
+        return NGX_ERROR;
+    };
+    let Some(entry) = r
+        .loc_conf()
+        .and_then(|lc| lc.entries.iter().find(|e| e.result == data))
+    else {
+        v.not_found();
+        return NGX_OK;
+    };
+    let values: Vec<Option<Vec<u8>>> = entry.candidates.iter().map(|i| r.variable(*i)).collect();
+    let chosen = choose(
+        values.iter().map(|o| o.as_deref()),
+        entry.default.as_deref(),
+    );
+    match chosen.and_then(|name| registry(r).and_then(|reg| reg.find(&name))) {
+        Some(up) => upstrand_value(r, &mut v, up),
+        None => {
+            // Empty value: `proxy_pass http://$RESULT` then fails with 500.
+            v.set_static(b"");
+            NGX_OK
         }
     }
 }

@@ -2,13 +2,14 @@
 //! `$upstrand_typo` at configuration time) and the status variables.
 
 use ngx::ffi::{
-    ngx_conf_t, ngx_http_add_variable, ngx_http_get_flushed_variable, ngx_http_get_variable_index,
-    ngx_http_request_t, ngx_int_t, ngx_uint_t, ngx_variable_value_t, NGX_HTTP_VAR_NOCACHEABLE,
+    ngx_conf_t, ngx_http_add_variable, ngx_http_get_variable_index, ngx_http_request_t, ngx_int_t,
+    ngx_uint_t, ngx_variable_value_t, NGX_HTTP_VAR_NOCACHEABLE,
 };
 use upstrand_core::upstrand::vars::{format_entries, format_path, STATUS_SUFFIXES};
 
-use super::request::{find_ctx, part_name, parts, registry, upstrand_value, walk_upstrand, Role};
-use crate::ffi_util::{borrowed, set_not_found, set_value_copy, NGX_ERROR, NGX_OK};
+use super::request::{find_ctx, part_name, registry, upstrand_value, Role};
+use crate::ffi_util::{borrowed, NGX_ERROR, NGX_OK};
+use crate::http::{Req, VarSlot};
 
 const PREFIX: &[u8] = b"upstrand_";
 /// `data` of `$upstrand_path`; the status variables use their index in STATUS_SUFFIXES.
@@ -61,14 +62,16 @@ extern "C" fn upstrand_variable(
     v: *mut ngx_variable_value_t,
     data: usize,
 ) -> ngx_int_t {
-    // SAFETY: r and v are live (nginx calls the handler with them); the registry of r's
-    // configuration is the one the variable was registered in.
-    unsafe {
-        let Some(up) = registry(r).and_then(|reg| reg.upstrands.get(data)) else {
-            set_not_found(v);
-            return NGX_OK;
-        };
-        upstrand_value(r, v, up)
+    // SAFETY: nginx calls the handler with the live request and its value slot.
+    let (Some(r), Some(mut v)) = (unsafe { (Req::from_ptr(r), VarSlot::from_ptr(v)) }) else {
+        return NGX_ERROR;
+    };
+    match registry(r).and_then(|reg| reg.upstrands.get(data)) {
+        Some(up) => upstrand_value(r, &mut v, up),
+        None => {
+            v.not_found();
+            NGX_OK
+        }
     }
 }
 
@@ -88,67 +91,47 @@ pub(super) fn upstream_indexes(cf: &mut ngx_conf_t) -> Option<Vec<ngx_uint_t>> {
         .collect()
 }
 
-/// Copies the value of the indexed variable `index` of request `r` (empty when not found).
-unsafe fn indexed_value(r: *mut ngx_http_request_t, index: ngx_uint_t) -> String {
-    // SAFETY: r is a live request of the tree and index a registered variable index; the
-    // returned value (possibly a slot shared with the parent request) is copied at once.
-    unsafe {
-        let vv = ngx_http_get_flushed_variable(r, index);
-        // Like nginx itself, trust `not_found` only: handlers that report "not found" may leave
-        // the other fields unset.
-        if vv.is_null() || (*vv).not_found() != 0 {
-            return String::new();
-        }
-        let len = (*vv).len() as usize;
-        if (*vv).data.is_null() || len == 0 {
-            return String::new();
-        }
-        String::from_utf8_lossy(core::slice::from_raw_parts((*vv).data, len)).into_owned()
-    }
-}
-
 /// `$upstrand_addr` & co. (`data` = index into STATUS_SUFFIXES) and `$upstrand_path`.
 extern "C" fn status_variable(
     r: *mut ngx_http_request_t,
     v: *mut ngx_variable_value_t,
     data: usize,
 ) -> ngx_int_t {
-    // SAFETY: r and v are live; contexts and walks are ours and live as long as the tree. The
-    // parts are copied out first: reading `$upstream_*` below runs nginx's variable code, so no
-    // reference to walk state is held across it.
-    unsafe {
-        let mut ctx = find_ctx(r);
-        if ctx.is_null() {
-            ctx = find_ctx((*r).main);
-        }
-        if ctx.is_null() {
-            set_not_found(v);
+    // SAFETY: nginx calls the handler with the live request and its value slot.
+    let (Some(r), Some(mut v)) = (unsafe { (Req::from_ptr(r), VarSlot::from_ptr(v)) }) else {
+        return NGX_ERROR;
+    };
+    let Some(ctx) = find_ctx(r).or_else(|| find_ctx(r.main())) else {
+        v.not_found();
+        return NGX_OK;
+    };
+    let walk = ctx.walk();
+    let up = walk.upstrand();
+    // The parts are copied out first: reading `$upstream_*` below runs nginx's variable code.
+    let list: Vec<(Role, Req)> = walk.parts().map(|p| (p.role(), p.req())).collect();
+    let text = if data == PATH_DATA {
+        format_path(list.iter().map(|(role, _)| part_name(up, *role)))
+    } else {
+        let Some(&index) = registry(r).and_then(|reg| reg.upstream_indexes.get(data)) else {
+            v.not_found();
             return NGX_OK;
-        }
-        let w = (*ctx).walk;
-        let up = walk_upstrand(w);
-        let list: Vec<(Role, *mut ngx_http_request_t)> =
-            parts(w).map(|c| ((*c).role, (*c).r)).collect();
-        let text = if data == PATH_DATA {
-            format_path(list.iter().map(|(role, _)| part_name(up, *role)))
-        } else {
-            let Some(&index) = registry(r).and_then(|reg| reg.upstream_indexes.get(data)) else {
-                set_not_found(v);
-                return NGX_OK;
-            };
-            let values: Vec<String> = list
-                .iter()
-                .map(|(_, part)| indexed_value(*part, index))
-                .collect();
-            format_entries(
-                list.iter()
-                    .zip(&values)
-                    .map(|((role, _), val)| (part_name(up, *role), val.as_str())),
-            )
         };
-        if !set_value_copy(r, v, text.as_bytes()) {
-            return NGX_ERROR;
-        }
-        NGX_OK
+        let values: Vec<String> = list
+            .iter()
+            .map(|(_, part)| {
+                part.variable(index)
+                    .map(|b| String::from_utf8_lossy(&b).into_owned())
+                    .unwrap_or_default()
+            })
+            .collect();
+        format_entries(
+            list.iter()
+                .zip(&values)
+                .map(|((role, _), val)| (part_name(up, *role), val.as_str())),
+        )
+    };
+    if !v.set_copy(r, text.as_bytes()) {
+        return NGX_ERROR;
     }
+    NGX_OK
 }
