@@ -232,10 +232,26 @@ impl VarSlot {
     fn set(&mut self, data: *mut u8, len: usize, found: bool) {
         // SAFETY: see `from_ptr`; nginx reads the slot after the handler returns.
         let v = unsafe { self.0.as_mut() };
-        v.set_len(len as u32);
-        v.set_valid(found as u32);
-        v.set_no_cacheable(1);
-        v.set_not_found((!found) as u32);
+        // nginx's `len:28, valid:1, no_cacheable:1, not_found:1, escape:1` share one 32-bit unit.
+        // One store of the whole unit: bindgen's setters go bit by bit, and the 28-bit `len`
+        // alone cost about 450 instructions per value (callgrind.sh, `upstrand_value`).
+        #[cfg(target_endian = "little")]
+        {
+            let bits: u32 = (len as u32 & 0x0fff_ffff)
+                | (found as u32) << 28
+                | 1 << 29
+                | ((!found) as u32) << 30;
+            v._bitfield_1 = ngx::ffi::__BindgenBitfieldUnit::new(bits.to_le_bytes());
+            debug_assert!(v.len() as usize == len && v.no_cacheable() == 1 && v.escape() == 0);
+        }
+        #[cfg(not(target_endian = "little"))]
+        {
+            v.set_len(len as u32);
+            v.set_valid(found as u32);
+            v.set_no_cacheable(1);
+            v.set_not_found((!found) as u32);
+            v.set_escape(0);
+        }
         v.data = data;
     }
 

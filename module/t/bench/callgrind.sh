@@ -21,8 +21,9 @@
 #   hop        one failover hop 503 -> 200                target ratio < 2
 #   intercept  both upstreams 503, then the intercept_statuses location
 # ROUNDS (default 2) repeats the endpoint cycle (the figures of a round differ by a few Ir per request).
-# ANNOTATE=1 also prints callgrind_annotate's top functions of the last hop dump.
-# Environment: NGINX_BIN (default /usr/sbin/nginx), REQUESTS (default 1000), ROUNDS, ANNOTATE.
+# ANNOTATE=1 also prints callgrind_annotate's top functions of the last hop dump; KEEP=FILE copies that
+# dump to FILE (for `callgrind_annotate --inclusive=yes FILE`, kcachegrind).
+# Environment: NGINX_BIN (default /usr/sbin/nginx), REQUESTS (default 1000), ROUNDS, ANNOTATE, KEEP.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 SO="${1:-$PWD/target/release/libngx_http_combined_upstreams_module.so}"
@@ -170,8 +171,9 @@ row "upstrand, first upstream answers 200" first "report"
 row "upstrand, one failover hop 503 -> 200" hop "< 2"
 row "upstrand, 503, 503, intercept location" intercept "report"
 
+[ -n "${KEEP:-}" ] && cp "$DIR/hop.out" "$KEEP" && echo "hop dump kept in $KEEP"
 if [ "$ANNOTATE" = 1 ]; then
   echo
-  echo "top functions of the hop endpoint (callgrind_annotate, inclusive of nothing: self cost):"
+  echo "top functions of the hop endpoint (callgrind_annotate, self cost):"
   callgrind_annotate "$DIR/hop.out" 2>/dev/null | sed -n '/Ir/,$p' | head -40
 fi
