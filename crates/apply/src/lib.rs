@@ -31,6 +31,7 @@ pub use applier::{
 };
 pub use live::{NotLive, ReloadConfirm, DEFAULT_CONFIRM_TIMEOUT};
 pub use nginx::{
-    conf_dir_from_nginx_v, main_level_directive, parse_conf_dir, parse_nginx_v_path, run_command,
-    CommandError, CommandNginx, Nginx, DEFAULT_COMMAND_TIMEOUT,
+    conf_dir_from_nginx_v, discover_reload_paths, main_level_directive, parse_conf_dir,
+    parse_nginx_v_path, run_command, CommandError, CommandNginx, Nginx, ReloadPaths,
+    DEFAULT_COMMAND_TIMEOUT,
 };

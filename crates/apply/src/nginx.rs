@@ -312,6 +312,58 @@ pub fn main_level_directive(nginx_t_output: &str, directive: &str) -> Option<Str
     None
 }
 
+/// Where the running nginx keeps its pid file and main error log, as far as its configuration
+/// tells: found by [`discover_reload_paths`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReloadPaths {
+    pub pid_file: Option<PathBuf>,
+    /// `None` when the log is not a file (`stderr`, `syslog:`, `memory:`) or unknown.
+    pub error_log: Option<PathBuf>,
+}
+
+/// Reads the `pid` and `error_log` of the main context from the configuration the test command
+/// checks (`<test command> -T`, which dumps it), else nginx's built-in defaults from
+/// `<nginx_binary> -V` (`--pid-path`, `--error-log-path`). Relative paths are resolved against
+/// the prefix: the test command's `-p DIR`, else `--prefix` of `nginx -V`.
+pub fn discover_reload_paths(nginx_binary: &Path, test_cmd: &[String]) -> ReloadPaths {
+    let v = run_command(
+        &[nginx_binary.display().to_string(), "-V".to_string()],
+        DEFAULT_COMMAND_TIMEOUT,
+    )
+    .unwrap_or_default();
+    let mut dump_cmd = test_cmd.to_vec();
+    dump_cmd.push("-T".into());
+    let dump = run_command(&dump_cmd, DEFAULT_COMMAND_TIMEOUT).unwrap_or_default();
+    let prefix = test_cmd
+        .windows(2)
+        .find(|w| w[0] == "-p")
+        .map(|w| PathBuf::from(&w[1]))
+        .or_else(|| parse_nginx_v_path(&v, "--prefix=").map(|p| p.join("")));
+    let resolve = |p: String| -> PathBuf {
+        let p = PathBuf::from(p);
+        match &prefix {
+            Some(prefix) if p.is_relative() => prefix.join(p),
+            _ => p,
+        }
+    };
+    let pid_file = main_level_directive(&dump, "pid")
+        .map(resolve)
+        .or_else(|| parse_nginx_v_path(&v, "--pid-path="));
+    let not_a_file =
+        |l: &str| l == "stderr" || l.starts_with("syslog:") || l.starts_with("memory:");
+    let error_log = match main_level_directive(&dump, "error_log") {
+        Some(l) if not_a_file(&l) => None,
+        Some(l) => Some(resolve(l)),
+        // Debian builds nginx with --error-log-path=stderr.
+        None => parse_nginx_v_path(&v, "--error-log-path=")
+            .filter(|p| !not_a_file(&p.file_name().unwrap_or_default().to_string_lossy())),
+    };
+    ReloadPaths {
+        pid_file,
+        error_log,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -220,3 +220,20 @@ fn nginx_t(nginx: &TestNginx) -> Result<(), tributary_apply::CommandError> {
     use tributary_apply::Nginx;
     tributary_apply::CommandNginx::new(nginx.test_cmd(), nginx.reload_cmd()).test()
 }
+
+#[test]
+fn pid_file_and_error_log_are_found_from_the_test_command() {
+    let nginx = two_workers();
+    let found = tributary_apply::discover_reload_paths(nginx.binary(), &nginx.test_cmd());
+    assert_eq!(found.pid_file, Some(nginx.pid_file()));
+    assert_eq!(found.error_log, Some(nginx.error_log_path()));
+    // A test command that cannot dump the configuration: nginx's built-in paths (Debian's).
+    let fallback =
+        tributary_apply::discover_reload_paths(nginx.binary(), &["/nonexistent/nginx".into()]);
+    assert_eq!(
+        fallback.pid_file,
+        Some(std::path::PathBuf::from("/run/nginx.pid"))
+    );
+    // Debian builds nginx with --error-log-path=stderr: not a file to read.
+    assert_eq!(fallback.error_log, None);
+}
