@@ -253,24 +253,33 @@ fn env_path(flag: Option<PathBuf>, var: &str, default: &str) -> PathBuf {
 }
 
 /// How reloads are confirmed: the options, else what nginx's configuration says.
-fn reload_confirm(a: &ServeArgs, test_cmd: &[String]) -> anyhow::Result<Option<ReloadConfirm>> {
-    if a.no_reload_confirm {
-        tracing::warn!("--no-reload-confirm: a reload counts as live once the reload command exits 0");
+fn reload_confirm(
+    nginx: &Path,
+    test_cmd: &[String],
+    pid_file: Option<PathBuf>,
+    error_log: Option<PathBuf>,
+    timeout_ms: u64,
+    off: bool,
+) -> anyhow::Result<Option<ReloadConfirm>> {
+    if off {
+        tracing::warn!(
+            "--no-reload-confirm: a reload counts as live once the reload command exits 0"
+        );
         return Ok(None);
     }
-    let found = match (&a.nginx_pid_file, &a.nginx_error_log) {
+    let found = match (&pid_file, &error_log) {
         (Some(_), Some(_)) => tributary_apply::ReloadPaths::default(),
-        _ => tributary_apply::discover_reload_paths(&a.nginx, test_cmd),
+        _ => tributary_apply::discover_reload_paths(nginx, test_cmd),
     };
-    let pid_file = a.nginx_pid_file.clone().or(found.pid_file).ok_or_else(|| {
+    let pid_file = pid_file.or(found.pid_file).ok_or_else(|| {
         anyhow!(
             "cannot tell where nginx writes its pid file (neither `{} -T` nor `{} -V` says): \
              pass --nginx-pid-file, or --no-reload-confirm",
             test_cmd.join(" "),
-            a.nginx.display()
+            nginx.display()
         )
     })?;
-    let error_log = a.nginx_error_log.clone().or(found.error_log);
+    let error_log = error_log.or(found.error_log);
     if error_log.is_none() {
         tracing::warn!(
             "nginx's error log is not a file tributary can read: a rejected reload is reported \
@@ -281,7 +290,7 @@ fn reload_confirm(a: &ServeArgs, test_cmd: &[String]) -> anyhow::Result<Option<R
     Ok(Some(ReloadConfirm {
         pid_file,
         error_log,
-        timeout: Duration::from_millis(a.reload_confirm_timeout_ms.max(1)),
+        timeout: Duration::from_millis(timeout_ms.max(1)),
     }))
 }
 
@@ -363,7 +372,14 @@ async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         Some(s) => split_cmd(s, "--reload-cmd")?,
         None => vec![nginx.clone(), "-s".into(), "reload".into()],
     };
-    let confirm = reload_confirm(&a, &test_cmd)?;
+    let confirm = reload_confirm(
+        &a.nginx,
+        &test_cmd,
+        a.nginx_pid_file,
+        a.nginx_error_log,
+        a.reload_confirm_timeout_ms,
+        a.no_reload_confirm,
+    )?;
     let applier = Applier::open(
         &conf_dir,
         Box::new(CommandNginx::new(test_cmd, reload_cmd)),
@@ -657,9 +673,7 @@ fn outcome_line(o: &OutcomeRecord) -> String {
         "{} {}{} in {} ms: {} servers",
         format_time(o.at_ms),
         o.status.as_str(),
-        o.failure
-            .map(|f| format!(" ({f})"))
-            .unwrap_or_default(),
+        o.failure.map(|f| format!(" ({f})")).unwrap_or_default(),
         o.duration_ms,
         o.kept.len()
     );

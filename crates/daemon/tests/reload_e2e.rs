@@ -157,14 +157,20 @@ fn reload_rejected_by_the_master_fails_the_binding_with_nginx_emerg_text() {
     assert_eq!(status, 200, "{o}");
     assert_eq!(o["status"], "failed", "{o}");
     assert_eq!(o["failure"], "reload_failed", "{o}");
-    assert!(o["nginx_error"].as_str().unwrap().contains("[emerg]"), "{o}");
+    assert!(
+        o["nginx_error"].as_str().unwrap().contains("[emerg]"),
+        "{o}"
+    );
     assert_eq!(d.show("web")["consecutive_failures"], 2);
     assert_eq!(fs::read_to_string(&file).unwrap(), good);
 
     let m = metrics(&d);
     assert_eq!(metric(&m, "tributary_nginx_reloads_total"), reloads, "{m}");
     assert_eq!(
-        metric(&m, "tributary_resolution_failures_total{failure=\"reload_failed\"}"),
+        metric(
+            &m,
+            "tributary_resolution_failures_total{failure=\"reload_failed\"}"
+        ),
         2.0,
         "{m}"
     );

@@ -313,5 +313,11 @@ fn removed_file(outcome: &RemoveOutcome) -> Result<bool, String> {
              kept: {}",
             error.trim()
         )),
+        RemoveOutcome::RestoreFailed { cause, error } => Err(format!(
+            "removing the file failed ({}) and it could not be put back ({}); the binding was \
+             kept and the restore is retried",
+            cause.trim(),
+            error.trim()
+        )),
     }
 }

@@ -9,6 +9,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tributary_apply::{Applier, ChangeOutcome, RemoveOutcome};
 use tributary_core::UpstreamName;
+use tributary_store::{Failure, OutcomeRecord, OutcomeStatus};
 
 use super::batch::{Batch, BatchRules, Next, Queued};
 use super::{now_ms, EngineEvent, Inner};
@@ -125,5 +126,145 @@ pub(crate) async fn apply_task(
             }
             break;
         }
+    }
+}
+
+/// Writes what the applier did with a binding's change into its outcome: status, the failure kind,
+/// why, and nginx's own text. `None`: the apply task is gone (the daemon is stopping).
+/// `reloaded` is only ever true for a reload the applier confirmed live.
+pub(crate) fn record_change(rec: &mut OutcomeRecord, result: Option<ChangeOutcome>) {
+    let fail = |rec: &mut OutcomeRecord, kind: Failure, why: String, nginx: Option<String>| {
+        rec.status = OutcomeStatus::Failed;
+        rec.failure = Some(kind);
+        rec.why = Some(why);
+        rec.nginx_error = nginx;
+    };
+    match result {
+        Some(ChangeOutcome::Unchanged) => rec.status = OutcomeStatus::Unchanged,
+        Some(ChangeOutcome::Applied { reloaded }) => {
+            rec.status = OutcomeStatus::Ok;
+            rec.changed = true;
+            rec.reloaded = reloaded;
+        }
+        Some(ChangeOutcome::TestFailed { nginx_error }) => fail(
+            rec,
+            Failure::TestFailed,
+            "nginx -t failed with the new file; the previous file was restored".into(),
+            Some(nginx_error),
+        ),
+        Some(ChangeOutcome::ReloadFailed { error }) => fail(
+            rec,
+            Failure::ReloadFailed,
+            "nginx reload failed, was rejected or was not confirmed live; the previous file was \
+             restored"
+                .into(),
+            Some(error),
+        ),
+        Some(ChangeOutcome::RestoreFailed { cause, error }) => fail(
+            rec,
+            Failure::RestoreFailed,
+            format!(
+                "the change failed and the previous file could not be put back ({error}); its \
+                 journal is kept and the restore is retried"
+            ),
+            Some(cause),
+        ),
+        Some(ChangeOutcome::WriteFailed { error }) => fail(
+            rec,
+            Failure::WriteFailed,
+            format!("the file could not be written ({error}); nothing changed"),
+            None,
+        ),
+        None => fail(
+            rec,
+            Failure::Stopping,
+            "the daemon is stopping; nothing applied".into(),
+            None,
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn blank() -> OutcomeRecord {
+        OutcomeRecord {
+            at_ms: 0,
+            duration_ms: 0,
+            status: OutcomeStatus::Failed,
+            failure: None,
+            why: None,
+            code: None,
+            field: None,
+            kept: Vec::new(),
+            dropped: Vec::new(),
+            ttl_seconds: None,
+            changed: false,
+            reloaded: false,
+            nginx_error: None,
+        }
+    }
+
+    #[test]
+    fn every_change_outcome_maps_to_its_status_and_failure_kind() {
+        let cases = [
+            (
+                Some(ChangeOutcome::Unchanged),
+                OutcomeStatus::Unchanged,
+                None,
+            ),
+            (
+                Some(ChangeOutcome::Applied { reloaded: true }),
+                OutcomeStatus::Ok,
+                None,
+            ),
+            (
+                Some(ChangeOutcome::TestFailed {
+                    nginx_error: "t".into(),
+                }),
+                OutcomeStatus::Failed,
+                Some(Failure::TestFailed),
+            ),
+            (
+                Some(ChangeOutcome::ReloadFailed { error: "r".into() }),
+                OutcomeStatus::Failed,
+                Some(Failure::ReloadFailed),
+            ),
+            (
+                Some(ChangeOutcome::RestoreFailed {
+                    cause: "c".into(),
+                    error: "e".into(),
+                }),
+                OutcomeStatus::Failed,
+                Some(Failure::RestoreFailed),
+            ),
+            (
+                Some(ChangeOutcome::WriteFailed { error: "w".into() }),
+                OutcomeStatus::Failed,
+                Some(Failure::WriteFailed),
+            ),
+            (None, OutcomeStatus::Failed, Some(Failure::Stopping)),
+        ];
+        for (result, status, failure) in cases {
+            let mut rec = blank();
+            record_change(&mut rec, result.clone());
+            assert_eq!((rec.status, rec.failure), (status, failure), "{result:?}");
+            assert_eq!(rec.reloaded, status == OutcomeStatus::Ok, "{result:?}");
+        }
+        let mut rec = blank();
+        record_change(
+            &mut rec,
+            Some(ChangeOutcome::RestoreFailed {
+                cause: "nginx said no".into(),
+                error: "EPERM".into(),
+            }),
+        );
+        assert!(
+            !rec.why.as_deref().unwrap().contains("was restored"),
+            "{rec:?}"
+        );
+        assert!(rec.why.as_deref().unwrap().contains("EPERM"), "{rec:?}");
+        assert_eq!(rec.nginx_error.as_deref(), Some("nginx said no"));
     }
 }

@@ -4,10 +4,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
-use tributary_apply::{Change, ChangeOutcome};
+use tributary_apply::Change;
 use tributary_core::{schedule, Binding};
+use tributary_plugin_host::ResolveError;
 use tributary_protocol::ResolveParams;
-use tributary_store::{OutcomeRecord, OutcomeStatus};
+use tributary_store::{Failure, OutcomeRecord, OutcomeStatus};
 
 use super::{lock, now_ms, ApplyMsg, EngineEvent, Inner, RecordMsg, Slot};
 use crate::resolution::Resolved;
@@ -87,6 +88,7 @@ async fn run_once(inner: &Inner, binding: &Binding) -> OutcomeRecord {
         at_ms: now_ms(),
         duration_ms: 0,
         status: OutcomeStatus::Failed,
+        failure: None,
         why: None,
         code: None,
         field: None,
@@ -108,6 +110,10 @@ async fn run_once(inner: &Inner, binding: &Binding) -> OutcomeRecord {
                 "plugin {:?}: {e}; the current servers were kept",
                 binding.plugin
             ));
+            rec.failure = Some(match &e {
+                ResolveError::Plugin(_) => Failure::PluginError,
+                _ => Failure::PluginNoAnswer,
+            });
             rec.code = e.code();
             rec.field = e.field().map(str::to_string);
         }
@@ -126,36 +132,12 @@ async fn run_once(inner: &Inner, binding: &Binding) -> OutcomeRecord {
                     Ok(()) => rx.await.ok(),
                     Err(_) => None,
                 };
-                match result {
-                    Some(ChangeOutcome::Unchanged) => rec.status = OutcomeStatus::Unchanged,
-                    Some(ChangeOutcome::Applied { reloaded }) => {
-                        rec.status = OutcomeStatus::Ok;
-                        rec.changed = true;
-                        rec.reloaded = reloaded;
-                    }
-                    Some(ChangeOutcome::TestFailed { nginx_error }) => {
-                        rec.why = Some(
-                            "nginx -t failed with the new file; the previous file was restored"
-                                .to_string(),
-                        );
-                        rec.nginx_error = Some(nginx_error);
-                    }
-                    Some(ChangeOutcome::ReloadFailed { error }) => {
-                        rec.why =
-                            Some("nginx reload failed; the previous file was restored".to_string());
-                        rec.nginx_error = Some(error);
-                    }
-                    Some(ChangeOutcome::WriteFailed { error }) => {
-                        rec.why = Some(format!(
-                            "the file could not be written ({error}); nothing changed"
-                        ));
-                    }
-                    None => rec.why = Some("the daemon is stopping; nothing applied".to_string()),
-                }
+                super::apply::record_change(&mut rec, result);
                 if rec.status != OutcomeStatus::Failed {
                     rec.why = r.dropped_note();
                 }
             } else {
+                rec.failure = Some(Failure::NoValidTarget);
                 rec.why = r
                     .no_target_reason()
                     .map(|reason| format!("{reason}; the current file was kept"));

@@ -353,6 +353,7 @@ mod tests {
             at_ms: 1_000,
             duration_ms: ms,
             status,
+            failure: code.map(|_| tributary_store::Failure::PluginError),
             why: code.map(|_| "plugin \"x\": refused".to_string()),
             code,
             field: None,

@@ -150,6 +150,7 @@ mod tests {
                 at_ms: now_ms(),
                 duration_ms: 1,
                 status,
+                failure: None,
                 why: None,
                 code: None,
                 field: None,
