@@ -170,14 +170,7 @@ pub(super) fn detail_page(
 }
 
 pub(super) fn engine_page(s: &Session, e: EngineError) -> Response {
-    let status = match &e {
-        EngineError::NotFound(_) => StatusCode::NOT_FOUND,
-        EngineError::Invalid(_) => StatusCode::BAD_REQUEST,
-        EngineError::Duplicate(_) | EngineError::Conflict(_) => StatusCode::CONFLICT,
-        EngineError::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
-        EngineError::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
-        EngineError::Store(_) => StatusCode::INTERNAL_SERVER_ERROR,
-    };
+    let status = e.http_status();
     page(
         status,
         "Error",
@@ -225,9 +218,9 @@ pub(super) async fn delete(
         Ok(_) => {
             Redirect::to(&format!("/ui/bindings?deleted={}", urlencode(&name))).into_response()
         }
-        Err(EngineError::Conflict(why)) => {
-            let mut r = detail_page(&st, &s, &name, Some(("error", &why)));
-            *r.status_mut() = StatusCode::CONFLICT;
+        Err(e @ EngineError::Conflict(_)) => {
+            let mut r = detail_page(&st, &s, &name, Some(("error", &e.to_string())));
+            *r.status_mut() = e.http_status();
             r
         }
         Err(e) => engine_page(&s, e),

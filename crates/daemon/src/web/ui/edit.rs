@@ -109,7 +109,7 @@ pub(super) async fn submit(
     if !fs.errors.is_empty() {
         // The form could not be read whole: show the other fields' problems with it.
         if let Err(e) = st.api.engine.preview_binding(&input, path_name) {
-            put_error(&mut fs, &decl, e);
+            let _ = put_error(&mut fs, &decl, e);
         }
         return render_form(
             s,
@@ -127,15 +127,8 @@ pub(super) async fn submit(
                 return render_form(s, &decl, &plugin, edit.as_ref(), &fs, StatusCode::OK);
             }
             Err(e) => {
-                put_error(&mut fs, &decl, e);
-                return render_form(
-                    s,
-                    &decl,
-                    &plugin,
-                    edit.as_ref(),
-                    &fs,
-                    StatusCode::BAD_REQUEST,
-                );
+                let status = put_error(&mut fs, &decl, e);
+                return render_form(s, &decl, &plugin, edit.as_ref(), &fs, status);
             }
         }
     }
@@ -156,15 +149,8 @@ pub(super) async fn submit(
             Redirect::to(&format!("/ui/bindings/{}", urlencode(&name))).into_response()
         }
         Err(e) => {
-            put_error(&mut fs, &decl, e);
-            render_form(
-                s,
-                &decl,
-                &plugin,
-                edit.as_ref(),
-                &fs,
-                StatusCode::BAD_REQUEST,
-            )
+            let status = put_error(&mut fs, &decl, e);
+            render_form(s, &decl, &plugin, edit.as_ref(), &fs, status)
         }
     }
 }

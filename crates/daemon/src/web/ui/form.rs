@@ -299,7 +299,10 @@ pub(super) fn input_from_form(
     }
 }
 
-pub(super) fn put_error(fs: &mut FormState, decl: &ProviderDecl, e: EngineError) {
+/// Places an engine error on the form (invalid fields next to their inputs, the rest on top) and
+/// returns the status the page answers with ([`EngineError::http_status`], as the API).
+pub(super) fn put_error(fs: &mut FormState, decl: &ProviderDecl, e: EngineError) -> StatusCode {
+    let status = e.http_status();
     match e {
         EngineError::Invalid(errors) => {
             let mut elsewhere = Vec::new();
@@ -322,4 +325,5 @@ pub(super) fn put_error(fs: &mut FormState, decl: &ProviderDecl, e: EngineError)
         }
         e => fs.top_error = Some(e.to_string()),
     }
+    status
 }
