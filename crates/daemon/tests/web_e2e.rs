@@ -327,6 +327,31 @@ fn access_control_health_open_api_bearer_ui_session_metrics_either() {
         .header("content-type")
         .unwrap()
         .starts_with("text/plain; version=0.0.4"));
+    assert!(m.body.ends_with("# EOF\n"), "{}", m.body);
+    // A scraper that asks for OpenMetrics gets that content type, same text.
+    let om = request(
+        d.port,
+        "GET",
+        "/metrics",
+        &[
+            ("Authorization", &tok),
+            (
+                "Accept",
+                "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5",
+            ),
+        ],
+        "",
+    );
+    assert_eq!(om.status, 200);
+    assert!(om
+        .header("content-type")
+        .unwrap()
+        .starts_with("application/openmetrics-text; version=1.0.0"));
+    assert!(
+        om.body.contains("# TYPE tributary_resolutions counter"),
+        "{}",
+        om.body
+    );
     // A session does not open the JSON API.
     let a = request(
         d.port,

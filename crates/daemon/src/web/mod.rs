@@ -2,7 +2,7 @@
 //!
 //! - [`api_extra`]: more `/api/v1` endpoints (history, test resolution, nginx status);
 //! - [`openapi`]: `/api/v1/openapi.json`, the document of every `/api/v1` endpoint;
-//! - [`metrics`]: `/metrics` in Prometheus text format;
+//! - [`metrics`]: `/metrics` in OpenMetrics/Prometheus text format (`prometheus-client`);
 //! - [`session`]: the UI login (argon2 password hash), sessions and CSRF tokens;
 //! - [`ui`]: the server-rendered web UI under `/ui/` (plus `/`, `/login`, `/logout`).
 //!
@@ -164,12 +164,22 @@ async fn require_bearer_or_session(
     }
 }
 
-async fn metrics_text(State(st): State<WebState>) -> Response {
+/// `/metrics`: OpenMetrics text. Scrapers that ask for it (Prometheus does, in `Accept`) get it
+/// as `application/openmetrics-text`; anyone else gets the same text as `text/plain` (a browser
+/// shows it; Prometheus' classic text parser reads it too).
+async fn metrics_text(State(st): State<WebState>, headers: axum::http::HeaderMap) -> Response {
+    let openmetrics = headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(|v| v.contains("application/openmetrics-text"));
+    let content_type = if openmetrics {
+        "application/openmetrics-text; version=1.0.0; charset=utf-8"
+    } else {
+        "text/plain; version=0.0.4; charset=utf-8"
+    };
     (
-        [(
-            header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
-        )],
+        [(header::CONTENT_TYPE, content_type)],
         st.metrics.render(&st.api.engine),
     )
         .into_response()
