@@ -1,8 +1,9 @@
 //! `/metrics`: the OpenMetrics/Prometheus text exposition (crate `prometheus-client`) of what the
 //! engine reports ([`EngineEvent`]).
 //!
-//! A task subscribed to the engine counts resolutions by outcome, plugin errors by code, the
-//! resolution latency histogram, reloads, changes refused by `nginx -t`, the last successful
+//! A task subscribed to the engine counts resolutions by outcome, failures by their kind (the
+//! outcome's [`Failure`] tag, never its prose), plugin errors by code, the resolution latency
+//! histogram, confirmed reloads, changes refused by `nginx -t`, the last successful
 //! reload, and each binding's last successful resolution (for staleness). The per-binding gauges
 //! are set from the engine at scrape time, so removed bindings disappear.
 //!
@@ -21,7 +22,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use tokio::sync::broadcast::error::RecvError;
-use tributary_store::{OutcomeRecord, OutcomeStatus};
+use tributary_store::{Failure, OutcomeRecord, OutcomeStatus};
 
 use crate::engine::{Engine, EngineEvent};
 use crate::view::BindingView;
@@ -40,6 +41,11 @@ struct OutcomeLabel {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct FailureLabel {
+    failure: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct CodeLabel {
     code: String,
 }
@@ -55,6 +61,7 @@ type FloatGauge = Gauge<f64, AtomicU64>;
 #[derive(Debug, Default)]
 struct Families {
     resolutions: Family<OutcomeLabel, Counter>,
+    failures: Family<FailureLabel, Counter>,
     plugin_errors: Family<CodeLabel, Counter>,
     latency: LatencyHistogram,
     batches: Counter,
@@ -87,6 +94,11 @@ impl Families {
             self.resolutions.clone(),
         );
         r.register(
+            "tributary_resolution_failures",
+            "Failed resolutions by kind (plugin_error, plugin_no_answer, no_valid_target, test_failed, reload_failed, restore_failed, write_failed, stopping)",
+            self.failures.clone(),
+        );
+        r.register(
             "tributary_plugin_errors",
             "Failed resolutions by the plugin's JSON-RPC error code (\"none\": no error answer, e.g. timeout or crash)",
             self.plugin_errors.clone(),
@@ -103,7 +115,7 @@ impl Families {
         );
         r.register(
             "tributary_nginx_reloads",
-            "nginx reloads after applied changes",
+            "nginx reloads after applied changes, confirmed live (new workers only)",
             self.reloads.clone(),
         );
         r.register(
@@ -180,6 +192,11 @@ impl Default for Metrics {
             let _ = families
                 .resolutions
                 .get_or_create(&OutcomeLabel { outcome });
+        }
+        for kind in Failure::ALL {
+            let _ = families.failures.get_or_create(&FailureLabel {
+                failure: kind.as_str(),
+            });
         }
         Metrics {
             families,
@@ -281,15 +298,21 @@ impl Metrics {
             .inc();
         f.latency.0.observe(o.duration_ms as f64 / 1000.0);
         if o.status == OutcomeStatus::Failed {
-            let code = if let Some(code) = o.code {
-                Some(code.to_string())
-            } else if o.nginx_error.is_none()
-                && o.why.as_deref().is_some_and(|w| w.starts_with("plugin "))
-            {
+            if let Some(kind) = o.failure {
+                f.failures
+                    .get_or_create(&FailureLabel {
+                        failure: kind.as_str(),
+                    })
+                    .inc();
+            }
+            let code = match o.failure {
+                Some(Failure::PluginError) => Some(
+                    o.code
+                        .map_or_else(|| "unknown".to_string(), |c| c.to_string()),
+                ),
                 // The plugin failed without an error answer (timeout, crash, malformed answer).
-                Some("none".to_string())
-            } else {
-                None
+                Some(Failure::PluginNoAnswer) => Some("none".to_string()),
+                _ => None,
             };
             if let Some(code) = code {
                 f.plugin_errors.get_or_create(&CodeLabel { code }).inc();
@@ -377,7 +400,7 @@ mod tests {
             at_ms: 1_000,
             duration_ms: ms,
             status,
-            failure: code.map(|_| tributary_store::Failure::PluginError),
+            failure: code.map(|_| Failure::PluginError),
             why: code.map(|_| "plugin \"x\": refused".to_string()),
             code,
             field: None,
@@ -500,6 +523,50 @@ mod tests {
             t.contains("# HELP tributary_bindings Bindings configured.\n"),
             "{t}"
         );
+    }
+
+    #[test]
+    fn failures_are_counted_by_their_kind_tag_not_their_words() {
+        let m = Metrics::default();
+        let failed = |kind: Option<Failure>, why: &str| EngineEvent::Outcome {
+            binding: "api".into(),
+            outcome: OutcomeRecord {
+                failure: kind,
+                why: Some(why.into()),
+                ..outcome(OutcomeStatus::Failed, 1, None)
+            },
+        };
+        // The words do not matter: a "plugin ..." text on a reload failure is a reload failure.
+        m.observe(&failed(Some(Failure::ReloadFailed), "plugin-like words"));
+        m.observe(&failed(Some(Failure::ReloadFailed), "anything"));
+        m.observe(&failed(
+            Some(Failure::PluginNoAnswer),
+            "no answer within 2 s",
+        ));
+        m.observe(&failed(
+            Some(Failure::NoValidTarget),
+            "plugin \"x\" said nothing",
+        ));
+        let t = m.encode(&[], 0);
+        let kind = |k: &str| {
+            value(
+                &t,
+                &format!("tributary_resolution_failures_total{{failure=\"{k}\"}}"),
+            )
+        };
+        assert_eq!(kind("reload_failed"), 2.0);
+        assert_eq!(kind("plugin_no_answer"), 1.0);
+        assert_eq!(kind("no_valid_target"), 1.0);
+        // Every kind is listed, also at zero.
+        for k in Failure::ALL {
+            let _ = kind(k.as_str());
+        }
+        assert_eq!(kind("test_failed"), 0.0);
+        assert_eq!(
+            value(&t, "tributary_plugin_errors_total{code=\"none\"}"),
+            1.0
+        );
+        assert!(!t.contains("code=\"-"), "no plugin error code: {t}");
     }
 
     #[test]
