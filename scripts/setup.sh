@@ -55,6 +55,8 @@ if [ "$MODE" = test ]; then
   # Discovery plugin tests: dnsmasq (the binary only, no system service) for `dns`, etcd for `etcd`,
   # openssl for the etcd TLS test's certificates.
   APT_PACKAGES+=(dnsmasq-base etcd-server openssl)
+  # Apply tests: chattr (e2fsprogs) makes a tmpfs folder immutable to make a restore fail.
+  APT_PACKAGES+=(e2fsprogs)
   # Python test tools (schemathesis, moto) live in a virtualenv in target/venv.
   APT_PACKAGES+=(python3-venv)
   # Web UI browser tests: Debian's chromium driven by playwright-core (npm) on Node.js. Debian's

@@ -7,138 +7,20 @@
 //! connection there is refused: an nginx-generated 502). Some cases add a "black hole" (a
 //! listening socket of the test that never answers: an nginx-generated 504 after
 //! `proxy_read_timeout`). Paths walked are read from an access log with `$upstrand_path`.
+//! Order, blacklisting and the cursor (per-worker state): `upstrand_order.rs`.
 
 use std::fs;
 use std::io::Write;
 use std::net::TcpListener;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
 use ngx_harness::{
-    check, check_eq, emerg_trial, expect_ok, run_tests, CaseResult, Failed, KeepAlive, Nginx,
-    Response, Trial,
+    check, check_eq, emerg_trial, expect_ok, run_tests, CaseResult, Failed, KeepAlive, Nginx, Trial,
 };
 
-/// Loads the Debian echo module (for backends that read and echo a request body).
-const ECHO: &str = "load_module /usr/lib/nginx/modules/ngx_http_echo_module.so;";
-
-/// `log_format` with every variable of the family.
-const LOG_FORMAT: &str = "log_format us '$request_uri|$status|$upstrand_path|$upstrand_addr|\
-$upstrand_status|$upstrand_cache_status|$upstrand_connect_time|$upstrand_header_time|\
-$upstrand_response_length|$upstrand_response_time';";
-
-/// Waits up to 10 s until `logs/NAME` satisfies `done` (nginx writes its logs after the client
-/// may already have its answer); on timeout, the text it had.
-fn wait_for_log(n: &Nginx, name: &str, done: impl Fn(&str) -> bool) -> Result<String, String> {
-    let path = n.prefix().join("logs").join(name);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let text = fs::read_to_string(&path).unwrap_or_default();
-        if done(&text) {
-            return Ok(text);
-        }
-        if Instant::now() > deadline {
-            return Err(text);
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// Lines of `logs/access.log` once it has at least `count` of them.
-fn access_log(n: &Nginx, count: usize) -> Result<Vec<String>, Failed> {
-    let text = wait_for_log(n, "access.log", |t| t.lines().count() >= count).map_err(|text| {
-        format!(
-            "access log has {} lines, want {count}: {text}",
-            text.lines().count()
-        )
-    })?;
-    Ok(text.lines().map(str::to_string).collect())
-}
-
-/// Field of `$upstrand_path` in [`LOG_FORMAT`].
-const PATH_FIELD: usize = 2;
-/// Field of `$upstrand_status` in [`LOG_FORMAT`].
-const STATUS_FIELD: usize = 4;
-
-/// Field `field` of access log line `i` (format [`LOG_FORMAT`]).
-fn log_field(n: &Nginx, i: usize, field: usize) -> Result<String, Failed> {
-    let lines = access_log(n, i + 1)?;
-    Ok(lines[i]
-        .split('|')
-        .nth(field)
-        .unwrap_or_default()
-        .to_string())
-}
-
-/// The `$upstrand_path` of access log line `i`.
-fn path_of(n: &Nginx, i: usize) -> Result<String, Failed> {
-    log_field(n, i, PATH_FIELD)
-}
-
-/// Checks the `$upstrand_path` of access log line `i`.
-fn check_path(n: &Nginx, i: usize, want: &str, what: &str) -> CaseResult {
-    check_eq(path_of(n, i)?.as_str(), want, what)
-}
-
-/// Checks an answer's status and body.
-fn check_answer(a: &Response, status: u16, body: &str) -> CaseResult {
-    check_eq(a.status, status, "status")?;
-    check_eq(a.text().as_str(), body, "body")
-}
-
-/// The `X-From` header (the backend's name) of the answer to `GET /` on `{P0}`; `-` without one.
-fn answered_by(n: &Nginx) -> Result<String, Failed> {
-    Ok(n.get(0, "/")?.header("X-From").unwrap_or("-").to_string())
-}
-
-/// A listening socket that never accepts: connections succeed, answers never come.
-fn black_hole() -> Result<TcpListener, Failed> {
-    Ok(TcpListener::bind("127.0.0.1:0").map_err(|e| format!("bind: {e}"))?)
-}
-
-fn hole_port(l: &TcpListener) -> Result<String, Failed> {
-    Ok(l.local_addr()
-        .map_err(|e| e.to_string())?
-        .port()
-        .to_string())
-}
-
-/// The front server: `{P0}` with the access log, then `body`.
-fn front(body: &str) -> String {
-    format!(
-        "{LOG_FORMAT}\nserver {{ listen 127.0.0.1:{{P0}}; access_log {{PREFIX}}/logs/access.log us;\n{body}\n}}\n"
-    )
-}
-
-/// A backend on `{Pi}` answering `status` with body `"NAME STATUS\n"` and `X-From: NAME`.
-fn backend(i: usize, name: &str, status: u16) -> String {
-    format!(
-        "server {{ listen 127.0.0.1:{{P{i}}}; location / {{ add_header X-From {name} always; \
-         return {status} \"{name} {status}\\n\"; }} }}\n"
-    )
-}
-
-/// A case's configuration: `upstream NAME { server 127.0.0.1:{Pi}; }` for each `(NAME, i)`,
-/// then `http` (`upstrand` blocks and any other `http {}` lines), the [`front`] server with
-/// `locations`, and a [`backend`] for each `(i, NAME, STATUS)`.
-fn config(
-    upstreams: &[(&str, usize)],
-    http: &str,
-    locations: &str,
-    backends: &[(usize, &str, u16)],
-) -> String {
-    let mut s: String = upstreams
-        .iter()
-        .map(|(name, i)| format!("upstream {name} {{ server 127.0.0.1:{{P{i}}}; }}\n"))
-        .collect();
-    s.push_str(http);
-    s.push('\n');
-    s.push_str(&front(locations));
-    for (i, name, status) in backends {
-        s.push_str(&backend(*i, name, *status));
-    }
-    s
-}
+#[path = "support/upstrand.rs"]
+mod support;
+use support::*;
 
 // ---- 1. parsing ---------------------------------------------------------------------------
 
@@ -562,180 +444,6 @@ fn failover_non_idempotent_post() -> CaseResult {
     )
 }
 
-// ---- 3. order -----------------------------------------------------------------------------
-
-/// u01, u02, u03 (by regex) answering `s`, with the `order` line `order` (may be empty).
-fn ordered(order: &str, s: [u16; 3]) -> String {
-    config(
-        &[("u01", 1), ("u02", 2), ("u03", 3)],
-        &format!("upstrand us1 {{ upstream ~^u0; {order} next_upstream_statuses 5xx; }}"),
-        "location / { proxy_pass http://$upstrand_us1; }",
-        &[(1, "u01", s[0]), (2, "u02", s[1]), (3, "u03", s[2])],
-    )
-}
-
-/// `X-From` of `count` answers to `GET /` in a row.
-fn from_sequence(n: &Nginx, count: usize) -> Result<Vec<String>, Failed> {
-    (0..count).map(|_| answered_by(n)).collect()
-}
-
-fn order_default_round_robin() -> CaseResult {
-    let n = Nginx::start(&ordered("", [200, 200, 200]))?;
-    let seq = from_sequence(&n, 7)?;
-    check_eq(
-        seq.join(","),
-        "u01,u02,u03,u01,u02,u03,u01".to_string(),
-        "one step per request",
-    )?;
-    // Failover does not move the cursor more than one step per request.
-    let n = Nginx::start(&ordered("", [503, 200, 200]))?;
-    let seq = from_sequence(&n, 4)?;
-    check_eq(
-        seq.join(","),
-        "u02,u02,u03,u02".to_string(),
-        "starts u01,u02,u03,u01",
-    )?;
-    check_path(&n, 0, "u01 -> u02", "path 1")?;
-    check_path(&n, 2, "u03", "path 3")
-}
-
-fn rotation_ok(seq: &[String]) -> bool {
-    let idx = |s: &str| ["u01", "u02", "u03"].iter().position(|x| *x == s);
-    seq.windows(2).all(|w| match (idx(&w[0]), idx(&w[1])) {
-        (Some(a), Some(b)) => b == (a + 1) % 3,
-        _ => false,
-    })
-}
-
-fn order_start_random() -> CaseResult {
-    let n = Nginx::start(&ordered("order start_random;", [200, 200, 200]))?;
-    let seq = from_sequence(&n, 9)?;
-    check(rotation_ok(&seq), || {
-        format!("round robin after a random start: {seq:?}")
-    })
-}
-
-fn order_per_request() -> CaseResult {
-    let n = Nginx::start(&ordered("order per_request;", [503, 503, 200]))?;
-    for i in 0..3 {
-        check_eq(answered_by(&n)?.as_str(), "u03", "answer")?;
-        check_path(&n, i, "u01 -> u02 -> u03", "path")?;
-    }
-    Ok(())
-}
-
-fn order_start_random_per_request() -> CaseResult {
-    let n = Nginx::start(&ordered("order start_random per_request;", [503, 503, 503]))?;
-    let mut starts = std::collections::BTreeSet::new();
-    for i in 0..30 {
-        n.get(0, "/")?;
-        let p = path_of(&n, i)?;
-        let walked: Vec<String> = p.split(" -> ").map(str::to_string).collect();
-        check(walked.len() == 3 && rotation_ok(&walked), || {
-            format!("walk {p}")
-        })?;
-        starts.insert(walked[0].clone());
-    }
-    check(starts.len() >= 2, || {
-        format!("30 random starts all at {starts:?}")
-    })
-}
-
-/// The seed's "no round robin" example: singlets, `order per_request`, blacklisting.
-fn order_seed_no_round_robin_with_singlets() -> CaseResult {
-    let body = |first: &str| {
-        config(
-            &[],
-            &format!(
-                "upstream u1 {{ server 127.0.0.1:{{{first}}}; server 127.0.0.1:{{P2}}; \
-                 combine_server_singlets _single_ nobackup; }}
-                 upstrand us1 {{
-                     upstream ~^u1_single_ blacklist_interval=60s;
-                     order per_request;
-                     next_upstream_statuses error timeout non_idempotent 5xx;
-                     intercept_statuses 5xx /Internal/failover;
-                 }}"
-            ),
-            "location / { proxy_pass http://$upstrand_us1; }
-             location /Internal/failover { internal; return 503 \"failover\\n\"; }",
-            &[(1, "s1", 200), (2, "s2", 200)],
-        )
-    };
-    let n = Nginx::start(&body("P1"))?;
-    for i in 0..3 {
-        check_eq(answered_by(&n)?.as_str(), "s1", "s1")?;
-        check_path(&n, i, "u1_single_1", "always the first server")?;
-    }
-    let n = Nginx::start(&body("P9"))?;
-    check_eq(answered_by(&n)?.as_str(), "s2", "s2")?;
-    check_path(&n, 0, "u1_single_1 -> u1_single_2", "failover")?;
-    check_eq(answered_by(&n)?.as_str(), "s2", "s2")?;
-    check_path(&n, 1, "u1_single_2", "the dead singlet is blacklisted")
-}
-
-/// Decision 2: `order start_random per_request` with an empty normal list does not crash.
-fn order_random_with_only_backups() -> CaseResult {
-    let n = Nginx::start(&config(
-        &[("b01", 1), ("b02", 2)],
-        "upstrand us1 { upstream ~^b0 backup; order start_random per_request; next_upstream_statuses 5xx; }",
-        "location / { proxy_pass http://$upstrand_us1; }",
-        &[(1, "b01", 503), (2, "b02", 200)],
-    ))?;
-    for _ in 0..10 {
-        let a = n.get(0, "/")?;
-        check_eq(a.status, 200, "status")?;
-        check_eq(a.header("X-From"), Some("b02"), "answer")?;
-    }
-    Ok(())
-}
-
-// ---- 4. blacklist -------------------------------------------------------------------------
-
-fn blacklist_skips_failed_upstream_until_interval_ends() -> CaseResult {
-    let n = Nginx::start(&config(
-        &[("u01", 1), ("u02", 2), ("u03", 3)],
-        "upstrand us1 { upstream u01 blacklist_interval=1s; upstream u02; upstream u03; \
-         order per_request; next_upstream_statuses 5xx; }",
-        "location / { proxy_pass http://$upstrand_us1; }",
-        &[(1, "u01", 503), (2, "u02", 200), (3, "u03", 200)],
-    ))?;
-    n.get(0, "/")?;
-    check_path(&n, 0, "u01 -> u02", "first request")?;
-    n.get(0, "/")?;
-    check_path(&n, 1, "u02", "u01 skipped while blacklisted")?;
-    std::thread::sleep(Duration::from_millis(1300));
-    n.get(0, "/")?;
-    check_path(&n, 2, "u01 -> u02", "u01 tried again after the interval")
-}
-
-/// [`ordered`] with `order per_request` and every member blacklisted for 60 s after a failure.
-fn blacklisting(s: [u16; 3]) -> String {
-    ordered("order per_request;", s)
-        .replace("upstream ~^u0;", "upstream ~^u0 blacklist_interval=60s;")
-}
-
-/// Decision 1: the first non-blacklisted upstream in cycle order, not the one before it.
-fn blacklist_goes_to_first_healthy_in_cycle_order() -> CaseResult {
-    let n = Nginx::start(&blacklisting([503, 503, 200]))?;
-    n.get(0, "/")?;
-    check_path(&n, 0, "u01 -> u02 -> u03", "first request")?;
-    check_eq(answered_by(&n)?.as_str(), "u03", "answer")?;
-    check_path(&n, 1, "u03", "both failed upstreams skipped")
-}
-
-fn blacklist_everything_whitelists_with_log() -> CaseResult {
-    let n = Nginx::start(&blacklisting([503, 503, 503]))?;
-    n.get(0, "/")?;
-    check_eq(n.get(0, "/")?.status, 503, "status")?;
-    check_path(&n, 1, "u01 -> u02 -> u03", "all whitelisted again")?;
-    let log = n.error_log();
-    check(
-        log.contains("[error]")
-            && log.contains("all upstreams in upstrand \"us1\" are blacklisted, whitelisting them"),
-        || format!("error log lacks the whitelist line:\n{log}"),
-    )
-}
-
 // ---- 5. next_upstream_timeout and intercept_statuses ---------------------------------------
 
 /// `hole` (a [`black_hole`]: 504 after 300 ms) then u02 (200), with `next_upstream_timeout
@@ -929,18 +637,6 @@ fn two_upstrands_in_one_request_give_500() -> CaseResult {
     )
 }
 
-fn variable_elsewhere_yields_name_and_advances() -> CaseResult {
-    let n = Nginx::start(&ordered("", [200, 200, 200]).replace(
-        "location / {",
-        "location /name { return 200 \"$upstrand_us1\\n\"; } location / {",
-    ))?;
-    let names: Vec<String> = (0..4)
-        .map(|_| n.get(0, "/name").map(|a| a.text()))
-        .collect::<Result<_, _>>()?;
-    check_eq(names.join(""), "u01\nu02\nu03\nu01\n".to_string(), "names")?;
-    check_eq(answered_by(&n)?.as_str(), "u02", "cursor")
-}
-
 /// Decision 8: a walk longer than nginx's subrequest nesting limit (50) ends with nginx's own
 /// error in the log; the client gets the last answer.
 fn walk_longer_than_subrequest_limit() -> CaseResult {
@@ -1050,13 +746,6 @@ fn dynamic_upstrand_seed_example() -> CaseResult {
     Ok(())
 }
 
-/// Trials named like the case functions.
-macro_rules! cases {
-    ($($case:ident),* $(,)?) => {
-        vec![$(Trial::test(stringify!($case), $case)),*]
-    };
-}
-
 fn main() {
     let mut trials = emerg_cases();
     trials.extend(cases![
@@ -1072,17 +761,8 @@ fn main() {
         failover_head_request,
         failover_error_and_timeout_against_backend_codes,
         failover_non_idempotent_post,
-        order_default_round_robin,
-        order_start_random,
-        order_per_request,
-        order_start_random_per_request,
-        order_seed_no_round_robin_with_singlets,
-        order_random_with_only_backups,
         walk_longer_than_subrequest_limit,
         subrequest_upstrand_walk_inside_ssi_include,
-        blacklist_skips_failed_upstream_until_interval_ends,
-        blacklist_goes_to_first_healthy_in_cycle_order,
-        blacklist_everything_whitelists_with_log,
         next_upstream_timeout_returns_last_answer,
         intercept_after_timeout,
         intercept_with_try_files_and_error_page,
@@ -1091,7 +771,6 @@ fn main() {
         redirect_x_accel_redirect_is_ignored,
         subrequest_ssi_inside_upstrand_request,
         two_upstrands_in_one_request_give_500,
-        variable_elsewhere_yields_name_and_advances,
         status_variables_format,
         status_variables_outside_upstrand_are_not_found,
         dynamic_upstrand_seed_example,

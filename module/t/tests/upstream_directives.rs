@@ -4,11 +4,17 @@
 //!
 //! Backends are `server {}` blocks of the same nginx answering `return 200 "bN"` on `{P1}`…`{P4}`;
 //! `{DEAD}` is a port nobody listens on (a dead server).
+//!
+//! nginx runs with its master process and 2 workers (the harness default). Round-robin state and
+//! failed-peer accounting of an upstream without a `zone` are per worker, so cases that count
+//! answers or follow a sequence send their requests over one keep-alive connection: one worker
+//! serves them all, and the exact per-worker behaviour is asserted.
 
 use std::collections::BTreeMap;
 
 use ngx_harness::{
-    check, check_eq, emerg_trial, expect_emerg, expect_ok, run_tests, CaseResult, Nginx, Trial,
+    check, check_eq, emerg_trial, expect_emerg, expect_ok, run_tests, CaseResult, Failed,
+    KeepAlive, Nginx, Trial,
 };
 
 const BACKENDS: &str = r#"
@@ -156,19 +162,20 @@ const EMERG: &[(&str, &str, &str)] = &[
     ),
 ];
 
-/// Sends `n` requests to `path` on `{P0}` and counts the bodies.
-fn tally(ng: &Nginx, path: &str, n: usize) -> Result<BTreeMap<String, usize>, ngx_harness::Failed> {
+/// Sends `n` requests to `path` over `conn` (one worker) and counts the bodies.
+fn tally(conn: &mut KeepAlive, path: &str, n: usize) -> Result<BTreeMap<String, usize>, Failed> {
     let mut m = BTreeMap::new();
     for _ in 0..n {
-        let r = ng.get(0, path)?;
+        let r = conn.get(path)?;
         check_eq(r.status, 200, &format!("status of {path}"))?;
         *m.entry(r.text()).or_insert(0) += 1;
     }
     Ok(m)
 }
 
-fn sequence(ng: &Nginx, path: &str, n: usize) -> Result<Vec<String>, ngx_harness::Failed> {
-    (0..n).map(|_| Ok(ng.get(0, path)?.text())).collect()
+/// Bodies of `n` answers to `path` over `conn` (one worker), in order.
+fn sequence(conn: &mut KeepAlive, path: &str, n: usize) -> Result<Vec<String>, Failed> {
+    (0..n).map(|_| Ok(conn.get(path)?.text())).collect()
 }
 
 fn counts(pairs: &[(&str, usize)]) -> BTreeMap<String, usize> {
@@ -190,17 +197,19 @@ fn add_upstream_weights_like_hand_written() -> CaseResult {
                   location /c { proxy_pass http://c; }
                   location /h { proxy_pass http://h; } }",
     ))?;
+    let mut conn = ng.keep_alive(0)?;
     check_eq(
-        tally(&ng, "/c", 30)?,
+        tally(&mut conn, "/c", 30)?,
         counts(&[("b1", 10), ("b2", 20)]),
         "split through c",
     )?;
-    let c = sequence(&ng, "/c", 12)?;
-    let h = sequence(&ng, "/h", 12)?;
+    let c = sequence(&mut conn, "/c", 12)?;
+    let h = sequence(&mut conn, "/h", 12)?;
     check_eq(c, h, "order of answers, combined vs hand-written")
 }
 
-/// Source weights are kept and multiplied; `down` is kept.
+/// Source weights are kept and multiplied; `down` is kept (`max_fails`/`fail_timeout`: see
+/// [`add_upstream_keeps_max_fails_and_fail_timeout`]).
 fn add_upstream_keeps_attributes() -> CaseResult {
     let ng = Nginx::start(&with_backends(
         "upstream u1 { server 127.0.0.1:{P1} weight=3 max_fails=2 fail_timeout=5s; server 127.0.0.1:{P2}; }
@@ -211,15 +220,89 @@ fn add_upstream_keeps_attributes() -> CaseResult {
                   location /c { proxy_pass http://c; }
                   location /d { proxy_pass http://d; } }",
     ))?;
+    let mut conn = ng.keep_alive(0)?;
     check_eq(
-        tally(&ng, "/c", 40)?,
+        tally(&mut conn, "/c", 40)?,
         counts(&[("b1", 30), ("b2", 10)]),
         "weights 6:2",
     )?;
     check_eq(
-        tally(&ng, "/d", 6)?,
+        tally(&mut conn, "/d", 6)?,
         counts(&[("b4", 6)]),
         "down server of the source stays down",
+    )
+}
+
+/// Upstreams whose first server is dead, with the failure accounting of `src` (`max_fails=2
+/// fail_timeout=1s`), `zero` (`max_fails=0`: never marked failed) and `dflt` (nginx's defaults,
+/// `max_fails=1 fail_timeout=10s`), and copies of the first two through `add_upstream`.
+const FAILING: &str = "
+    upstream src { server 127.0.0.1:{DEAD} max_fails=2 fail_timeout=1s; server 127.0.0.1:{P1}; }
+    upstream zero { server 127.0.0.1:{DEAD} max_fails=0; server 127.0.0.1:{P1}; }
+    upstream dflt { server 127.0.0.1:{DEAD}; server 127.0.0.1:{P1}; }
+    upstream src_copy { add_upstream src; }
+    upstream zero_copy { add_upstream zero; }
+    server { listen 127.0.0.1:{P0};
+             add_header X-Upstream $upstream_addr always;
+             location / { proxy_pass http://$arg_u; } }";
+
+/// How many of `n` requests through upstream `u` (over `conn`: one worker, whose failed-peer
+/// state is being observed) tried the dead server before the live one answered.
+fn dead_tries(conn: &mut KeepAlive, u: &str, dead: &str, n: usize) -> Result<usize, Failed> {
+    let mut tries = 0;
+    for _ in 0..n {
+        let r = conn.get(&format!("/?u={u}"))?;
+        check_eq(
+            (r.status, r.text().as_str()),
+            (200, "b1"),
+            &format!("{u}: the live server answers"),
+        )?;
+        tries += usize::from(r.header("X-Upstream").unwrap_or("").contains(dead));
+    }
+    Ok(tries)
+}
+
+/// `add_upstream` keeps `max_fails` and `fail_timeout` of the copied servers: the copy skips a
+/// dead server after the same number of failures and tries it again after the same time as the
+/// original, which differs from nginx's defaults (so a copy that lost them would fail).
+fn add_upstream_keeps_max_fails_and_fail_timeout() -> CaseResult {
+    let ng = Nginx::start(&with_backends(FAILING))?;
+    let mut conn = ng.keep_alive(0)?;
+    let dead = format!("127.0.0.1:{}", ng.dead_port());
+    let ups = ["src", "src_copy", "zero", "zero_copy", "dflt"];
+    // A burst well inside the 1 s fail_timeout, then one after it has passed (nginx counts whole
+    // seconds: 2.5 s is more than 1 s for any start time, and less than the default 10 s).
+    let mut first = BTreeMap::new();
+    for u in ups {
+        first.insert(u, dead_tries(&mut conn, u, &dead, 8)?);
+    }
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    let mut second = BTreeMap::new();
+    for u in ups {
+        second.insert(u, dead_tries(&mut conn, u, &dead, 8)?);
+    }
+    let seen = |u: &str| (first[u], second[u]);
+    check_eq(seen("dflt"), (1, 0), "defaults: one failure, then 10 s off")?;
+    check_eq(
+        seen("src"),
+        (2, 1),
+        "max_fails=2 fail_timeout=1s: two failures, then tried again after 1 s",
+    )?;
+    check_eq(
+        seen("src_copy"),
+        seen("src"),
+        "copy of src behaves like src",
+    )?;
+    check(first["zero"] >= 3 && second["zero"] >= 3, || {
+        format!(
+            "max_fails=0: the dead server stays in the rotation, {:?}",
+            seen("zero")
+        )
+    })?;
+    check_eq(
+        seen("zero_copy"),
+        seen("zero"),
+        "copy of zero behaves like zero",
     )
 }
 
@@ -235,13 +318,14 @@ fn add_upstream_backup_only_when_primary_down() -> CaseResult {
                   location /live { proxy_pass http://live; }
                   location /failover { proxy_pass http://failover; } }",
     ))?;
+    let mut conn = ng.keep_alive(0)?;
     check_eq(
-        tally(&ng, "/live", 8)?,
+        tally(&mut conn, "/live", 8)?,
         counts(&[("b1", 8)]),
         "primary alive: backup unused",
     )?;
     check_eq(
-        tally(&ng, "/failover", 4)?,
+        tally(&mut conn, "/failover", 4)?,
         counts(&[("b2", 4)]),
         "primary down: backup answers",
     )
@@ -255,8 +339,9 @@ fn add_upstream_chains() -> CaseResult {
          upstream c { add_upstream b; server 127.0.0.1:{P3}; }
          server { listen 127.0.0.1:{P0}; location / { proxy_pass http://c; } }",
     ))?;
+    let mut conn = ng.keep_alive(0)?;
     check_eq(
-        tally(&ng, "/", 9)?,
+        tally(&mut conn, "/", 9)?,
         counts(&[("b1", 3), ("b2", 3), ("b3", 3)]),
         "chain a -> b -> c",
     )
@@ -273,13 +358,14 @@ fn add_upstream_is_a_snapshot() -> CaseResult {
                   location /c { proxy_pass http://c; }
                   location /s { proxy_pass http://s; } }",
     ))?;
+    let mut conn = ng.keep_alive(0)?;
     check_eq(
-        tally(&ng, "/c", 4)?,
+        tally(&mut conn, "/c", 4)?,
         counts(&[("b1", 2), ("b2", 2)]),
         "copy of h",
     )?;
     check_eq(
-        tally(&ng, "/s", 4)?,
+        tally(&mut conn, "/s", 4)?,
         counts(&[("b1", 4)]),
         "copy of singlet h1",
     )
@@ -293,8 +379,9 @@ fn add_upstream_from_implicit_upstream() -> CaseResult {
                   location /c { proxy_pass http://c; } }
          upstream c { add_upstream 127.0.0.1; }",
     ))?;
+    let mut conn = ng.keep_alive(0)?;
     check_eq(
-        tally(&ng, "/c", 3)?,
+        tally(&mut conn, "/c", 3)?,
         counts(&[("b3", 3)]),
         "through the copy",
     )
@@ -451,9 +538,11 @@ const DEAD_SINGLE: &str = "
 /// "no live upstreams" without trying the server; without it, the server is tried every time.
 fn extend_single_peers_marks_lone_peer_failed() -> CaseResult {
     let ng = Nginx::start(&with_backends(DEAD_SINGLE))?;
+    // Failed-peer state is per worker: one keep-alive connection, one worker.
+    let mut conn = ng.keep_alive(0)?;
     let dead = format!("127.0.0.1:{}", ng.dead_port());
     for u in ["ext", "lc"] {
-        let r = ng.get(0, &format!("/?u={u}"))?;
+        let r = conn.get(&format!("/?u={u}"))?;
         check_eq(r.status, 502, &format!("{u}: first request"))?;
         check(
             r.header("X-Upstream").unwrap_or("").starts_with(&dead),
@@ -465,7 +554,7 @@ fn extend_single_peers_marks_lone_peer_failed() -> CaseResult {
             },
         )?;
         for _ in 0..3 {
-            let r = ng.get(0, &format!("/?u={u}"))?;
+            let r = conn.get(&format!("/?u={u}"))?;
             check_eq(
                 (r.status, r.header("X-Upstream")),
                 (502, Some(u)),
@@ -477,7 +566,7 @@ fn extend_single_peers_marks_lone_peer_failed() -> CaseResult {
         "error log lacks \"no live upstreams\"".into()
     })?;
     for _ in 0..4 {
-        let r = ng.get(0, "/?u=plain")?;
+        let r = conn.get("/?u=plain")?;
         check_eq(
             (r.status, r.header("X-Upstream")),
             (502, Some(dead.as_str())),
@@ -490,13 +579,14 @@ fn extend_single_peers_marks_lone_peer_failed() -> CaseResult {
 /// The fake peer never answers and does not change a part with more peers.
 fn extend_single_peers_keeps_live_traffic() -> CaseResult {
     let ng = Nginx::start(&with_backends(DEAD_SINGLE))?;
+    let mut conn = ng.keep_alive(0)?;
     check_eq(
-        tally(&ng, "/?u=live", 5)?,
+        tally(&mut conn, "/?u=live", 5)?,
         counts(&[("b1", 5)]),
         "lone live server",
     )?;
     check_eq(
-        tally(&ng, "/?u=two", 6)?,
+        tally(&mut conn, "/?u=two", 6)?,
         counts(&[("b1", 3), ("b2", 3)]),
         "two servers",
     )
@@ -532,6 +622,10 @@ fn main() {
         Trial::test(
             "add_upstream_keeps_attributes",
             add_upstream_keeps_attributes,
+        ),
+        Trial::test(
+            "add_upstream_keeps_max_fails_and_fail_timeout",
+            add_upstream_keeps_max_fails_and_fail_timeout,
         ),
         Trial::test(
             "add_upstream_backup_only_when_primary_down",

@@ -7,11 +7,17 @@
 //! - [`add_upstream`]: arguments of `add_upstream NAME [backup] [weight=N]` and the copy plan.
 //! - [`singlets`]: arguments of `combine_server_singlets`, singlet names and per-singlet flags.
 //! - [`extend`]: which fake peers `extend_single_peers` adds.
+//! - [`live`]: the live upstream API (`upstreams_api`): request parsing, change plans, answers.
+//! - [`upstreams`]: which upstream of nginx's list a name refers to, which ones an upstrand may
+//!   use and which ones a walk wraps.
+//! - [`upstrand`]: the `upstrand` family (block, walk state machine, variables, `dynamic_upstrand`).
 
 pub mod add_upstream;
 pub mod extend;
+pub mod live;
 pub mod singlets;
 pub mod upstrand;
+pub mod upstreams;
 
 mod error;
 

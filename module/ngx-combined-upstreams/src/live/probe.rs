@@ -1,0 +1,264 @@
+//! Which balancer an upstream uses. nginx keeps it only as the `peer.init_upstream` function
+//! pointer, and the balancers' functions are `static` in nginx: to learn their addresses the
+//! module calls each balancer directive's own handler once per configuration on a scratch
+//! upstream (`least_conn;`, `ip_hash;`, `random;`, `hash x;`, `hash x consistent;`,
+//! `keepalive 1;`) and records the pointer the handler stores. For `keepalive` the scratch
+//! configuration also shows where its private configuration keeps the wrapped balancer's
+//! function (the offset of a marker value), so `keepalive` on top of round robin or least_conn is
+//! recognised as such.
+
+use core::ffi::{c_char, c_void, CStr};
+use core::mem::{size_of, zeroed};
+use core::ptr;
+
+use ngx::ffi::{
+    ngx_array_t, ngx_command_t, ngx_conf_t, ngx_http_conf_ctx_t, ngx_http_upstream_init_pt,
+    ngx_http_upstream_init_round_robin, ngx_http_upstream_module, ngx_http_upstream_srv_conf_t,
+    ngx_int_t, ngx_module_t, ngx_str_t,
+};
+
+use crate::ffi_util::borrowed;
+
+/// A balancer the live API can change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Live {
+    /// Plain round robin (the default).
+    RoundRobin,
+    /// `least_conn`
+    LeastConn,
+}
+
+/// Classification of one upstream's balancer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Balancer {
+    /// `round_robin`, `least_conn`, `round_robin+keepalive`, `ip_hash`, ... or `unknown`.
+    pub name: String,
+    /// Set when live changes are possible.
+    pub live: Option<Live>,
+}
+
+/// The addresses learned for this configuration.
+#[derive(Default)]
+pub struct Probes {
+    known: Vec<(usize, &'static str)>,
+    keepalive: Option<(usize, usize, usize)>,
+}
+
+/// A marker init function whose address the keepalive probe looks for.
+unsafe extern "C" fn marker(
+    _cf: *mut ngx_conf_t,
+    _us: *mut ngx_http_upstream_srv_conf_t,
+) -> ngx_int_t {
+    0
+}
+
+fn addr(f: ngx_http_upstream_init_pt) -> usize {
+    f.map_or(0, |f| f as usize)
+}
+
+/// Scratch space handed to a balancer handler as its module configuration.
+const SCRATCH: usize = 512;
+
+impl Probes {
+    /// Runs the probes against the modules of the configuration being parsed.
+    ///
+    /// # Safety
+    /// `cf` is the configuration nginx is parsing (inside `http {}`).
+    pub unsafe fn run(cf: *mut ngx_conf_t) -> Probes {
+        let mut p = Probes::default();
+        // SAFETY: forwarded; every call gets a scratch upstream and scratch module conf.
+        unsafe {
+            for (module, cmd, args, label) in [
+                (
+                    "ngx_http_upstream_least_conn_module",
+                    c"least_conn",
+                    &[][..],
+                    "least_conn",
+                ),
+                (
+                    "ngx_http_upstream_ip_hash_module",
+                    c"ip_hash",
+                    &[][..],
+                    "ip_hash",
+                ),
+                (
+                    "ngx_http_upstream_random_module",
+                    c"random",
+                    &[][..],
+                    "random",
+                ),
+                (
+                    "ngx_http_upstream_hash_module",
+                    c"hash",
+                    &[c"x"][..],
+                    "hash",
+                ),
+                (
+                    "ngx_http_upstream_hash_module",
+                    c"hash",
+                    &[c"x", c"consistent"][..],
+                    "hash consistent",
+                ),
+            ] {
+                if let Some((init, _)) = call(cf, module, cmd, args, None) {
+                    if init != 0 {
+                        p.known.push((init, label));
+                    }
+                }
+            }
+            if let Some((init, conf)) = call(
+                cf,
+                "ngx_http_upstream_keepalive_module",
+                c"keepalive",
+                &[c"1"],
+                Some(marker),
+            ) {
+                let words = conf.len() / size_of::<usize>();
+                let off = (0..words).find(|i| {
+                    usize::from_ne_bytes(
+                        conf[i * size_of::<usize>()..(i + 1) * size_of::<usize>()]
+                            .try_into()
+                            .unwrap_or_default(),
+                    ) == marker as *const () as usize
+                });
+                if let (Some(off), true) = (off, init != 0) {
+                    let idx = find_module(cf, "ngx_http_upstream_keepalive_module")
+                        .map_or(usize::MAX, |m| (*m).ctx_index);
+                    p.keepalive = Some((init, idx, off * size_of::<usize>()));
+                }
+            }
+        }
+        p
+    }
+
+    /// Classifies an upstream by its `peer.init_upstream`.
+    ///
+    /// # Safety
+    /// `uscf` is an upstream of the configuration the probes ran on.
+    pub unsafe fn classify(&self, uscf: *mut ngx_http_upstream_srv_conf_t) -> Balancer {
+        // SAFETY: caller; the keepalive srv conf exists for every upstream block (nginx creates
+        // every HTTP module's srv conf for it).
+        unsafe {
+            let init = addr((*uscf).peer.init_upstream);
+            if let Some((ka, idx, off)) = self.keepalive {
+                if init == ka && !(*uscf).srv_conf.is_null() && idx != usize::MAX {
+                    let kcf = *(*uscf).srv_conf.add(idx) as *const u8;
+                    let inner = ptr::read_unaligned(kcf.add(off) as *const usize);
+                    let b = self.plain(inner);
+                    return Balancer {
+                        name: format!("{}+keepalive", b.name),
+                        live: b.live,
+                    };
+                }
+            }
+            self.plain(init)
+        }
+    }
+
+    fn plain(&self, init: usize) -> Balancer {
+        let rr = ngx_http_upstream_init_round_robin as *const () as usize;
+        if init == 0 || init == rr {
+            return Balancer {
+                name: "round_robin".into(),
+                live: Some(Live::RoundRobin),
+            };
+        }
+        match self.known.iter().find(|(a, _)| *a == init) {
+            Some((_, "least_conn")) => Balancer {
+                name: "least_conn".into(),
+                live: Some(Live::LeastConn),
+            },
+            Some((_, label)) => Balancer {
+                name: (*label).into(),
+                live: None,
+            },
+            None => Balancer {
+                name: "unrecognised (third-party or module-made)".into(),
+                live: None,
+            },
+        }
+    }
+}
+
+unsafe fn find_module(cf: *mut ngx_conf_t, name: &str) -> Option<*mut ngx_module_t> {
+    // SAFETY: cycle->modules is a null-terminated array of loaded modules with their names.
+    unsafe {
+        let cycle = (*cf).cycle;
+        if cycle.is_null() || (*cycle).modules.is_null() {
+            return None;
+        }
+        let mut i = 0;
+        loop {
+            let m = *(*cycle).modules.add(i);
+            if m.is_null() {
+                return None;
+            }
+            if !(*m).name.is_null() && CStr::from_ptr((*m).name).to_bytes() == name.as_bytes() {
+                return Some(m);
+            }
+            i += 1;
+        }
+    }
+}
+
+/// Calls `module`'s directive `cmd` with `args` on a scratch upstream whose `init_upstream` is
+/// `preset`; returns the `init_upstream` it left and the scratch module configuration.
+unsafe fn call(
+    cf: *mut ngx_conf_t,
+    module: &str,
+    cmd: &CStr,
+    args: &[&CStr],
+    preset: ngx_http_upstream_init_pt,
+) -> Option<(usize, Vec<u8>)> {
+    // SAFETY: the handler sees a copy of cf whose ctx points at scratch configurations that
+    // live until it returns; the words it reads are in `words`, and the module conf it writes
+    // is `SCRATCH` zeroed bytes (larger than any balancer's srv conf).
+    unsafe {
+        let m = find_module(cf, module)?;
+        let mut c = (*m).commands as *const ngx_command_t;
+        if c.is_null() {
+            return None;
+        }
+        while (*c).name.len != 0 {
+            if crate::ffi_util::bytes(&(*c).name) == cmd.to_bytes() {
+                break;
+            }
+            c = c.add(1);
+        }
+        let set = (*c).set?;
+        let mut scratch_uscf: ngx_http_upstream_srv_conf_t = zeroed();
+        scratch_uscf.peer.init_upstream = preset;
+        let up_idx = (*ptr::addr_of!(ngx_http_upstream_module)).ctx_index;
+        let mut srv: Vec<*mut c_void> = vec![ptr::null_mut(); up_idx + 1];
+        srv[up_idx] = ptr::addr_of_mut!(scratch_uscf).cast();
+        let mut ctx = ngx_http_conf_ctx_t {
+            main_conf: (*((*cf).ctx as *mut ngx_http_conf_ctx_t)).main_conf,
+            srv_conf: srv.as_mut_ptr(),
+            loc_conf: (*((*cf).ctx as *mut ngx_http_conf_ctx_t)).loc_conf,
+        };
+        let mut words: Vec<ngx_str_t> = Vec::with_capacity(args.len() + 1);
+        // C strings: handlers may compare with ngx_strcmp, which needs the terminating zero.
+        words.push(borrowed(cmd.to_bytes()));
+        words.extend(args.iter().map(|a| borrowed(a.to_bytes())));
+        let mut arr = ngx_array_t {
+            elts: words.as_mut_ptr().cast(),
+            nelts: words.len(),
+            size: size_of::<ngx_str_t>(),
+            nalloc: words.len(),
+            pool: (*cf).pool,
+        };
+        let mut scratch_cf = *cf;
+        scratch_cf.ctx = ptr::addr_of_mut!(ctx).cast();
+        scratch_cf.args = ptr::addr_of_mut!(arr);
+        let mut conf = vec![0u8; SCRATCH];
+        let rv: *mut c_char = set(
+            ptr::addr_of_mut!(scratch_cf),
+            c.cast_mut(),
+            conf.as_mut_ptr().cast(),
+        );
+        if !rv.is_null() {
+            return None;
+        }
+        Some((addr(scratch_uscf.peer.init_upstream), conf))
+    }
+}

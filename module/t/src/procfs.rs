@@ -1,0 +1,128 @@
+//! Process facts from `/proc` (children of nginx's master, resident memory) and signals sent by
+//! process id (only to processes the harness started or their children).
+
+use std::fs;
+use std::path::Path;
+
+use rustix::process::{kill_process, Pid, Signal};
+
+/// Signals the harness sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sig {
+    /// Graceful shutdown (nginx: finish requests, then exit).
+    Quit,
+    /// Reload the configuration (nginx master).
+    Hup,
+    /// Interrupt (wrk: stop and print the summary).
+    Int,
+    /// Kill.
+    Kill,
+}
+
+/// Sends `sig` to process `pid`; false when it does not exist.
+pub fn signal(pid: u32, sig: Sig) -> bool {
+    let Some(p) = i32::try_from(pid).ok().and_then(Pid::from_raw) else {
+        return false;
+    };
+    let s = match sig {
+        Sig::Quit => Signal::QUIT,
+        Sig::Hup => Signal::HUP,
+        Sig::Int => Signal::INT,
+        Sig::Kill => Signal::KILL,
+    };
+    kill_process(p, s).is_ok()
+}
+
+/// `(state, parent pid)` from `/proc/PID/stat`; `None` when the process is gone.
+fn stat(pid: u32) -> Option<(char, u32)> {
+    let text = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // `pid (comm) S ppid ...`: comm may hold spaces and parentheses; it ends at the last ')'.
+    let rest = &text[text.rfind(')')? + 1..];
+    let mut f = rest.split_whitespace();
+    let state = f.next()?.chars().next()?;
+    let ppid = f.next()?.parse().ok()?;
+    Some((state, ppid))
+}
+
+/// Whether `pid` is alive (exists and is not a zombie).
+pub fn alive(pid: u32) -> bool {
+    stat(pid).is_some_and(|(s, _)| s != 'Z')
+}
+
+/// Live (non-zombie) children of `pid`, in ascending pid order: the `children` lists of its
+/// threads (`/proc/PID/task/*/children`), else a scan of `/proc`.
+pub fn children(pid: u32) -> Vec<u32> {
+    let from_tasks = fs::read_dir(format!("/proc/{pid}/task")).ok().map(|tasks| {
+        tasks
+            .filter_map(|t| fs::read_to_string(t.ok()?.path().join("children")).ok())
+            .flat_map(|text| {
+                text.split_whitespace()
+                    .filter_map(|c| c.parse().ok())
+                    .collect::<Vec<u32>>()
+            })
+            .collect::<Vec<u32>>()
+    });
+    let listed = match from_tasks {
+        Some(l) if Path::new(&format!("/proc/{pid}/task/{pid}/children")).exists() => l,
+        _ => fs::read_dir("/proc")
+            .map(|dir| {
+                dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+                    .collect()
+            })
+            .unwrap_or_default(),
+    };
+    let mut out: Vec<u32> = listed
+        .into_iter()
+        .filter(|c| stat(*c).is_some_and(|(s, ppid)| ppid == pid && s != 'Z'))
+        .collect();
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
+/// Resident set size of `pid` in KiB (`VmRSS` of `/proc/PID/status`).
+pub fn rss_kib(pid: u32) -> Option<u64> {
+    let text = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// The process title (`/proc/PID/cmdline` with NULs as spaces), e.g. `nginx: worker process`.
+pub fn title(pid: u32) -> String {
+    fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|b| {
+            String::from_utf8_lossy(&b)
+                .replace('\0', " ")
+                .trim()
+                .to_string()
+        })
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn own_process_is_alive_with_memory_and_a_child_is_listed() {
+        let me = std::process::id();
+        assert!(alive(me));
+        assert!(rss_kib(me).is_some_and(|k| k > 0));
+        let mut c = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let kids = children(me);
+        let killed = signal(c.id(), Sig::Kill);
+        c.wait().unwrap();
+        assert!(kids.contains(&c.id()), "{} not in {kids:?}", c.id());
+        assert!(killed);
+        assert!(!children(me).contains(&c.id()));
+        assert!(!alive(c.id()));
+    }
+}

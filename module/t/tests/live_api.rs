@@ -1,0 +1,958 @@
+//! Cases for the live upstream API (`upstreams_api;`, issue 11) against Debian's nginx with the
+//! module loaded, run with `master_process on` and 2 workers so every change must reach both
+//! workers through the zone. Every row is a named test; run directly it ends with
+//! `N passed, N failed`.
+//!
+//! Layout: the front server listens on `{P0}` (`reuseport`, so both workers accept) and
+//! answers with `X-Worker: <pid>` and the backend's body; the API is `/api/` on `{P0}`;
+//! backends `b1`…`b5` are `server {}` blocks of the same nginx on `{P1}`…`{P5}`; `{DEAD}` is a
+//! port where nothing listens. The nginx runner (`Master`, in `live_api/master.rs`) belongs to
+//! these tests: the harness's `Nginx` runs one process, and they need a master, its workers' PIDs
+//! and reloads (`live_api/helpers.rs`: configurations, bodies, shared checks).
+
+#[path = "live_api/helpers.rs"]
+mod helpers;
+#[path = "live_api/master.rs"]
+mod master;
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use helpers::*;
+use master::{Master, SlowBackend};
+use ngx_harness::{check, check_eq, emerg_trial, http_request, run_tests, CaseResult, Trial};
+
+fn case_lists_upstreams_and_names_balancers() -> CaseResult {
+    let m = Master::start(&standard())?;
+    let list = m.get_json("/")?;
+    let names: BTreeMap<String, String> = list["upstreams"]
+        .as_array()
+        .ok_or("no upstreams array")?
+        .iter()
+        .map(|u| {
+            (
+                u["name"].as_str().unwrap_or("").to_string(),
+                u["balancer"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect();
+    let want: BTreeMap<String, String> = [
+        ("app", "round_robin"),
+        ("lc", "least_conn"),
+        ("rk", "round_robin+keepalive"),
+        ("lck", "least_conn+keepalive"),
+        ("tiny", "round_robin"),
+    ]
+    .iter()
+    .map(|(a, b)| (a.to_string(), b.to_string()))
+    .collect();
+    check_eq(names, want, "live upstreams and balancers")?;
+    let app = m.get_json("/app")?;
+    check_eq(addresses(&app), vec![addr(&m, 1)], "app servers")?;
+    check_eq(app["retiring"].as_u64(), Some(0), "retiring")?;
+    check_eq(app["servers"][0]["weight"].as_u64(), Some(1), "weight")?;
+    check_eq(
+        app["servers"][0]["fail_timeout_ms"].as_u64(),
+        Some(10_000),
+        "fail_timeout_ms",
+    )?;
+    check(app["generation"].as_u64().is_some(), || {
+        "no generation".into()
+    })?;
+    Ok(())
+}
+
+fn case_put_reaches_every_worker_without_reload() -> CaseResult {
+    let m = Master::start(&standard())?;
+    both_workers_answer(&m, &["b1"], 5)?;
+    let before = m.workers();
+    let g0 = m.get_json("/app")?["generation"]
+        .as_u64()
+        .ok_or("no generation")?;
+    let t0 = Instant::now();
+    let r = m.put("app", &set_body(&m, &[2, 3], &[]))?;
+    let put_done = Instant::now();
+    check_eq(r.status, 200, &format!("PUT ({})", r.text()))?;
+    let v = json(&r)?;
+    check_eq(v["changed"].as_bool(), Some(true), "changed")?;
+    check(v["generation"].as_u64() != Some(g0), || {
+        "generation unchanged".into()
+    })?;
+    // Every answer after the PUT answer comes from the new set, in both workers; then 100 more
+    // changes, each checked the same way, with the time from the PUT answer until both workers
+    // answered from the new set, next to the same measure without a change (the baseline: the
+    // time two workers take to answer at all).
+    let first = until_both_answer(&m, &["b2", "b3"])?;
+    let mut changed = vec![first];
+    let mut baseline = Vec::new();
+    for i in 0..100 {
+        let (set, allowed): (&[usize], &[&str]) = if i % 2 == 0 {
+            (&[4, 5], &["b4", "b5"])
+        } else {
+            (&[2, 3], &["b2", "b3"])
+        };
+        baseline.push(until_both_answer(
+            &m,
+            if i % 2 == 0 {
+                &["b2", "b3"]
+            } else {
+                &["b4", "b5"]
+            },
+        )?);
+        let r = m.put("app", &set_body(&m, set, &[]))?;
+        check_eq(r.status, 200, "PUT")?;
+        changed.push(until_both_answer(&m, allowed)?);
+    }
+    let stats = |v: &mut Vec<Duration>| {
+        v.sort();
+        (v[v.len() / 2], v[v.len() * 99 / 100], v[v.len() - 1])
+    };
+    let (c50, c99, cmax) = stats(&mut changed);
+    let (b50, b99, bmax) = stats(&mut baseline);
+    eprintln!(
+        "PUT took {:?}; from the PUT answer until both workers answered from the new set ({} changes): \
+         median {c50:?}, p99 {c99:?}, max {cmax:?}; baseline without a change (both workers answer): \
+         median {b50:?}, p99 {b99:?}, max {bmax:?}; ratio of medians {:.2}",
+        put_done - t0,
+        changed.len(),
+        c50.as_secs_f64() / b50.as_secs_f64().max(1e-9)
+    );
+    // Back to b2/b3 for the checks below.
+    check_eq(
+        m.put("app", &set_body(&m, &[2, 3], &[]))?.status,
+        200,
+        "PUT",
+    )?;
+    let seen = both_workers_answer(&m, &["b2", "b3"], 50)?;
+    check_eq(seen.len(), 2, "workers answering")?;
+    check_eq(m.workers(), before, "worker PIDs (no reload, no restart)")?;
+    m.check_workers_unchanged()?;
+    check(!m.error_log().contains("reconfiguring"), || {
+        "nginx reloaded".into()
+    })?;
+    let app = m.get_json("/app")?;
+    check_eq(
+        addresses(&app),
+        vec![addr(&m, 2), addr(&m, 3)],
+        "GET after PUT",
+    )?;
+    Ok(())
+}
+
+fn case_identical_set_is_a_no_op() -> CaseResult {
+    let m = Master::start(&standard())?;
+    let r = json(&m.put("app", &set_body(&m, &[2, 3], &[4]))?)?;
+    let g = r["generation"].as_u64();
+    let r2 = json(&m.put("app", &set_body(&m, &[3, 2], &[4]))?)?;
+    check_eq(
+        r2["changed"].as_bool(),
+        Some(false),
+        "changed (same set, other order)",
+    )?;
+    check_eq(r2["generation"].as_u64(), g, "generation")?;
+    Ok(())
+}
+
+fn case_servers_that_stay_keep_their_state() -> CaseResult {
+    let m = Master::start(&standard())?;
+    // A dead primary with max_fails=5 and a live one; requests fail over from the dead one.
+    let body = |extra: &str| {
+        format!(
+            r#"{{"servers":[{{"address":"127.0.0.1:{}","max_fails":5,"fail_timeout_ms":60000}},{{"address":"127.0.0.1:{}"}}{extra}]}}"#,
+            m.dead,
+            m.port(1)
+        )
+    };
+    check_eq(m.put("app", &body(""))?.status, 200, "PUT")?;
+    for _ in 0..6 {
+        let (_, b) = m.front()?;
+        check_eq(b.as_str(), "b1", "answer while the dead server fails")?;
+    }
+    let fails = |v: &serde_json::Value| v["servers"][0]["fails"].as_u64().unwrap_or(0);
+    let before = m.get_json("/app")?;
+    check(fails(&before) >= 1, || {
+        format!("dead server has no failures: {before}")
+    })?;
+    let r = m.put(
+        "app",
+        &body(&format!(r#",{{"address":"127.0.0.1:{}"}}"#, m.port(2))),
+    )?;
+    check_eq(r.status, 200, "PUT adding b2")?;
+    let after = m.get_json("/app")?;
+    check_eq(
+        fails(&after),
+        fails(&before),
+        "failures of the server that stayed",
+    )?;
+    check_eq(addresses(&after).len(), 3, "servers")?;
+    // A changed setting of a staying server is applied; its failures stay too.
+    let r = m.put("app", &format!(
+        r#"{{"servers":[{{"address":"127.0.0.1:{}","max_fails":5,"fail_timeout_ms":60000,"down":true}},{{"address":"127.0.0.1:{}"}}]}}"#,
+        m.dead, m.port(1)
+    ))?;
+    check_eq(r.status, 200, "PUT marking it down")?;
+    let down = m.get_json("/app")?;
+    check_eq(down["servers"][0]["down"].as_bool(), Some(true), "down")?;
+    check_eq(
+        fails(&down),
+        fails(&before),
+        "failures after a settings change",
+    )?;
+    Ok(())
+}
+
+fn case_concurrent_compare_and_set_has_one_winner() -> CaseResult {
+    // 8 clients PUT different sets with the same generation at once (both workers take some):
+    // exactly one gets 200, the others 409, and the set is the winner's.
+    let m = Master::start(&standard())?;
+    for round in 0..5 {
+        let g = m.get_json("/app")?["generation"]
+            .as_u64()
+            .ok_or("no generation")?;
+        let barrier = Arc::new(std::sync::Barrier::new(8));
+        let threads: Vec<_> = (0..8)
+            .map(|i| {
+                let (port, barrier) = (m.port(0), barrier.clone());
+                let body = format!(
+                    r#"{{"servers":[{{"address":"10.7.{round}.{}:80"}}],"generation":{g}}}"#,
+                    i + 1
+                );
+                std::thread::spawn(move || {
+                    barrier.wait();
+                    http_request(port, "PUT", "/api/app", &[], body.as_bytes())
+                        .map(|r| (i, r.status))
+                })
+            })
+            .collect();
+        let mut winners = Vec::new();
+        for t in threads {
+            let (i, status) = t.join().map_err(|_| "PUT thread panicked")??;
+            match status {
+                200 => winners.push(i),
+                409 => {}
+                other => return Err(format!("PUT {i}: status {other}").into()),
+            }
+        }
+        check_eq(
+            winners.len(),
+            1,
+            &format!("round {round}: PUTs answered 200"),
+        )?;
+        check_eq(
+            addresses(&m.get_json("/app")?),
+            vec![format!("10.7.{round}.{}:80", winners[0] + 1)],
+            "the set is the winner's",
+        )?;
+    }
+    m.check_workers_unchanged()
+}
+
+fn case_workers_killed_under_traffic_and_puts() -> CaseResult {
+    // SIGKILL a worker every 50 ms for 2 s while clients send requests and the set changes
+    // every 20 ms; afterwards the master's new workers serve and the API works.
+    let m = Master::start(&standard())?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut threads = Vec::new();
+    for _ in 0..3 {
+        let (stop, port) = (stop.clone(), m.port(0));
+        threads.push(std::thread::spawn(move || {
+            while !stop.load(Ordering::SeqCst) {
+                let _ = http_request(port, "GET", "/", &[], b"");
+            }
+        }));
+    }
+    {
+        let (stop, port) = (stop.clone(), m.port(0));
+        let bodies = [
+            set_body(&m, &[1, 2], &[3]),
+            set_body(&m, &[2], &[]),
+            set_body(&m, &[1, 2, 3, 4], &[5]),
+        ];
+        threads.push(std::thread::spawn(move || {
+            let mut i = 0;
+            while !stop.load(Ordering::SeqCst) {
+                let _ = http_request(port, "PUT", "/api/app", &[], bodies[i % 3].as_bytes());
+                i += 1;
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }));
+    }
+    let mut kills = 0;
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(2) {
+        if let Some(w) = m.workers().into_iter().next() {
+            let _ = std::process::Command::new("kill")
+                .arg("-KILL")
+                .arg(w.to_string())
+                .status();
+            kills += 1;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    stop.store(true, Ordering::SeqCst);
+    for t in threads {
+        let _ = t.join();
+    }
+    check(kills >= 10, || format!("only {kills} workers killed"))?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while m.workers().len() != 2 {
+        check(Instant::now() < deadline, || {
+            "the master did not restart 2 workers".into()
+        })?;
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    check_eq(
+        m.put("app", &set_body(&m, &[4], &[]))?.status,
+        200,
+        "PUT after the kills",
+    )?;
+    both_workers_answer(&m, &["b4"], 10)?;
+    check_eq(
+        addresses(&m.get_json("/app")?),
+        vec![addr(&m, 4)],
+        "GET after the kills",
+    )?;
+    eprintln!("{kills} workers killed with SIGKILL; nginx serves and the API answers");
+    Ok(())
+}
+
+fn case_round_robin_position_is_kept() -> CaseResult {
+    // Smooth weighted round robin over b1, b2 (weights 1): the first pick is b1, leaving b1's
+    // current weight at -1 and b2's at +1. Adding b3 while keeping that state makes b2 the next
+    // pick; a set that restarted the weights would pick b1 again.
+    let m = Master::start(&standard())?;
+    check_eq(
+        m.put("app", &set_body(&m, &[1, 2], &[]))?.status,
+        200,
+        "PUT b1 b2",
+    )?;
+    check_eq(m.front()?.1.as_str(), "b1", "first pick")?;
+    check_eq(
+        m.put("app", &set_body(&m, &[1, 2, 3], &[]))?.status,
+        200,
+        "PUT b1 b2 b3",
+    )?;
+    check_eq(m.front()?.1.as_str(), "b2", "pick after adding b3")?;
+    check_eq(m.front()?.1.as_str(), "b3", "next pick")?;
+    Ok(())
+}
+
+fn case_busy_server_is_retired_then_freed() -> CaseResult {
+    for up in ["app", "lc", "lck"] {
+        busy_server_is_retired_then_freed(up)
+            .map_err(|e| format!("upstream {up}: {}", e.message().unwrap_or("failed")))?;
+    }
+    Ok(())
+}
+
+fn busy_server_is_retired_then_freed(up: &str) -> CaseResult {
+    let m = Master::start(&standard_for(up))?;
+    let slow = SlowBackend::start()?;
+    let base = slab(&m, up)?;
+    let body = format!(r#"{{"servers":[{{"address":"127.0.0.1:{}"}}]}}"#, slow.port);
+    check_eq(m.put(up, &body)?.status, 200, "PUT slow backend")?;
+    let port0 = m.port(0);
+    let inflight = std::thread::spawn(move || {
+        http_request(port0, "GET", "/", &[], b"").map(|r| (r.status, r.text()))
+    });
+    slow.accepted
+        .recv_timeout(Duration::from_secs(10))
+        .map_err(|_| "slow backend got no connection")?;
+    let v = m.get_json(&format!("/{up}"))?;
+    check_eq(
+        v["servers"][0]["active"].as_u64(),
+        Some(1),
+        "active on the slow server",
+    )?;
+    let r = json(&m.put(up, &set_body(&m, &[1], &[]))?)?;
+    check_eq(
+        r["retiring"].as_u64(),
+        Some(1),
+        "retiring after removing the busy server",
+    )?;
+    let v = m.get_json(&format!("/{up}"))?;
+    check_eq(v["retiring"].as_u64(), Some(1), "GET retiring while busy")?;
+    check_eq(
+        addresses(&v),
+        vec![addr(&m, 1)],
+        "set without the busy server",
+    )?;
+    let (w, b) = m.front()?;
+    check_eq(b.as_str(), "b1", &format!("new requests (worker {w})"))?;
+    slow.release.store(true, Ordering::SeqCst);
+    let (status, text) = inflight.join().map_err(|_| "request thread panicked")??;
+    check_eq(
+        (status, text.as_str()),
+        (200, "slow\n"),
+        "the in-flight request completes",
+    )?;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let v = m.get_json(&format!("/{up}"))?;
+        if v["retiring"].as_u64() == Some(0) {
+            break;
+        }
+        check(Instant::now() < deadline, || {
+            format!("retired server not freed: {v}")
+        })?;
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    check_eq(
+        slab(&m, up)?,
+        base,
+        "zone slab (chunks used, free pages) back to the start",
+    )?;
+    // The request's $upstream_addr was logged after its server was freed: a copy, still right.
+    let log = fs::read_to_string(m.dir.join("logs/up.log")).unwrap_or_default();
+    check(
+        log.lines().any(|l| l == format!("127.0.0.1:{}", slow.port)),
+        || format!("no $upstream_addr of the retired server in the log: {log:?}"),
+    )?;
+    m.check_workers_unchanged()
+}
+
+fn case_request_between_tries_continues_in_a_grown_set() -> CaseResult {
+    // A request holds server F (3 servers, its tried bitmap is one word); the set is replaced
+    // by 70 servers (69 of them down) without F; F then fails the request, whose next try must
+    // be made from the new set with balancer data sized for it.
+    let m = Master::start(&standard())?;
+    let f = SlowBackend::start_mode(true)?;
+    let body = format!(
+        r#"{{"servers":[{{"address":"127.0.0.1:{}"}},{{"address":"127.0.0.1:{}"}},{{"address":"127.0.0.1:{}"}}]}}"#,
+        f.port,
+        m.dead,
+        m.dead + 1
+    );
+    check_eq(m.put("app", &body)?.status, 200, "PUT F + 2")?;
+    let r0 = m.get_json("/app")?["rebalanced"].as_u64();
+    let port0 = m.port(0);
+    let inflight = std::thread::spawn(move || {
+        http_request(port0, "GET", "/", &[], b"").map(|r| (r.status, r.text()))
+    });
+    f.accepted
+        .recv_timeout(Duration::from_secs(10))
+        .map_err(|_| "F got no connection")?;
+    let mut s: Vec<String> = (0..69)
+        .map(|i| {
+            format!(
+                r#"{{"address":"127.0.0.{}:{}","down":true}}"#,
+                2 + i,
+                m.dead
+            )
+        })
+        .collect();
+    s.push(format!(r#"{{"address":"127.0.0.1:{}"}}"#, m.port(2)));
+    let r = json(&m.put("app", &format!(r#"{{"servers":[{}]}}"#, s.join(",")))?)?;
+    check_eq(r["retiring"].as_u64(), Some(1), "F retired")?;
+    f.release.store(true, Ordering::SeqCst);
+    let (status, text) = inflight.join().map_err(|_| "request thread panicked")??;
+    check_eq(
+        (status, text.trim()),
+        (200, "b2"),
+        "the request continued in the new set",
+    )?;
+    let v = m.get_json("/app")?;
+    check_eq(
+        v["rebalanced"].as_u64(),
+        r0.map(|x| x + 1),
+        "requests rebalanced",
+    )?;
+    check_eq(v["retiring"].as_u64(), Some(0), "F freed")?;
+    m.check_workers_unchanged()
+}
+
+fn case_large_set_from_a_body_in_a_temp_file() -> CaseResult {
+    // 512 servers with every field: about 60 KB, more than client_body_buffer_size, so nginx
+    // keeps the body in a temporary file.
+    let m = Master::start(&standard())?;
+    let s: Vec<String> = (0..512)
+        .map(|i| {
+            format!(
+                r#"{{"address":"10.2.{}.{}:8080","weight":{},"max_fails":2,"fail_timeout_ms":20000,"backup":{},"down":false}}"#,
+                i / 250,
+                i % 250 + 1,
+                1 + i % 7,
+                i >= 500
+            )
+        })
+        .collect();
+    let body = format!(r#"{{"servers":[{}]}}"#, s.join(","));
+    check(body.len() > 32 * 1024, || {
+        format!("body only {} bytes", body.len())
+    })?;
+    let r = m.put("app", &body)?;
+    check_eq(r.status, 200, &format!("PUT 512 servers ({})", r.text()))?;
+    let v = m.get_json("/app")?;
+    let servers = v["servers"].as_array().ok_or("no servers")?;
+    check_eq(servers.len(), 512, "servers")?;
+    check_eq(
+        servers
+            .iter()
+            .filter(|x| x["backup"].as_bool() == Some(true))
+            .count(),
+        12,
+        "backups",
+    )?;
+    check_eq(servers[3]["weight"].as_u64(), Some(4), "weight of the 4th")?;
+    check_eq(
+        servers[0]["fail_timeout_ms"].as_u64(),
+        Some(20_000),
+        "fail_timeout_ms",
+    )?;
+    check(
+        m.error_log().contains("buffered to a temporary file"),
+        || "the body was not in a temporary file".into(),
+    )?;
+    Ok(())
+}
+
+fn case_request_keeps_its_tries_when_the_set_shrinks_to_one() -> CaseResult {
+    // A request holds F in [F, b1]; the set becomes [b2] (a single server); F then fails the
+    // request, which must still take its second try (in the new set).
+    let m = Master::start(&standard())?;
+    let f = SlowBackend::start_mode(true)?;
+    let body = format!(
+        r#"{{"servers":[{{"address":"127.0.0.1:{}"}},{{"address":"127.0.0.1:{}"}}]}}"#,
+        f.port,
+        m.port(1)
+    );
+    check_eq(m.put("app", &body)?.status, 200, "PUT F b1")?;
+    let port0 = m.port(0);
+    let inflight = std::thread::spawn(move || {
+        http_request(port0, "GET", "/", &[], b"").map(|r| (r.status, r.text()))
+    });
+    f.accepted
+        .recv_timeout(Duration::from_secs(10))
+        .map_err(|_| "F got no connection")?;
+    check_eq(
+        m.put("app", &set_body(&m, &[2], &[]))?.status,
+        200,
+        "PUT b2",
+    )?;
+    f.release.store(true, Ordering::SeqCst);
+    let (status, text) = inflight.join().map_err(|_| "request thread panicked")??;
+    check_eq(
+        (status, text.trim()),
+        (200, "b2"),
+        "the failed request's second try",
+    )?;
+    m.check_workers_unchanged()
+}
+
+fn case_compare_and_set_conflict() -> CaseResult {
+    let m = Master::start(&standard())?;
+    let g = m.get_json("/app")?["generation"]
+        .as_u64()
+        .ok_or("no generation")?;
+    let with_gen = |servers: &[usize], g: u64| {
+        let b = set_body(&m, servers, &[]);
+        format!("{},\"generation\":{g}}}", &b[..b.len() - 1])
+    };
+    let r = m.put("app", &with_gen(&[2], g))?;
+    check_eq(
+        r.status,
+        200,
+        &format!("PUT with the current generation ({})", r.text()),
+    )?;
+    let r = m.put("app", &with_gen(&[3], g))?;
+    check_eq(r.status, 409, "PUT with a stale generation")?;
+    check(r.text().contains("generation is"), || {
+        format!("409 text: {}", r.text())
+    })?;
+    check_eq(
+        addresses(&m.get_json("/app")?),
+        vec![addr(&m, 2)],
+        "set after the conflict",
+    )?;
+    Ok(())
+}
+
+fn case_bad_inputs_change_nothing() -> CaseResult {
+    let m = Master::start(&standard())?;
+    check_eq(
+        m.put("app", &set_body(&m, &[2, 3], &[4]))?.status,
+        200,
+        "PUT",
+    )?;
+    let before = m.get_json("/app")?;
+    let many: Vec<String> = (0..513)
+        .map(|i| format!(r#"{{"address":"10.1.{}.{}:80"}}"#, i / 250, i % 250 + 1))
+        .collect();
+    let tiny_many: Vec<String> = (0..300)
+        .map(|i| format!(r#"{{"address":"10.1.{}.{}:80"}}"#, i / 250, i % 250 + 1))
+        .collect();
+    let huge = format!(
+        r#"{{"servers":[{{"address":"10.0.0.1:80"}}]{}}}"#,
+        " ".repeat(300 * 1024)
+    );
+    let cases: Vec<(&str, &str, String, u16, &str)> = vec![
+        ("PUT", "/app", "{\"servers\":".into(), 400, "bad JSON"),
+        ("PUT", "/app", "".into(), 400, "empty body"),
+        (
+            "PUT",
+            "/nope",
+            set_body(&m, &[1], &[]),
+            404,
+            "no upstream \\\"nope\\\"",
+        ),
+        (
+            "PUT",
+            "/nozone",
+            set_body(&m, &[1], &[]),
+            409,
+            "has no zone",
+        ),
+        ("PUT", "/ih", set_body(&m, &[1], &[]), 409, "ip_hash"),
+        (
+            "PUT",
+            "/hs",
+            set_body(&m, &[1], &[]),
+            409,
+            "hash consistent",
+        ),
+        ("PUT", "/rnd", set_body(&m, &[1], &[]), 409, "random"),
+        (
+            "PUT",
+            "/app",
+            r#"{"servers":[{"address":"localhost:80"}]}"#.into(),
+            400,
+            "addresses only",
+        ),
+        (
+            "PUT",
+            "/app",
+            format!(r#"{{"servers":[{}]}}"#, many.join(",")),
+            400,
+            "at most 512",
+        ),
+        ("PUT", "/app", huge, 413, "larger than"),
+        (
+            "PUT",
+            "/tiny",
+            format!(r#"{{"servers":[{}]}}"#, tiny_many.join(",")),
+            507,
+            "no room",
+        ),
+        ("DELETE", "/app", String::new(), 405, "GET or PUT"),
+        ("POST", "/", String::new(), 405, "use GET"),
+        ("GET", "/a/b", String::new(), 404, "no such API resource"),
+    ];
+    for (method, path, body, status, text) in cases {
+        let r = m.api(method, path, &body)?;
+        check_eq(r.status, status, &format!("{method} {path} ({})", r.text()))?;
+        check(r.text().contains(text), || {
+            format!("{method} {path}: {:?} lacks {text:?}", r.text())
+        })?;
+        check(r.header("Content-Type") == Some("application/json"), || {
+            format!(
+                "{method} {path}: content type {:?}",
+                r.header("Content-Type")
+            )
+        })?;
+        check_eq(
+            &m.get_json("/app")?,
+            &before,
+            &format!("app after {method} {path}"),
+        )?;
+    }
+    check_eq(
+        addresses(&m.get_json("/tiny")?),
+        vec![addr(&m, 1)],
+        "tiny after the 507",
+    )?;
+    check_eq(
+        m.get_json("/tiny?slab")?["alloc_failures"]
+            .as_u64()
+            .map(|f| f > 0),
+        Some(true),
+        "tiny zone saw the failed allocation",
+    )?;
+    check(!m.error_log().contains("no memory"), || {
+        "a [crit] no-memory line for the refused change (the 507 says it)".into()
+    })?;
+    m.check_workers_unchanged()
+}
+
+fn case_reload_restores_the_configured_set() -> CaseResult {
+    let mut m = Master::start(&standard())?;
+    let g0 = m.get_json("/app")?["generation"].as_u64();
+    check_eq(
+        m.put("app", &set_body(&m, &[2, 3], &[4]))?.status,
+        200,
+        "PUT",
+    )?;
+    check_eq(m.put("lc", &set_body(&m, &[5], &[]))?.status, 200, "PUT lc")?;
+    std::thread::sleep(Duration::from_millis(5));
+    let http = m.http.clone();
+    m.reload(&http)?;
+    let app = m.get_json("/app")?;
+    check_eq(addresses(&app), vec![addr(&m, 1)], "app after reload")?;
+    check_eq(
+        addresses(&m.get_json("/lc")?),
+        vec![addr(&m, 1)],
+        "lc after reload",
+    )?;
+    check(app["generation"].as_u64() != g0, || {
+        "generation repeated after reload".into()
+    })?;
+    both_workers_answer(&m, &["b1"], 5)?;
+    // And live changes work on the new zone.
+    check_eq(
+        m.put("app", &set_body(&m, &[3], &[]))?.status,
+        200,
+        "PUT after reload",
+    )?;
+    both_workers_answer(&m, &["b3"], 5)?;
+    m.check_workers_unchanged()
+}
+
+fn case_zone_memory_does_not_grow() -> CaseResult {
+    let mut m = Master::start(&standard())?;
+    // Warm-up: the first set with backups makes the backup list, which stays (it is small and
+    // in-flight requests may point at it); from then on the figures must come back exactly.
+    check_eq(
+        m.put("app", &set_body(&m, &[1], &[2]))?.status,
+        200,
+        "warm-up PUT",
+    )?;
+    check_eq(
+        m.put("app", &set_body(&m, &[1], &[]))?.status,
+        200,
+        "warm-up PUT back",
+    )?;
+    let base = slab(&m, "app")?;
+    let big: Vec<usize> = vec![1, 2, 3, 4, 5];
+    for round in 0..40 {
+        let body = match round % 4 {
+            0 => set_body(&m, &big, &[]),
+            1 => {
+                // many distinct addresses, some backups
+                let s: Vec<String> = (0..60)
+                    .map(|i| {
+                        format!(
+                            r#"{{"address":"10.9.{round}.{}:80","backup":{}}}"#,
+                            i + 1,
+                            i % 3 == 0
+                        )
+                    })
+                    .collect();
+                format!(r#"{{"servers":[{}]}}"#, s.join(","))
+            }
+            2 => set_body(&m, &[2], &[3, 4]),
+            _ => set_body(&m, &[1], &[]),
+        };
+        let r = m.put("app", &body)?;
+        check_eq(r.status, 200, &format!("PUT round {round} ({})", r.text()))?;
+    }
+    // Back to the configured set, with traffic in between.
+    both_workers_answer(&m, &["b1"], 3)?;
+    let after_puts = slab(&m, "app")?;
+    check_eq(
+        after_puts,
+        base,
+        "slab (chunks used, free pages) after 40 PUTs",
+    )?;
+    let http = m.http.clone();
+    let mut after_reloads = Vec::new();
+    for _ in 0..3 {
+        m.reload(&http)?;
+        for i in 0..5 {
+            check_eq(
+                m.put("app", &set_body(&m, &[1 + i % 5], &[6]))?.status,
+                200,
+                "PUT between reloads",
+            )?;
+        }
+        check_eq(
+            m.put("app", &set_body(&m, &[1], &[]))?.status,
+            200,
+            "PUT back",
+        )?;
+        after_reloads.push(slab(&m, "app")?);
+    }
+    check(after_reloads.windows(2).all(|w| w[0] == w[1]), || {
+        format!("slab after each reload cycle: {after_reloads:?}")
+    })?;
+    check_eq(
+        after_reloads[0],
+        base,
+        "slab after a reload and the same changes",
+    )?;
+    m.check_workers_unchanged()
+}
+
+fn case_least_conn_and_keepalive_take_live_changes() -> CaseResult {
+    for up in ["lc", "rk", "lck"] {
+        let m = Master::start(&format!(
+            "upstream lc {{ zone app 64k; least_conn; server 127.0.0.1:{{P1}}; }}\n\
+             upstream rk {{ zone rk 64k; server 127.0.0.1:{{P1}}; keepalive 4; }}\n\
+             upstream lck {{ zone rk; least_conn; server 127.0.0.1:{{P1}}; keepalive 4; }}\n{}",
+            front(
+                up,
+                "proxy_http_version 1.1; proxy_set_header Connection \"\";"
+            )
+        ))?;
+        both_workers_answer(&m, &["b1"], 5)?;
+        check_eq(
+            m.put(up, &set_body(&m, &[2, 3], &[4]))?.status,
+            200,
+            &format!("PUT {up}"),
+        )?;
+        let seen = both_workers_answer(&m, &["b2", "b3"], 30)?;
+        check_eq(seen.len(), 2, "workers")?;
+        // Only the backup left alive: the dead primary fails over to it.
+        let body = format!(
+            r#"{{"servers":[{{"address":"127.0.0.1:{}"}},{{"address":"127.0.0.1:{}","backup":true}}]}}"#,
+            m.dead,
+            m.port(4)
+        );
+        check_eq(
+            m.put(up, &body)?.status,
+            200,
+            &format!("PUT {up} dead+backup"),
+        )?;
+        both_workers_answer(&m, &["b4"], 5)?;
+        m.check_workers_unchanged()?;
+    }
+    Ok(())
+}
+
+fn case_set_changes_under_traffic_with_retries() -> CaseResult {
+    for up in ["app", "lck"] {
+        set_changes_under_traffic_with_retries(up)
+            .map_err(|e| format!("upstream {up}: {}", e.message().unwrap_or("failed")))?;
+    }
+    Ok(())
+}
+
+fn set_changes_under_traffic_with_retries(up: &str) -> CaseResult {
+    // Many dead servers force each request through several tries, so sets change between a
+    // request's init and its later tries; the set grows past 64 servers (the size where
+    // nginx's tried bitmap stops fitting in one word) and shrinks again.
+    let m = Master::start(&standard_for(up))?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let bad = Arc::new(AtomicUsize::new(0));
+    let total = Arc::new(AtomicUsize::new(0));
+    let mut threads = Vec::new();
+    for _ in 0..4 {
+        let (stop, bad, total, port) = (stop.clone(), bad.clone(), total.clone(), m.port(0));
+        threads.push(std::thread::spawn(move || {
+            while !stop.load(Ordering::SeqCst) {
+                match http_request(port, "GET", "/", &[], b"") {
+                    Ok(r) if r.status == 200 => {}
+                    _ => {
+                        bad.fetch_add(1, Ordering::SeqCst);
+                    }
+                }
+                total.fetch_add(1, Ordering::SeqCst);
+            }
+        }));
+    }
+    let dead_base = 20_000 + (m.dead as usize % 5000);
+    for round in 0..60 {
+        let n = if round % 2 == 0 { 100 } else { 3 };
+        let mut s: Vec<String> = (0..n)
+            .map(|i| {
+                format!(
+                    r#"{{"address":"127.0.0.{}:{}"}}"#,
+                    2 + i % 200,
+                    dead_base + i
+                )
+            })
+            .collect();
+        s.push(format!(
+            r#"{{"address":"127.0.0.1:{}"}}"#,
+            m.port(1 + round % 5)
+        ));
+        s.push(format!(
+            r#"{{"address":"127.0.0.1:{}","backup":true}}"#,
+            m.port(1 + (round + 1) % 5)
+        ));
+        let r = m.put(up, &format!(r#"{{"servers":[{}]}}"#, s.join(",")))?;
+        check_eq(r.status, 200, &format!("PUT round {round} ({})", r.text()))?;
+        std::thread::sleep(Duration::from_millis(30));
+    }
+    stop.store(true, Ordering::SeqCst);
+    for t in threads {
+        let _ = t.join();
+    }
+    let (bad, total) = (bad.load(Ordering::SeqCst), total.load(Ordering::SeqCst));
+    eprintln!("{total} requests during 60 set changes, {bad} not 200");
+    check(total > 100, || format!("only {total} requests"))?;
+    check_eq(bad, 0, "requests that did not end in 200")?;
+    m.check_workers_unchanged()
+}
+
+fn main() {
+    run_tests(vec![
+        emerg_trial(
+            "directive_takes_no_arguments",
+            "server { listen 127.0.0.1:{P0}; location /api/ { upstreams_api on; } }",
+            "invalid number of arguments in \"upstreams_api\" directive",
+        ),
+        emerg_trial(
+            "directive_only_in_a_location",
+            "server { listen 127.0.0.1:{P0}; upstreams_api; }",
+            "\"upstreams_api\" directive is not allowed here",
+        ),
+        Trial::test(
+            "lists_upstreams_and_names_balancers",
+            case_lists_upstreams_and_names_balancers,
+        ),
+        Trial::test(
+            "put_reaches_every_worker_without_reload",
+            case_put_reaches_every_worker_without_reload,
+        ),
+        Trial::test("identical_set_is_a_no_op", case_identical_set_is_a_no_op),
+        Trial::test(
+            "servers_that_stay_keep_their_state",
+            case_servers_that_stay_keep_their_state,
+        ),
+        Trial::test(
+            "busy_server_is_retired_then_freed",
+            case_busy_server_is_retired_then_freed,
+        ),
+        Trial::test("compare_and_set_conflict", case_compare_and_set_conflict),
+        Trial::test(
+            "request_keeps_its_tries_when_the_set_shrinks_to_one",
+            case_request_keeps_its_tries_when_the_set_shrinks_to_one,
+        ),
+        Trial::test(
+            "round_robin_position_is_kept",
+            case_round_robin_position_is_kept,
+        ),
+        Trial::test(
+            "workers_killed_under_traffic_and_puts",
+            case_workers_killed_under_traffic_and_puts,
+        ),
+        Trial::test(
+            "concurrent_compare_and_set_has_one_winner",
+            case_concurrent_compare_and_set_has_one_winner,
+        ),
+        Trial::test(
+            "large_set_from_a_body_in_a_temp_file",
+            case_large_set_from_a_body_in_a_temp_file,
+        ),
+        Trial::test(
+            "request_between_tries_continues_in_a_grown_set",
+            case_request_between_tries_continues_in_a_grown_set,
+        ),
+        Trial::test("bad_inputs_change_nothing", case_bad_inputs_change_nothing),
+        Trial::test(
+            "reload_restores_the_configured_set",
+            case_reload_restores_the_configured_set,
+        ),
+        Trial::test("zone_memory_does_not_grow", case_zone_memory_does_not_grow),
+        Trial::test(
+            "least_conn_and_keepalive_take_live_changes",
+            case_least_conn_and_keepalive_take_live_changes,
+        ),
+        Trial::test(
+            "set_changes_under_traffic_with_retries",
+            case_set_changes_under_traffic_with_retries,
+        ),
+    ]);
+}

@@ -1,0 +1,342 @@
+//! Pure logic of the live upstream API (`upstreams_api;`, issue 11): the JSON a `PUT` carries,
+//! its validation, the plan that turns the current server set into the new one, the answers'
+//! JSON and every error text with its HTTP status. Nothing here touches nginx; the module reads
+//! the zone's peers into [`Current`] values, asks [`plan`] what to do and applies the result.
+//!
+//! - [`parse_put`]: body of `PUT <loc>/NAME` → [`PutRequest`] or an [`ApiError`] (400/413).
+//! - [`plan`]: current set + wanted set → [`Plan`] (which peers stay, which are new, which go).
+//! - [`render`]: the JSON of every answer.
+//! - [`route`]: which resource a request path names.
+
+pub mod plan;
+pub mod render;
+
+use std::fmt;
+use std::net::{IpAddr, SocketAddr};
+
+use serde::Deserialize;
+
+pub use plan::{plan, Current, Plan};
+
+/// Most servers (primary and backup together) one `PUT` may set. Documented in `docs/live-api.md`.
+pub const MAX_SERVERS: usize = 512;
+/// Largest `PUT` body the API reads (bytes); a larger one is refused with 413.
+pub const MAX_BODY: usize = 256 * 1024;
+/// Largest `weight` nginx's `server weight=` accepts sensibly; the API allows the same range.
+pub const MAX_WEIGHT: u32 = 1_000_000;
+/// Longest `unix:` path (sun_path holds 108 bytes with the terminating zero).
+pub const MAX_UNIX_PATH: usize = 107;
+
+/// An error answer: HTTP status and a message for `{"error": MESSAGE}`. Nothing was changed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    /// HTTP status code.
+    pub status: u16,
+    /// Human-readable text naming the problem.
+    pub message: String,
+}
+
+impl ApiError {
+    /// An error with this status and text.
+    pub fn new(status: u16, message: impl Into<String>) -> Self {
+        ApiError {
+            status,
+            message: message.into(),
+        }
+    }
+
+    /// 404 for a name that is no `upstream {}` block of the running configuration.
+    pub fn unknown_upstream(name: &str) -> Self {
+        Self::new(
+            404,
+            format!("no upstream \"{name}\" in the running configuration"),
+        )
+    }
+
+    /// 409: the upstream has no `zone`, so its servers live in each worker's memory.
+    pub fn no_zone(name: &str) -> Self {
+        Self::new(
+            409,
+            format!(
+                "upstream \"{name}\" has no zone: live changes need a shared-memory \"zone NAME SIZE;\" in the upstream block"
+            ),
+        )
+    }
+
+    /// 409: the upstream's balancer cannot take live changes.
+    pub fn balancer_refused(name: &str, balancer: &str) -> Self {
+        Self::new(
+            409,
+            format!(
+                "upstream \"{name}\" uses the {balancer} balancer, which cannot take live changes (round_robin and least_conn can)"
+            ),
+        )
+    }
+
+    /// 409: the compare-and-set guard did not match.
+    pub fn generation_conflict(wanted: u64, current: u64) -> Self {
+        Self::new(
+            409,
+            format!(
+                "generation is {current}, not {wanted}: the server set changed since it was read"
+            ),
+        )
+    }
+
+    /// 507: the zone has no room for the new peers.
+    pub fn zone_full(name: &str, zone: &str) -> Self {
+        Self::new(
+            507,
+            format!(
+                "zone \"{zone}\" of upstream \"{name}\" has no room for the new servers; nothing changed (make the zone larger)"
+            ),
+        )
+    }
+
+    /// 405 with the methods the resource allows.
+    pub fn method(allowed: &str) -> Self {
+        Self::new(405, format!("method not allowed here; use {allowed}"))
+    }
+
+    /// 413 for a body larger than [`MAX_BODY`].
+    pub fn body_too_large() -> Self {
+        Self::new(413, format!("request body larger than {MAX_BODY} bytes"))
+    }
+
+    /// The answer body.
+    pub fn to_json(&self) -> String {
+        render::error(&self.message)
+    }
+}
+
+impl fmt::Display for ApiError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}", self.status, self.message)
+    }
+}
+
+impl std::error::Error for ApiError {}
+
+/// A server address the API accepts: an IP address with a port, or a `unix:` socket path.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Addr {
+    /// `10.0.0.1:8080`, `[::1]:8080`
+    Inet(SocketAddr),
+    /// `unix:/run/app.sock` (the path, without `unix:`)
+    Unix(String),
+}
+
+impl Addr {
+    /// Parses an address as written in the API; host names are refused (400).
+    pub fn parse(text: &str) -> Result<Addr, ApiError> {
+        if let Some(path) = text.strip_prefix("unix:") {
+            if !path.starts_with('/') {
+                return Err(ApiError::new(
+                    400,
+                    format!("address \"{text}\": a unix: path must be absolute"),
+                ));
+            }
+            if path.len() > MAX_UNIX_PATH || path.contains('\0') {
+                return Err(ApiError::new(
+                    400,
+                    format!("address \"{text}\": unix: path longer than {MAX_UNIX_PATH} bytes"),
+                ));
+            }
+            return Ok(Addr::Unix(path.to_string()));
+        }
+        if let Ok(sa) = text.parse::<SocketAddr>() {
+            if sa.port() == 0 {
+                return Err(ApiError::new(400, format!("address \"{text}\": port 0")));
+            }
+            if let SocketAddr::V6(v6) = sa {
+                if v6.scope_id() != 0 || v6.flowinfo() != 0 {
+                    return Err(ApiError::new(
+                        400,
+                        format!("address \"{text}\": IPv6 scope ids are not supported"),
+                    ));
+                }
+            }
+            return Ok(Addr::Inet(sa));
+        }
+        if text.parse::<IpAddr>().is_ok() || text.trim_start_matches('[').parse::<IpAddr>().is_ok()
+        {
+            return Err(ApiError::new(
+                400,
+                format!("address \"{text}\" has no port: write IP:PORT ([IPv6]:PORT)"),
+            ));
+        }
+        Err(ApiError::new(
+            400,
+            format!(
+                "address \"{text}\" is not an IP address with a port or a unix: path: live changes take addresses only (host names need a reload)"
+            ),
+        ))
+    }
+
+    /// The name nginx gives such a peer (`ngx_sock_ntop` with port): `10.0.0.1:8080`,
+    /// `[::1]:8080`, `unix:/path`.
+    pub fn name(&self) -> String {
+        match self {
+            Addr::Inet(sa) => sa.to_string(),
+            Addr::Unix(p) => format!("unix:{p}"),
+        }
+    }
+}
+
+/// One server as the API describes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Server {
+    /// Where it listens.
+    pub addr: Addr,
+    /// `weight=` (1 ..= [`MAX_WEIGHT`]).
+    pub weight: u32,
+    /// `max_fails=` (0 disables failure accounting).
+    pub max_fails: u32,
+    /// `fail_timeout=` in whole seconds (the API speaks milliseconds; nginx keeps seconds).
+    pub fail_timeout_s: u32,
+    /// `backup`
+    pub backup: bool,
+    /// `down`
+    pub down: bool,
+}
+
+/// A parsed `PUT` body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PutRequest {
+    /// The wanted set, in order (primary and backup servers mixed as given).
+    pub servers: Vec<Server>,
+    /// Compare-and-set guard: apply only when the current generation equals this.
+    pub generation: Option<u64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPut {
+    servers: Vec<RawServer>,
+    #[serde(default)]
+    generation: Option<u64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawServer {
+    address: String,
+    #[serde(default = "one")]
+    weight: u32,
+    #[serde(default = "one")]
+    max_fails: u32,
+    #[serde(default = "ten_seconds")]
+    fail_timeout_ms: u64,
+    #[serde(default)]
+    backup: bool,
+    #[serde(default)]
+    down: bool,
+    /// Accepted so a `GET` answer can be sent back unchanged; ignored.
+    #[serde(default, rename = "active")]
+    _active: Option<u64>,
+}
+
+fn one() -> u32 {
+    1
+}
+
+fn ten_seconds() -> u64 {
+    10_000
+}
+
+/// Parses and validates a `PUT` body. Errors: 400 (bad JSON, bad field, host name, duplicate
+/// address, no primary server, more than [`MAX_SERVERS`]), 413 (body over [`MAX_BODY`]).
+pub fn parse_put(body: &[u8]) -> Result<PutRequest, ApiError> {
+    if body.len() > MAX_BODY {
+        return Err(ApiError::body_too_large());
+    }
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Err(ApiError::new(
+            400,
+            "empty body: send {\"servers\":[...]} as JSON",
+        ));
+    }
+    let raw: RawPut =
+        serde_json::from_slice(body).map_err(|e| ApiError::new(400, format!("bad JSON: {e}")))?;
+    if raw.servers.len() > MAX_SERVERS {
+        return Err(ApiError::new(
+            400,
+            format!(
+                "{} servers: at most {MAX_SERVERS} per upstream can be set live",
+                raw.servers.len()
+            ),
+        ));
+    }
+    let mut servers = Vec::with_capacity(raw.servers.len());
+    for (i, s) in raw.servers.into_iter().enumerate() {
+        let addr = Addr::parse(&s.address)?;
+        if s.weight == 0 || s.weight > MAX_WEIGHT {
+            return Err(ApiError::new(
+                400,
+                format!(
+                    "servers[{i}] ({}): weight must be 1..{MAX_WEIGHT}, got {}",
+                    s.address, s.weight
+                ),
+            ));
+        }
+        if s.fail_timeout_ms % 1000 != 0 || s.fail_timeout_ms > u64::from(u32::MAX) * 1000 {
+            return Err(ApiError::new(
+                400,
+                format!(
+                    "servers[{i}] ({}): fail_timeout_ms must be whole seconds (a multiple of 1000), got {}",
+                    s.address, s.fail_timeout_ms
+                ),
+            ));
+        }
+        if servers.iter().any(|o: &Server| o.addr == addr) {
+            return Err(ApiError::new(
+                400,
+                format!("servers[{i}]: address {} is listed twice", addr.name()),
+            ));
+        }
+        servers.push(Server {
+            addr,
+            weight: s.weight,
+            max_fails: s.max_fails,
+            fail_timeout_s: (s.fail_timeout_ms / 1000) as u32,
+            backup: s.backup,
+            down: s.down,
+        });
+    }
+    if !servers.iter().any(|s| !s.backup) {
+        return Err(ApiError::new(
+            400,
+            "the set needs at least one server that is not backup",
+        ));
+    }
+    Ok(PutRequest {
+        servers,
+        generation: raw.generation,
+    })
+}
+
+/// What a request path below the API location names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Route {
+    /// `<loc>/`: the list of upstreams.
+    List,
+    /// `<loc>/NAME`: one upstream.
+    Upstream(String),
+}
+
+/// Maps the part of the URI after the location prefix to a resource; `None`: no such resource
+/// (404).
+pub fn route(rest: &[u8]) -> Option<Route> {
+    let rest = std::str::from_utf8(rest).ok()?;
+    let rest = rest.strip_prefix('/').unwrap_or(rest);
+    if rest.is_empty() {
+        return Some(Route::List);
+    }
+    if rest.contains('/') || rest.contains('%') {
+        return None;
+    }
+    Some(Route::Upstream(rest.to_string()))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,128 @@
+//! The JSON of every answer of the live API (see `docs/live-api.md`).
+
+use serde::Serialize;
+
+/// One server in `GET <loc>/NAME`.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct ServerView {
+    /// Peer name (`10.0.0.1:8080`, `[::1]:80`, `unix:/path`).
+    pub address: String,
+    /// `weight`
+    pub weight: u64,
+    /// `max_fails`
+    pub max_fails: u64,
+    /// `fail_timeout` in milliseconds (nginx keeps whole seconds).
+    pub fail_timeout_ms: u64,
+    /// In the backup list.
+    pub backup: bool,
+    /// `down`
+    pub down: bool,
+    /// Connections in use now, over all workers (`conns`).
+    pub active: u64,
+    /// Failures counted in the current `fail_timeout` window (`fails`).
+    pub fails: u64,
+}
+
+/// `GET <loc>/NAME`.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct UpstreamView {
+    /// Changes with every applied change (opaque; compare for equality only).
+    pub generation: u64,
+    /// The set, primary servers first, then backup servers.
+    pub servers: Vec<ServerView>,
+    /// Removed servers that still have requests in flight.
+    pub retiring: u64,
+    /// Requests (since the zone was made) that were between two tries when the set changed and
+    /// continued in the new set (their balancer state was made again).
+    pub rebalanced: u64,
+}
+
+/// One entry of `GET <loc>/`.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct ListEntry {
+    /// Upstream name.
+    pub name: String,
+    /// `round_robin` or `least_conn` (with `+keepalive` when keepalive wraps it).
+    pub balancer: String,
+    /// Its zone.
+    pub zone: String,
+    /// Current generation.
+    pub generation: u64,
+}
+
+/// `GET <loc>/`.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct ListView {
+    /// Upstreams with a zone whose balancer takes live changes.
+    pub upstreams: Vec<ListEntry>,
+}
+
+/// `GET <loc>/NAME?slab`: the zone's slab allocator figures (`ngx_slab_pool_t`).
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct SlabView {
+    /// Zone name.
+    pub zone: String,
+    /// Page size of the slab allocator.
+    pub page_size: u64,
+    /// Pages the allocator manages.
+    pub pages_total: u64,
+    /// Pages not handed out (`pfree`).
+    pub pages_free: u64,
+    /// Small allocations in use, summed over the size classes (`stats[i].used`).
+    pub chunks_used: u64,
+    /// Failed allocations so far, summed over the size classes (`stats[i].fails`).
+    pub alloc_failures: u64,
+}
+
+/// Answer of a `PUT`.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct PutView {
+    /// The generation after the change (unchanged for an identical set).
+    pub generation: u64,
+    /// Whether anything changed.
+    pub changed: bool,
+    /// New peers.
+    pub added: u64,
+    /// Peers that left the set (idle ones freed, busy ones retired).
+    pub removed: u64,
+    /// Removed peers kept until their last request ends.
+    pub retiring: u64,
+}
+
+fn to_json<T: Serialize>(v: &T) -> String {
+    // Serializing these plain structs cannot fail (no maps with non-string keys, no I/O).
+    serde_json::to_string(v).unwrap_or_else(|_| "{}".to_string())
+}
+
+/// `{"error": MESSAGE}`.
+pub fn error(message: &str) -> String {
+    to_json(&serde_json::json!({ "error": message }))
+}
+
+impl UpstreamView {
+    /// As JSON.
+    pub fn to_json(&self) -> String {
+        to_json(self)
+    }
+}
+
+impl ListView {
+    /// As JSON.
+    pub fn to_json(&self) -> String {
+        to_json(self)
+    }
+}
+
+impl SlabView {
+    /// As JSON.
+    pub fn to_json(&self) -> String {
+        to_json(self)
+    }
+}
+
+impl PutView {
+    /// As JSON.
+    pub fn to_json(&self) -> String {
+        to_json(self)
+    }
+}

@@ -1,0 +1,209 @@
+use super::plan::totals;
+use super::*;
+
+fn put(body: &str) -> Result<PutRequest, ApiError> {
+    parse_put(body.as_bytes())
+}
+
+fn cur(addr: &str, backup: bool) -> Current {
+    Current {
+        addr: Addr::parse(addr).unwrap(),
+        weight: 1,
+        max_fails: 1,
+        fail_timeout_s: 10,
+        backup,
+        down: false,
+    }
+}
+
+#[test]
+fn parses_a_full_set_with_defaults() {
+    let r = put(r#"{"servers":[{"address":"10.0.0.1:8080","weight":3},
+            {"address":"[::1]:80","backup":true,"down":true,"max_fails":0,"fail_timeout_ms":2000},
+            {"address":"unix:/run/a.sock"}],"generation":7}"#)
+    .unwrap();
+    assert_eq!(r.generation, Some(7));
+    assert_eq!(r.servers.len(), 3);
+    assert_eq!(r.servers[0].weight, 3);
+    assert_eq!(r.servers[0].max_fails, 1);
+    assert_eq!(r.servers[0].fail_timeout_s, 10);
+    assert_eq!(r.servers[1].addr.name(), "[::1]:80");
+    assert!(r.servers[1].backup && r.servers[1].down);
+    assert_eq!(r.servers[1].fail_timeout_s, 2);
+    assert_eq!(r.servers[2].addr, Addr::Unix("/run/a.sock".into()));
+    assert_eq!(r.servers[2].addr.name(), "unix:/run/a.sock");
+}
+
+#[test]
+fn a_get_answer_can_be_sent_back() {
+    let r = put(r#"{"servers":[{"address":"10.0.0.1:8080","weight":1,"max_fails":1,"fail_timeout_ms":10000,"backup":false,"down":false,"active":4}]}"#).unwrap();
+    assert_eq!(r.servers.len(), 1);
+    assert_eq!(r.generation, None);
+}
+
+#[test]
+fn refuses_bad_input_with_clear_messages() {
+    let cases: &[(&str, u16, &str)] = &[
+        ("{", 400, "bad JSON"),
+        ("", 400, "empty body"),
+        (
+            r#"{"servers":[{"address":"backend.local:80"}]}"#,
+            400,
+            "addresses only",
+        ),
+        (
+            r#"{"servers":[{"address":"10.0.0.1"}]}"#,
+            400,
+            "has no port",
+        ),
+        (r#"{"servers":[{"address":"10.0.0.1:0"}]}"#, 400, "port 0"),
+        (
+            r#"{"servers":[{"address":"unix:rel.sock"}]}"#,
+            400,
+            "absolute",
+        ),
+        (
+            r#"{"servers":[{"address":"10.0.0.1:80","weight":0}]}"#,
+            400,
+            "weight must be",
+        ),
+        (
+            r#"{"servers":[{"address":"10.0.0.1:80","fail_timeout_ms":1500}]}"#,
+            400,
+            "whole seconds",
+        ),
+        (
+            r#"{"servers":[{"address":"10.0.0.1:80"},{"address":"10.0.0.1:80"}]}"#,
+            400,
+            "listed twice",
+        ),
+        (
+            r#"{"servers":[{"address":"10.0.0.1:80","backup":true}]}"#,
+            400,
+            "not backup",
+        ),
+        (r#"{"servers":[]}"#, 400, "not backup"),
+        (
+            r#"{"servers":[{"address":"10.0.0.1:80","wieght":2}]}"#,
+            400,
+            "unknown field",
+        ),
+        (r#"{"generation":1}"#, 400, "missing field `servers`"),
+        (
+            r#"{"servers":[{"address":"10.0.0.1:80"}],"generation":-1}"#,
+            400,
+            "bad JSON",
+        ),
+    ];
+    for (body, status, text) in cases {
+        let e = put(body).expect_err(body);
+        assert_eq!(e.status, *status, "{body}: {e}");
+        assert!(e.message.contains(text), "{body}: {e}");
+    }
+}
+
+#[test]
+fn limits_servers_and_body_size() {
+    let one = r#"{"address":"10.0.0.1:1"}"#;
+    let many: Vec<String> = (1..=MAX_SERVERS + 1)
+        .map(|i| format!(r#"{{"address":"10.0.{}.{}:80"}}"#, i / 256, i % 256))
+        .collect();
+    let e = put(&format!(r#"{{"servers":[{}]}}"#, many.join(","))).unwrap_err();
+    assert_eq!(e.status, 400);
+    assert!(e.message.contains("at most 512"), "{e}");
+    let ok: Vec<String> = many[..MAX_SERVERS].to_vec();
+    assert_eq!(
+        put(&format!(r#"{{"servers":[{}]}}"#, ok.join(",")))
+            .unwrap()
+            .servers
+            .len(),
+        MAX_SERVERS
+    );
+    let big = format!(r#"{{"servers":[{one}]{}}}"#, " ".repeat(MAX_BODY));
+    assert_eq!(put(&big).unwrap_err().status, 413);
+}
+
+#[test]
+fn plan_keeps_adds_removes_and_sees_identical_sets() {
+    let current = vec![
+        cur("10.0.0.1:80", false),
+        cur("10.0.0.2:80", false),
+        cur("10.0.0.9:80", true),
+    ];
+    let same = put(r#"{"servers":[{"address":"10.0.0.2:80"},{"address":"10.0.0.1:80"},{"address":"10.0.0.9:80","backup":true}]}"#).unwrap();
+    assert!(plan(&current, &same.servers).unchanged);
+
+    let w = put(r#"{"servers":[{"address":"10.0.0.2:80","weight":5},{"address":"10.0.0.3:80"},{"address":"10.0.0.1:80","backup":true}]}"#).unwrap();
+    let p = plan(&current, &w.servers);
+    assert!(!p.unchanged);
+    assert_eq!(p.keep, vec![(1, 0)]);
+    assert_eq!(p.add, vec![1, 2]);
+    assert_eq!(p.remove, vec![0, 2]);
+
+    let settings = put(r#"{"servers":[{"address":"10.0.0.1:80","down":true},{"address":"10.0.0.2:80"},{"address":"10.0.0.9:80","backup":true}]}"#).unwrap();
+    let p = plan(&current, &settings.servers);
+    assert!(!p.unchanged);
+    assert_eq!(p.keep.len(), 3);
+    assert!(p.add.is_empty() && p.remove.is_empty());
+}
+
+#[test]
+fn totals_match_round_robin_init() {
+    let w = put(r#"{"servers":[{"address":"10.0.0.1:80","weight":3},{"address":"10.0.0.2:80","down":true},{"address":"10.0.0.3:80","backup":true}]}"#).unwrap();
+    let p = totals(&w.servers, false);
+    assert_eq!(
+        (p.number, p.total_weight, p.tries, p.single, p.weighted),
+        (2, 4, 1, false, true)
+    );
+    let b = totals(&w.servers, true);
+    assert_eq!(
+        (b.number, b.total_weight, b.tries, b.single, b.weighted),
+        (1, 1, 1, false, false)
+    );
+    let one =
+        put(r#"{"servers":[{"address":"10.0.0.1:80"},{"address":"10.0.0.3:80","backup":true}]}"#)
+            .unwrap();
+    assert!(
+        !totals(&one.servers, false).single,
+        "a primary with backups is never single"
+    );
+    let alone = put(r#"{"servers":[{"address":"10.0.0.1:80"}]}"#).unwrap();
+    assert!(totals(&alone.servers, false).single);
+}
+
+#[test]
+fn routes_paths() {
+    assert_eq!(route(b""), Some(Route::List));
+    assert_eq!(route(b"/"), Some(Route::List));
+    assert_eq!(route(b"/app"), Some(Route::Upstream("app".into())));
+    assert_eq!(route(b"app"), Some(Route::Upstream("app".into())));
+    assert_eq!(route(b"/a/b"), None);
+    assert_eq!(route(b"/a%2fb"), None);
+}
+
+#[test]
+fn renders_json() {
+    let v = render::UpstreamView {
+        generation: 3,
+        servers: vec![render::ServerView {
+            address: "10.0.0.1:80".into(),
+            weight: 1,
+            max_fails: 1,
+            fail_timeout_ms: 10_000,
+            backup: false,
+            down: false,
+            active: 2,
+            fails: 0,
+        }],
+        retiring: 1,
+        rebalanced: 0,
+    };
+    assert_eq!(
+        v.to_json(),
+        r#"{"generation":3,"servers":[{"address":"10.0.0.1:80","weight":1,"max_fails":1,"fail_timeout_ms":10000,"backup":false,"down":false,"active":2,"fails":0}],"retiring":1,"rebalanced":0}"#
+    );
+    assert_eq!(
+        ApiError::unknown_upstream("x\"y").to_json(),
+        r#"{"error":"no upstream \"x\"y\" in the running configuration"}"#
+    );
+}
