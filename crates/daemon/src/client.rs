@@ -1,12 +1,13 @@
-//! A small HTTP/1.1 client for the CLI: one request per connection to the daemon's API on a
-//! plain `http://host:port` address (loopback by default). The token goes in the
-//! `Authorization` header only.
+//! The CLI's client of the daemon's API on a plain `http://host:port` address (loopback by
+//! default): hyper-util's connection-pooling `Client` over HTTP/1.1, no TLS (the same client
+//! `reqwest` runs on, already in the tree). The token goes in the `Authorization` header only.
 
 use anyhow::{anyhow, bail, Context};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
 use hyper::{Method, Request, StatusCode};
-use hyper_util::rt::TokioIo;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
@@ -18,6 +19,7 @@ pub struct Client {
     host: String,
     port: u16,
     token: String,
+    http: hyper_util::client::legacy::Client<HttpConnector, Full<Bytes>>,
 }
 
 impl std::fmt::Debug for Client {
@@ -64,6 +66,7 @@ impl Client {
             host: host.to_string(),
             port,
             token,
+            http: hyper_util::client::legacy::Client::builder(TokioExecutor::new()).build_http(),
         })
     }
 
@@ -96,6 +99,15 @@ impl Client {
         Err(failure.into())
     }
 
+    /// `http://HOST:PORT` (IPv6 hosts in brackets).
+    fn base(&self) -> String {
+        if self.host.contains(':') {
+            format!("http://[{}]:{}", self.host, self.port)
+        } else {
+            format!("http://{}:{}", self.host, self.port)
+        }
+    }
+
     /// Sends a request and returns status and body as they are.
     pub async fn raw<B: Serialize>(
         &self,
@@ -103,34 +115,13 @@ impl Client {
         path: &str,
         body: Option<&B>,
     ) -> anyhow::Result<(StatusCode, Bytes)> {
-        let addr = (self.host.as_str(), self.port);
-        let stream = tokio::net::TcpStream::connect(addr)
-            .await
-            .with_context(|| {
-                format!(
-                    "cannot reach the daemon at {}:{} (is `tributary serve` running?)",
-                    self.host, self.port
-                )
-            })?;
-        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-            .await
-            .context("HTTP handshake with the daemon")?;
-        tokio::spawn(async move {
-            let _ = conn.await;
-        });
         let payload = match body {
             Some(b) => Bytes::from(serde_json::to_vec(b)?),
             None => Bytes::new(),
         };
-        let host_header = if self.host.contains(':') {
-            format!("[{}]:{}", self.host, self.port)
-        } else {
-            format!("{}:{}", self.host, self.port)
-        };
         let req = Request::builder()
             .method(method)
-            .uri(path)
-            .header(hyper::header::HOST, host_header)
+            .uri(format!("{}{path}", self.base()))
             .header(
                 hyper::header::AUTHORIZATION,
                 format!("Bearer {}", self.token),
@@ -138,10 +129,17 @@ impl Client {
             .header(hyper::header::CONTENT_TYPE, "application/json")
             .body(Full::new(payload))
             .context("building the request")?;
-        let resp = sender
-            .send_request(req)
-            .await
-            .context("sending the request to the daemon")?;
+        let resp = self.http.request(req).await.map_err(|e| {
+            if e.is_connect() {
+                anyhow!(
+                    "cannot reach the daemon at {}:{} (is `tributary serve` running?)",
+                    self.host,
+                    self.port
+                )
+            } else {
+                anyhow!("sending the request to the daemon: {e}")
+            }
+        })?;
         let status = resp.status();
         let bytes = resp
             .into_body()
@@ -172,6 +170,81 @@ mod tests {
         ] {
             assert!(Client::new(bad, "t".into()).is_err(), "{bad}");
         }
+    }
+
+    /// A one-shot HTTP server on 127.0.0.1 that records the request head and answers `answer`.
+    async fn one_shot(answer: &'static str) -> (u16, tokio::task::JoinHandle<String>) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = l.local_addr().unwrap().port();
+        let task = tokio::spawn(async move {
+            let (mut s, _) = l.accept().await.unwrap();
+            let mut buf = vec![0u8; 8192];
+            let mut got = Vec::new();
+            while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+                let n = s.read(&mut buf).await.unwrap();
+                assert!(n > 0, "connection closed before the head");
+                got.extend_from_slice(&buf[..n]);
+            }
+            s.write_all(answer.as_bytes()).await.unwrap();
+            String::from_utf8_lossy(&got).into_owned()
+        });
+        (port, task)
+    }
+
+    #[tokio::test]
+    async fn the_token_goes_only_in_the_authorization_header() {
+        let (port, head) = one_shot(
+            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 11\r\n\r\n{\"ok\":true}",
+        )
+        .await;
+        let c = Client::new(&format!("http://127.0.0.1:{port}"), "tok-s3cr3t".into()).unwrap();
+        let v: serde_json::Value = c
+            .call::<(), _>(Method::GET, "/api/v1/bindings?x=1", None)
+            .await
+            .unwrap();
+        assert_eq!(v["ok"], true);
+        let head = head.await.unwrap();
+        let first = head.lines().next().unwrap();
+        assert_eq!(first, "GET /api/v1/bindings?x=1 HTTP/1.1");
+        assert_eq!(head.matches("tok-s3cr3t").count(), 1, "{head}");
+        assert!(
+            head.to_ascii_lowercase()
+                .contains("authorization: bearer tok-s3cr3t\r\n"),
+            "{head}"
+        );
+        assert!(head
+            .to_ascii_lowercase()
+            .contains(&format!("host: 127.0.0.1:{port}\r\n")));
+    }
+
+    #[tokio::test]
+    async fn api_errors_and_an_absent_daemon_are_clear() {
+        let (port, _head) = one_shot(
+            "HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\ncontent-length: 118\r\n\r\n\
+             {\"error\":{\"message\":\"service is empty\",\"field\":\"service\"},\"errors\":[{\"message\":\"service is empty\",\"field\":\"service\"}]}",
+        )
+        .await;
+        let c = Client::new(&format!("http://127.0.0.1:{port}"), "t".into()).unwrap();
+        let e = c
+            .call::<(), serde_json::Value>(Method::POST, "/api/v1/bindings", None)
+            .await
+            .unwrap_err();
+        let f = e.downcast_ref::<ApiFailure>().expect("an API failure");
+        assert_eq!((f.status, f.field.as_deref()), (400, Some("service")));
+        assert_eq!(f.errors.len(), 1);
+        // Nobody listens on a port just closed.
+        let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = free.local_addr().unwrap().port();
+        drop(free);
+        let c = Client::new(&format!("http://127.0.0.1:{port}"), "tok-s3cr3t".into()).unwrap();
+        let e = c
+            .call::<(), serde_json::Value>(Method::GET, "/api/v1/health", None)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("cannot reach the daemon"), "{e}");
+        assert!(!e.contains("tok-s3cr3t"), "{e}");
     }
 
     #[test]

@@ -11,7 +11,7 @@
 //!   resolution or an answer without valid targets never reaches the applier.
 //! - [`api`]: the JSON API (axum) on 127.0.0.1:9180 by default; bearer-token auth on everything
 //!   but `/api/v1/health`.
-//! - [`client`]: the small HTTP/1.1 client the CLI uses to talk to a running daemon.
+//! - [`client`]: the CLI's client of a running daemon (hyper-util's HTTP/1.1 `Client`, no TLS).
 //! - [`dry_run`]: `tributary resolve`, one plugin call that touches nothing.
 //! - [`resolution`]: a plugin answer validated and rendered, shared by refreshes, test
 //!   resolutions and the dry run.

@@ -7,8 +7,8 @@
 //! - `A`, `AAAA`, `A+AAAA`: the name's addresses, each with the configured `port`.
 //!
 //! `ttl_seconds` is the smallest TTL among the records used, so the engine refreshes when they
-//! expire. The DNS client is the plugin's own (`wire`, `client`): UDP with EDNS(0), TCP when
-//! truncated.
+//! expire. The DNS exchange is the plugin's own (`client`: UDP with EDNS(0), TCP when truncated);
+//! the message format is `hickory-proto`'s (`wire` reduces it to what the plugin reads).
 
 mod client;
 mod wire;

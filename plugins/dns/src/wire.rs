@@ -1,14 +1,16 @@
-//! The DNS message format (RFC 1035), as much as the plugin needs: one-question queries with an
-//! EDNS(0) OPT record, and answers with A, AAAA, CNAME and SRV records (others are skipped).
+//! The DNS message format through `hickory-proto`, reduced to what the plugin needs: one-question
+//! queries with an EDNS(0) OPT record, and answers as [`Message`] with A, AAAA, CNAME and SRV
+//! records (others are [`RData::Other`]). Names come out lower-case, without the final dot.
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 
+use hickory_proto::op::{Edns, Header, Message as DnsMessage, MessageType, OpCode, Query};
+use hickory_proto::rr::{Name, RData as DnsRData, Record as DnsRecord, RecordType};
+use hickory_proto::serialize::binary::{BinDecodable, BinDecoder};
+
 pub const TYPE_A: u16 = 1;
-pub const TYPE_CNAME: u16 = 5;
 pub const TYPE_AAAA: u16 = 28;
 pub const TYPE_SRV: u16 = 33;
-const TYPE_OPT: u16 = 41;
-const CLASS_IN: u16 = 1;
 
 pub const RCODE_NOERROR: u8 = 0;
 pub const RCODE_FORMERR: u8 = 1;
@@ -53,7 +55,7 @@ pub struct Message {
 }
 
 /// Checks a DNS name (without the final dot): labels of 1–63 letters, digits, `-` or `_`, at most
-/// 253 characters in all.
+/// 253 characters in all. (Stricter than the wire format: these names come from a person.)
 pub fn valid_name(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 253
@@ -68,210 +70,88 @@ pub fn valid_name(name: &str) -> bool {
 /// Encodes a query for `name` (already checked with [`valid_name`]) with recursion desired and,
 /// with `edns`, an OPT record announcing [`EDNS_UDP_SIZE`].
 pub fn build_query(id: u16, name: &str, qtype: u16, edns: bool) -> Vec<u8> {
-    let mut m = Vec::with_capacity(32 + name.len());
-    m.extend_from_slice(&id.to_be_bytes());
-    m.extend_from_slice(&0x0100u16.to_be_bytes()); // RD
-    m.extend_from_slice(&1u16.to_be_bytes()); // QDCOUNT
-    m.extend_from_slice(&0u16.to_be_bytes()); // ANCOUNT
-    m.extend_from_slice(&0u16.to_be_bytes()); // NSCOUNT
-    m.extend_from_slice(&u16::from(edns).to_be_bytes()); // ARCOUNT (OPT)
-    for label in name.split('.').filter(|l| !l.is_empty()) {
-        m.push(label.len() as u8);
-        m.extend_from_slice(label.as_bytes());
+    let mut m = DnsMessage::new(id, MessageType::Query, OpCode::Query);
+    m.metadata.recursion_desired = true;
+    // A checked name always converts; the fallback (the root) would only be asked, never crash.
+    let mut qname = Name::from_ascii(name).unwrap_or_else(|_| Name::root());
+    qname.set_fqdn(true);
+    m.add_query(Query::query(qname, RecordType::from(qtype)));
+    if edns {
+        let mut e = Edns::new();
+        e.set_max_payload(EDNS_UDP_SIZE).set_version(0);
+        m.set_edns(e);
     }
-    m.push(0);
-    m.extend_from_slice(&qtype.to_be_bytes());
-    m.extend_from_slice(&CLASS_IN.to_be_bytes());
-    if !edns {
-        return m;
-    }
-    // OPT: root name, type, UDP size in the class, extended rcode/flags 0, no options.
-    m.push(0);
-    m.extend_from_slice(&TYPE_OPT.to_be_bytes());
-    m.extend_from_slice(&EDNS_UDP_SIZE.to_be_bytes());
-    m.extend_from_slice(&0u32.to_be_bytes());
-    m.extend_from_slice(&0u16.to_be_bytes());
-    m
+    // Encoding a one-question query into a Vec cannot fail.
+    m.to_vec().unwrap_or_default()
 }
 
-struct Reader<'a> {
-    buf: &'a [u8],
-    pos: usize,
+fn name_text(n: &Name) -> String {
+    let t = n.to_lowercase().to_ascii();
+    t.strip_suffix('.').unwrap_or(&t).to_string()
 }
 
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
-        let end = self
-            .pos
-            .checked_add(n)
-            .filter(|e| *e <= self.buf.len())
-            .ok_or("the answer ends too early")?;
-        let s = &self.buf[self.pos..end];
-        self.pos = end;
-        Ok(s)
-    }
-
-    fn u16(&mut self) -> Result<u16, String> {
-        let b = self.take(2)?;
-        Ok(u16::from_be_bytes([b[0], b[1]]))
-    }
-
-    fn u32(&mut self) -> Result<u32, String> {
-        let b = self.take(4)?;
-        Ok(u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
-    }
-
-    /// A possibly compressed name starting at the current position.
-    fn name(&mut self) -> Result<String, String> {
-        let mut out = String::new();
-        let mut pos = self.pos;
-        let mut jumped = false;
-        let mut jumps = 0;
-        loop {
-            let len = *self.buf.get(pos).ok_or("a name runs past the answer")? as usize;
-            match len & 0xC0 {
-                0x00 if len == 0 => {
-                    pos += 1;
-                    break;
-                }
-                0x00 => {
-                    let label = self
-                        .buf
-                        .get(pos + 1..pos + 1 + len)
-                        .ok_or("a label runs past the answer")?;
-                    if !out.is_empty() {
-                        out.push('.');
-                    }
-                    for &b in label {
-                        out.push(b.to_ascii_lowercase() as char);
-                    }
-                    if out.len() > 255 {
-                        return Err("a name is longer than 255 characters".into());
-                    }
-                    pos += 1 + len;
-                }
-                0xC0 => {
-                    let lo = *self.buf.get(pos + 1).ok_or("a name pointer is cut")? as usize;
-                    if !jumped {
-                        self.pos = pos + 2;
-                        jumped = true;
-                    }
-                    jumps += 1;
-                    if jumps > 64 {
-                        return Err("name compression loops".into());
-                    }
-                    pos = ((len & 0x3F) << 8) | lo;
-                }
-                _ => return Err("unknown label type".into()),
-            }
-        }
-        if !jumped {
-            self.pos = pos;
-        }
-        Ok(out)
-    }
-
-    fn record(&mut self) -> Result<(Record, u16), String> {
-        let name = self.name()?;
-        let rtype = self.u16()?;
-        let _class = self.u16()?;
-        let ttl = self.u32()?;
-        let len = self.u16()? as usize;
-        let start = self.pos;
-        let rdata = self.take(len)?;
-        let data = match rtype {
-            TYPE_A if len == 4 => RData::A(Ipv4Addr::new(rdata[0], rdata[1], rdata[2], rdata[3])),
-            TYPE_AAAA if len == 16 => {
-                let mut b = [0u8; 16];
-                b.copy_from_slice(rdata);
-                RData::Aaaa(Ipv6Addr::from(b))
-            }
-            TYPE_A | TYPE_AAAA => return Err("an address record has the wrong length".into()),
-            TYPE_CNAME => {
-                let mut r = Reader {
-                    buf: self.buf,
-                    pos: start,
-                };
-                RData::Cname(r.name()?)
-            }
-            TYPE_SRV => {
-                let mut r = Reader {
-                    buf: self.buf,
-                    pos: start,
-                };
-                let priority = r.u16()?;
-                let weight = r.u16()?;
-                let port = r.u16()?;
-                let target = r.name()?;
-                if r.pos > start + len {
-                    return Err("an SRV record runs past its length".into());
-                }
-                RData::Srv {
-                    priority,
-                    weight,
-                    port,
-                    target,
-                }
-            }
-            _ => RData::Other,
-        };
-        // DNS TTLs are unsigned 31-bit (RFC 2181 §8): a set top bit means 0.
-        let ttl = if ttl > i32::MAX as u32 { 0 } else { ttl };
-        Ok((Record { name, ttl, data }, rtype))
-    }
-}
-
-/// Parses a DNS message. Errors say what is wrong with it (never quoting it).
-pub fn parse(buf: &[u8]) -> Result<Message, String> {
-    let mut r = Reader { buf, pos: 0 };
-    let id = r.u16()?;
-    let flags = r.u16()?;
-    let qd = r.u16()?;
-    let an = r.u16()?;
-    let ns = r.u16()?;
-    let ar = r.u16()?;
-    let mut question = None;
-    for i in 0..qd {
-        let name = r.name()?;
-        let qtype = r.u16()?;
-        let _class = r.u16()?;
-        if i == 0 {
-            question = Some((name, qtype));
-        }
-    }
-    let truncated = flags & 0x0200 != 0;
-    let mut answers = Vec::new();
-    let mut additionals = Vec::new();
-    // A truncated answer may end anywhere: keep what parses.
-    let read = |count: u16, out: Option<&mut Vec<Record>>, r: &mut Reader| -> Result<(), String> {
-        let mut out = out;
-        for _ in 0..count {
-            match r.record() {
-                Ok((rec, rtype)) => {
-                    if let Some(o) = out.as_deref_mut() {
-                        if rtype != TYPE_OPT {
-                            o.push(rec);
-                        }
-                    }
-                }
-                Err(_) if truncated => return Ok(()),
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(())
+fn record(r: &DnsRecord) -> Record {
+    let data = match &r.data {
+        DnsRData::A(a) => RData::A(a.0),
+        DnsRData::AAAA(a) => RData::Aaaa(a.0),
+        DnsRData::CNAME(c) => RData::Cname(name_text(&c.0)),
+        DnsRData::SRV(s) => RData::Srv {
+            priority: s.priority,
+            weight: s.weight,
+            port: s.port,
+            target: name_text(&s.target),
+        },
+        _ => RData::Other,
     };
-    read(an, Some(&mut answers), &mut r)?;
-    read(ns, None, &mut r)?;
-    read(ar, Some(&mut additionals), &mut r)?;
-    Ok(Message {
-        id,
-        is_response: flags & 0x8000 != 0,
-        truncated,
-        rcode: (flags & 0x000F) as u8,
-        question,
-        answers,
-        additionals,
-    })
+    // DNS TTLs are unsigned 31-bit (RFC 2181 §8): a set top bit means 0.
+    let ttl = if r.ttl > i32::MAX as u32 { 0 } else { r.ttl };
+    Record {
+        name: name_text(&r.name),
+        ttl,
+        data,
+    }
+}
+
+fn question(q: &Query) -> (String, u16) {
+    (name_text(q.name()), u16::from(q.query_type()))
+}
+
+/// Parses a DNS message. Errors say what is wrong with it (never quoting it). A truncated answer
+/// that does not parse whole still yields its header and question (the caller asks again over
+/// TCP).
+pub fn parse(buf: &[u8]) -> Result<Message, String> {
+    match DnsMessage::from_vec(buf) {
+        Ok(m) => Ok(Message {
+            id: m.metadata.id,
+            is_response: m.metadata.message_type == MessageType::Response,
+            truncated: m.metadata.truncation,
+            rcode: u8::try_from(u16::from(m.metadata.response_code)).unwrap_or(u8::MAX),
+            question: m.queries.first().map(question),
+            answers: m.answers.iter().map(record).collect(),
+            additionals: m.additionals.iter().map(record).collect(),
+        }),
+        Err(e) => {
+            let mut d = BinDecoder::new(buf);
+            let header = Header::read(&mut d).map_err(|_| e.to_string())?;
+            if !header.metadata.truncation {
+                return Err(e.to_string());
+            }
+            let question = if header.counts.queries > 0 {
+                Query::read(&mut d).ok().map(|q| question(&q))
+            } else {
+                None
+            };
+            Ok(Message {
+                id: header.metadata.id,
+                is_response: header.metadata.message_type == MessageType::Response,
+                truncated: true,
+                rcode: u8::try_from(u16::from(header.metadata.response_code)).unwrap_or(u8::MAX),
+                question,
+                answers: Vec::new(),
+                additionals: Vec::new(),
+            })
+        }
+    }
 }
 
 #[cfg(test)]
@@ -370,5 +250,37 @@ mod tests {
         let mut bad_len = good.clone();
         bad_len[30] = 3; // an A record of 3 bytes
         assert!(parse(&bad_len).is_err());
+    }
+
+    #[test]
+    fn a_truncated_answer_that_breaks_off_still_gives_its_header_and_question() {
+        let mut m = vec![0xAB, 0xCD, 0x83, 0x80, 0, 1, 0, 2, 0, 0, 0, 0]; // QR, TC, RD; 2 answers
+        m.extend_from_slice(&[1, b'a', 0, 0, 1, 0, 1]);
+        m.extend_from_slice(&[0xC0, 12, 0, 1, 0, 1, 0, 0, 0, 5, 0, 4, 1, 2, 3, 4]);
+        m.extend_from_slice(&[0xC0, 12, 0, 1]); // the second answer breaks off
+        let msg = parse(&m).unwrap();
+        assert!(msg.truncated && msg.is_response);
+        assert_eq!(msg.id, 0xABCD);
+        assert_eq!(msg.question, Some(("a".into(), TYPE_A)));
+        assert!(msg.answers.is_empty());
+        // The same bytes without TC are malformed.
+        m[2] = 0x81;
+        assert!(parse(&m).is_err());
+    }
+
+    #[test]
+    fn an_edns_answer_keeps_records_and_drops_the_opt_record() {
+        let mut m = vec![0, 7, 0x81, 0x83, 0, 1, 0, 1, 0, 0, 0, 1]; // NXDOMAIN, one additional
+        m.extend_from_slice(&[1, b'a', 0, 0, 28, 0, 1]);
+        m.extend_from_slice(&[0xC0, 12, 0, 28, 0, 1, 0, 0, 0, 5, 0, 16]);
+        m.extend_from_slice(&[0x20, 1, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]);
+        m.extend_from_slice(&[0, 0, 41, 0x10, 0, 0, 0, 0, 0, 0, 0]); // OPT
+        let msg = parse(&m).unwrap();
+        assert_eq!(msg.rcode, RCODE_NXDOMAIN);
+        assert_eq!(
+            msg.answers[0].data,
+            RData::Aaaa("2001:db8::1".parse().unwrap())
+        );
+        assert!(msg.additionals.is_empty(), "{:?}", msg.additionals);
     }
 }
