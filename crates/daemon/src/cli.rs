@@ -100,6 +100,9 @@ struct ServeArgs {
     /// How long a plugin may take to answer, in seconds.
     #[arg(long, default_value_t = 30)]
     plugin_timeout_secs: u64,
+    /// Calls in flight to one plugin at most; refreshes beyond wait their turn.
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    plugin_concurrency: u32,
 }
 
 #[derive(Debug, Args)]
@@ -307,6 +310,9 @@ async fn serve(a: ServeArgs) -> anyhow::Result<()> {
     .with_context(|| format!("opening the nginx conf dir {}", conf_dir.display()))?;
     let host_opts = HostOptions {
         timeout: Duration::from_secs(a.plugin_timeout_secs.max(1)),
+        max_concurrent: a.plugin_concurrency as usize,
+        // Each plugin's private HOME: <data dir>/plugin-homes/<plugin>.
+        home_root: Some(std::path::absolute(data_dir.join("plugin-homes"))?),
         ..HostOptions::default()
     };
     let (host, load_errors) = PluginHost::load(&plugins_dir, host_opts);
