@@ -4,7 +4,8 @@
 //! - [`check`]: every invalid field of a binding at once (form and API);
 //! - [`openapi`]: `/api/v1/openapi.json`, the document of every `/api/v1` endpoint;
 //! - [`metrics`]: `/metrics` in Prometheus text format;
-//! - [`session`]: the UI login (argon2 password hash), sessions and CSRF tokens;
+//! - [`session`]: the UI login (argon2 password hash), sessions, CSRF tokens, login rate limit;
+//! - [`host`]: refuses requests whose `Host` is not this daemon's (DNS rebinding);
 //! - [`ui`]: the server-rendered web UI under `/ui/` (plus `/`, `/login`, `/logout`).
 //!
 //! Access: `GET /api/v1/health` is open; `/api/v1/*` needs the bearer token; `/metrics` takes
@@ -12,6 +13,7 @@
 
 pub mod api_extra;
 pub mod check;
+pub mod host;
 pub mod html;
 pub mod metrics;
 pub mod openapi;
@@ -37,6 +39,8 @@ pub struct WebOptions {
     /// nginx conf dir (for the nginx status).
     pub conf_dir: PathBuf,
     pub login: Login,
+    /// The `Host` values requests may carry.
+    pub allowed_hosts: host::AllowedHosts,
 }
 
 /// Shared state of the web handlers.
@@ -54,6 +58,7 @@ pub struct WebState {
 /// The whole HTTP surface: [`crate::api::router`] merged with the routes of this module.
 /// Starts the metrics task (needs a tokio runtime).
 pub fn router(api: ApiState, opts: WebOptions) -> Router {
+    let opts_hosts = opts.allowed_hosts;
     let st = WebState {
         metrics: Metrics::start(&api.engine),
         api: api.clone(),
@@ -81,6 +86,10 @@ pub fn router(api: ApiState, opts: WebOptions) -> Router {
         .merge(metrics)
         .merge(ui::router(st))
         .layer(middleware::from_fn(json_errors))
+        .layer(middleware::from_fn_with_state(
+            Arc::new(opts_hosts),
+            host::check,
+        ))
 }
 
 /// Under `/api/`, error answers that are not JSON (axum's own rejections of a bad query string or
