@@ -104,6 +104,11 @@ struct ServeArgs {
     /// reverse proxy's name); repeatable. Requests naming any other host are refused (421).
     #[arg(long = "allowed-host", value_name = "NAME")]
     allowed_hosts: Vec<String>,
+    /// Refresh jitter in percent (0-50): the first scheduled refresh of a binding is spread over its
+    /// interval and each later one comes up to this much early; 0 keeps the exact schedule.
+    #[arg(long, default_value_t = crate::engine::refresh::DEFAULT_JITTER_PCT,
+          value_parser = clap::value_parser!(u8).range(0..=crate::engine::refresh::MAX_JITTER_PCT as i64))]
+    refresh_jitter_pct: u8,
     /// Calls in flight to one plugin at most; refreshes beyond wait their turn.
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=4096))]
     plugin_concurrency: u32,
@@ -442,6 +447,7 @@ async fn serve(a: ServeArgs) -> anyhow::Result<()> {
             batch_quiet: Duration::from_millis(a.batch_quiet_ms),
             batch_max: Duration::from_millis(a.batch_max_ms.max(a.batch_quiet_ms)),
             history_limit: a.history.max(1),
+            refresh_jitter_pct: a.refresh_jitter_pct,
         },
     )?;
     let listener = tokio::net::TcpListener::bind(a.listen)
@@ -480,10 +486,14 @@ async fn serve(a: ServeArgs) -> anyhow::Result<()> {
             allowed_hosts,
         },
     );
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown_signal())
-        .await
-        .context("serving the API")?;
+    // The client address reaches the handlers (the login rate limit counts per address).
+    axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(shutdown_signal())
+    .await
+    .context("serving the API")?;
     tracing::info!("stopping");
     engine.shutdown().await;
     Ok(())

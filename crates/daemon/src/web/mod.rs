@@ -53,6 +53,8 @@ pub struct WebState {
     pub conf_dir: Arc<PathBuf>,
     /// At most two password checks at a time (argon2 costs memory and CPU on purpose).
     pub login_gate: Arc<tokio::sync::Semaphore>,
+    /// Wrong passwords per client address ([`session::LoginLimiter`]).
+    pub login_limiter: Arc<session::LoginLimiter>,
 }
 
 /// The whole HTTP surface: [`crate::api::router`] merged with the routes of this module.
@@ -66,6 +68,7 @@ pub fn router(api: ApiState, opts: WebOptions) -> Router {
         login: Arc::new(opts.login),
         conf_dir: Arc::new(opts.conf_dir),
         login_gate: Arc::new(tokio::sync::Semaphore::new(2)),
+        login_limiter: Arc::new(session::LoginLimiter::default()),
     };
     let bearer = Router::new()
         .route("/api/v1/bindings/{name}/history", get(api_extra::history))
