@@ -86,18 +86,29 @@ impl ApiError {
 impl From<EngineError> for ApiError {
     fn from(e: EngineError) -> ApiError {
         let status = match &e {
-            EngineError::Invalid { .. } => StatusCode::BAD_REQUEST,
+            EngineError::Invalid(_) => StatusCode::BAD_REQUEST,
             EngineError::NotFound(_) => StatusCode::NOT_FOUND,
             EngineError::Duplicate(_) | EngineError::Conflict(_) => StatusCode::CONFLICT,
             EngineError::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
             EngineError::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
             EngineError::Store(_) => StatusCode::INTERNAL_SERVER_ERROR,
         };
-        let field = match &e {
-            EngineError::Invalid { field, .. } => field.clone(),
-            _ => None,
-        };
-        ApiError::new(status, e.to_string(), field)
+        match e {
+            EngineError::Invalid(errors) => {
+                let errors: Vec<ErrorDetail> = errors
+                    .into_iter()
+                    .map(|e| ErrorDetail {
+                        message: e.message,
+                        field: Some(e.field),
+                    })
+                    .collect();
+                match ApiError::fields(errors) {
+                    Err(e) => e,
+                    Ok(()) => ApiError::new(status, "invalid input", None),
+                }
+            }
+            e => ApiError::new(status, e.to_string(), None),
+        }
     }
 }
 
@@ -185,9 +196,6 @@ async fn create(
     body: Bytes,
 ) -> ApiResult<(StatusCode, Json<SaveResponse>)> {
     let input: BindingInput = parse_body(&body)?;
-    ApiError::fields(crate::web::check::all_fields(
-        &s.engine, &input, None, false,
-    ))?;
     let name = input.name.clone();
     let waiter = s.engine.clone();
     let view = s.engine.add(&input).await?;
@@ -213,12 +221,6 @@ async fn replace(
     body: Bytes,
 ) -> ApiResult<(StatusCode, Json<SaveResponse>)> {
     let input: BindingInput = parse_body(&body)?;
-    ApiError::fields(crate::web::check::all_fields(
-        &s.engine,
-        &input,
-        Some(&name),
-        true,
-    ))?;
     let (upsert, view) = s.engine.put(&name, &input).await?;
     let view = if q.wait && upsert != Upsert::Unchanged {
         s.engine.wait_first(&name).await?;

@@ -23,7 +23,8 @@ use crate::api::ApiState;
 use crate::client::{ApiFailure, Client};
 use crate::engine::{Engine, EngineOptions};
 use crate::view::{
-    BindingDetail, BindingInput, BindingList, BindingView, PluginList, RemoveResponse, SaveResponse,
+    BindingDetail, BindingInput, BindingList, BindingView, ErrorDetail, PluginList, RemoveResponse,
+    SaveResponse,
 };
 
 /// Default API address.
@@ -159,8 +160,12 @@ struct AddArgs {
     /// Extra directive for the upstream block, e.g. 'keepalive 32;' (repeatable).
     #[arg(long = "directive")]
     directives: Vec<String>,
-    /// Refresh interval in seconds (minimum 10).
-    #[arg(long)]
+    /// Refresh interval in seconds (10 to 604800; default 60). `--interval` is an alias.
+    #[arg(
+        long = "interval-secs",
+        visible_alias = "interval",
+        value_name = "SECS"
+    )]
     interval: Option<u64>,
     /// Replace the binding if it exists.
     #[arg(long)]
@@ -560,15 +565,30 @@ async fn binding(api: ApiArgs, cmd: BindingCmd) -> anyhow::Result<ExitCode> {
     match result {
         Err(e) => match e.downcast_ref::<ApiFailure>() {
             Some(f) if api.json => {
-                print_json(&serde_json::json!({
+                let mut out = serde_json::json!({
                     "error": {"status": f.status, "message": f.message, "field": f.field}
-                }))?;
+                });
+                if !f.errors.is_empty() {
+                    out["errors"] = serde_json::to_value(&f.errors)?;
+                }
+                print_json(&out)?;
                 Ok(ExitCode::FAILURE)
             }
             Some(f) => {
-                match &f.field {
-                    Some(field) => eprintln!("tributary: {} (field: {field})", f.message),
-                    None => eprintln!("tributary: {}", f.message),
+                let first = [ErrorDetail {
+                    message: f.message.clone(),
+                    field: f.field.clone(),
+                }];
+                let all = if f.errors.is_empty() {
+                    &first[..]
+                } else {
+                    &f.errors[..]
+                };
+                for e in all {
+                    match &e.field {
+                        Some(field) => eprintln!("tributary: {} (field: {field})", e.message),
+                        None => eprintln!("tributary: {}", e.message),
+                    }
                 }
                 Ok(ExitCode::FAILURE)
             }

@@ -447,6 +447,18 @@ fn access_control_health_open_api_bearer_ui_session_metrics_either() {
         json!([])
     );
 
+    // An interval that is not a number is reported with the other fields' problems.
+    let a = form_post(
+        "/ui/new",
+        &format!(
+            "csrf={page_csrf}&plugin=static&provider=static&action=save&name=ok&service=\
+             &interval_secs=soon&cfg.targets=127.0.0.1%3A80"
+        ),
+    );
+    assert_eq!(a.status, 400);
+    assert!(a.body.contains("whole number"), "{}", a.body);
+    assert!(a.body.contains("id=\"err-service\""), "{}", a.body);
+
     // Logout ends the session.
     let a = form_post("/logout", &format!("csrf={page_csrf}"));
     assert_eq!(a.status, 303);

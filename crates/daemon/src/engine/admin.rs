@@ -80,11 +80,11 @@ impl Engine {
             let (binding, record) =
                 self.prepare(input, *path_name, previous.as_ref())
                     .map_err(|e| match e {
-                        EngineError::Invalid { message, field } if inputs.len() > 1 => {
-                            EngineError::Invalid {
-                                message: format!("binding {name:?}: {message}"),
-                                field,
+                        EngineError::Invalid(mut errors) if inputs.len() > 1 => {
+                            for e in &mut errors {
+                                e.message = format!("binding {name:?}: {}", e.message);
                             }
+                            EngineError::Invalid(errors)
                         }
                         e => e,
                     })?;

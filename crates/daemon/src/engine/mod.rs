@@ -33,7 +33,7 @@ use serde_json::Value;
 use tokio::sync::{mpsc, oneshot, watch, Notify};
 use tokio::task::AbortHandle;
 use tributary_apply::Applier;
-use tributary_core::Binding;
+use tributary_core::{Binding, FieldError};
 use tributary_plugin_host::PluginHost;
 use tributary_store::{BindingRecord, OutcomeRecord, OutcomeStatus, Store};
 
@@ -41,11 +41,6 @@ use apply::ApplyMsg;
 use batch::BatchRules;
 pub use prepare::record_to_binding;
 use record::RecordMsg;
-
-/// Longest refresh interval accepted (one week).
-pub const MAX_INTERVAL_SECS: u64 = 7 * 24 * 3600;
-/// Longest service string accepted.
-pub const MAX_SERVICE_LEN: usize = 1024;
 
 /// Engine tuning.
 #[derive(Debug, Clone)]
@@ -78,12 +73,10 @@ impl Default for EngineOptions {
 /// Errors of engine operations. None carries a config value.
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
-    /// Bad input; `field` names the input at fault.
-    #[error("{message}")]
-    Invalid {
-        message: String,
-        field: Option<String>,
-    },
+    /// Bad input: every invalid field (at least one), ordered by field; the text joins their
+    /// messages.
+    #[error("{}", join_messages(.0))]
+    Invalid(Vec<FieldError>),
     #[error("no binding named {0:?}")]
     NotFound(String),
     #[error("a binding named {0:?} already exists")]
@@ -100,12 +93,15 @@ pub enum EngineError {
 }
 
 impl EngineError {
+    /// Bad input in one field.
     pub(crate) fn invalid(field: &str, message: impl Into<String>) -> EngineError {
-        EngineError::Invalid {
-            message: message.into(),
-            field: Some(field.to_string()),
-        }
+        EngineError::Invalid(vec![FieldError::new(field, message)])
     }
+}
+
+fn join_messages(errors: &[FieldError]) -> String {
+    let texts: Vec<&str> = errors.iter().map(|e| e.message.as_str()).collect();
+    texts.join("; ")
 }
 
 pub(crate) fn now_ms() -> i64 {

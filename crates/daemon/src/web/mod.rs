@@ -1,7 +1,6 @@
 //! The web side of `tributary serve` next to the JSON API of [`crate::api`]:
 //!
 //! - [`api_extra`]: more `/api/v1` endpoints (history, test resolution, nginx status);
-//! - [`check`]: every invalid field of a binding at once (form and API);
 //! - [`openapi`]: `/api/v1/openapi.json`, the document of every `/api/v1` endpoint;
 //! - [`metrics`]: `/metrics` in Prometheus text format;
 //! - [`session`]: the UI login (argon2 password hash), sessions, CSRF tokens, login rate limit;
@@ -12,7 +11,6 @@
 //! the bearer token or a UI session; UI pages need a session (else they redirect to `/login`).
 
 pub mod api_extra;
-pub mod check;
 pub mod host;
 pub mod html;
 pub mod metrics;

@@ -172,7 +172,7 @@ pub(super) fn detail_page(
 pub(super) fn engine_page(s: &Session, e: EngineError) -> Response {
     let status = match &e {
         EngineError::NotFound(_) => StatusCode::NOT_FOUND,
-        EngineError::Invalid { .. } => StatusCode::BAD_REQUEST,
+        EngineError::Invalid(_) => StatusCode::BAD_REQUEST,
         EngineError::Duplicate(_) | EngineError::Conflict(_) => StatusCode::CONFLICT,
         EngineError::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
         EngineError::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,

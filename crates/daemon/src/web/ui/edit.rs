@@ -105,10 +105,12 @@ pub(super) async fn submit(
     };
     let mut fs = FormState::default();
     let input = input_from_form(&decl, &plugin, &f, &mut fs);
-    if let Some(input) = &input {
-        fs.errors = crate::web::check::field_errors(&decl, input, edit.as_ref());
-    }
-    let Some(input) = input.filter(|_| fs.errors.is_empty()) else {
+    let path_name = edit.as_ref().map(|b| b.name.as_str());
+    if !fs.errors.is_empty() {
+        // The form could not be read whole: show the other fields' problems with it.
+        if let Err(e) = st.api.engine.preview_binding(&input, path_name) {
+            put_error(&mut fs, &decl, e);
+        }
         return render_form(
             s,
             &decl,
@@ -117,8 +119,7 @@ pub(super) async fn submit(
             &fs,
             StatusCode::BAD_REQUEST,
         );
-    };
-    let path_name = edit.as_ref().map(|b| b.name.as_str());
+    }
     if get_field(&f, "action") == Some("test") {
         match preview(&st.api.engine, &input, path_name).await {
             Ok(p) => {

@@ -234,13 +234,14 @@ pub(super) fn render_form(
     page(status, &title, Some(&s.csrf), &body)
 }
 
-/// Builds the input from the form; bad interval text is reported for its field.
+/// Builds the input from the form; interval text that is not a number is reported in
+/// `fs.errors` (and left out of the input).
 pub(super) fn input_from_form(
     decl: &ProviderDecl,
     plugin: &str,
     f: &[(String, String)],
     fs: &mut FormState,
-) -> Option<BindingInput> {
+) -> BindingInput {
     fs.name = get_field(f, "name").unwrap_or("").trim().to_string();
     fs.service = get_field(f, "service").unwrap_or("").to_string();
     fs.interval = get_field(f, "interval_secs")
@@ -277,11 +278,11 @@ pub(super) fn input_from_form(
                     "interval_secs".into(),
                     "the refresh interval must be a whole number of seconds".into(),
                 );
-                return None;
+                None
             }
         }
     };
-    Some(BindingInput {
+    BindingInput {
         name: fs.name.clone(),
         plugin: plugin.to_string(),
         provider: decl.code.clone(),
@@ -295,16 +296,23 @@ pub(super) fn input_from_form(
             .filter(|l| !l.is_empty())
             .map(str::to_string)
             .collect(),
-    })
+    }
 }
 
 pub(super) fn put_error(fs: &mut FormState, decl: &ProviderDecl, e: EngineError) {
     match e {
-        EngineError::Invalid {
-            message,
-            field: Some(field),
-        } if FIXED.contains(&field.as_str()) || decl.field(&field).is_some() => {
-            fs.errors.insert(field, message);
+        EngineError::Invalid(errors) => {
+            let mut elsewhere = Vec::new();
+            for e in errors {
+                if FIXED.contains(&e.field.as_str()) || decl.field(&e.field).is_some() {
+                    fs.errors.entry(e.field).or_insert(e.message);
+                } else {
+                    elsewhere.push(e.message);
+                }
+            }
+            if !elsewhere.is_empty() {
+                fs.top_error = Some(elsewhere.join("; "));
+            }
         }
         EngineError::Duplicate(n) => {
             fs.errors.insert(
