@@ -151,3 +151,104 @@ fn allowed_host_names_are_answered() {
         "{err}"
     );
 }
+
+#[test]
+fn binding_names_are_unique_regardless_of_case() {
+    let nginx = TestNginx::builder().start();
+    let root = tempfile::tempdir().unwrap();
+    let d = Daemon::start(root.path(), &nginx);
+    let b = |name: &str| {
+        serde_json::json!({"name": name, "plugin": "static", "provider": "static",
+            "service": "s", "config": {"targets": "127.0.0.1:9"}})
+    };
+    let (status, v) = d.api("POST", "/api/v1/bindings", Some(&b("Api").to_string()));
+    assert_eq!(status, 201, "{v}");
+    for (method, path) in [
+        ("POST", "/api/v1/bindings"),
+        ("PUT", "/api/v1/bindings/api"),
+    ] {
+        let (status, v) = d.api(method, path, Some(&b("api").to_string()));
+        assert_eq!(status, 409, "{method} {path}: {v}");
+        let msg = v["error"]["message"].as_str().unwrap();
+        assert!(
+            msg.contains("\"Api\" already exists") && msg.contains("regardless of case"),
+            "{msg}"
+        );
+    }
+    let bulk = serde_json::json!({"bindings": [b("one"), b("ONE")]}).to_string();
+    let (status, v) = d.api("POST", "/api/v1/bindings/bulk", Some(&bulk));
+    assert_eq!(status, 400, "{v}");
+    assert_eq!(v["error"]["field"], "name", "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("differ only in case"),
+        "{v}"
+    );
+    let bulk = serde_json::json!({"bindings": [b("two"), b("API")]}).to_string();
+    let (status, v) = d.api("POST", "/api/v1/bindings/bulk", Some(&bulk));
+    assert_eq!(status, 409, "{v}");
+    let (_, list) = d.api("GET", "/api/v1/bindings", None);
+    let names: Vec<&str> = list["bindings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["Api"], "nothing else was saved");
+    // The same name, same case, still replaces.
+    let (status, v) = d.api("PUT", "/api/v1/bindings/Api", Some(&b("Api").to_string()));
+    assert!(status == 200, "{v}");
+}
+
+#[test]
+fn wrong_passwords_are_rate_limited_per_client_address() {
+    let nginx = TestNginx::builder().start();
+    let root = tempfile::tempdir().unwrap();
+    let d = Daemon::start(root.path(), &nginx);
+    let port = d.port;
+    let password = std::fs::read_to_string(d.data_dir.join("ui-initial-password"))
+        .unwrap()
+        .trim()
+        .to_string();
+    let csrf = "ab".repeat(32);
+    let login = |pw: &str| {
+        let body = format!("csrf={csrf}&password={pw}");
+        request(
+            port,
+            "POST",
+            "/login",
+            Some(&format!("127.0.0.1:{port}")),
+            &format!(
+                "Cookie: tributary_login={csrf}\r\nContent-Type: application/x-www-form-urlencoded\r\n"
+            ),
+            &body,
+        )
+    };
+    for i in 1..=4 {
+        let (status, _, _) = login("wrong-password");
+        assert_eq!(status, 401, "attempt {i}");
+    }
+    // The fifth wrong password locks the address out: 429 with Retry-After.
+    let (status, head, body) = login("wrong-password");
+    assert_eq!(status, 429, "{body}");
+    assert!(
+        head.to_ascii_lowercase().contains("retry-after: 60"),
+        "{head}"
+    );
+    assert!(body.contains("Too many wrong passwords"), "{body}");
+    // Even the right password is refused while locked out.
+    let (status, head, _) = login(&password);
+    assert_eq!(status, 429);
+    let secs: u64 = head
+        .lines()
+        .find_map(|l| {
+            l.to_ascii_lowercase()
+                .strip_prefix("retry-after: ")
+                .map(str::to_string)
+        })
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap();
+    assert!((1..=60).contains(&secs), "{secs}");
+}

@@ -159,3 +159,76 @@ fn secret_config_values_come_from_a_file_or_stdin_never_from_the_command_line() 
         .unwrap();
     assert_ok(&out, "a dry run with the secret from a file");
 }
+
+#[test]
+fn a_stored_secret_is_never_sent_to_another_endpoint_save_and_test_resolution() {
+    let nginx = TestNginx::builder().start();
+    let root = tempfile::tempdir().unwrap();
+    let d = Daemon::start_with(root.path(), &nginx, &["--with-testplug"]);
+    let body = |config: Value| {
+        json!({"plugin": "testplug", "provider": "t", "service": "ok", "config": config})
+            .to_string()
+    };
+    let (status, v) = d.api(
+        "PUT",
+        "/api/v1/bindings/sec",
+        Some(&body(
+            json!({"token": "s3cr3t-token-1", "address": "a.example", "note": "one"}),
+        )),
+    );
+    assert_eq!(status, 201, "{v}");
+    // Same endpoint, secret left out (as a form sends it): kept.
+    let (status, v) = d.api(
+        "PUT",
+        "/api/v1/bindings/sec",
+        Some(&body(json!({"address": "a.example", "note": "two"}))),
+    );
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["binding"]["secrets"]["token"], true, "{v}");
+    // Another endpoint without the secret: refused naming the secret field; nothing changed.
+    let (status, v) = d.api(
+        "PUT",
+        "/api/v1/bindings/sec",
+        Some(&body(
+            json!({"address": "attacker.example", "note": "three"}),
+        )),
+    );
+    assert_eq!(status, 400, "{v}");
+    assert_eq!(v["error"]["field"], "token", "{v}");
+    let msg = v["error"]["message"].as_str().unwrap();
+    assert!(
+        msg.contains("give \"token\" again") && msg.contains("\"address\""),
+        "{msg}"
+    );
+    assert!(!v.to_string().contains("s3cr3t"), "{v}");
+    let (_, shown) = d.api("GET", "/api/v1/bindings/sec", None);
+    assert_eq!(
+        shown["binding"]["config"]["address"], "a.example",
+        "{shown}"
+    );
+    assert_eq!(shown["binding"]["config"]["note"], "two", "{shown}");
+    // The same rule for a test resolution (nothing is sent to the plugin).
+    let resolve = |config: Value| {
+        let b = json!({"name": "sec", "plugin": "testplug", "provider": "t", "service": "ok",
+                       "config": config});
+        d.api("POST", "/api/v1/resolve", Some(&b.to_string()))
+    };
+    let (status, v) = resolve(json!({"address": "attacker.example"}));
+    assert_eq!(status, 400, "{v}");
+    assert_eq!(v["error"]["field"], "token", "{v}");
+    let (status, v) = resolve(json!({"address": "a.example"}));
+    assert_eq!((status, v["result"].as_str()), (200, Some("ok")), "{v}");
+    // Removing the endpoint is a change too.
+    let (status, v) = resolve(json!({}));
+    assert_eq!(status, 400, "{v}");
+    // Given again, the secret goes with the new endpoint.
+    let (status, v) = d.api(
+        "PUT",
+        "/api/v1/bindings/sec",
+        Some(&body(
+            json!({"token": "s3cr3t-token-2", "address": "b.example"}),
+        )),
+    );
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["binding"]["config"]["address"], "b.example");
+}

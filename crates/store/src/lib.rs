@@ -241,6 +241,10 @@ CREATE TABLE IF NOT EXISTS outcomes (
 CREATE INDEX IF NOT EXISTS outcomes_by_binding ON outcomes(binding, id);
 ";
 
+/// Unique binding names regardless of (ASCII) case.
+const NOCASE_INDEX: &str =
+    "CREATE UNIQUE INDEX IF NOT EXISTS bindings_name_nocase ON bindings(name COLLATE NOCASE);";
+
 impl Store {
     /// Opens (creating if needed) the store at `path` with default options.
     pub fn open(path: &Path) -> Result<Store, StoreError> {
@@ -285,6 +289,15 @@ impl Store {
             });
         }
         conn.execute_batch(SCHEMA)?;
+        // Binding names are unique regardless of case (nginx compares upstream names so). A store
+        // written before this rule that holds two such names cannot get the index; it keeps
+        // working without it (the daemon refuses new clashes before they reach the store).
+        match conn.execute_batch(NOCASE_INDEX) {
+            Ok(()) => {}
+            Err(rusqlite::Error::SqliteFailure(e, _))
+                if e.code == rusqlite::ErrorCode::ConstraintViolation => {}
+            Err(e) => return Err(e.into()),
+        }
         conn.pragma_update(None, "user_version", SCHEMA_VERSION)?;
         Ok(Store {
             conn,
@@ -383,7 +396,14 @@ impl Store {
                 ];
                 match existing {
                     None => {
-                        ins.execute(p)?;
+                        ins.execute(p).map_err(|e| match e {
+                            rusqlite::Error::SqliteFailure(f, _)
+                                if f.code == rusqlite::ErrorCode::ConstraintViolation =>
+                            {
+                                StoreError::Duplicate(b.name.clone())
+                            }
+                            e => e.into(),
+                        })?;
                         out.push(Upsert::Created);
                     }
                     Some(old) if old.binding == *b => out.push(Upsert::Unchanged),
