@@ -71,7 +71,7 @@ impl Resolved {
 
     /// The dropped targets as the store and the API show them: the first [`MAX_DROPPED_KEPT`]
     /// (each at most [`MAX_DROPPED_TARGET_BYTES`] of JSON), then, when there were more, one record
-    /// with a `null` target whose reason counts the others by reason.
+    /// whose target is `{"not_kept": N}` and whose reason counts those N by reason.
     pub fn dropped_records(&self) -> Vec<DroppedRecord> {
         let mut out: Vec<DroppedRecord> = self
             .dropped
@@ -87,7 +87,7 @@ impl Resolved {
             let summary = summarize_dropped(rest);
             let reasons = summary.split_once(": ").map_or("", |(_, r)| r);
             out.push(DroppedRecord {
-                target: Value::Null,
+                target: serde_json::json!({ NOT_KEPT: rest.len() }),
                 reason: format!("{} more not kept: {reasons}", rest.len()),
             });
         }
@@ -98,6 +98,20 @@ impl Resolved {
     pub fn kept_with_tags(&self, answer: &ResolveResult) -> Vec<Value> {
         crate::tags::kept_with_tags(&self.targets, &answer.targets)
     }
+}
+
+/// Member of the record that counts the dropped targets not kept.
+pub const NOT_KEPT: &str = "not_kept";
+
+/// How many targets were dropped in all, from the records of [`Resolved::dropped_records`].
+pub fn dropped_total(records: &[DroppedRecord]) -> usize {
+    records
+        .iter()
+        .map(|d| match d.target.get(NOT_KEPT).and_then(Value::as_u64) {
+            Some(n) if d.target.as_object().is_some_and(|o| o.len() == 1) => n as usize,
+            _ => 1,
+        })
+        .sum()
 }
 
 /// `target` itself when its JSON is short, else a note of its size.
@@ -176,7 +190,8 @@ mod tests {
         assert_eq!(recs.len(), MAX_DROPPED_KEPT + 1);
         assert_eq!(recs[0].target["address"], "bad address 0");
         let last = recs.last().unwrap();
-        assert_eq!(last.target, Value::Null);
+        assert_eq!(last.target, json!({"not_kept": 99_981}));
+        assert_eq!(dropped_total(&recs), 100_001);
         assert_eq!(
             last.reason,
             "99981 more not kept: bad address ×99980, port out of range"

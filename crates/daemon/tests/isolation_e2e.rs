@@ -232,3 +232,50 @@ fn a_stored_secret_is_never_sent_to_another_endpoint_save_and_test_resolution() 
     assert_eq!(status, 200, "{v}");
     assert_eq!(v["binding"]["config"]["address"], "b.example");
 }
+
+#[test]
+fn a_hundred_thousand_invalid_targets_keep_a_bounded_outcome() {
+    let nginx = TestNginx::builder().start();
+    let root = tempfile::tempdir().unwrap();
+    let d = Daemon::start_with(root.path(), &nginx, &["--with-testplug"]);
+    let body = json!({"plugin": "testplug", "provider": "t", "service": "invalid:100000"});
+    let (status, v) = d.api(
+        "PUT",
+        "/api/v1/bindings/flood?wait=true",
+        Some(&body.to_string()),
+    );
+    assert_eq!(status, 201, "{v}");
+    // Two more answers of 100,000 invalid targets each.
+    for _ in 0..2 {
+        let (status, o) = d.api("POST", "/api/v1/bindings/flood/refresh", None);
+        assert_eq!(status, 200, "{o}");
+    }
+    let (_, v) = d.api("GET", "/api/v1/bindings/flood", None);
+    let history = v["history"].as_array().unwrap();
+    assert_eq!(history.len(), 3, "{}", history.len());
+    for o in history {
+        assert_eq!(
+            o["why"], "100000 dropped: bad address ×100000",
+            "{}",
+            o["why"]
+        );
+        let dropped = o["dropped"].as_array().unwrap();
+        assert_eq!(dropped.len(), 21);
+        assert_eq!(dropped[20]["target"], json!({"not_kept": 99_980}));
+        assert_eq!(
+            dropped[20]["reason"],
+            "99980 more not kept: bad address ×99980"
+        );
+        assert_eq!(o["kept"].as_array().unwrap().len(), 1);
+    }
+    // The store holds three outcomes of ~2 KiB, not three answers of 3.6 MB.
+    let (_, list) = d.api("GET", "/api/v1/bindings", None);
+    assert!(list.to_string().len() < 64 * 1024);
+    let size: u64 = std::fs::read_dir(&d.data_dir)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("tributary.db"))
+        .map(|e| e.metadata().unwrap().len())
+        .sum();
+    assert!(size < 2 * 1024 * 1024, "store files: {size} bytes");
+}

@@ -457,6 +457,9 @@ impl PluginHost {
             }
             Ok(Ok(())) => {}
         }
+        // Per call, for the refresh-spread benchmark (`RUST_LOG=tributary_plugin_host=trace`).
+        // The service is shown everywhere; no config value is logged.
+        tracing::trace!(plugin = %slot.info.name, id, service = %params.service, "request sent");
         let reply = match tokio::time::timeout_at(deadline, rx).await {
             Err(_) => {
                 conn.unregister(id);
@@ -466,6 +469,7 @@ impl PluginHost {
             Ok(Err(_)) => return Err(ResolveError::Crashed("the plugin connection closed".into())),
             Ok(Ok(reply)) => reply,
         };
+        tracing::trace!(plugin = %slot.info.name, id, "answer received");
         let value = match reply {
             Reply::Exited(msg) => return Err(ResolveError::Crashed(msg)),
             Reply::Malformed(msg) => return Err(ResolveError::Malformed(msg)),

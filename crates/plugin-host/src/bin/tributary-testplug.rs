@@ -13,6 +13,7 @@
 //!   with a 100 KiB line
 //! - `env`: writes its environment as a JSON object to `$HOME/env.json` (and the home folder's
 //!   mode as `home_mode`), then answers like `ok` with the object in the target's `env` member
+//! - `invalid:N`: N invalid targets (address `bad address`) and one valid, `10.0.0.1:80`
 //! - `noread`: stops reading stdin for an hour (its requests are never answered; a long request
 //!   line written after it fills the pipe and blocks the writer)
 //!
@@ -78,6 +79,15 @@ fn answer(req: Value, out: Arc<Mutex<std::io::Stdout>>) {
                     "targets":[{"address":"10.0.0.1","port":80,"env":env,
                         "home_mode":format!("{mode:o}")}]}})
                 .to_string(),
+            );
+        }
+        s if s.starts_with("invalid:") => {
+            let n: usize = s["invalid:".len()..].parse().unwrap_or(0);
+            let mut targets = vec![json!({"address": "bad address", "port": 80}); n];
+            targets.push(json!({"address": "10.0.0.1", "port": 80}));
+            write(
+                &out,
+                &json!({"jsonrpc":"2.0","id":id,"result":{"targets":targets}}).to_string(),
             );
         }
         s if s.starts_with("sleep:") => {

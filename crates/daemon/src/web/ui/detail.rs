@@ -154,7 +154,7 @@ pub(super) fn detail_page(
             outcome_summary(o),
             o.duration_ms,
             o.kept.len(),
-            o.dropped.len(),
+            crate::resolution::dropped_total(&o.dropped),
             if o.changed { "yes" } else { "no" },
             if o.reloaded { "yes" } else { "no" },
             match (o.code, &o.field) {
