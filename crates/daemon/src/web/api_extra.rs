@@ -33,11 +33,6 @@ pub fn error(status: StatusCode, message: impl Into<String>, field: Option<Strin
         .into_response()
 }
 
-/// An engine error as the API shows it (same statuses and shape as [`crate::api`]).
-pub fn engine_error(e: EngineError) -> Response {
-    crate::api::ApiError::from(e).into_response()
-}
-
 /// `GET /api/v1/bindings/{name}/history`.
 #[derive(Debug, Serialize)]
 pub struct History {
@@ -53,7 +48,7 @@ pub async fn history(State(s): State<WebState>, Path(name): Path<String>) -> Res
             history: d.history,
         })
         .into_response(),
-        Err(e) => engine_error(e),
+        Err(e) => e.into_response(),
     }
 }
 
@@ -127,7 +122,7 @@ pub async fn test_resolve(State(s): State<WebState>, body: Bytes) -> Response {
     };
     match preview(&s.api.engine, &input, None).await {
         Ok(p) => Json(p).into_response(),
-        Err(e) => engine_error(e),
+        Err(e) => e.into_response(),
     }
 }
 

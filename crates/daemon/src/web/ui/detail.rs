@@ -5,6 +5,7 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::Extension;
+use maud::html;
 use serde_json::Value;
 use tributary_store::OutcomeStatus;
 
@@ -12,7 +13,7 @@ use super::chart::chart;
 use super::widgets::{outcome_block, outcome_summary, state_of, targets_table};
 use super::{now_ms, require_csrf, urlencode};
 use crate::engine::EngineError;
-use crate::web::html::{esc, page, time_el};
+use crate::web::html::{csrf_field, error_page, page, time_el};
 use crate::web::session::Session;
 use crate::web::WebState;
 
@@ -29,42 +30,7 @@ pub(super) fn detail_page(
     let b = &d.binding;
     let now = now_ms();
     let (state, class) = state_of(b, st.metrics.last_success_ms(&b.name));
-    let n = esc(&b.name);
-    let csrf = esc(&s.csrf);
-    let mut body = format!(
-        "<h1>{n} <span class=\"state {class}\">{}</span></h1>",
-        esc(&state)
-    );
-    if let Some((kind, text)) = banner {
-        body.push_str(&format!(
-            "<p class=\"{kind}\" role=\"alert\">{}</p>",
-            esc(text)
-        ));
-    }
-    body.push_str(&format!(
-        "<section class=\"card\"><h2>Add at nginx's http level</h2>\
-         <p><code id=\"include-line\">{}</code> \
-         <button type=\"button\" data-copy=\"include-line\">Copy</button></p>\
-         <div class=\"actions\">\
-         <form method=\"post\" action=\"/ui/bindings/{n}/refresh\"><input type=\"hidden\" name=\"csrf\" value=\"{csrf}\">\
-         <button type=\"submit\">Refresh now</button></form>\
-         <a class=\"button\" href=\"/ui/bindings/{n}/edit\">Edit</a>\
-         <form method=\"post\" action=\"/ui/bindings/{n}/delete\" data-confirm=\"Delete binding {n} and its file?\">\
-         <input type=\"hidden\" name=\"csrf\" value=\"{csrf}\">\
-         <button type=\"submit\" class=\"danger\">Delete</button></form></div></section>",
-        esc(&b.include_line)
-    ));
-    body.push_str(&format!(
-        "<section class=\"card\"><h2>Settings</h2><dl><dt>Plugin / provider</dt><dd>{}/{}</dd>\
-         <dt>Service</dt><dd>{}</dd><dt>Refresh interval</dt><dd>{} s</dd><dt>Next refresh</dt><dd>{}</dd>",
-        esc(&b.plugin),
-        esc(&b.provider),
-        esc(&b.service),
-        b.interval_secs,
-        b.next_refresh_ms
-            .map(|t| time_el(t, now))
-            .unwrap_or_else(|| "resolving…".into())
-    ));
+    let n = &b.name;
     let decl = st.api.engine.host().provider(&b.plugin, &b.provider);
     let label = |k: &str| {
         decl.as_ref()
@@ -72,44 +38,6 @@ pub(super) fn detail_page(
             .map(|f| f.display_name.clone())
             .unwrap_or_else(|| k.to_string())
     };
-    for (k, v) in &b.config {
-        let v = match v {
-            Value::String(s) => s.clone(),
-            v => v.to_string(),
-        };
-        body.push_str(&format!("<dt>{}</dt><dd>{}</dd>", esc(&label(k)), esc(&v)));
-    }
-    for (k, set) in &b.secrets {
-        body.push_str(&format!(
-            "<dt>{}</dt><dd class=\"secret\">{}</dd>",
-            esc(&label(k)),
-            if *set {
-                "secret, set"
-            } else {
-                "secret, not set"
-            }
-        ));
-    }
-    for dir in &b.directives {
-        body.push_str(&format!(
-            "<dt>Directive</dt><dd><code>{}</code></dd>",
-            esc(dir)
-        ));
-    }
-    body.push_str("</dl></section>");
-
-    body.push_str("<section class=\"card\"><h2>Last resolution</h2>");
-    match &b.last_outcome {
-        Some(o) => body.push_str(&outcome_block(o, now)),
-        None => body.push_str("<p>Not resolved yet.</p>"),
-    }
-    body.push_str("</section>");
-
-    body.push_str(&format!(
-        "<section class=\"card\"><h2>Current servers</h2>{}</section>",
-        targets_table(&b.servers)
-    ));
-
     // Charts, oldest first; failed resolutions keep the previous server count.
     let mut count = Vec::new();
     let mut latency = Vec::new();
@@ -122,71 +50,126 @@ pub(super) fn detail_page(
         count.push((o.at_ms, servers_now, failed));
         latency.push((o.at_ms, o.duration_ms as f64, failed));
     }
-    if !d.history.is_empty() {
-        body.push_str(&format!(
-            "<section class=\"card charts\"><h2>Over time</h2>{}{}</section>",
-            chart("Servers", &count, "servers"),
-            chart("Resolution latency", &latency, "ms")
-        ));
-    }
-
     let file = std::fs::read_to_string(&b.file).ok();
-    body.push_str(&format!(
-        "<section class=\"card\"><h2>Generated file</h2><p><code>{}</code></p>{}</section>",
-        esc(&b.file),
-        match file {
-            Some(t) => format!("<pre id=\"generated-file\">{}</pre>", esc(&t)),
-            None => "<p>No file yet.</p>".into(),
+    let body = html! {
+        h1 { (n) " " span class={"state " (class)} { (state) } }
+        @if let Some((kind, text)) = banner {
+            p class=(kind) role="alert" { (text) }
         }
-    ));
-
-    body.push_str(
-        "<section class=\"card\"><h2>History</h2><table class=\"history\"><thead><tr><th>When</th>\
-         <th>Outcome</th><th>Took</th><th>Servers</th><th>Dropped</th><th>Changed</th><th>Reloaded</th>\
-         <th>Code / field</th></tr></thead><tbody>",
-    );
-    for o in &d.history {
-        body.push_str(&format!(
-            "<tr class=\"{}\"><td>{}</td><td>{}</td><td class=\"num\">{} ms</td><td class=\"num\">{}</td>\
-             <td class=\"num\">{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            if o.status == OutcomeStatus::Failed { "failing" } else { "" },
-            time_el(o.at_ms, now),
-            outcome_summary(o),
-            o.duration_ms,
-            o.kept.len(),
-            crate::resolution::dropped_total(&o.dropped),
-            if o.changed { "yes" } else { "no" },
-            if o.reloaded { "yes" } else { "no" },
-            match (o.code, &o.field) {
-                (Some(c), Some(f)) => format!("{c} / {}", esc(f)),
-                (Some(c), None) => c.to_string(),
-                (None, Some(f)) => esc(f),
-                (None, None) => String::new(),
+        section.card {
+            h2 { "Add at nginx's http level" }
+            p {
+                code #include-line { (b.include_line) } " "
+                button type="button" data-copy="include-line" { "Copy" }
             }
-        ));
-    }
-    body.push_str("</tbody></table></section>");
-    page(StatusCode::OK, &b.name, Some(&s.csrf), &body)
+            div.actions {
+                form method="post" action={"/ui/bindings/" (n) "/refresh"} {
+                    (csrf_field(&s.csrf))
+                    button type="submit" { "Refresh now" }
+                }
+                a.button href={"/ui/bindings/" (n) "/edit"} { "Edit" }
+                form method="post" action={"/ui/bindings/" (n) "/delete"}
+                    data-confirm={"Delete binding " (n) " and its file?"} {
+                    (csrf_field(&s.csrf))
+                    button.danger type="submit" { "Delete" }
+                }
+            }
+        }
+        section.card {
+            h2 { "Settings" }
+            dl {
+                dt { "Plugin / provider" } dd { (b.plugin) "/" (b.provider) }
+                dt { "Service" } dd { (b.service) }
+                dt { "Refresh interval" } dd { (b.interval_secs) " s" }
+                dt { "Next refresh" }
+                dd {
+                    @match b.next_refresh_ms {
+                        Some(t) => (time_el(t, now)),
+                        None => "resolving…",
+                    }
+                }
+                @for (k, v) in &b.config {
+                    dt { (label(k)) }
+                    dd {
+                        @match v {
+                            Value::String(s) => (s),
+                            v => (v.to_string()),
+                        }
+                    }
+                }
+                @for (k, set) in &b.secrets {
+                    dt { (label(k)) }
+                    dd.secret { (if *set { "secret, set" } else { "secret, not set" }) }
+                }
+                @for dir in &b.directives {
+                    dt { "Directive" } dd { code { (dir) } }
+                }
+            }
+        }
+        section.card {
+            h2 { "Last resolution" }
+            @match &b.last_outcome {
+                Some(o) => (outcome_block(o, now)),
+                None => p { "Not resolved yet." },
+            }
+        }
+        section.card {
+            h2 { "Current servers" }
+            (targets_table(&b.servers))
+        }
+        @if !d.history.is_empty() {
+            section.card.charts {
+                h2 { "Over time" }
+                (chart("Servers", &count, "servers"))
+                (chart("Resolution latency", &latency, "ms"))
+            }
+        }
+        section.card {
+            h2 { "Generated file" }
+            p { code { (b.file) } }
+            @match &file {
+                Some(t) => pre #generated-file { (t) },
+                None => p { "No file yet." },
+            }
+        }
+        section.card {
+            h2 { "History" }
+            table.history {
+                thead {
+                    tr {
+                        th { "When" } th { "Outcome" } th { "Took" } th { "Servers" }
+                        th { "Dropped" } th { "Changed" } th { "Reloaded" } th { "Code / field" }
+                    }
+                }
+                tbody {
+                    @for o in &d.history {
+                        tr class=(if o.status == OutcomeStatus::Failed { "failing" } else { "" }) {
+                            td { (time_el(o.at_ms, now)) }
+                            td { (outcome_summary(o)) }
+                            td.num { (o.duration_ms) " ms" }
+                            td.num { (o.kept.len()) }
+                            td.num { (crate::resolution::dropped_total(&o.dropped)) }
+                            td { (if o.changed { "yes" } else { "no" }) }
+                            td { (if o.reloaded { "yes" } else { "no" }) }
+                            td {
+                                @match (o.code, &o.field) {
+                                    (Some(c), Some(f)) => { (c) " / " (f) }
+                                    (Some(c), None) => (c),
+                                    (None, Some(f)) => (f),
+                                    (None, None) => {},
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    };
+    page(StatusCode::OK, &b.name, Some(&s.csrf), body)
 }
 
 pub(super) fn engine_page(s: &Session, e: EngineError) -> Response {
-    let status = match &e {
-        EngineError::NotFound(_) => StatusCode::NOT_FOUND,
-        EngineError::Invalid(_) => StatusCode::BAD_REQUEST,
-        EngineError::Duplicate(_) | EngineError::Conflict(_) => StatusCode::CONFLICT,
-        EngineError::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
-        EngineError::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
-        EngineError::Store(_) => StatusCode::INTERNAL_SERVER_ERROR,
-    };
-    page(
-        status,
-        "Error",
-        Some(&s.csrf),
-        &format!(
-            "<p class=\"error\" role=\"alert\">{}</p><p><a href=\"/ui/bindings\">Back to the bindings</a></p>",
-            esc(&e.to_string())
-        ),
-    )
+    error_page(e.http_status(), "Error", Some(&s.csrf), &e.to_string())
 }
 
 pub(super) async fn detail(
@@ -225,9 +208,9 @@ pub(super) async fn delete(
         Ok(_) => {
             Redirect::to(&format!("/ui/bindings?deleted={}", urlencode(&name))).into_response()
         }
-        Err(EngineError::Conflict(why)) => {
-            let mut r = detail_page(&st, &s, &name, Some(("error", &why)));
-            *r.status_mut() = StatusCode::CONFLICT;
+        Err(e @ EngineError::Conflict(_)) => {
+            let mut r = detail_page(&st, &s, &name, Some(("error", &e.to_string())));
+            *r.status_mut() = e.http_status();
             r
         }
         Err(e) => engine_page(&s, e),

@@ -5,6 +5,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::Extension;
+use maud::html;
 use serde::Deserialize;
 use serde_json::Value;
 use tributary_protocol::FieldType;
@@ -15,7 +16,7 @@ use super::{check_csrf, form, get_field, urlencode};
 use crate::engine::EngineError;
 use crate::view::BindingView;
 use crate::web::api_extra::preview;
-use crate::web::html::{esc, page};
+use crate::web::html::page;
 use crate::web::session::Session;
 use crate::web::WebState;
 
@@ -26,23 +27,24 @@ pub(super) struct NewQuery {
 }
 
 pub(super) fn provider_choice(st: &WebState, s: &Session) -> Response {
-    let mut body =
-        String::from("<h1>New binding</h1><p>Choose a provider:</p><ul class=\"providers\">");
-    for p in st.api.engine.host().plugins() {
-        for pr in p.manifest.providers() {
-            body.push_str(&format!(
-                "<li><a href=\"/ui/new?plugin={}&amp;provider={}\">{} — {}</a> <small>({} {})</small></li>",
-                esc(&urlencode(&p.name)),
-                esc(&urlencode(&pr.code)),
-                esc(&pr.name),
-                esc(&pr.code),
-                esc(&p.name),
-                esc(&p.version)
-            ));
+    let plugins = st.api.engine.host().plugins();
+    let body = html! {
+        h1 { "New binding" }
+        p { "Choose a provider:" }
+        ul.providers {
+            @for p in &plugins {
+                @for pr in p.manifest.providers() {
+                    li {
+                        a href={"/ui/new?plugin=" (urlencode(&p.name)) "&provider=" (urlencode(&pr.code))} {
+                            (pr.name) " — " (pr.code)
+                        }
+                        " " small { "(" (p.name) " " (p.version) ")" }
+                    }
+                }
+            }
         }
-    }
-    body.push_str("</ul>");
-    page(StatusCode::OK, "New binding", Some(&s.csrf), &body)
+    };
+    page(StatusCode::OK, "New binding", Some(&s.csrf), body)
 }
 
 pub(super) async fn new_form(
@@ -58,7 +60,7 @@ pub(super) async fn new_form(
             StatusCode::NOT_FOUND,
             "New binding",
             Some(&s.csrf),
-            "<p class=\"error\">No such plugin or provider. <a href=\"/ui/new\">Choose one</a>.</p>",
+            html! { p.error { "No such plugin or provider. " a href="/ui/new" { "Choose one" } "." } },
         );
     };
     let mut fs = FormState::default();
@@ -100,7 +102,7 @@ pub(super) async fn submit(
             StatusCode::BAD_REQUEST,
             "Bad request",
             Some(&s.csrf),
-            "<p class=\"error\">No such plugin or provider.</p>",
+            html! { p.error { "No such plugin or provider." } },
         );
     };
     let mut fs = FormState::default();
@@ -109,7 +111,7 @@ pub(super) async fn submit(
     if !fs.errors.is_empty() {
         // The form could not be read whole: show the other fields' problems with it.
         if let Err(e) = st.api.engine.preview_binding(&input, path_name) {
-            put_error(&mut fs, &decl, e);
+            let _ = put_error(&mut fs, &decl, e);
         }
         return render_form(
             s,
@@ -127,15 +129,8 @@ pub(super) async fn submit(
                 return render_form(s, &decl, &plugin, edit.as_ref(), &fs, StatusCode::OK);
             }
             Err(e) => {
-                put_error(&mut fs, &decl, e);
-                return render_form(
-                    s,
-                    &decl,
-                    &plugin,
-                    edit.as_ref(),
-                    &fs,
-                    StatusCode::BAD_REQUEST,
-                );
+                let status = put_error(&mut fs, &decl, e);
+                return render_form(s, &decl, &plugin, edit.as_ref(), &fs, status);
             }
         }
     }
@@ -156,15 +151,8 @@ pub(super) async fn submit(
             Redirect::to(&format!("/ui/bindings/{}", urlencode(&name))).into_response()
         }
         Err(e) => {
-            put_error(&mut fs, &decl, e);
-            render_form(
-                s,
-                &decl,
-                &plugin,
-                edit.as_ref(),
-                &fs,
-                StatusCode::BAD_REQUEST,
-            )
+            let status = put_error(&mut fs, &decl, e);
+            render_form(s, &decl, &plugin, edit.as_ref(), &fs, status)
         }
     }
 }
@@ -190,7 +178,7 @@ pub(super) async fn edit_form(
             StatusCode::CONFLICT,
             "Edit",
             Some(&s.csrf),
-            "<p class=\"error\">The binding's plugin or provider is not loaded.</p>",
+            html! { p.error { "The binding's plugin or provider is not loaded." } },
         );
     };
     let mut fs = FormState {

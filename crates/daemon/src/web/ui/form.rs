@@ -1,18 +1,20 @@
-//! The create/edit form: rendered from the provider's declared fields, read back into a binding input, errors placed next to their fields.
+//! The create/edit form: rendered from the provider's declared fields, read back into a binding
+//! input, errors placed next to their fields.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use axum::http::StatusCode;
 use axum::response::Response;
+use maud::{html, Markup};
 use serde_json::Value;
-use tributary_protocol::{FieldType, ProviderDecl};
+use tributary_protocol::{FieldDecl, FieldType, ProviderDecl};
 
 use super::get_field;
 use super::widgets::{dropped_list, targets_table};
 use crate::engine::EngineError;
 use crate::view::{BindingInput, BindingView};
 use crate::web::api_extra::Preview;
-use crate::web::html::{esc, page};
+use crate::web::html::{csrf_field, page};
 use crate::web::session::Session;
 
 /// What the form shows: the person's values (never secret values), errors by field, a preview.
@@ -38,39 +40,39 @@ pub(super) const FIXED: [&str; 6] = [
     "provider",
 ];
 
-pub(super) fn field_error(st: &FormState, key: &str) -> String {
-    st.errors
-        .get(key)
-        .map(|m| {
-            format!(
-                "<span class=\"field-error\" id=\"err-{}\" role=\"alert\">{}</span>",
-                esc(key),
-                esc(m)
-            )
-        })
-        .unwrap_or_default()
+/// The error message of `key` next to its input (nothing when it is valid).
+pub(super) fn field_error(st: &FormState, key: &str) -> Option<Markup> {
+    st.errors.get(key).map(|m| {
+        html! { span.field-error id={"err-" (key)} role="alert" { (m) } }
+    })
 }
 
+/// One labelled row of the form: label (with `*` when required), control, hint, error.
 pub(super) fn input_row(
     label: &str,
     id: &str,
     required: bool,
-    control: &str,
+    control: Markup,
     hint: Option<&str>,
-    err: &str,
-) -> String {
-    format!(
-        "<div class=\"row{}\"><label for=\"{id}\">{}{}</label>{control}{}{err}</div>",
-        if err.is_empty() { "" } else { " invalid" },
-        esc(label),
-        if required {
-            " <span class=\"req\" title=\"required\">*</span>"
-        } else {
-            ""
-        },
-        hint.map(|h| format!("<small>{}</small>", esc(h)))
-            .unwrap_or_default()
-    )
+    err: Option<Markup>,
+) -> Markup {
+    html! {
+        div class=(if err.is_some() { "row invalid" } else { "row" }) {
+            label for=(id) {
+                (label)
+                @if required {
+                    " " span.req title="required" { "*" }
+                }
+            }
+            (control)
+            @if let Some(h) = hint {
+                small { (h) }
+            }
+            @if let Some(e) = err {
+                (e)
+            }
+        }
+    }
 }
 
 pub(super) fn render_form(
@@ -82,156 +84,150 @@ pub(super) fn render_form(
     status: StatusCode,
 ) -> Response {
     let action = match edit {
-        Some(b) => format!("/ui/bindings/{}/edit", esc(&b.name)),
+        Some(b) => format!("/ui/bindings/{}/edit", b.name),
         None => "/ui/new".into(),
     };
     let title = match edit {
         Some(b) => format!("Edit {}", b.name),
         None => format!("New binding: {}", decl.name),
     };
-    let mut body = format!("<h1>{}</h1>", esc(&title));
-    if let Some(e) = &fs.top_error {
-        body.push_str(&format!("<p class=\"error\" role=\"alert\">{}</p>", esc(e)));
-    }
-    body.push_str(&format!(
-        "<form method=\"post\" action=\"{action}\" class=\"card binding-form\" novalidate>\
-         <input type=\"hidden\" name=\"csrf\" value=\"{}\">\
-         <input type=\"hidden\" name=\"plugin\" value=\"{}\"><input type=\"hidden\" name=\"provider\" value=\"{}\">\
-         <p>Plugin <b>{}</b>, provider <b>{}</b> ({})</p>",
-        esc(&s.csrf),
-        esc(plugin),
-        esc(&decl.code),
-        esc(plugin),
-        esc(&decl.code),
-        esc(&decl.name)
-    ));
     let name_ctl = match edit {
-        Some(b) => format!("<input id=\"f-name\" name=\"name\" value=\"{}\" readonly>", esc(&b.name)),
-        None => format!(
-            "<input id=\"f-name\" name=\"name\" value=\"{}\" required pattern=\"[A-Za-z0-9_][A-Za-z0-9_.\\-]*\">",
-            esc(&fs.name)
-        ),
+        Some(b) => html! { input #f-name name="name" value=(b.name) readonly; },
+        None => html! {
+            input #f-name name="name" value=(fs.name) required
+                pattern="[A-Za-z0-9_][A-Za-z0-9_.\\-]*";
+        },
     };
-    body.push_str(&input_row(
-        "Upstream name",
-        "f-name",
-        true,
-        &name_ctl,
-        Some("letters, digits, _ - . (the file is upstreams/<name>.conf)"),
-        &field_error(fs, "name"),
-    ));
-    body.push_str(&input_row(
-        "Service",
-        "f-service",
-        true,
-        &format!(
-            "<input id=\"f-service\" name=\"service\" value=\"{}\" required>",
-            esc(&fs.service)
-        ),
-        Some("the service in the provider's own terms"),
-        &field_error(fs, "service"),
-    ));
-    for f in &decl.configuration.fields {
-        let id = format!("cfg-{}", f.key);
-        let name = format!("cfg.{}", f.key);
-        let err = if FIXED.contains(&f.key.as_str()) {
-            String::new()
-        } else {
-            field_error(fs, &f.key)
-        };
-        let ctl = if f.field_type == FieldType::Bool {
-            format!(
-                "<input type=\"checkbox\" id=\"{}\" name=\"{}\" value=\"true\"{}>",
-                esc(&id),
-                esc(&name),
-                if fs.checked.contains(&f.key) {
-                    " checked"
-                } else {
-                    ""
-                }
-            )
-        } else if f.secret {
-            let set = edit.is_some_and(|b| b.secrets.get(&f.key).copied().unwrap_or(false));
-            format!(
-                "<input type=\"password\" id=\"{}\" name=\"{}\" value=\"\" autocomplete=\"new-password\" placeholder=\"{}\"{}>",
-                esc(&id),
-                esc(&name),
-                if set { "set — leave empty to keep" } else { "" },
-                if f.required && !set { " required" } else { "" }
-            )
-        } else {
-            format!(
-                "<input type=\"text\" id=\"{}\" name=\"{}\" value=\"{}\"{}{}>",
-                esc(&id),
-                esc(&name),
-                esc(fs.values.get(&f.key).map(String::as_str).unwrap_or("")),
-                if f.field_type == FieldType::Number {
-                    " inputmode=\"numeric\""
-                } else {
-                    ""
+    let body = html! {
+        h1 { (title) }
+        @if let Some(e) = &fs.top_error {
+            p.error role="alert" { (e) }
+        }
+        form.card.binding-form method="post" action=(action) novalidate {
+            (csrf_field(&s.csrf))
+            input type="hidden" name="plugin" value=(plugin);
+            input type="hidden" name="provider" value=(decl.code);
+            p { "Plugin " b { (plugin) } ", provider " b { (decl.code) } " (" (decl.name) ")" }
+            (input_row(
+                "Upstream name",
+                "f-name",
+                true,
+                name_ctl,
+                Some("letters, digits, _ - . (the file is upstreams/<name>.conf)"),
+                field_error(fs, "name"),
+            ))
+            (input_row(
+                "Service",
+                "f-service",
+                true,
+                html! { input #f-service name="service" value=(fs.service) required; },
+                Some("the service in the provider's own terms"),
+                field_error(fs, "service"),
+            ))
+            @for f in &decl.configuration.fields {
+                (config_row(f, edit, fs))
+            }
+            (input_row(
+                "Refresh interval (seconds)",
+                "f-interval",
+                false,
+                html! {
+                    input #f-interval name="interval_secs" inputmode="numeric" value=(fs.interval)
+                        placeholder="60";
                 },
-                if f.required { " required" } else { "" }
-            )
-        };
-        body.push_str(&input_row(
-            &f.display_name,
-            &id,
-            f.required,
-            &ctl,
-            f.description.as_deref(),
-            &err,
-        ));
+                Some("10 to 604800; default 60"),
+                field_error(fs, "interval_secs"),
+            ))
+            (input_row(
+                "Extra directives",
+                "f-directives",
+                false,
+                html! {
+                    textarea #f-directives name="directives" rows="3" placeholder="keepalive 32;" {
+                        (fs.directives)
+                    }
+                },
+                Some("one per line, e.g. keepalive 32;"),
+                field_error(fs, "directives"),
+            ))
+            div.actions {
+                button type="submit" name="action" value="save" { "Save" }
+                button.secondary type="submit" name="action" value="test" { "Test resolve" }
+            }
+        }
+        @if let Some(p) = &fs.preview {
+            (preview_section(p))
+        }
+    };
+    page(status, &title, Some(&s.csrf), body)
+}
+
+/// The row of one declared config field: a checkbox for `bool`, an always empty password input
+/// for `secret` (the value is never sent back), a text input otherwise.
+fn config_row(f: &FieldDecl, edit: Option<&BindingView>, fs: &FormState) -> Markup {
+    let id = format!("cfg-{}", f.key);
+    let name = format!("cfg.{}", f.key);
+    let err = if FIXED.contains(&f.key.as_str()) {
+        None
+    } else {
+        field_error(fs, &f.key)
+    };
+    let ctl = if f.field_type == FieldType::Bool {
+        html! {
+            input type="checkbox" id=(id) name=(name) value="true" checked[fs.checked.contains(&f.key)];
+        }
+    } else if f.secret {
+        let set = edit.is_some_and(|b| b.secrets.get(&f.key).copied().unwrap_or(false));
+        html! {
+            input type="password" id=(id) name=(name) value="" autocomplete="new-password"
+                placeholder=(if set { "set — leave empty to keep" } else { "" })
+                required[f.required && !set];
+        }
+    } else {
+        html! {
+            input type="text" id=(id) name=(name)
+                value=(fs.values.get(&f.key).map(String::as_str).unwrap_or(""))
+                inputmode=[(f.field_type == FieldType::Number).then_some("numeric")]
+                required[f.required];
+        }
+    };
+    input_row(
+        &f.display_name,
+        &id,
+        f.required,
+        ctl,
+        f.description.as_deref(),
+        err,
+    )
+}
+
+/// What a test resolution would write (nothing was saved or applied).
+fn preview_section(p: &Preview) -> Markup {
+    html! {
+        section.card.preview #preview {
+            h2 { "Test resolve (nothing was saved or applied)" }
+            p {
+                span class={"status " (if p.result == "ok" { "ok" } else { "failed" })} { (p.result) }
+                " " (p.why.as_deref().unwrap_or(""))
+            }
+            @if let Some(c) = p.code {
+                p {
+                    "Plugin error code " span.code { (c) }
+                    @if let Some(f) = &p.field {
+                        ", field " span.field { (f) }
+                    }
+                }
+            }
+            (targets_table(&p.targets))
+            @if !p.dropped.is_empty() {
+                (dropped_list(&p.dropped))
+            }
+            @if let Some(r) = &p.rendered {
+                h3 { "Would be written" }
+                pre #preview-file { (r) }
+            }
+        }
     }
-    body.push_str(&input_row(
-        "Refresh interval (seconds)",
-        "f-interval",
-        false,
-        &format!("<input id=\"f-interval\" name=\"interval_secs\" inputmode=\"numeric\" value=\"{}\" placeholder=\"60\">", esc(&fs.interval)),
-        Some("10 to 604800; default 60"),
-        &field_error(fs, "interval_secs"),
-    ));
-    body.push_str(&input_row(
-        "Extra directives",
-        "f-directives",
-        false,
-        &format!("<textarea id=\"f-directives\" name=\"directives\" rows=\"3\" placeholder=\"keepalive 32;\">{}</textarea>", esc(&fs.directives)),
-        Some("one per line, e.g. keepalive 32;"),
-        &field_error(fs, "directives"),
-    ));
-    body.push_str(
-        "<div class=\"actions\"><button type=\"submit\" name=\"action\" value=\"save\">Save</button>\
-         <button type=\"submit\" name=\"action\" value=\"test\" class=\"secondary\">Test resolve</button></div></form>",
-    );
-    if let Some(p) = &fs.preview {
-        body.push_str("<section class=\"card preview\" id=\"preview\"><h2>Test resolve (nothing was saved or applied)</h2>");
-        body.push_str(&format!(
-            "<p><span class=\"status {}\">{}</span> {}</p>",
-            if p.result == "ok" { "ok" } else { "failed" },
-            esc(&p.result),
-            esc(p.why.as_deref().unwrap_or(""))
-        ));
-        if let Some(c) = p.code {
-            body.push_str(&format!(
-                "<p>Plugin error code <span class=\"code\">{c}</span>{}</p>",
-                p.field
-                    .as_ref()
-                    .map(|f| format!(", field <span class=\"field\">{}</span>", esc(f)))
-                    .unwrap_or_default()
-            ));
-        }
-        body.push_str(&targets_table(&p.targets));
-        if !p.dropped.is_empty() {
-            body.push_str(&dropped_list(&p.dropped));
-        }
-        if let Some(r) = &p.rendered {
-            body.push_str(&format!(
-                "<h3>Would be written</h3><pre id=\"preview-file\">{}</pre>",
-                esc(r)
-            ));
-        }
-        body.push_str("</section>");
-    }
-    page(status, &title, Some(&s.csrf), &body)
 }
 
 /// Builds the input from the form; interval text that is not a number is reported in
@@ -299,7 +295,10 @@ pub(super) fn input_from_form(
     }
 }
 
-pub(super) fn put_error(fs: &mut FormState, decl: &ProviderDecl, e: EngineError) {
+/// Places an engine error on the form (invalid fields next to their inputs, the rest on top) and
+/// returns the status the page answers with ([`EngineError::http_status`], as the API).
+pub(super) fn put_error(fs: &mut FormState, decl: &ProviderDecl, e: EngineError) -> StatusCode {
+    let status = e.http_status();
     match e {
         EngineError::Invalid(errors) => {
             let mut elsewhere = Vec::new();
@@ -322,4 +321,5 @@ pub(super) fn put_error(fs: &mut FormState, decl: &ProviderDecl, e: EngineError)
         }
         e => fs.top_error = Some(e.to_string()),
     }
+    status
 }

@@ -5,27 +5,31 @@ use axum::extract::{ConnectInfo, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::Extension;
+use maud::html;
 
 use super::{form, get_field, require_csrf};
-use crate::web::html::{esc, page, secure};
+use crate::web::html::{csrf_field, error_page, page, secure};
 use crate::web::session::{self, Session};
 use crate::web::WebState;
 
 pub(super) fn login_page(status: StatusCode, token: &str, error: Option<&str>) -> Response {
-    let err = error
-        .map(|e| format!("<p class=\"error\" role=\"alert\">{}</p>", esc(e)))
-        .unwrap_or_default();
-    let body = format!(
-        "<h1>Log in</h1>{err}<form method=\"post\" action=\"/login\" class=\"card narrow\">\
-         <input type=\"hidden\" name=\"csrf\" value=\"{}\">\
-         <label for=\"password\">Password</label>\
-         <input type=\"password\" id=\"password\" name=\"password\" autocomplete=\"current-password\" autofocus>\
-         <button type=\"submit\">Log in</button>\
-         <small>The password is $TRIBUTARY_UI_PASSWORD, or the one created at first start in \
-         ui-initial-password in the daemon's data folder.</small></form>",
-        esc(token)
-    );
-    let mut resp = page(status, "Log in", None, &body);
+    let body = html! {
+        h1 { "Log in" }
+        @if let Some(e) = error {
+            p.error role="alert" { (e) }
+        }
+        form.card.narrow method="post" action="/login" {
+            (csrf_field(token))
+            label for="password" { "Password" }
+            input type="password" id="password" name="password" autocomplete="current-password" autofocus;
+            button type="submit" { "Log in" }
+            small {
+                "The password is $TRIBUTARY_UI_PASSWORD, or the one created at first start in \
+                 ui-initial-password in the daemon's data folder."
+            }
+        }
+    };
+    let mut resp = page(status, "Log in", None, body);
     if let Ok(v) = session::set_cookie(session::LOGIN_COOKIE, token, Some(3600)).parse() {
         resp.headers_mut().append(header::SET_COOKIE, v);
     }
@@ -41,11 +45,11 @@ pub(super) async fn login_form(State(st): State<WebState>, headers: HeaderMap) -
     }
     match session::random_hex(32) {
         Ok(t) => login_page(StatusCode::OK, &t, None),
-        Err(_) => page(
+        Err(_) => error_page(
             StatusCode::INTERNAL_SERVER_ERROR,
             "Error",
             None,
-            "<p>no randomness</p>",
+            "no randomness",
         ),
     }
 }
@@ -111,11 +115,11 @@ pub(super) async fn login_submit(
     let id = match st.sessions.create() {
         Ok(id) => id,
         Err(_) => {
-            return page(
+            return error_page(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "Error",
                 None,
-                "<p>no randomness</p>",
+                "no randomness",
             )
         }
     };

@@ -27,6 +27,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use axum::Router;
+use maud::html;
 
 use crate::web::html::{page, secure};
 use crate::web::session::{self, Session};
@@ -99,7 +100,7 @@ pub(super) fn form(body: &Bytes) -> Result<Vec<(String, String)>, Box<Response>>
             StatusCode::BAD_REQUEST,
             "Bad request",
             None,
-            "<p class=\"error\">The form could not be read.</p>",
+            html! { p.error { "The form could not be read." } },
         ))
     })
 }
@@ -121,8 +122,11 @@ pub(super) fn check_csrf(s: &Session, f: &[(String, String)]) -> Result<(), Box<
             StatusCode::FORBIDDEN,
             "Forbidden",
             Some(&s.csrf),
-            "<p class=\"error\">The form's security token is missing or stale: reload the page \
-             and try again.</p>",
+            html! {
+                p.error {
+                    "The form's security token is missing or stale: reload the page and try again."
+                }
+            },
         ))),
     }
 }

@@ -4,9 +4,10 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::Response;
 use axum::Extension;
+use maud::html;
 
 use super::now_ms;
-use crate::web::html::{esc, page, time_el};
+use crate::web::html::{page, time_el};
 use crate::web::session::Session;
 use crate::web::WebState;
 
@@ -16,34 +17,35 @@ pub(super) async fn nginx_page(
 ) -> Response {
     let now = now_ms();
     let n = crate::web::api_extra::nginx_status(&st);
-    let mut body = format!(
-        "<h1>nginx</h1><section class=\"card\"><dl><dt>Conf dir</dt><dd><code>{}</code></dd>\
-         <dt>Upstream files</dt><dd><code>{}</code>: {}</dd><dt>Apply batches</dt><dd>{}</dd>\
-         <dt>Reloads</dt><dd>{}</dd><dt>Changes refused by nginx -t</dt><dd>{}</dd>\
-         <dt>Last successful reload</dt><dd>{}</dd></dl></section>",
-        esc(&n.conf_dir),
-        esc(&n.upstreams_dir),
-        if n.files.is_empty() {
-            "none".to_string()
-        } else {
-            esc(&n.files.join(", "))
-        },
-        n.numbers.apply_batches,
-        n.numbers.reloads,
-        n.numbers.test_failures,
-        n.numbers
-            .last_reload_ms
-            .map(|t| time_el(t, now))
-            .unwrap_or_else(|| "none since start".into())
-    );
-    if let Some(f) = &n.numbers.last_test_failure {
-        body.push_str(&format!(
-            "<section class=\"card\"><h2>Last refused change</h2><p>{} of <a href=\"/ui/bindings/{b}\">{b}</a></p>\
-             <pre class=\"nginx-error\">{}</pre></section>",
-            time_el(f.at_ms, now),
-            esc(f.nginx_error.trim()),
-            b = esc(&f.binding)
-        ));
-    }
-    page(StatusCode::OK, "nginx", Some(&s.csrf), &body)
+    let body = html! {
+        h1 { "nginx" }
+        section.card {
+            dl {
+                dt { "Conf dir" } dd { code { (n.conf_dir) } }
+                dt { "Upstream files" }
+                dd {
+                    code { (n.upstreams_dir) } ": "
+                    @if n.files.is_empty() { "none" } @else { (n.files.join(", ")) }
+                }
+                dt { "Apply batches" } dd { (n.numbers.apply_batches) }
+                dt { "Reloads" } dd { (n.numbers.reloads) }
+                dt { "Changes refused by nginx -t" } dd { (n.numbers.test_failures) }
+                dt { "Last successful reload" }
+                dd {
+                    @match n.numbers.last_reload_ms {
+                        Some(t) => (time_el(t, now)),
+                        None => "none since start",
+                    }
+                }
+            }
+        }
+        @if let Some(f) = &n.numbers.last_test_failure {
+            section.card {
+                h2 { "Last refused change" }
+                p { (time_el(f.at_ms, now)) " of " a href={"/ui/bindings/" (f.binding)} { (f.binding) } }
+                pre.nginx-error { (f.nginx_error.trim()) }
+            }
+        }
+    };
+    page(StatusCode::OK, "nginx", Some(&s.csrf), body)
 }

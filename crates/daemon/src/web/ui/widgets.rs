@@ -1,11 +1,13 @@
-//! Shared pieces of the pages: a binding's state, outcome summaries and blocks, the targets table and the dropped-targets list.
+//! Shared pieces of the pages: a binding's state, outcome summaries and blocks, the targets table
+//! and the dropped-targets list.
 
+use maud::{html, Markup};
 use serde_json::Value;
 use tributary_store::{DroppedRecord, OutcomeRecord, OutcomeStatus};
 
 use super::now_ms;
 use crate::view::BindingView;
-use crate::web::html::{esc, fmt_time, time_el};
+use crate::web::html::{fmt_time, time_el};
 
 /// The state word and CSS class of a binding: ok, unchanged, failing, stale since ..., pending.
 pub fn state_of(b: &BindingView, last_success_ms: Option<i64>) -> (String, &'static str) {
@@ -25,107 +27,92 @@ pub fn state_of(b: &BindingView, last_success_ms: Option<i64>) -> (String, &'sta
     }
 }
 
-pub(super) fn outcome_summary(o: &OutcomeRecord) -> String {
-    let mut s = format!(
-        "<span class=\"status {}\">{}</span>",
-        o.status.as_str(),
-        o.status.as_str()
-    );
-    if let Some(w) = &o.why {
-        s.push_str(&format!(" <span class=\"why\">{}</span>", esc(w)));
+pub(super) fn outcome_summary(o: &OutcomeRecord) -> Markup {
+    html! {
+        span class={"status " (o.status.as_str())} { (o.status.as_str()) }
+        @if let Some(w) = &o.why {
+            " " span.why { (w) }
+        }
     }
-    s
 }
 
-pub(super) fn targets_table(servers: &[Value]) -> String {
+pub(super) fn targets_table(servers: &[Value]) -> Markup {
     if servers.is_empty() {
-        return "<p>No servers known.</p>".into();
+        return html! { p { "No servers known." } };
     }
-    let mut s = String::from(
-        "<table class=\"servers\"><thead><tr><th>Address</th><th class=\"num\">Port</th><th class=\"num\">Weight</th>\
-         <th>Tags</th></tr></thead><tbody>",
-    );
-    for t in servers {
-        let txt = |k: &str| match &t[k] {
-            Value::String(v) => v.clone(),
-            Value::Null => String::new(),
-            v => v.to_string(),
-        };
-        let tags = t["tags"]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .filter_map(Value::as_str)
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            })
-            .unwrap_or_default();
-        s.push_str(&format!(
-            "<tr><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td>{}</td></tr>",
-            esc(&txt("address")),
-            esc(&txt("port")),
-            esc(&txt("weight")),
-            esc(&tags)
-        ));
+    let txt = |t: &Value, k: &str| match &t[k] {
+        Value::String(v) => v.clone(),
+        Value::Null => String::new(),
+        v => v.to_string(),
+    };
+    html! {
+        table.servers {
+            thead { tr { th { "Address" } th.num { "Port" } th.num { "Weight" } th { "Tags" } } }
+            tbody {
+                @for t in servers {
+                    @let tags = t["tags"]
+                        .as_array()
+                        .map(|a| a.iter().filter_map(Value::as_str).collect::<Vec<_>>().join(", "))
+                        .unwrap_or_default();
+                    tr {
+                        td { (txt(t, "address")) }
+                        td.num { (txt(t, "port")) }
+                        td.num { (txt(t, "weight")) }
+                        td { (tags) }
+                    }
+                }
+            }
+        }
     }
-    s.push_str("</tbody></table>");
-    s
 }
 
-pub(super) fn outcome_block(o: &OutcomeRecord, now: i64) -> String {
-    let mut s = format!(
-        "<dl class=\"outcome\"><dt>When</dt><dd>{}</dd><dt>Outcome</dt><dd>{}</dd>\
-         <dt>Took</dt><dd>{} ms</dd><dt>Valid targets</dt><dd>{}</dd>",
-        time_el(o.at_ms, now),
-        outcome_summary(o),
-        o.duration_ms,
-        o.kept.len()
-    );
-    if let Some(c) = o.code {
-        s.push_str(&format!(
-            "<dt>Plugin error code</dt><dd class=\"code\">{c}</dd>"
-        ));
+fn yes_no(b: bool) -> &'static str {
+    if b {
+        "yes"
+    } else {
+        "no"
     }
-    if let Some(f) = &o.field {
-        s.push_str(&format!(
-            "<dt>Field at fault</dt><dd class=\"field\">{}</dd>",
-            esc(f)
-        ));
+}
+
+pub(super) fn outcome_block(o: &OutcomeRecord, now: i64) -> Markup {
+    html! {
+        dl.outcome {
+            dt { "When" } dd { (time_el(o.at_ms, now)) }
+            dt { "Outcome" } dd { (outcome_summary(o)) }
+            dt { "Took" } dd { (o.duration_ms) " ms" }
+            dt { "Valid targets" } dd { (o.kept.len()) }
+            @if let Some(c) = o.code {
+                dt { "Plugin error code" } dd.code { (c) }
+            }
+            @if let Some(f) = &o.field {
+                dt { "Field at fault" } dd.field { (f) }
+            }
+            @if let Some(t) = o.ttl_seconds {
+                dt { "TTL" } dd { (t) " s" }
+            }
+            dt { "File changed" } dd { (yes_no(o.changed)) }
+            dt { "nginx reloaded" } dd { (yes_no(o.reloaded)) }
+        }
+        @if !o.dropped.is_empty() {
+            h3 { "Dropped targets" }
+            (dropped_list(&o.dropped))
+        }
+        @if let Some(e) = &o.nginx_error {
+            h3 { "nginx said" }
+            pre.nginx-error { (e.trim()) }
+        }
     }
-    if let Some(t) = o.ttl_seconds {
-        s.push_str(&format!("<dt>TTL</dt><dd>{t} s</dd>"));
-    }
-    s.push_str(&format!(
-        "<dt>File changed</dt><dd>{}</dd><dt>nginx reloaded</dt><dd>{}</dd>",
-        if o.changed { "yes" } else { "no" },
-        if o.reloaded { "yes" } else { "no" }
-    ));
-    s.push_str("</dl>");
-    if !o.dropped.is_empty() {
-        s.push_str("<h3>Dropped targets</h3>");
-        s.push_str(&dropped_list(&o.dropped));
-    }
-    if let Some(e) = &o.nginx_error {
-        s.push_str(&format!(
-            "<h3>nginx said</h3><pre class=\"nginx-error\">{}</pre>",
-            esc(e.trim())
-        ));
-    }
-    s
 }
 
 /// The dropped targets of an answer, each with its reason.
-pub(super) fn dropped_list(dropped: &[DroppedRecord]) -> String {
-    let mut s = String::from("<ul class=\"dropped\">");
-    for d in dropped {
-        s.push_str(&format!(
-            "<li><code>{}</code>: {}</li>",
-            esc(&d.target.to_string()),
-            esc(&d.reason)
-        ));
+pub(super) fn dropped_list(dropped: &[DroppedRecord]) -> Markup {
+    html! {
+        ul.dropped {
+            @for d in dropped {
+                li { code { (d.target.to_string()) } ": " (d.reason) }
+            }
+        }
     }
-    s.push_str("</ul>");
-    s
 }
 
 #[cfg(test)]
