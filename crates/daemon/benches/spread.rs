@@ -294,12 +294,23 @@ fn main() {
         "refresh-spread benchmark: {n} bindings on the static plugin, interval {interval} s, \
          release daemon, real nginx"
     );
-    let mut results = vec![(
-        tributary::engine::refresh::DEFAULT_JITTER_PCT,
-        run(n, interval, tributary::engine::refresh::DEFAULT_JITTER_PCT),
-    )];
+    let mut settings = vec![tributary::engine::refresh::DEFAULT_JITTER_PCT];
     if baseline {
-        results.push((0, run(n, interval, 0)));
+        settings.push(0);
+    }
+    let mut results = Vec::new();
+    for pct in settings {
+        let r = run(n, interval, pct);
+        // Each setting as soon as it is measured (the summary follows at the end).
+        for round in &r.0 {
+            println!("{}", round.row());
+        }
+        println!(
+            "peak RSS, jitter {pct} %: {:.1} MiB / {:.1} MiB",
+            r.1 as f64 / 1024.0,
+            r.2 as f64 / 1024.0
+        );
+        results.push((pct, r));
     }
     println!();
     println!("| round                                        |  calls |    first |     last |   spread | busiest s | secs   | in flight |");
