@@ -42,11 +42,11 @@ pub fn router(state: ApiState) -> Router {
         .route("/api/v1/plugins", get(plugins))
         .route("/api/v1/stats", get(stats))
         .layer(middleware::from_fn_with_state(state.clone(), auth))
-        .with_state(state);
-    Router::new()
+        .with_state(state.clone());
+    let open = Router::new()
         .route("/api/v1/health", get(health))
-        .merge(authed)
-        .fallback(not_found)
+        .with_state(state.clone());
+    Router::new().merge(open).merge(authed).fallback(not_found)
 }
 
 /// An error answer with the status that fits.
@@ -146,8 +146,31 @@ async fn auth(State(state): State<ApiState>, req: Request, next: Next) -> Respon
     resp
 }
 
-async fn health() -> Json<serde_json::Value> {
-    Json(serde_json::json!({ "status": "ok" }))
+/// `200 {"status":"ok"}` while the engine's long-lived tasks run; `503 {"status":"unhealthy",
+/// "dead":[...],"message"}` when the apply or the record task has ended (the daemon must be
+/// restarted: no change reaches nginx, or no outcome is stored, any more).
+async fn health(State(s): State<ApiState>) -> Response {
+    let dead = s.engine.dead_tasks();
+    if dead.is_empty() {
+        return Json(serde_json::json!({ "status": "ok" })).into_response();
+    }
+    let why: Vec<&str> = dead
+        .iter()
+        .map(|t| match *t {
+            "apply" => "the apply task has stopped: no change reaches nginx any more",
+            "record" => "the record task has stopped: outcomes are not stored any more",
+            _ => "an engine task has stopped",
+        })
+        .collect();
+    (
+        StatusCode::SERVICE_UNAVAILABLE,
+        Json(serde_json::json!({
+            "status": "unhealthy",
+            "dead": dead,
+            "message": format!("{}; restart the daemon", why.join("; ")),
+        })),
+    )
+        .into_response()
 }
 
 async fn not_found() -> ApiError {
@@ -280,6 +303,81 @@ async fn stats(State(s): State<ApiState>) -> Json<serde_json::Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tributary_apply::{Applier, ApplyOptions, CommandNginx};
+    use tributary_plugin_host::{HostOptions, PluginHost};
+    use tributary_store::Store;
+
+    async fn state(dir: &std::path::Path) -> ApiState {
+        let store = Store::open(&dir.join("db")).unwrap();
+        std::fs::create_dir_all(dir.join("plugins")).unwrap();
+        let (host, _) = PluginHost::load(&dir.join("plugins"), HostOptions::default());
+        let nginx = CommandNginx::new(vec!["true".into()], vec!["true".into()]);
+        let applier =
+            Applier::open(&dir.join("conf"), Box::new(nginx), ApplyOptions::default()).unwrap();
+        let engine = Engine::start(store, Arc::new(host), applier, Default::default()).unwrap();
+        ApiState {
+            engine,
+            token: Arc::from("t".repeat(32)),
+            load_errors: Arc::new(Vec::new()),
+        }
+    }
+
+    async fn health_of(s: &ApiState) -> (StatusCode, serde_json::Value) {
+        let resp = health(State(s.clone())).await;
+        let status = resp.status();
+        let body = axum::body::to_bytes(resp.into_body(), 1 << 16)
+            .await
+            .unwrap();
+        (status, serde_json::from_slice(&body).unwrap())
+    }
+
+    /// Waits (bounded) until the aborted task has ended.
+    async fn until_dead(s: &ApiState, task: &str) {
+        for _ in 0..200 {
+            if s.engine.dead_tasks().contains(&task) {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        panic!("{task} did not end");
+    }
+
+    #[tokio::test]
+    async fn health_is_unhealthy_when_the_apply_task_died() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = state(dir.path()).await;
+        let (status, body) = health_of(&s).await;
+        assert_eq!(
+            (status, body),
+            (StatusCode::OK, serde_json::json!({"status": "ok"}))
+        );
+        s.engine.kill_task_for_test("apply");
+        until_dead(&s, "apply").await;
+        let (status, body) = health_of(&s).await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+        assert_eq!(body["status"], "unhealthy");
+        assert_eq!(body["dead"], serde_json::json!(["apply"]));
+        let msg = body["message"].as_str().unwrap();
+        assert!(
+            msg.contains("apply task has stopped") && msg.contains("restart"),
+            "{msg}"
+        );
+    }
+
+    #[tokio::test]
+    async fn health_is_unhealthy_when_the_record_task_died() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = state(dir.path()).await;
+        s.engine.kill_task_for_test("record");
+        until_dead(&s, "record").await;
+        let (status, body) = health_of(&s).await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+        assert_eq!(body["dead"], serde_json::json!(["record"]));
+        assert!(body["message"]
+            .as_str()
+            .unwrap()
+            .contains("record task has stopped"));
+    }
 
     #[test]
     fn engine_errors_map_to_their_status() {

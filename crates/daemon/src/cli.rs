@@ -116,6 +116,18 @@ struct ServeArgs {
     /// How long a plugin may take to answer, in seconds.
     #[arg(long, default_value_t = 30)]
     plugin_timeout_secs: u64,
+    /// A host name the API and UI answer to besides the listen address and localhost (e.g. a
+    /// reverse proxy's name); repeatable. Requests naming any other host are refused (421).
+    #[arg(long = "allowed-host", value_name = "NAME")]
+    allowed_hosts: Vec<String>,
+    /// Refresh jitter in percent (0-50): the first scheduled refresh of a binding is spread over its
+    /// interval and each later one comes up to this much early; 0 keeps the exact schedule.
+    #[arg(long, default_value_t = crate::engine::refresh::DEFAULT_JITTER_PCT,
+          value_parser = clap::value_parser!(u8).range(0..=crate::engine::refresh::MAX_JITTER_PCT as i64))]
+    refresh_jitter_pct: u8,
+    /// Calls in flight to one plugin at most; refreshes beyond wait their turn.
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    plugin_concurrency: u32,
 }
 
 #[derive(Debug, Args)]
@@ -156,7 +168,8 @@ struct AddArgs {
     provider: String,
     #[arg(long)]
     service: String,
-    /// Provider config, KEY=VALUE (repeatable). Values are secret.
+    /// Provider config, KEY=VALUE, KEY=@FILE (the file's text) or KEY=- (standard input)
+    /// (repeatable). Secret fields only as @FILE or -, never inline.
     #[arg(long = "config", value_name = "KEY=VALUE")]
     config: Vec<String>,
     /// Extra directive for the upstream block, e.g. 'keepalive 32;' (repeatable).
@@ -205,7 +218,8 @@ struct ResolveArgs {
     provider: String,
     #[arg(long)]
     service: String,
-    /// Provider config, KEY=VALUE (repeatable). Values are secret.
+    /// Provider config, KEY=VALUE, KEY=@FILE (the file's text) or KEY=- (standard input)
+    /// (repeatable). Secret fields only as @FILE or -, never inline.
     #[arg(long = "config", value_name = "KEY=VALUE")]
     config: Vec<String>,
     /// Upstream name in the rendered file (default: the service if it is a valid name, else `upstream`).
@@ -325,23 +339,129 @@ fn split_cmd(s: &str, what: &str) -> anyhow::Result<Vec<String>> {
     Ok(v)
 }
 
-fn parse_kv(list: &[String]) -> anyhow::Result<Vec<(String, String)>> {
+/// Longest `--config KEY=@FILE` / `KEY=-` value read.
+const MAX_CONFIG_VALUE: u64 = 1024 * 1024;
+
+/// Where one `--config` value comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum ConfigValue {
+    /// `KEY=VALUE` (`KEY=@@X` gives the value `@X`).
+    Inline(String),
+    /// `KEY=@FILE`: the file's text.
+    File(PathBuf),
+    /// `KEY=-`: standard input's text.
+    Stdin,
+}
+
+fn parse_kv(list: &[String]) -> anyhow::Result<Vec<(String, ConfigValue)>> {
     list.iter()
         .map(|kv| {
             // The argument may be a secret value: never echo it.
             let (k, v) = kv.split_once('=').ok_or_else(|| {
-                anyhow!("--config expects KEY=VALUE; one --config argument has no '='")
+                anyhow!("--config expects KEY=VALUE, KEY=@FILE or KEY=-; one --config argument has no '='")
             })?;
             if k.is_empty() {
                 bail!("--config expects KEY=VALUE, got an empty KEY");
             }
-            Ok((k.to_string(), v.to_string()))
+            let value = if v == "-" {
+                ConfigValue::Stdin
+            } else if let Some(rest) = v.strip_prefix("@@") {
+                ConfigValue::Inline(format!("@{rest}"))
+            } else if let Some(path) = v.strip_prefix('@') {
+                if path.is_empty() {
+                    bail!("--config {k}=@ names no file: give {k}=@FILE");
+                }
+                ConfigValue::File(PathBuf::from(path))
+            } else {
+                ConfigValue::Inline(v.to_string())
+            };
+            Ok((k.to_string(), value))
         })
         .collect()
 }
 
+/// The `--config` values as text: files and stdin read (one final line break dropped), inline
+/// values of the fields `is_secret` says are secret refused (they would show in `ps` and in shell
+/// history). Errors name the key and the file, never a value.
+fn read_config(
+    list: &[(String, ConfigValue)],
+    is_secret: impl Fn(&str) -> bool,
+    stdin: &mut dyn std::io::Read,
+) -> anyhow::Result<Vec<(String, String)>> {
+    use std::io::Read;
+    let from_stdin = list
+        .iter()
+        .filter(|(_, v)| *v == ConfigValue::Stdin)
+        .count();
+    if from_stdin > 1 {
+        bail!("--config KEY=- reads standard input: only one key can be given that way");
+    }
+    let mut out = Vec::with_capacity(list.len());
+    for (k, v) in list {
+        let text = match v {
+            ConfigValue::Inline(_) if is_secret(k) => bail!(
+                "--config {k}: {k:?} is a secret field; a value on the command line shows in `ps` and in shell history: give it as {k}=@FILE (read from a file) or {k}=- (read from standard input)"
+            ),
+            ConfigValue::Inline(t) => t.clone(),
+            ConfigValue::File(path) => {
+                let f = std::fs::File::open(path).with_context(|| {
+                    format!("--config {k}=@{}: cannot open the file", path.display())
+                })?;
+                let mut buf = Vec::new();
+                f.take(MAX_CONFIG_VALUE + 1)
+                    .read_to_end(&mut buf)
+                    .with_context(|| {
+                        format!("--config {k}=@{}: cannot read the file", path.display())
+                    })?;
+                config_text(k, buf, &format!("the file {}", path.display()))?
+            }
+            ConfigValue::Stdin => {
+                let mut buf = Vec::new();
+                stdin
+                    .take(MAX_CONFIG_VALUE + 1)
+                    .read_to_end(&mut buf)
+                    .with_context(|| format!("--config {k}=-: cannot read standard input"))?;
+                config_text(k, buf, "standard input")?
+            }
+        };
+        out.push((k.clone(), text));
+    }
+    Ok(out)
+}
+
+/// A value read for `--config key`: UTF-8, at most [`MAX_CONFIG_VALUE`] bytes, one final `\n`
+/// (or `\r\n`) dropped.
+fn config_text(key: &str, mut buf: Vec<u8>, from: &str) -> anyhow::Result<String> {
+    if buf.len() as u64 > MAX_CONFIG_VALUE {
+        bail!("--config {key}: {from} holds more than {MAX_CONFIG_VALUE} bytes");
+    }
+    if buf.ends_with(b"\n") {
+        buf.pop();
+        if buf.ends_with(b"\r") {
+            buf.pop();
+        }
+    }
+    String::from_utf8(buf).map_err(|_| anyhow!("--config {key}: {from} is not UTF-8 text"))
+}
+
+/// The secret field keys of `plugin`'s `provider` in `decls` (none when it is unknown: the daemon
+/// or the dry run refuses it with its own error).
+fn secret_keys(decl: Option<&tributary_protocol::ProviderDecl>) -> Vec<String> {
+    decl.map(|d| {
+        d.configuration
+            .fields
+            .iter()
+            .filter(|f| f.secret)
+            .map(|f| f.key.clone())
+            .collect()
+    })
+    .unwrap_or_default()
+}
+
 async fn serve(a: ServeArgs) -> anyhow::Result<()> {
     init_tracing();
+    // Checked before anything is opened: a bad name changes nothing.
+    let allowed_hosts = crate::web::host::AllowedHosts::new(a.listen, &a.allowed_hosts)?;
     let data_dir = env_path(a.data_dir, "TRIBUTARY_DATA_DIR", DEFAULT_DATA_DIR);
     let plugins_dir = env_path(a.plugins_dir, "TRIBUTARY_PLUGINS_DIR", "plugins");
     if !data_dir.exists() {
@@ -397,6 +517,9 @@ async fn serve(a: ServeArgs) -> anyhow::Result<()> {
     log_recovery(applier.recovery());
     let host_opts = HostOptions {
         timeout: Duration::from_secs(a.plugin_timeout_secs.max(1)),
+        max_concurrent: a.plugin_concurrency as usize,
+        // Each plugin's private HOME: <data dir>/plugin-homes/<plugin>.
+        home_root: Some(std::path::absolute(data_dir.join("plugin-homes"))?),
         ..HostOptions::default()
     };
     let (host, load_errors) = PluginHost::load(&plugins_dir, host_opts);
@@ -414,6 +537,7 @@ async fn serve(a: ServeArgs) -> anyhow::Result<()> {
             batch_quiet: Duration::from_millis(a.batch_quiet_ms),
             batch_max: Duration::from_millis(a.batch_max_ms.max(a.batch_quiet_ms)),
             history_limit: a.history.max(1),
+            refresh_jitter_pct: a.refresh_jitter_pct,
         },
     )?;
     let listener = tokio::net::TcpListener::bind(a.listen)
@@ -449,12 +573,17 @@ async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         crate::web::WebOptions {
             conf_dir: conf_dir.clone(),
             login,
+            allowed_hosts,
         },
     );
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown_signal())
-        .await
-        .context("serving the API")?;
+    // The client address reaches the handlers (the login rate limit counts per address).
+    axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(shutdown_signal())
+    .await
+    .context("serving the API")?;
     tracing::info!("stopping");
     engine.shutdown().await;
     Ok(())
@@ -558,14 +687,28 @@ async fn binding_inner(c: &Client, json: bool, cmd: BindingCmd) -> anyhow::Resul
     match cmd {
         BindingCmd::Add(a) => {
             let name = path_segment(&a.name)?.to_string();
+            // Which fields are secret: from the daemon's plugin list.
+            let plugins: PluginList = c
+                .call::<(), _>(Method::GET, "/api/v1/plugins", None)
+                .await?;
+            let decl = plugins
+                .plugins
+                .iter()
+                .find(|p| p.name == a.plugin)
+                .and_then(|p| p.providers.iter().find(|d| d.code == a.provider));
+            let secrets = secret_keys(decl);
             let input = BindingInput {
                 name: name.clone(),
                 plugin: a.plugin,
                 provider: a.provider,
-                config: parse_kv(&a.config)?
-                    .into_iter()
-                    .map(|(k, v)| (k, Value::String(v)))
-                    .collect(),
+                config: read_config(
+                    &parse_kv(&a.config)?,
+                    |k| secrets.iter().any(|s| s == k),
+                    &mut std::io::stdin(),
+                )?
+                .into_iter()
+                .map(|(k, v)| (k, Value::String(v)))
+                .collect(),
                 service: a.service,
                 interval_secs: a.interval,
                 directives: a.directives,
@@ -859,7 +1002,18 @@ async fn plugin_check(dir: &Path, json: bool) -> anyhow::Result<ExitCode> {
 }
 
 async fn resolve(a: ResolveArgs) -> ExitCode {
-    let config = match parse_kv(&a.config) {
+    // Which fields are secret: from the plugin's manifest (loading starts no process).
+    let (host, _) = PluginHost::load(&a.plugins_dir, HostOptions::default());
+    let secrets = secret_keys(host.provider(&a.plugin, &a.provider).as_ref());
+    drop(host);
+    let config = parse_kv(&a.config).and_then(|list| {
+        read_config(
+            &list,
+            |k| secrets.iter().any(|s| s == k),
+            &mut std::io::stdin(),
+        )
+    });
+    let config = match config {
         Ok(c) => c,
         Err(e) => {
             let f = crate::dry_run::DryRunFailure {
@@ -937,9 +1091,66 @@ mod tests {
         assert!(!err.contains("s3cr3t"), "{err}");
         assert_eq!(
             parse_kv(&["a=b=c".into()]).unwrap(),
-            vec![("a".to_string(), "b=c".to_string())]
+            vec![("a".to_string(), ConfigValue::Inline("b=c".into()))]
         );
         assert!(parse_kv(&["=v".into()]).is_err());
+        assert_eq!(
+            parse_kv(&["a=@/f".into(), "b=-".into(), "c=@@x".into()]).unwrap(),
+            vec![
+                ("a".to_string(), ConfigValue::File("/f".into())),
+                ("b".to_string(), ConfigValue::Stdin),
+                ("c".to_string(), ConfigValue::Inline("@x".into())),
+            ]
+        );
+        assert!(parse_kv(&["a=@".into()]).is_err());
+    }
+
+    fn read(args: &[&str], stdin: &str) -> anyhow::Result<Vec<(String, String)>> {
+        let list: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        read_config(&parse_kv(&list)?, |k| k == "token", &mut stdin.as_bytes())
+    }
+
+    #[test]
+    fn config_values_come_from_files_and_stdin_and_secrets_never_inline() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("token");
+        std::fs::write(&file, "s3cr3t-from-file\n").unwrap();
+        let arg = format!("token=@{}", file.display());
+        assert_eq!(
+            read(&[&arg, "address=http://a"], "").unwrap(),
+            vec![
+                ("token".to_string(), "s3cr3t-from-file".to_string()),
+                ("address".to_string(), "http://a".to_string())
+            ]
+        );
+        assert_eq!(
+            read(&["token=-"], "s3cr3t-from-stdin\r\n").unwrap(),
+            vec![("token".to_string(), "s3cr3t-from-stdin".to_string())]
+        );
+        // A secret field given inline is refused, naming the field and the ways to give it.
+        let err = read(&["token=s3cr3t-inline"], "").unwrap_err().to_string();
+        assert!(err.contains("\"token\" is a secret field"), "{err}");
+        assert!(
+            err.contains("token=@FILE") && err.contains("token=-"),
+            "{err}"
+        );
+        assert!(!err.contains("s3cr3t"), "{err}");
+        // Two keys from stdin, a missing file, a file too big: clear errors without values.
+        let err = read(&["token=-", "address=-"], "x")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("only one key"), "{err}");
+        let err = read(&["token=@/no/such/file"], "").unwrap_err();
+        assert!(
+            format!("{err:#}").contains("token=@/no/such/file: cannot open"),
+            "{err:#}"
+        );
+        std::fs::write(&file, vec![b'x'; MAX_CONFIG_VALUE as usize + 1]).unwrap();
+        let err = read(&[&arg], "").unwrap_err().to_string();
+        assert!(err.contains("more than 1048576 bytes"), "{err}");
+        std::fs::write(&file, [0xff, 0xfe]).unwrap();
+        let err = read(&[&arg], "").unwrap_err().to_string();
+        assert!(err.contains("not UTF-8"), "{err}");
     }
 
     #[test]

@@ -7,6 +7,7 @@
 use std::ffi::OsString;
 use std::io::{Read, Write};
 use std::net::TcpStream;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -69,8 +70,8 @@ pub fn tributary_bin(sibling: &Path) -> PathBuf {
 }
 
 /// Adds the plugin host's misbehaving test plugin (the built `tributary-testplug` at `bin`) to the
-/// plugins directory `plugins` as `testplug`: provider `t` with a secret `token` and a plain
-/// `note`; its `service` picks the behaviour (`ok`, `hang`, `exit`, `garbage`, `config-error`, ...;
+/// plugins directory `plugins` as `testplug`: provider `t` with a secret `token`, a plain
+/// `note` and an `endpoint` field `address`; its `service` picks the behaviour (`ok`, `hang`, `exit`, `garbage`, `config-error`, ...;
 /// see `crates/plugin-host/src/bin/tributary-testplug.rs`).
 pub fn add_testplug(plugins: &Path, bin: &Path) {
     assert!(
@@ -90,7 +91,8 @@ pub fn add_testplug(plugins: &Path, bin: &Path) {
             "name": "Test",
             "configuration": {"fields": [
                 {"key": "token", "display_name": "Token", "secret": true},
-                {"key": "note", "display_name": "Note"}
+                {"key": "note", "display_name": "Note"},
+                {"key": "address", "display_name": "Address", "endpoint": true}
             ]}
         }]}
     });
@@ -178,6 +180,8 @@ pub struct Daemon {
     pub plugins_dir: PathBuf,
     pub conf_dir: PathBuf,
     pub log: PathBuf,
+    /// Extra environment variables of the daemon process (applied at the next [`Daemon::spawn`]).
+    pub env: Vec<(OsString, OsString)>,
 }
 
 impl Daemon {
@@ -222,6 +226,7 @@ impl Daemon {
             plugins_dir: plugins.to_path_buf(),
             conf_dir,
             log,
+            env: Vec::new(),
         };
         d.spawn();
         d
@@ -241,6 +246,7 @@ impl Daemon {
             .args(["--listen", &format!("127.0.0.1:{}", self.port)])
             .args(&self.args)
             .env_remove("TRIBUTARY_TOKEN")
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .env(
                 "RUST_LOG",
                 std::env::var("RUST_LOG").unwrap_or_else(|_| "debug".to_string()),
@@ -314,6 +320,8 @@ impl Daemon {
 
     /// `tributary binding add NAME --plugin PLUGIN --provider PROVIDER --service SERVICE`, a
     /// `--config` per `key=value` of `config`, then `extra` (e.g. `--replace`, `--interval 10`).
+    /// Each value goes through a file (`--config key=@FILE`, mode 0600, next to the data dir), the
+    /// way secret fields must be given (the CLI refuses them inline).
     pub fn binding_add(
         &self,
         name: &str,
@@ -332,8 +340,24 @@ impl Daemon {
             "--service",
             service,
         ]);
-        for kv in config {
-            args.extend(["--config", kv]);
+        let files = self.data_dir.with_file_name("cli-config");
+        std::fs::create_dir_all(&files).unwrap();
+        let mut owned = Vec::new();
+        for (i, kv) in config.iter().enumerate() {
+            let (k, v) = kv.split_once('=').expect("config entries are key=value");
+            let path = files.join(format!("{name}-{i}-{k}"));
+            let mut f = std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(true)
+                .write(true)
+                .mode(0o600)
+                .open(&path)
+                .unwrap();
+            std::io::Write::write_all(&mut f, v.as_bytes()).unwrap();
+            owned.push(format!("{k}=@{}", path.display()));
+        }
+        for kv in &owned {
+            args.extend(["--config", kv.as_str()]);
         }
         args.extend(extra);
         self.cli(&args)

@@ -188,7 +188,7 @@ pub async fn check_plugin_with(dir: &Path, opts: &CheckOptions) -> CheckReport {
         },
     };
 
-    let mut s = match Session::start(&exe, dir, opts.timeout).await {
+    let mut s = match Session::start(&exe, dir, &manifest.environment, opts.timeout).await {
         Ok(s) => s,
         Err(e) => {
             report.push("starts and stays up", Outcome::Fail(e));
@@ -445,12 +445,29 @@ struct Session {
     out: BufReader<ChildStdout>,
     timeout: Duration,
     next_id: u64,
+    /// The plugin's private HOME for the check (removed afterwards).
+    _home: tempfile::TempDir,
 }
 
 impl Session {
-    async fn start(exe: &Path, dir: &Path, timeout: Duration) -> Result<Session, String> {
+    /// Starts the plugin as the host does: in its folder, with the clean environment and the
+    /// variables its manifest declares, `HOME` a private temporary folder.
+    async fn start(
+        exe: &Path,
+        dir: &Path,
+        environment: &[String],
+        timeout: Duration,
+    ) -> Result<Session, String> {
+        let home = tempfile::Builder::new()
+            .prefix("tributary-check-home-")
+            .tempdir()
+            .map_err(|e| format!("cannot create a home folder for the plugin: {e}"))?;
+        let env = crate::plugin_environment(environment, std::env::vars_os());
         let mut child = Command::new(exe)
             .current_dir(dir)
+            .env_clear()
+            .envs(env)
+            .env("HOME", home.path())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -472,6 +489,7 @@ impl Session {
             out,
             timeout,
             next_id: 1,
+            _home: home,
         })
     }
 

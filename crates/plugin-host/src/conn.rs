@@ -41,12 +41,25 @@ pub(crate) struct Conn {
     stdin: tokio::sync::Mutex<Option<ChildStdin>>,
     pending: Arc<Mutex<Pending>>,
     stopping: AtomicBool,
+    /// Killed by the host ([`Conn::kill`]); the restart back-off is already in force.
+    killed: AtomicBool,
+    slot: Weak<Slot>,
+    opts: HostOptions,
 }
 
 impl Conn {
     pub(crate) fn spawn(slot: &Arc<Slot>, opts: &HostOptions) -> Result<Arc<Conn>, ResolveError> {
+        crate::private_home(&slot.home).map_err(|e| {
+            ResolveError::Spawn(format!(
+                "cannot prepare the plugin's home folder {}: {e}",
+                slot.home.display()
+            ))
+        })?;
         let mut child = Command::new(&slot.exe)
             .current_dir(&slot.info.dir)
+            .env_clear()
+            .envs(slot.env.iter().map(|(k, v)| (k, v)))
+            .env("HOME", &slot.home)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -66,6 +79,9 @@ impl Conn {
             stdin: tokio::sync::Mutex::new(Some(stdin)),
             pending: Arc::new(Mutex::new(Pending::default())),
             stopping: AtomicBool::new(false),
+            killed: AtomicBool::new(false),
+            slot: Arc::downgrade(slot),
+            opts: opts.clone(),
         });
         slot.note(format!(
             "started {} (pid {})",
@@ -107,17 +123,48 @@ impl Conn {
         lock(&self.pending).waiting.remove(&id);
     }
 
+    /// Writes one whole request line. A line is never left half-written for the plugin to read
+    /// on: when the write fails or the future is dropped (a timeout, a cancelled call) after part
+    /// of the line went out, stdin is closed and the process killed ([`Conn::kill`]).
     pub(crate) async fn send(&self, line: &[u8]) -> Result<(), ResolveError> {
-        let mut guard = self.stdin.lock().await;
-        let Some(stdin) = guard.as_mut() else {
+        let guard = self.stdin.lock().await;
+        if guard.is_none() {
             return Err(ResolveError::Crashed("the plugin is being stopped".into()));
-        };
-        let res = async {
-            stdin.write_all(line).await?;
-            stdin.flush().await
         }
-        .await;
+        let mut sending = Sending {
+            conn: self,
+            stdin: guard,
+            written: 0,
+            done: false,
+        };
+        let res = sending.write(line).await;
+        sending.done = res.is_ok() || sending.written == 0;
+        drop(sending);
         res.map_err(|e| ResolveError::Crashed(format!("cannot write to the plugin: {e}")))
+    }
+
+    /// Kills the process now (it stopped answering, or a request line was cut): no request is
+    /// sent to it any more, the requests in flight fail when its stdout closes, and the restart
+    /// back-off counts it as a crash.
+    pub(crate) fn kill(&self, slot: &Slot, opts: &HostOptions, why: &str) {
+        if self.killed.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        lock(&self.pending).dead = true;
+        let delay = {
+            let mut st = lock(&slot.state);
+            st.consecutive_crashes = st.consecutive_crashes.saturating_add(1);
+            st.consecutive_timeouts = 0;
+            let delay = backoff(opts, st.consecutive_crashes);
+            st.not_before = Some(Instant::now() + delay);
+            delay
+        };
+        let _ = lock(&self.child).start_kill();
+        slot.note(format!(
+            "killed the plugin (pid {}): {why}; next start not before {}",
+            self.pid.unwrap_or(0),
+            fmt_duration(delay)
+        ));
     }
 
     /// Closes stdin, waits up to `grace` for the exit, then kills.
@@ -148,6 +195,50 @@ impl Conn {
                 return None;
             }
             tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+}
+
+/// One request line being written, holding stdin. Dropped before the whole line went out (a
+/// write error after some bytes, or the caller's future dropped), it closes stdin and kills the
+/// process, so the rest of the line can never be glued to the next request.
+struct Sending<'a> {
+    conn: &'a Conn,
+    stdin: tokio::sync::MutexGuard<'a, Option<ChildStdin>>,
+    written: usize,
+    done: bool,
+}
+
+impl Sending<'_> {
+    async fn write(&mut self, line: &[u8]) -> std::io::Result<()> {
+        while self.written < line.len() {
+            let Some(stdin) = self.stdin.as_mut() else {
+                return Err(std::io::ErrorKind::BrokenPipe.into());
+            };
+            match stdin.write(&line[self.written..]).await? {
+                0 => return Err(std::io::ErrorKind::WriteZero.into()),
+                n => self.written += n,
+            }
+        }
+        if let Some(stdin) = self.stdin.as_mut() {
+            stdin.flush().await?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Sending<'_> {
+    fn drop(&mut self) {
+        if self.done || self.written == 0 {
+            return;
+        }
+        self.stdin.take();
+        if let Some(slot) = self.conn.slot.upgrade() {
+            let why = format!(
+                "a request line was cut after {} bytes (the write timed out or was cancelled)",
+                self.written
+            );
+            self.conn.kill(&slot, &self.conn.opts, &why);
         }
     }
 }
@@ -218,9 +309,13 @@ async fn read_stdout(
         p.waiting.drain().map(|(_, tx)| tx).collect()
     };
     let conn = conn.upgrade();
+    // Stopped or killed by the host: no crash to count (a kill counted its own).
+    let killed = conn
+        .as_ref()
+        .is_some_and(|c| c.killed.load(Ordering::SeqCst));
     let stopping = conn
         .as_ref()
-        .is_none_or(|c| c.stopping.load(Ordering::SeqCst));
+        .is_none_or(|c| c.stopping.load(Ordering::SeqCst) || c.killed.load(Ordering::SeqCst));
     let slot = slot.upgrade();
     let delay = match (&slot, stopping) {
         (Some(slot), false) => {
@@ -237,11 +332,16 @@ async fn read_stdout(
         None => None,
     };
     drop(conn);
-    let what = describe_exit(status);
+    let what = if killed {
+        "the plugin was killed by the host".to_string()
+    } else {
+        describe_exit(status)
+    };
     if let Some(slot) = slot {
-        match delay {
-            Some(d) => slot.note(format!("{what}; next start not before {}", fmt_duration(d))),
-            None => slot.note(format!("{what} (stopped by the host)")),
+        match (delay, killed) {
+            (Some(d), _) => slot.note(format!("{what}; next start not before {}", fmt_duration(d))),
+            (None, true) => slot.note(format!("{what}: it exited")),
+            (None, false) => slot.note(format!("{what} (stopped by the host)")),
         }
     }
     let msg = format!("{what} while the request was in flight");

@@ -57,6 +57,15 @@ pub struct HostOptions {
     /// How long [`PluginHost::shutdown`] lets a plugin exit after closing its stdin before killing
     /// it (default 2 s).
     pub shutdown_grace: Duration,
+    /// After this many calls in a row without an answer in time (default 3), the process is killed
+    /// and restarted after the restart back-off. Any answer resets the count.
+    pub max_timeouts: u32,
+    /// Calls in flight to one plugin at most (default 16); further calls wait for a free place
+    /// before their timeout starts. At least 1.
+    pub max_concurrent: usize,
+    /// Folder holding each plugin's private `HOME` (`<home_root>/<plugin name>`, mode 0700,
+    /// created when missing). `None`: a temporary folder the host removes when dropped.
+    pub home_root: Option<PathBuf>,
 }
 
 impl Default for HostOptions {
@@ -68,6 +77,9 @@ impl Default for HostOptions {
             restart_backoff: Duration::from_secs(1),
             restart_backoff_max: Duration::from_secs(60),
             shutdown_grace: Duration::from_secs(2),
+            max_timeouts: 3,
+            max_concurrent: 16,
+            home_root: None,
         }
     }
 }
@@ -216,6 +228,8 @@ impl StderrLog {
 struct SlotState {
     conn: Option<Arc<Conn>>,
     consecutive_crashes: u32,
+    /// Calls in a row that got no answer in time from the current process.
+    consecutive_timeouts: u32,
     not_before: Option<Instant>,
 }
 
@@ -223,6 +237,12 @@ struct SlotState {
 struct Slot {
     info: PluginInfo,
     exe: PathBuf,
+    /// The whole environment of the process: the clean base and the manifest's variables.
+    env: Vec<(std::ffi::OsString, std::ffi::OsString)>,
+    /// The private `HOME` (created at each start when missing).
+    home: PathBuf,
+    /// Places for calls in flight ([`HostOptions::max_concurrent`]).
+    calls: tokio::sync::Semaphore,
     state: Mutex<SlotState>,
     /// Every config value ever sent to this plugin: redacted from its stderr.
     secrets: Mutex<Redactor>,
@@ -248,6 +268,8 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 pub struct PluginHost {
     slots: BTreeMap<String, Arc<Slot>>,
     opts: HostOptions,
+    /// The temporary home root when none is configured (removed with the host).
+    _home_tmp: Option<tempfile::TempDir>,
     next_id: AtomicU64,
     closed: AtomicBool,
 }
@@ -284,6 +306,19 @@ impl PluginHost {
             }),
         }
         dirs.sort();
+        let (home_root, home_tmp) = match &opts.home_root {
+            Some(r) => (r.clone(), None),
+            None => match tempfile::Builder::new()
+                .prefix("tributary-plugin-homes-")
+                .tempdir()
+            {
+                Ok(t) => (t.path().to_path_buf(), Some(t)),
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot create a temporary folder for plugin homes");
+                    (std::env::temp_dir().join("tributary-plugin-homes"), None)
+                }
+            },
+        };
         for dir in dirs {
             match load_one(&dir) {
                 Ok((info, exe)) => {
@@ -296,6 +331,9 @@ impl PluginHost {
                         continue;
                     }
                     let slot = Slot {
+                        env: plugin_environment(&info.manifest.environment, std::env::vars_os()),
+                        home: home_root.join(&info.name),
+                        calls: tokio::sync::Semaphore::new(opts.max_concurrent.max(1)),
                         info,
                         exe,
                         state: Mutex::new(SlotState::default()),
@@ -316,6 +354,7 @@ impl PluginHost {
         let host = PluginHost {
             slots,
             opts,
+            _home_tmp: home_tmp,
             next_id: AtomicU64::new(1),
             closed: AtomicBool::new(false),
         };
@@ -382,6 +421,12 @@ impl PluginHost {
             });
         }
         lock(&slot.secrets).add_config(&params.config);
+        // A place among the calls in flight first: the timeout counts the plugin's time only.
+        let _place = slot
+            .calls
+            .acquire()
+            .await
+            .map_err(|_| ResolveError::Spawn("the plugin host is shut down".into()))?;
         // Redacted with every value ever sent to this plugin (a superset of this call's config).
         self.call(slot, &params)
             .await
@@ -412,14 +457,19 @@ impl PluginHost {
             }
             Ok(Ok(())) => {}
         }
+        // Per call, for the refresh-spread benchmark (`RUST_LOG=tributary_plugin_host=trace`).
+        // The service is shown everywhere; no config value is logged.
+        tracing::trace!(plugin = %slot.info.name, id, service = %params.service, "request sent");
         let reply = match tokio::time::timeout_at(deadline, rx).await {
             Err(_) => {
                 conn.unregister(id);
+                self.timed_out(slot, &conn);
                 return Err(ResolveError::Timeout(self.opts.timeout));
             }
             Ok(Err(_)) => return Err(ResolveError::Crashed("the plugin connection closed".into())),
             Ok(Ok(reply)) => reply,
         };
+        tracing::trace!(plugin = %slot.info.name, id, "answer received");
         let value = match reply {
             Reply::Exited(msg) => return Err(ResolveError::Crashed(msg)),
             Reply::Malformed(msg) => return Err(ResolveError::Malformed(msg)),
@@ -444,7 +494,34 @@ impl PluginHost {
 
     /// A valid answer: the plugin works, so the next crash starts the back-off afresh.
     fn answered(&self, slot: &Slot) {
-        lock(&slot.state).consecutive_crashes = 0;
+        let mut st = lock(&slot.state);
+        st.consecutive_crashes = 0;
+        st.consecutive_timeouts = 0;
+    }
+
+    /// A call to `conn` got no answer in time: after [`HostOptions::max_timeouts`] in a row the
+    /// process is killed (and restarted after the back-off by a later call).
+    fn timed_out(&self, slot: &Arc<Slot>, conn: &Arc<Conn>) {
+        let kill = {
+            let mut st = lock(&slot.state);
+            let current = st.conn.as_ref().is_some_and(|c| Arc::ptr_eq(c, conn));
+            if !current {
+                return;
+            }
+            st.consecutive_timeouts = st.consecutive_timeouts.saturating_add(1);
+            st.consecutive_timeouts >= self.opts.max_timeouts.max(1)
+        };
+        if kill {
+            conn.kill(
+                slot,
+                &self.opts,
+                &format!(
+                    "{} calls in a row got no answer within {}",
+                    self.opts.max_timeouts.max(1),
+                    fmt_duration(self.opts.timeout)
+                ),
+            );
+        }
     }
 
     /// The running connection of `slot`, starting the process when there is none (after the
@@ -490,6 +567,9 @@ impl PluginHost {
     /// it. Later calls fail with [`ResolveError::Spawn`].
     pub async fn shutdown(&self) {
         self.closed.store(true, Ordering::SeqCst);
+        for s in self.slots.values() {
+            s.calls.close();
+        }
         let conns: Vec<Arc<Conn>> = self
             .slots
             .values()
@@ -502,6 +582,54 @@ impl PluginHost {
         }
         while stops.join_next().await.is_some() {}
     }
+}
+
+/// The environment of a plugin process: `PATH` (the daemon's, else `/usr/local/bin:/usr/bin:/bin`),
+/// `LANG` (the daemon's, else `C.UTF-8`), `TZ` (the daemon's, when set) and the daemon's variables
+/// the manifest's `environment` lets through (never `TRIBUTARY_*`). `HOME` is added at start.
+fn plugin_environment(
+    declared: &[String],
+    daemon: impl Iterator<Item = (std::ffi::OsString, std::ffi::OsString)>,
+) -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
+    use std::ffi::OsString;
+    let mut base: BTreeMap<String, OsString> = BTreeMap::new();
+    base.insert("PATH".into(), "/usr/local/bin:/usr/bin:/bin".into());
+    base.insert("LANG".into(), "C.UTF-8".into());
+    let mut passed = Vec::new();
+    for (k, v) in daemon {
+        let Some(name) = k.to_str() else { continue };
+        match name {
+            "PATH" | "LANG" | "TZ" => {
+                base.insert(name.to_string(), v);
+            }
+            "HOME" => {}
+            _ if tributary_protocol::environment_allows(declared, name) => passed.push((k, v)),
+            _ => {}
+        }
+    }
+    base.into_iter()
+        .map(|(k, v)| (OsString::from(k), v))
+        .chain(passed)
+        .collect()
+}
+
+/// Creates `home` (and the folders above it) with mode 0700, and forces `home` and its parent
+/// (the home root) back to 0700.
+fn private_home(home: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    for dir in [home.parent(), Some(home)].into_iter().flatten() {
+        match std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+        {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(e),
+        }
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+    }
+    Ok(())
 }
 
 /// Back-off before start number `crashes + 1`.
@@ -583,6 +711,44 @@ mod tests {
         fn is<T: Send + Sync>() {}
         is::<PluginHost>();
         is::<ResolveError>();
+    }
+
+    #[test]
+    fn plugin_environment_is_the_clean_base_and_the_declared_variables() {
+        let daemon = [
+            ("PATH", "/opt/bin:/usr/bin"),
+            ("HOME", "/root"),
+            ("TZ", "Europe/Paris"),
+            ("TRIBUTARY_TOKEN", "tok"),
+            ("TRIBUTARY_UI_PASSWORD", "pw"),
+            ("AWS_REGION", "eu-west-1"),
+            ("AWS_SECRET_ACCESS_KEY", "k"),
+            ("CONSUL_CACERT", "/ca.pem"),
+            ("RUST_LOG", "debug"),
+        ]
+        .map(|(k, v)| (k.into(), v.into()));
+        let declared = vec!["AWS_*".to_string(), "CONSUL_CACERT".to_string()];
+        let env = plugin_environment(&declared, daemon.clone().into_iter());
+        let env: BTreeMap<String, String> = env
+            .into_iter()
+            .map(|(k, v)| (k.into_string().unwrap(), v.into_string().unwrap()))
+            .collect();
+        let want: BTreeMap<String, String> = [
+            ("PATH", "/opt/bin:/usr/bin"),
+            ("LANG", "C.UTF-8"),
+            ("TZ", "Europe/Paris"),
+            ("AWS_REGION", "eu-west-1"),
+            ("AWS_SECRET_ACCESS_KEY", "k"),
+            ("CONSUL_CACERT", "/ca.pem"),
+        ]
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .into_iter()
+        .collect();
+        assert_eq!(env, want);
+        // Nothing declared: the base only; no TZ when the daemon has none.
+        let env = plugin_environment(&[], std::iter::empty());
+        let keys: Vec<_> = env.iter().map(|(k, _)| k.to_str().unwrap()).collect();
+        assert_eq!(keys, ["LANG", "PATH"]);
     }
 
     #[test]

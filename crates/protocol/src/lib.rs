@@ -14,8 +14,8 @@ mod rpc;
 
 pub use config::ConfigMap;
 pub use manifest::{
-    Capability, Configuration, Discovery, FieldDecl, FieldType, Manifest, ManifestError,
-    Permission, ProviderDecl,
+    environment_allows, Capability, Configuration, Discovery, FieldDecl, FieldType, Manifest,
+    ManifestError, Permission, ProviderDecl, SecretNotResent, DAEMON_PREFIX, HOST_SET_VARIABLES,
 };
 pub use rpc::{
     Id, Request, ResolveParams, ResolveResult, Response, ResponsePayload, RpcError, JSONRPC_VERSION,

@@ -124,6 +124,11 @@ pub struct FieldDecl {
     /// Write-only in the API and UI (shown as set/unset). Every value is still treated as secret.
     #[serde(default)]
     pub secret: bool,
+    /// The field says where the plugin connects (an address, endpoints, a region...): a stored
+    /// secret is only sent again with the endpoint it was saved with (see
+    /// [`ProviderDecl::carry_secrets`]). A field cannot be both `secret` and `endpoint`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub endpoint: bool,
     #[serde(rename = "type", default)]
     pub field_type: FieldType,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -150,10 +155,71 @@ pub struct ProviderDecl {
     pub configuration: Configuration,
 }
 
+/// Why stored secrets cannot be kept for a new configuration ([`ProviderDecl::carry_secrets`]).
+/// Names fields only, never values.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "field {secret:?} is secret and was saved for another {endpoint:?}: give {secret:?} again to send it to the new {endpoint:?} (a stored secret is only sent to the endpoint it was saved with)"
+)]
+pub struct SecretNotResent {
+    /// The secret field that must be given again.
+    pub secret: String,
+    /// The endpoint field whose value changed.
+    pub endpoint: String,
+}
+
 impl ProviderDecl {
     /// The field declared with `key`.
     pub fn field(&self, key: &str) -> Option<&FieldDecl> {
         self.configuration.fields.iter().find(|f| f.key == key)
+    }
+
+    /// Keeps the stored values of secret fields that `input` leaves out (a form does not send
+    /// secrets back), copying them from `previous` (the saved configuration of the same provider),
+    /// unless a field marked `endpoint` differs between `previous` and `input`: a stored secret is
+    /// never sent to an endpoint it was not saved with. Then the first secret field left out is
+    /// named in the error (the person must give it again). Absent, `null` and blank values are the
+    /// same; text and numbers compare by their trimmed text.
+    pub fn carry_secrets(
+        &self,
+        previous: &crate::ConfigMap,
+        input: &mut crate::ConfigMap,
+    ) -> Result<(), SecretNotResent> {
+        let missing: Vec<&FieldDecl> = self
+            .configuration
+            .fields
+            .iter()
+            .filter(|f| f.secret && !input.contains_key(&f.key) && previous.contains_key(&f.key))
+            .collect();
+        let Some(first) = missing.first() else {
+            return Ok(());
+        };
+        let changed = self.configuration.fields.iter().find(|f| {
+            f.endpoint && comparable(previous.get(&f.key)) != comparable(input.get(&f.key))
+        });
+        if let Some(endpoint) = changed {
+            return Err(SecretNotResent {
+                secret: first.key.clone(),
+                endpoint: endpoint.key.clone(),
+            });
+        }
+        for f in missing {
+            if let Some(v) = previous.get(&f.key) {
+                input.insert(f.key.clone(), v.clone());
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A config value as compared by [`ProviderDecl::carry_secrets`]: `None` for absent, `null` and
+/// blank text; numbers and text by their trimmed text.
+fn comparable(v: Option<&Value>) -> Option<String> {
+    match v? {
+        Value::Null => None,
+        Value::String(s) if s.trim().is_empty() => None,
+        Value::String(s) => Some(s.trim().to_string()),
+        other => Some(other.to_string()),
     }
 }
 
@@ -179,6 +245,29 @@ pub struct Manifest {
     pub permissions: Vec<Permission>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub discovery: Option<Discovery>,
+    /// Variables of the daemon's environment the plugin receives, besides the clean base the host
+    /// always sets (`PATH`, `LANG`, `TZ`, `HOME`): names (`CONSUL_CACERT`) or prefixes ending in
+    /// `*` (`AWS_*`). Nothing else of the daemon's environment reaches a plugin.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub environment: Vec<String>,
+}
+
+/// Variables the host sets for every plugin itself: a manifest cannot ask for them.
+pub const HOST_SET_VARIABLES: &[&str] = &["PATH", "LANG", "TZ", "HOME"];
+/// Prefix of the daemon's own settings (`TRIBUTARY_TOKEN`, `TRIBUTARY_UI_PASSWORD`, ...): never
+/// passed to a plugin, whatever its manifest says.
+pub const DAEMON_PREFIX: &str = "TRIBUTARY_";
+
+/// Whether `name` is a variable a plugin's `environment` list lets through. The daemon's own
+/// settings (`TRIBUTARY_*`) never are.
+pub fn environment_allows(environment: &[String], name: &str) -> bool {
+    if name.to_ascii_uppercase().starts_with(DAEMON_PREFIX) {
+        return false;
+    }
+    environment.iter().any(|e| match e.strip_suffix('*') {
+        Some(prefix) => name.starts_with(prefix),
+        None => name == e,
+    })
 }
 
 /// Why a manifest was refused. The message names the problem; it never contains config values
@@ -232,6 +321,48 @@ pub enum ManifestError {
         key: String,
         expected: &'static str,
     },
+    #[error(
+        "plugin.json: provider {provider:?}: field {key:?} is marked both `secret` and `endpoint`; an endpoint is where secrets are sent, not a secret itself"
+    )]
+    SecretEndpoint { provider: String, key: String },
+    #[error(
+        "plugin.json: `environment` entry {0:?} is invalid (a variable name: letters, digits and `_`, not starting with a digit, at most 128 characters; or such a prefix followed by one final `*`)"
+    )]
+    BadEnvironment(String),
+    #[error("plugin.json: `environment` entry {0:?} is listed twice")]
+    DuplicateEnvironment(String),
+    #[error(
+        "plugin.json: `environment` entry {0:?} is set by the host for every plugin (PATH, LANG, TZ, HOME); leave it out"
+    )]
+    HostSetEnvironment(String),
+    #[error(
+        "plugin.json: `environment` entry {0:?} would pass the daemon's own settings (TRIBUTARY_*), which never reach a plugin"
+    )]
+    DaemonEnvironment(String),
+}
+
+/// Checks one `environment` entry (see [`Manifest::environment`]).
+fn check_environment(e: &str) -> Result<(), ManifestError> {
+    let (name, pattern) = match e.strip_suffix('*') {
+        Some(p) => (p, true),
+        None => (e, false),
+    };
+    let valid = !name.is_empty()
+        && name.len() <= 128
+        && !name.starts_with(|c: char| c.is_ascii_digit())
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if !valid {
+        return Err(ManifestError::BadEnvironment(e.to_string()));
+    }
+    let upper = name.to_ascii_uppercase();
+    let daemon = upper.starts_with(DAEMON_PREFIX) || (pattern && DAEMON_PREFIX.starts_with(&upper));
+    if daemon {
+        return Err(ManifestError::DaemonEnvironment(e.to_string()));
+    }
+    if !pattern && HOST_SET_VARIABLES.contains(&name) {
+        return Err(ManifestError::HostSetEnvironment(e.to_string()));
+    }
+    Ok(())
 }
 
 fn valid_ident(s: &str) -> bool {
@@ -282,6 +413,13 @@ impl Manifest {
                 return Err(ManifestError::DuplicatePermission(p.to_string()));
             }
         }
+        let mut seen = BTreeSet::new();
+        for e in &self.environment {
+            check_environment(e)?;
+            if !seen.insert(e.as_str()) {
+                return Err(ManifestError::DuplicateEnvironment(e.clone()));
+            }
+        }
         let discovery = self.has_capability(Capability::UpstreamDiscovery);
         if discovery && !self.permissions.contains(&Permission::Network) {
             return Err(ManifestError::MissingNetworkPermission(
@@ -321,6 +459,12 @@ impl Manifest {
                     &format!("provider {:?}: field {:?}: display_name", p.code, f.key),
                     &f.display_name,
                 )?;
+                if f.secret && f.endpoint {
+                    return Err(ManifestError::SecretEndpoint {
+                        provider: p.code.clone(),
+                        key: f.key.clone(),
+                    });
+                }
                 if let Some(d) = &f.default {
                     if !d.is_null() && !f.field_type.accepts(d) {
                         return Err(ManifestError::BadDefault {

@@ -339,6 +339,9 @@ const MIGRATIONS: &[(i64, &str)] = &[
          WHERE status = 'failed';",
     ),
 ];
+/// Unique binding names regardless of (ASCII) case.
+const NOCASE_INDEX: &str =
+    "CREATE UNIQUE INDEX IF NOT EXISTS bindings_name_nocase ON bindings(name COLLATE NOCASE);";
 
 impl Store {
     /// Opens (creating if needed) the store at `path` with default options.
@@ -392,6 +395,15 @@ impl Store {
                 tx.pragma_update(None, "user_version", to)?;
                 tx.commit()?;
             }
+        }
+        // Binding names are unique regardless of case (nginx compares upstream names so). A store
+        // written before this rule that holds two such names cannot get the index; it keeps
+        // working without it (the daemon refuses new clashes before they reach the store).
+        match conn.execute_batch(NOCASE_INDEX) {
+            Ok(()) => {}
+            Err(rusqlite::Error::SqliteFailure(e, _))
+                if e.code == rusqlite::ErrorCode::ConstraintViolation => {}
+            Err(e) => return Err(e.into()),
         }
         conn.pragma_update(None, "user_version", SCHEMA_VERSION)?;
         Ok(Store {
@@ -491,7 +503,14 @@ impl Store {
                 ];
                 match existing {
                     None => {
-                        ins.execute(p)?;
+                        ins.execute(p).map_err(|e| match e {
+                            rusqlite::Error::SqliteFailure(f, _)
+                                if f.code == rusqlite::ErrorCode::ConstraintViolation =>
+                            {
+                                StoreError::Duplicate(b.name.clone())
+                            }
+                            e => e.into(),
+                        })?;
                         out.push(Upsert::Created);
                     }
                     Some(old) if old.binding == *b => out.push(Upsert::Unchanged),

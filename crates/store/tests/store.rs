@@ -114,6 +114,60 @@ fn duplicate_and_missing_names_are_clear_errors_and_change_nothing() {
 }
 
 #[test]
+fn binding_names_are_unique_regardless_of_case() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = Store::open(&dir.path().join("t.db")).unwrap();
+    s.insert_binding(&binding("api", "127.0.0.1:1")).unwrap();
+    let err = s
+        .insert_binding(&binding("API", "127.0.0.1:2"))
+        .unwrap_err();
+    assert!(
+        matches!(err, StoreError::Duplicate(ref n) if n == "API"),
+        "{err}"
+    );
+    let err = s
+        .upsert_bindings(&[
+            binding("other", "127.0.0.1:3"),
+            binding("Api", "127.0.0.1:2"),
+        ])
+        .unwrap_err();
+    assert!(
+        matches!(err, StoreError::Duplicate(ref n) if n == "Api"),
+        "{err}"
+    );
+    // Nothing of the refused transaction was kept.
+    let names: Vec<String> = s
+        .list_bindings()
+        .unwrap()
+        .into_iter()
+        .map(|b| b.binding.name)
+        .collect();
+    assert_eq!(names, ["api"]);
+}
+
+#[test]
+fn a_store_holding_names_that_differ_in_case_still_opens() {
+    // Written before the rule: the index cannot be built; the store opens and works.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.db");
+    drop(Store::open(&path).unwrap());
+    {
+        let c = rusqlite::Connection::open(&path).unwrap();
+        c.execute_batch("DROP INDEX bindings_name_nocase").unwrap();
+    }
+    let mut s = Store::open(&path).unwrap();
+    s.insert_binding(&binding("api", "127.0.0.1:1")).unwrap();
+    {
+        let c = rusqlite::Connection::open(&path).unwrap();
+        c.execute_batch("DROP INDEX bindings_name_nocase").unwrap();
+    }
+    s.insert_binding(&binding("API", "127.0.0.1:2")).unwrap();
+    drop(s);
+    let s = Store::open(&path).unwrap();
+    assert_eq!(s.list_bindings().unwrap().len(), 2);
+}
+
+#[test]
 fn upsert_reports_created_updated_unchanged() {
     let dir = tempfile::tempdir().unwrap();
     let mut s = Store::open(&dir.path().join("t.db")).unwrap();

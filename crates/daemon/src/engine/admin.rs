@@ -19,6 +19,13 @@ impl Engine {
         if lock(&self.inner.slots).contains_key(&record.name) {
             return Err(EngineError::Duplicate(record.name));
         }
+        let taken = lock(&self.inner.slots)
+            .keys()
+            .find(|k| k.eq_ignore_ascii_case(&record.name))
+            .cloned();
+        if let Some(taken) = taken {
+            return Err(case_clash(&taken, &record.name));
+        }
         lock(&self.inner.store)
             .insert_binding(&record)
             .map_err(|e| match e {
@@ -47,13 +54,25 @@ impl Engine {
     /// bad input changes nothing.
     pub async fn put_many(&self, inputs: &[BindingInput]) -> Result<Vec<BulkItem>, EngineError> {
         let _admin = self.inner.admin.lock().await;
-        let mut seen = std::collections::HashSet::new();
+        let mut seen: std::collections::HashMap<String, &str> = std::collections::HashMap::new();
         for i in inputs {
-            if !seen.insert(i.name.as_str()) {
-                return Err(EngineError::invalid(
-                    "name",
-                    format!("binding {:?} appears twice", i.name),
-                ));
+            match seen.insert(i.name.to_ascii_lowercase(), i.name.as_str()) {
+                Some(other) if other == i.name => {
+                    return Err(EngineError::invalid(
+                        "name",
+                        format!("binding {:?} appears twice", i.name),
+                    ))
+                }
+                Some(other) => {
+                    return Err(EngineError::invalid(
+                        "name",
+                        format!(
+                            "bindings {other:?} and {:?} differ only in case: upstream names are unique regardless of case (nginx compares them so)",
+                            i.name
+                        ),
+                    ))
+                }
+                None => {}
             }
         }
         let list: Vec<(Option<&str>, &BindingInput)> = inputs.iter().map(|i| (None, i)).collect();
@@ -72,8 +91,18 @@ impl Engine {
         inputs: &[(Option<&str>, &BindingInput)],
     ) -> Result<Vec<(Upsert, Arc<Slot>)>, EngineError> {
         let mut prepared = Vec::with_capacity(inputs.len());
+        // Existing names by their lower-case form: a new name may not differ only in case.
+        let by_lower: std::collections::HashMap<String, String> = lock(&self.inner.slots)
+            .keys()
+            .map(|k| (k.to_ascii_lowercase(), k.clone()))
+            .collect();
         for (path_name, input) in inputs {
             let name = path_name.unwrap_or(&input.name);
+            if let Some(taken) = by_lower.get(&name.to_ascii_lowercase()) {
+                if taken != name {
+                    return Err(case_clash(taken, name));
+                }
+            }
             let previous = lock(&self.inner.slots)
                 .get(name)
                 .map(|s| lock(&s.state).record.clone());
@@ -288,6 +317,13 @@ impl Engine {
             consecutive_failures: st.failures,
         }
     }
+}
+
+/// `name` differs from the existing binding `taken` only in case.
+fn case_clash(taken: &str, name: &str) -> EngineError {
+    EngineError::Conflict(format!(
+        "a binding named {taken:?} already exists: upstream names are unique regardless of case (nginx compares them so), so {name:?} cannot be added; use {taken:?} to change that binding"
+    ))
 }
 
 fn upsert_str(u: Upsert) -> &'static str {

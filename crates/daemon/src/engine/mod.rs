@@ -22,7 +22,7 @@ mod apply;
 mod batch;
 mod prepare;
 mod record;
-mod refresh;
+pub mod refresh;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -53,6 +53,9 @@ pub struct EngineOptions {
     pub batch_max: Duration,
     /// Outcomes returned by [`Engine::show`].
     pub history_limit: usize,
+    /// Refresh jitter in percent (0–50; default [`refresh::DEFAULT_JITTER_PCT`]): see
+    /// [`refresh::jittered`]. 0: every delay exactly as scheduled.
+    pub refresh_jitter_pct: u8,
 }
 
 impl Default for EngineOptions {
@@ -62,6 +65,7 @@ impl Default for EngineOptions {
             batch_quiet: Duration::from_millis(100),
             batch_max: Duration::from_secs(1),
             history_limit: 20,
+            refresh_jitter_pct: refresh::DEFAULT_JITTER_PCT,
         }
     }
 }
@@ -140,6 +144,8 @@ pub(crate) struct Inner {
     pub(crate) batches: std::sync::atomic::AtomicU64,
     /// Outcomes and apply batches, for observers (metrics, UI); nobody listening is fine.
     pub(crate) events: tokio::sync::broadcast::Sender<EngineEvent>,
+    /// The long-lived tasks by name (`apply`, `record`), for the health check.
+    pub(crate) tasks: Mutex<Vec<(&'static str, AbortHandle)>>,
 }
 
 /// What the engine reports to observers ([`Engine::subscribe`]): the metrics read these.
@@ -214,8 +220,9 @@ impl Engine {
             opts,
             batches: Default::default(),
             events: tokio::sync::broadcast::channel(4096).0,
+            tasks: Mutex::new(Vec::new()),
         });
-        tokio::spawn(apply::apply_task(
+        let apply = tokio::spawn(apply::apply_task(
             applier,
             apply_rx,
             Arc::downgrade(&inner),
@@ -224,7 +231,11 @@ impl Engine {
                 max: inner.opts.batch_max,
             },
         ));
-        tokio::spawn(record::record_task(store, record_rx));
+        let record = tokio::spawn(record::record_task(store, record_rx));
+        *lock(&inner.tasks) = vec![
+            ("apply", apply.abort_handle()),
+            ("record", record.abort_handle()),
+        ];
 
         let engine = Engine { inner };
         for (binding, rec, last, servers) in seeds {
@@ -292,6 +303,27 @@ impl Engine {
     /// The plugin host.
     pub fn host(&self) -> &Arc<PluginHost> {
         &self.inner.host
+    }
+
+    /// The long-lived tasks that have ended (`apply`: no change reaches nginx any more;
+    /// `record`: no outcome is stored any more). Empty while the engine is healthy.
+    pub fn dead_tasks(&self) -> Vec<&'static str> {
+        lock(&self.inner.tasks)
+            .iter()
+            .filter(|(_, h)| h.is_finished())
+            .map(|(n, _)| *n)
+            .collect()
+    }
+
+    /// Test hook: ends the long-lived task `name` as a crash would. Compiled into test builds
+    /// of this crate only.
+    #[cfg(test)]
+    pub(crate) fn kill_task_for_test(&self, name: &str) {
+        for (n, h) in lock(&self.inner.tasks).iter() {
+            if *n == name {
+                h.abort();
+            }
+        }
     }
 
     /// Stops every task, lets the apply task finish its batch, flushes outcomes and stops the

@@ -26,7 +26,8 @@ impl Engine {
 
     /// Validates `input` (name taken from `path_name` when given) into a binding and its record,
     /// reporting every invalid field at once ([`BindingDraft::check`]). Secret fields absent from
-    /// `input` keep their value from `previous`.
+    /// `input` keep their value from `previous` unless an `endpoint` field changed
+    /// ([`ProviderDecl::carry_secrets`]: then the secret field is reported invalid).
     pub(crate) fn prepare(
         &self,
         input: &BindingInput,
@@ -52,15 +53,14 @@ impl Engine {
             .provider_decl(&input.plugin, &input.provider)
             .map_err(|e| errors.push(e))
             .ok();
-        let mut config = input.config.clone();
+        let mut config = ConfigMap::from(input.config.clone());
         if let (Some(prev), Some(decl)) = (previous, &decl) {
             if prev.plugin == input.plugin && prev.provider == input.provider {
-                for f in decl.configuration.fields.iter().filter(|f| f.secret) {
-                    if !config.contains_key(&f.key) {
-                        if let Some(v) = prev.config.get(&f.key) {
-                            config.insert(f.key.clone(), v.clone());
-                        }
-                    }
+                // Kept only while every `endpoint` field is unchanged: a stored secret is never
+                // sent to an endpoint it was not saved with.
+                let stored = ConfigMap::from(prev.config.clone());
+                if let Err(e) = decl.carry_secrets(&stored, &mut config) {
+                    errors.push(FieldError::new(e.secret.clone(), e.to_string()));
                 }
             }
         }
@@ -68,7 +68,7 @@ impl Engine {
             name,
             plugin: input.plugin.clone(),
             provider: input.provider.clone(),
-            config: ConfigMap::from(config),
+            config,
             service: input.service.clone(),
             interval_secs: input.interval_secs,
             directives: input.directives.clone(),

@@ -1,4 +1,13 @@
 //! The per-binding refresh task and one resolution (plugin call → validate → render → apply).
+//!
+//! Jitter: bindings saved together (a bulk request, a restart) must not call their registry in
+//! lockstep forever. The first resolution of a task is immediate (a person waits for it; at start
+//! it brings stale files up to date), bounded only by the plugin host's calls in flight per plugin.
+//! With a jitter of J % (default [`DEFAULT_JITTER_PCT`], `tributary serve --refresh-jitter-pct`),
+//! the **first scheduled** delay after it is drawn uniformly from [10 s, delay] (the binding's
+//! phase is spread over its whole interval), and every later delay is shortened by a random
+//! 0–J % (so phases keep drifting apart), never below the 10 s minimum. J = 0 keeps the exact
+//! schedule.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -11,6 +20,28 @@ use tributary_protocol::ResolveParams;
 use tributary_store::{Failure, OutcomeRecord, OutcomeStatus};
 
 use super::{lock, now_ms, ApplyMsg, EngineEvent, Inner, RecordMsg, Slot};
+
+/// Default refresh jitter, in percent of each delay.
+pub const DEFAULT_JITTER_PCT: u8 = 10;
+/// Largest refresh jitter accepted, in percent.
+pub const MAX_JITTER_PCT: u8 = 50;
+
+/// The delay actually slept: `delay` with the jitter rules of the module docs. `first`: the first
+/// scheduled delay of the task; `unit`: a random number in [0, 1).
+pub fn jittered(delay: Duration, jitter_pct: u8, first: bool, unit: f64) -> Duration {
+    let min = schedule::MIN_INTERVAL;
+    if jitter_pct == 0 || delay <= min {
+        return delay;
+    }
+    let unit = unit.clamp(0.0, 1.0);
+    let d = if first {
+        min + (delay - min).mul_f64(unit)
+    } else {
+        let pct = f64::from(jitter_pct.min(MAX_JITTER_PCT)) / 100.0;
+        delay.saturating_sub(delay.mul_f64(pct * unit))
+    };
+    d.max(min)
+}
 use crate::resolution::Resolved;
 
 pub(crate) async fn binding_task(
@@ -20,6 +51,7 @@ pub(crate) async fn binding_task(
 ) {
     let name = binding.name.as_str().to_string();
     let mut delay = Duration::ZERO;
+    let mut first = true;
     loop {
         lock(&slot.state).next_ms = Some(now_ms() + delay.as_millis() as i64);
         tokio::select! {
@@ -52,6 +84,13 @@ pub(crate) async fn binding_task(
         } else {
             schedule::next_refresh_delay(binding.interval, outcome.ttl_seconds.unwrap_or(0))
         };
+        delay = jittered(
+            delay,
+            engine.opts.refresh_jitter_pct,
+            first,
+            fastrand::f64(),
+        );
+        first = false;
         match outcome.status {
             OutcomeStatus::Failed => tracing::warn!(
                 binding = %name,
@@ -146,4 +185,53 @@ async fn run_once(inner: &Inner, binding: &Binding) -> OutcomeRecord {
     }
     rec.duration_ms = t0.elapsed().as_millis() as u64;
     rec
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: fn(u64) -> Duration = Duration::from_secs;
+
+    #[test]
+    fn the_first_scheduled_delay_is_spread_over_the_interval() {
+        assert_eq!(jittered(S(60), 10, true, 0.0), S(10));
+        assert_eq!(jittered(S(60), 10, true, 0.5), S(35));
+        assert!(jittered(S(60), 10, true, 0.999_999) <= S(60));
+        // The same for any jitter above 0: the phase is spread, not the period.
+        assert_eq!(jittered(S(60), 1, true, 0.5), S(35));
+    }
+
+    #[test]
+    fn later_delays_are_shortened_by_at_most_the_jitter_and_never_below_10_s() {
+        assert_eq!(jittered(S(60), 10, false, 0.0), S(60));
+        assert_eq!(jittered(S(60), 10, false, 0.5), S(57));
+        assert!(jittered(S(60), 10, false, 0.999_999) > S(54));
+        assert_eq!(jittered(S(11), 50, false, 0.999), S(10));
+        // Over the cap: 50 %.
+        assert_eq!(jittered(S(100), 200, false, 1.0), S(50));
+    }
+
+    #[test]
+    fn no_jitter_and_the_minimum_interval_keep_the_exact_delay() {
+        for first in [true, false] {
+            assert_eq!(jittered(S(60), 0, first, 0.7), S(60));
+            assert_eq!(jittered(S(10), 10, first, 0.7), S(10));
+        }
+    }
+
+    #[test]
+    fn ten_thousand_bindings_saved_together_get_spread_phases() {
+        // The first scheduled refreshes of 10,000 bindings with a 60 s interval, all resolved at
+        // the same moment: how many fall in the busiest second.
+        let mut per_second = [0u32; 61];
+        for _ in 0..10_000 {
+            let d = jittered(S(60), DEFAULT_JITTER_PCT, true, fastrand::f64());
+            per_second[d.as_secs() as usize] += 1;
+        }
+        let busiest = per_second.iter().max().copied().unwrap_or(0);
+        // Uniform over 50 s: about 200 a second; without jitter all 10,000 share one second.
+        assert!(busiest < 400, "busiest second: {busiest}");
+        assert_eq!(per_second[..10].iter().sum::<u32>(), 0, "none before 10 s");
+    }
 }

@@ -3,13 +3,15 @@
 //! - [`api_extra`]: more `/api/v1` endpoints (history, test resolution, nginx status);
 //! - [`openapi`]: `/api/v1/openapi.json`, the document of every `/api/v1` endpoint;
 //! - [`metrics`]: `/metrics` in OpenMetrics/Prometheus text format (`prometheus-client`);
-//! - [`session`]: the UI login (argon2 password hash), sessions and CSRF tokens;
+//! - [`session`]: the UI login (argon2 password hash), sessions, CSRF tokens, login rate limit;
+//! - [`host`]: refuses requests whose `Host` is not this daemon's (DNS rebinding);
 //! - [`ui`]: the server-rendered web UI under `/ui/` (plus `/`, `/login`, `/logout`).
 //!
 //! Access: `GET /api/v1/health` is open; `/api/v1/*` needs the bearer token; `/metrics` takes
 //! the bearer token or a UI session; UI pages need a session (else they redirect to `/login`).
 
 pub mod api_extra;
+pub mod host;
 pub mod html;
 pub mod metrics;
 pub mod openapi;
@@ -35,6 +37,8 @@ pub struct WebOptions {
     /// nginx conf dir (for the nginx status).
     pub conf_dir: PathBuf,
     pub login: Login,
+    /// The `Host` values requests may carry.
+    pub allowed_hosts: host::AllowedHosts,
 }
 
 /// Shared state of the web handlers.
@@ -47,11 +51,14 @@ pub struct WebState {
     pub conf_dir: Arc<PathBuf>,
     /// At most two password checks at a time (argon2 costs memory and CPU on purpose).
     pub login_gate: Arc<tokio::sync::Semaphore>,
+    /// Wrong passwords per client address ([`session::LoginLimiter`]).
+    pub login_limiter: Arc<session::LoginLimiter>,
 }
 
 /// The whole HTTP surface: [`crate::api::router`] merged with the routes of this module.
 /// Starts the metrics task (needs a tokio runtime).
 pub fn router(api: ApiState, opts: WebOptions) -> Router {
+    let opts_hosts = opts.allowed_hosts;
     let st = WebState {
         metrics: Metrics::start(&api.engine),
         api: api.clone(),
@@ -59,6 +66,7 @@ pub fn router(api: ApiState, opts: WebOptions) -> Router {
         login: Arc::new(opts.login),
         conf_dir: Arc::new(opts.conf_dir),
         login_gate: Arc::new(tokio::sync::Semaphore::new(2)),
+        login_limiter: Arc::new(session::LoginLimiter::default()),
     };
     let bearer = Router::new()
         .route("/api/v1/bindings/{name}/history", get(api_extra::history))
@@ -79,6 +87,10 @@ pub fn router(api: ApiState, opts: WebOptions) -> Router {
         .merge(metrics)
         .merge(ui::router(st))
         .layer(middleware::from_fn(json_errors))
+        .layer(middleware::from_fn_with_state(
+            Arc::new(opts_hosts),
+            host::check,
+        ))
 }
 
 /// Under `/api/`, error answers that are not JSON (axum's own rejections of a bad query string or

@@ -10,6 +10,11 @@
 //!   `SameSite=Strict`, `Path=/`), valid for [`SESSION_IDLE`] after its last use; logout ends it.
 //! - **CSRF.** Every session has a random token; every form carries it in a hidden `csrf` field and
 //!   every POST checks it. The login form uses a double-submit token (cookie + field).
+//! - **Login rate limit.** [`LoginLimiter`]: after [`LOGIN_MAX_FAILURES`] wrong passwords in a row
+//!   from one client address (IPv6: one /64), that address gets 429 with `Retry-After` for
+//!   [`LOGIN_LOCKOUT`], doubling with each wrong password after a lock-out up to
+//!   [`LOGIN_LOCKOUT_MAX`]; a right password clears it. Failures older than [`LOGIN_FAILURE_WINDOW`]
+//!   are forgotten.
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
@@ -34,6 +39,17 @@ pub const SESSION_IDLE: Duration = Duration::from_secs(12 * 3600);
 pub const MAX_SESSIONS: usize = 256;
 /// Shortest password accepted from the environment.
 pub const MIN_PASSWORD_LEN: usize = 8;
+
+/// Wrong passwords in a row from one address before it is locked out.
+pub const LOGIN_MAX_FAILURES: u32 = 5;
+/// First lock-out.
+pub const LOGIN_LOCKOUT: Duration = Duration::from_secs(60);
+/// Longest lock-out.
+pub const LOGIN_LOCKOUT_MAX: Duration = Duration::from_secs(15 * 60);
+/// An address whose last wrong password is older than this starts afresh.
+pub const LOGIN_FAILURE_WINDOW: Duration = Duration::from_secs(15 * 60);
+/// Addresses remembered at most (the stalest go first).
+pub const LOGIN_TRACKED_MAX: usize = 10_000;
 
 /// `<data dir>/ui-password.hash`.
 pub fn hash_path(data_dir: &Path) -> PathBuf {
@@ -250,6 +266,99 @@ pub fn set_cookie(name: &str, value: &str, max_age: Option<u64>) -> String {
     s
 }
 
+/// Failed logins of one client address.
+#[derive(Debug, Clone, Copy)]
+struct Failures {
+    count: u32,
+    last: Instant,
+    locked_until: Option<Instant>,
+}
+
+/// Per-address login rate limit (see the module docs). Memory is bounded by
+/// [`LOGIN_TRACKED_MAX`] addresses.
+#[derive(Debug, Default)]
+pub struct LoginLimiter {
+    by_addr: Mutex<HashMap<std::net::IpAddr, Failures>>,
+}
+
+/// The key of a client address: IPv4 as is, IPv6 by its /64 (one host usually owns a /64).
+fn limit_key(ip: std::net::IpAddr) -> std::net::IpAddr {
+    match ip {
+        std::net::IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => std::net::IpAddr::V4(v4),
+            None => {
+                let s = v6.segments();
+                std::net::IpAddr::V6(std::net::Ipv6Addr::new(s[0], s[1], s[2], s[3], 0, 0, 0, 0))
+            }
+        },
+        v4 => v4,
+    }
+}
+
+impl LoginLimiter {
+    fn lock_map(&self) -> std::sync::MutexGuard<'_, HashMap<std::net::IpAddr, Failures>> {
+        self.by_addr.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// `Err(retry_after)` while `ip` is locked out; check before verifying a password.
+    pub fn check(&self, ip: std::net::IpAddr, now: Instant) -> Result<(), Duration> {
+        match self
+            .lock_map()
+            .get(&limit_key(ip))
+            .and_then(|f| f.locked_until)
+        {
+            Some(until) if until > now => Err(until - now),
+            _ => Ok(()),
+        }
+    }
+
+    /// A wrong password from `ip`. Returns the lock-out it starts, if any.
+    pub fn failed(&self, ip: std::net::IpAddr, now: Instant) -> Option<Duration> {
+        let mut map = self.lock_map();
+        if map.len() >= LOGIN_TRACKED_MAX && !map.contains_key(&limit_key(ip)) {
+            map.retain(|_, f| now.saturating_duration_since(f.last) < LOGIN_FAILURE_WINDOW);
+            if map.len() >= LOGIN_TRACKED_MAX {
+                if let Some(stalest) = map.iter().min_by_key(|(_, f)| f.last).map(|(k, _)| *k) {
+                    map.remove(&stalest);
+                }
+            }
+        }
+        let f = map.entry(limit_key(ip)).or_insert(Failures {
+            count: 0,
+            last: now,
+            locked_until: None,
+        });
+        if now.saturating_duration_since(f.last) >= LOGIN_FAILURE_WINDOW {
+            *f = Failures {
+                count: 0,
+                last: now,
+                locked_until: None,
+            };
+        }
+        f.count = f.count.saturating_add(1);
+        f.last = now;
+        if f.count < LOGIN_MAX_FAILURES {
+            return None;
+        }
+        let doublings = (f.count - LOGIN_MAX_FAILURES).min(16);
+        let lockout = LOGIN_LOCKOUT
+            .saturating_mul(1u32 << doublings)
+            .min(LOGIN_LOCKOUT_MAX);
+        f.locked_until = Some(now + lockout);
+        Some(lockout)
+    }
+
+    /// A right password from `ip`: its failures are forgotten.
+    pub fn succeeded(&self, ip: std::net::IpAddr) {
+        self.lock_map().remove(&limit_key(ip));
+    }
+}
+
+/// `Retry-After` seconds for a wait (rounded up, at least 1).
+pub fn retry_after_secs(wait: Duration) -> u64 {
+    wait.as_secs() + u64::from(wait.subsec_nanos() > 0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -312,5 +421,71 @@ mod tests {
             c.contains("HttpOnly") && c.contains("SameSite=Strict"),
             "{c}"
         );
+    }
+
+    #[test]
+    fn five_wrong_passwords_lock_an_address_out_doubling_up_to_the_cap() {
+        let l = LoginLimiter::default();
+        let a: std::net::IpAddr = "192.0.2.7".parse().unwrap();
+        let b: std::net::IpAddr = "192.0.2.8".parse().unwrap();
+        let t0 = Instant::now();
+        for i in 0..4 {
+            assert_eq!(l.failed(a, t0), None, "failure {i}");
+            assert!(l.check(a, t0).is_ok());
+        }
+        assert_eq!(l.failed(a, t0), Some(LOGIN_LOCKOUT));
+        assert_eq!(l.check(a, t0), Err(LOGIN_LOCKOUT));
+        assert_eq!(retry_after_secs(LOGIN_LOCKOUT), 60);
+        assert!(l.check(b, t0).is_ok(), "another address is not affected");
+        // After the lock-out, one more wrong password locks out twice as long.
+        let t1 = t0 + LOGIN_LOCKOUT;
+        assert!(l.check(a, t1).is_ok());
+        assert_eq!(l.failed(a, t1), Some(LOGIN_LOCKOUT * 2));
+        let mut t = t1;
+        for _ in 0..10 {
+            t += LOGIN_LOCKOUT_MAX;
+            // Each wrong password lands within the window of the previous one.
+            t -= Duration::from_secs(1);
+            let got = l.failed(a, t).unwrap();
+            assert!(got <= LOGIN_LOCKOUT_MAX);
+        }
+        assert_eq!(l.check(a, t), Err(LOGIN_LOCKOUT_MAX));
+        // A right password clears the address.
+        l.succeeded(a);
+        assert!(l.check(a, t).is_ok());
+        assert_eq!(l.failed(a, t), None);
+    }
+
+    #[test]
+    fn old_failures_are_forgotten_and_ipv6_counts_per_64() {
+        let l = LoginLimiter::default();
+        let t0 = Instant::now();
+        let a: std::net::IpAddr = "2001:db8:1:2::1".parse().unwrap();
+        let a2: std::net::IpAddr = "2001:db8:1:2:ffff::9".parse().unwrap();
+        for _ in 0..4 {
+            l.failed(a, t0);
+        }
+        // The same /64 counts together.
+        assert_eq!(l.failed(a2, t0), Some(LOGIN_LOCKOUT));
+        let other: std::net::IpAddr = "2001:db8:1:3::1".parse().unwrap();
+        assert!(l.check(other, t0).is_ok());
+        // Four failures, then a quiet window: the count starts again.
+        let v4: std::net::IpAddr = "198.51.100.1".parse().unwrap();
+        for _ in 0..4 {
+            l.failed(v4, t0);
+        }
+        let later = t0 + LOGIN_FAILURE_WINDOW;
+        assert_eq!(l.failed(v4, later), None);
+    }
+
+    #[test]
+    fn the_limiter_remembers_a_bounded_number_of_addresses() {
+        let l = LoginLimiter::default();
+        let t0 = Instant::now();
+        for i in 0..(LOGIN_TRACKED_MAX as u32 + 50) {
+            let ip = std::net::IpAddr::V4(std::net::Ipv4Addr::from(0x0a00_0000 + i));
+            l.failed(ip, t0 + Duration::from_millis(u64::from(i)));
+        }
+        assert!(l.lock_map().len() <= LOGIN_TRACKED_MAX);
     }
 }

@@ -11,6 +11,11 @@
 //! - `provider-error`: -32000
 //! - `stderr`: writes the token's value to stderr, then answers like `ok`; `longstderr`: the same
 //!   with a 100 KiB line
+//! - `env`: writes its environment as a JSON object to `$HOME/env.json` (and the home folder's
+//!   mode as `home_mode`), then answers like `ok` with the object in the target's `env` member
+//! - `invalid:N`: N invalid targets (address `bad address`) and one valid, `10.0.0.1:80`
+//! - `noread`: stops reading stdin for an hour (its requests are never answered; a long request
+//!   line written after it fills the pipe and blocks the writer)
 //!
 //! Only std and serde_json: it writes its own bytes, which the SDK would not let it do wrong.
 
@@ -28,6 +33,9 @@ fn main() {
         let Ok(req) = serde_json::from_str::<Value>(&line) else {
             continue;
         };
+        if req["params"]["service"] == "noread" {
+            std::thread::sleep(Duration::from_secs(3600));
+        }
         let out = out.clone();
         std::thread::spawn(move || answer(req, out));
     }
@@ -54,6 +62,34 @@ fn answer(req: Value, out: Arc<Mutex<std::io::Stdout>>) {
     };
     match service.as_str() {
         "ok" => write(&out, &ok(&service)),
+        "env" => {
+            use std::os::unix::fs::PermissionsExt;
+            let env: serde_json::Map<String, Value> = std::env::vars()
+                .map(|(k, v)| (k, Value::String(v)))
+                .collect();
+            let home = std::env::var("HOME").unwrap_or_default();
+            let mode = std::fs::metadata(&home)
+                .map(|m| m.permissions().mode() & 0o777)
+                .unwrap_or(0);
+            let dump = json!({"env": env, "home_mode": format!("{mode:o}")});
+            let _ = std::fs::write(format!("{home}/env.json"), dump.to_string());
+            write(
+                &out,
+                &json!({"jsonrpc":"2.0","id":id,"result":{
+                    "targets":[{"address":"10.0.0.1","port":80,"env":env,
+                        "home_mode":format!("{mode:o}")}]}})
+                .to_string(),
+            );
+        }
+        s if s.starts_with("invalid:") => {
+            let n: usize = s["invalid:".len()..].parse().unwrap_or(0);
+            let mut targets = vec![json!({"address": "bad address", "port": 80}); n];
+            targets.push(json!({"address": "10.0.0.1", "port": 80}));
+            write(
+                &out,
+                &json!({"jsonrpc":"2.0","id":id,"result":{"targets":targets}}).to_string(),
+            );
+        }
         s if s.starts_with("sleep:") => {
             let ms: u64 = s["sleep:".len()..].parse().unwrap_or(0);
             std::thread::sleep(Duration::from_millis(ms));

@@ -148,7 +148,7 @@ pub(super) fn detail_page(
                             td { (outcome_summary(o)) }
                             td.num { (o.duration_ms) " ms" }
                             td.num { (o.kept.len()) }
-                            td.num { (o.dropped.len()) }
+                            td.num { (crate::resolution::dropped_total(&o.dropped)) }
                             td { (if o.changed { "yes" } else { "no" }) }
                             td { (if o.reloaded { "yes" } else { "no" }) }
                             td {

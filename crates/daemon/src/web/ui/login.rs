@@ -1,7 +1,7 @@
 //! The login page, its form post and logout.
 
 use axum::body::Bytes;
-use axum::extract::State;
+use axum::extract::{ConnectInfo, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::Extension;
@@ -54,8 +54,25 @@ pub(super) async fn login_form(State(st): State<WebState>, headers: HeaderMap) -
     }
 }
 
+/// 429 with `Retry-After` for a client address locked out after wrong passwords.
+fn too_many(token: &str, wait: std::time::Duration) -> Response {
+    let secs = session::retry_after_secs(wait);
+    let mut resp = login_page(
+        StatusCode::TOO_MANY_REQUESTS,
+        token,
+        Some(&format!(
+            "Too many wrong passwords from your address: try again in {secs} s."
+        )),
+    );
+    if let Ok(v) = secs.to_string().parse() {
+        resp.headers_mut().insert(header::RETRY_AFTER, v);
+    }
+    resp
+}
+
 pub(super) async fn login_submit(
     State(st): State<WebState>,
+    ConnectInfo(client): ConnectInfo<std::net::SocketAddr>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
@@ -73,6 +90,10 @@ pub(super) async fn login_submit(
             Some("The login form expired: please try again."),
         );
     }
+    let now = std::time::Instant::now();
+    if let Err(wait) = st.login_limiter.check(client.ip(), now) {
+        return too_many(&fresh, wait);
+    }
     let password = get_field(&f, "password").unwrap_or("").to_string();
     let login = st.login.clone();
     let _permit = st.login_gate.acquire().await;
@@ -80,9 +101,17 @@ pub(super) async fn login_submit(
         .await
         .unwrap_or(false);
     if !ok {
-        tracing::warn!("UI login refused: wrong password");
+        tracing::warn!(client = %client.ip(), "UI login refused: wrong password");
+        if let Some(wait) = st
+            .login_limiter
+            .failed(client.ip(), std::time::Instant::now())
+        {
+            tracing::warn!(client = %client.ip(), lockout_secs = wait.as_secs(), "UI login: too many wrong passwords; address locked out");
+            return too_many(&fresh, wait);
+        }
         return login_page(StatusCode::UNAUTHORIZED, &fresh, Some("Wrong password."));
     }
+    st.login_limiter.succeeded(client.ip());
     let id = match st.sessions.create() {
         Ok(id) => id,
         Err(_) => {
