@@ -80,6 +80,9 @@ run_bench() { # WRAPPER SO LOG
 }
 
 T_ALL=$(date +%s)
+# The chroots are made in parallel (mostly downloads and dpkg), the builds and tests one suite at a time.
+for suite in "${SUITES[@]}"; do nginx_suite_root "$suite" >/dev/null 2>&1 & done
+wait
 for suite in "${SUITES[@]}"; do
   T_SUITE=$(date +%s)
   out="$ROOT_DIR/target/nginx-versions/$suite"

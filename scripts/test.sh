@@ -17,5 +17,9 @@ cargo build --workspace --bins
 echo "== clippy"
 cargo clippy --workspace --all-targets -- -D warnings
 
+echo "== script suites (nginx versions, Debian packages)"
+suites_rc=0; scripts/test-nginx-versions.sh || suites_rc=1
+
 echo "== tests"
 cargo nextest run --workspace --no-fail-fast
+exit "$suites_rc"

@@ -11,7 +11,7 @@
 #
 # Per suite, under target/nginx-versions/SUITE/: nginx-build/ (Debian's configure of the chroot's header
 # tree, run with that tree's conf_flags), cargo/ (the CARGO_TARGET_DIR of the build, so the suites do not
-# rebuild each other's nginx-sys), build.log.
+# rebuild each other's nginx-sys; a suite's first build starts from a copy of another suite's), build.log.
 
 NGINX_SUITE_PACKAGES=(nginx nginx-dev libnginx-mod-http-echo)
 
@@ -60,6 +60,17 @@ nginx_suite_module() {
   out="$PWD/target/nginx-versions/$suite"
   mkdir -p "$out"
   _nginx_suite_configure "$root" "$out/nginx-build" || return 1
+  # First build of this suite: start from another suite's target dir, so only nginx-sys, ngx and the
+  # module compile (the other crates do not depend on nginx's headers).
+  local seed
+  if [ ! -d "$out/cargo/release" ]; then
+    for seed in "$PWD"/target/nginx-versions/*/cargo/release; do
+      [ -d "$seed" ] || continue
+      mkdir -p "$out/cargo"
+      cp -a --reflink=auto "$seed" "$out/cargo/" || rm -rf "$out/cargo"
+      break
+    done
+  fi
   NGINX_SOURCE_DIR="$root/usr/share/nginx/src" NGINX_BUILD_DIR="$out/nginx-build" CARGO_TARGET_DIR="$out/cargo" \
     cargo build --release -p ngx-combined-upstreams >"$out/build.log" 2>&1 || {
     echo "nginx-suites.sh: cargo build against $suite's nginx failed; see $out/build.log" >&2

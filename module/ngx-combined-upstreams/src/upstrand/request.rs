@@ -31,7 +31,8 @@ use super::{Registry, Upstrand};
 use crate::conf::MainConf;
 use crate::ctx_index;
 use crate::ffi_util::{
-    bytes, log_request, pool_copy, pool_new, set_not_found, set_value_raw, NGX_ERROR, NGX_OK,
+    bytes, log_request, pool_copy, pool_new, set_error_page, set_not_found, set_value_raw,
+    NGX_ERROR, NGX_OK,
 };
 
 /// The log line for a second upstrand in one request.
@@ -253,7 +254,7 @@ pub(super) unsafe fn upstrand_value(
             }
             match (*ctx).role {
                 Role::Step(m) => {
-                    (*r).set_error_page(1);
+                    set_error_page(r);
                     set_member(v, w, m);
                 }
                 Role::Intercept => set_not_found(v),
@@ -295,7 +296,7 @@ pub(super) unsafe fn upstrand_value(
         if attach(r, w, Role::Step(first), Mode::Undecided).is_none() {
             return NGX_ERROR;
         }
-        (*r).set_error_page(1);
+        set_error_page(r);
         set_member(v, &*w, first);
         NGX_OK
     }
