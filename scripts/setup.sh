@@ -12,6 +12,9 @@ APT_PACKAGES=(nginx nginx-dev libclang-dev clang wrk libnginx-mod-http-echo valg
 APT_PACKAGES+=(dnsmasq-base etcd-server openssl)
 # Web UI browser tests: Debian's chromium, driven by playwright-core from npm (tests/browser).
 APT_PACKAGES+=(chromium)
+# Debian packages and their checks (scripts/package.sh, scripts/test-packages.sh): debhelper builds them,
+# debootstrap makes the suites' chroots, systemd-analyze verifies the unit.
+APT_PACKAGES+=(debhelper debootstrap systemd)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

@@ -18,7 +18,7 @@ echo "== clippy"
 cargo clippy --workspace --all-targets -- -D warnings
 
 echo "== script suites (nginx versions, Debian packages)"
-suites_rc=0; scripts/test-nginx-versions.sh || suites_rc=1
+suites_rc=0; scripts/test-nginx-versions.sh || suites_rc=1; scripts/test-packages.sh || suites_rc=1
 
 echo "== tests"
 cargo nextest run --workspace --no-fail-fast
