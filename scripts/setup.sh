@@ -65,6 +65,10 @@ if [ "$MODE" = test ]; then
   if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
     APT_PACKAGES+=(nodejs npm)
   fi
+  # Debian packages and their checks (scripts/package.sh, scripts/test-packages.sh): debhelper builds them,
+  # debootstrap makes the suites' chroots (also for scripts/test-nginx-versions.sh), systemd-analyze
+  # verifies the unit.
+  APT_PACKAGES+=(debhelper debootstrap systemd)
 fi
 
 missing=()

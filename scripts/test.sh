@@ -24,7 +24,9 @@ cargo clippy --workspace --all-targets -- -D warnings || failed+=("cargo clippy"
 
 # Script suites: each prints `N passed, N failed` and exits non-zero on a failure; all of them run.
 SCRIPT_SUITES=(
-  scripts/test-fresh-machine.sh # the set-up of both README commands in a fresh Debian chroot
+  scripts/test-fresh-machine.sh  # the set-up of both README commands in a fresh Debian chroot
+  scripts/test-nginx-versions.sh # the module against Debian's nginx of bookworm, trixie and sid
+  scripts/test-packages.sh       # the Debian packages installed, used and purged in fresh chroots
 )
 for suite in "${SCRIPT_SUITES[@]}"; do
   echo "== $suite"

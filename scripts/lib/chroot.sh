@@ -8,6 +8,10 @@
 #   chroot_exec ROOT [--bind SRC[:DST]]... [--ro-bind SRC[:DST]]... [--env NAME=VALUE]... -- CMD...
 #                                    run CMD inside ROOT in a private mount namespace: every mount (/proc, a
 #                                    private /dev, /sys, the binds) vanishes when it exits, also when killed
+#   chroot_exec_into ROOT ... -- CMD...  chroot_exec replacing the calling shell (CMD keeps its PID)
+#   chroot_with_packages SUITE VARIANT PKG...
+#                                    print the path of a cached chroot: the base plus PKG... installed by apt
+#   chroot_apt_update_opts SUITE     print the option `apt-get update` needs in a SUITE chroot (sid: no Valid-Until check)
 #   chroot_apt_archives SUITE        print the machine-wide folder of SUITE's downloaded .debs; bind it onto
 #                                    /var/cache/apt/archives so repeated runs download nothing
 #
@@ -232,6 +236,65 @@ _chroot_exec_inner() {
     PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
     HOME=/root LANG=C.UTF-8 TERM="${TERM:-dumb}" DEBIAN_FRONTEND=noninteractive \
     "${envs[@]}" "$@"
+}
+
+# chroot_exec_into ROOT [options as chroot_exec] -- CMD...
+# chroot_exec, but replaces the calling shell: CMD keeps the caller's PID (unshare and chroot exec
+# in place). For wrapper scripts whose callers signal or wait for the PID they started.
+chroot_exec_into() {
+  local root=${1:?chroot_exec_into ROOT [--bind SRC[:DST]]... [--ro-bind SRC[:DST]]... -- CMD...}
+  shift
+  [ -d "$root" ] || { _chroot_die "chroot_exec_into: $root is not a directory"; return 1; }
+  [ "$(id -u)" -eq 0 ] || { _chroot_die "chroot_exec_into needs root (mount namespaces)"; return 1; }
+  exec unshare -m --propagation private -- bash "${BASH_SOURCE[0]}" __chroot_exec_inner "$root" "$@"
+}
+
+# chroot_apt_update_opts SUITE
+# Prints the option `apt-get update` needs for SUITE: sid's Release file may be past its Valid-Until on
+# a mirror that lags (apt then refuses it), so that check is off for sid only.
+chroot_apt_update_opts() {
+  _chroot_check_suite "$1" || return 1
+  if [ "$1" = sid ]; then echo "-oAcquire::Check-Valid-Until=false"; else echo "-oAPT::Get::List-Cleanup=true"; fi
+}
+
+# chroot_with_packages SUITE VARIANT PKG...
+# Prints the path of a cached chroot: the base of SUITE/VARIANT plus PKG... installed with apt
+# (--no-install-recommends), made once per machine under a flock like the base, at
+# <cache>/<suite>-<variant>-pkgs-<hash of the sorted package list>/root (the list is in .../packages).
+# Made again when the base is newer than it. Treat it as read-only (copy it to change it).
+chroot_with_packages() {
+  local suite=${1:?chroot_with_packages SUITE VARIANT PKG...} variant=${2:?chroot_with_packages SUITE VARIANT PKG...}
+  shift 2
+  [ $# -gt 0 ] || { _chroot_die "chroot_with_packages: no package named"; return 1; }
+  local base cache key dir
+  base=$(chroot_base "$suite" "$variant") || return 1
+  cache=$(chroot_cache_dir)
+  key=$(printf '%s\n' "$@" | sort -u | sha256sum | cut -c1-12)
+  dir="$cache/$suite-$variant-pkgs-$key"
+  (
+    exec 9>"$dir.lock"
+    flock 9
+    if [ -f "$dir/complete" ] && [ -d "$dir/root" ] && ! [ "$dir/complete" -ot "$(dirname "$base")/complete" ]; then
+      exit 0
+    fi
+    if [ -e "$dir" ]; then
+      echo "chroot.sh: removing the unfinished or outdated chroot $dir" >&2
+      _chroot_remove "$dir" || exit 1
+    fi
+    mkdir -p "$dir/root"
+    cp -a --reflink=auto "$base/." "$dir/root/" || { _chroot_die "copying $base to $dir failed"; exit 1; }
+    archives=$(chroot_apt_archives "$suite") || exit 1
+    echo "chroot.sh: installing $* into a $suite chroot at $dir/root (once per machine)" >&2
+    if ! chroot_exec "$dir/root" --bind "$archives:/var/cache/apt/archives" -- sh -c \
+         'apt-get $0 update -qq && apt-get install -y -qq --no-install-recommends "$@"' "$(chroot_apt_update_opts "$suite")" "$@" >"$dir/install.log" 2>&1; then
+      _chroot_die "installing $* into the $suite chroot failed; see $dir/install.log (last lines below)"
+      tail -n 15 "$dir/install.log" >&2
+      exit 1
+    fi
+    printf '%s\n' "$@" >"$dir/packages"
+    date -u +%FT%TZ >"$dir/complete"
+  ) || return 1
+  printf '%s\n' "$dir/root"
 }
 
 # Executed (not sourced) by chroot_exec inside `unshare -m`.

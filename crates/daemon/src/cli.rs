@@ -64,7 +64,12 @@ enum Cmd {
 }
 
 #[derive(Debug, Args)]
+#[command(args_override_self = true)]
 struct ServeArgs {
+    /// TOML file of these options (keys in snake_case); options given here override it.
+    /// Default: /etc/tributary/tributary.toml when it exists (see docs/cli.md).
+    #[arg(long)]
+    config_file: Option<PathBuf>,
     /// API address (loopback by default).
     #[arg(long, default_value = DEFAULT_LISTEN)]
     listen: SocketAddr,
@@ -238,7 +243,14 @@ struct ResolveArgs {
 
 /// Entry point of the binary.
 pub fn main() -> ExitCode {
-    let cli = Cli::parse();
+    use clap::CommandFactory;
+    let cli = match crate::settings::expand_args(std::env::args_os().collect(), &Cli::command()) {
+        Ok(args) => Cli::parse_from(args),
+        Err(e) => {
+            eprintln!("tributary: {e:#}");
+            return ExitCode::FAILURE;
+        }
+    };
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -460,6 +472,9 @@ fn secret_keys(decl: Option<&tributary_protocol::ProviderDecl>) -> Vec<String> {
 
 async fn serve(a: ServeArgs) -> anyhow::Result<()> {
     init_tracing();
+    if let Some(f) = &a.config_file {
+        tracing::info!(config_file = %f.display(), "settings read from the configuration file");
+    }
     // Checked before anything is opened: a bad name changes nothing.
     let allowed_hosts = crate::web::host::AllowedHosts::new(a.listen, &a.allowed_hosts)?;
     let data_dir = env_path(a.data_dir, "TRIBUTARY_DATA_DIR", DEFAULT_DATA_DIR);
@@ -1163,5 +1178,8 @@ mod tests {
     fn cli_definition_is_consistent() {
         use clap::CommandFactory;
         Cli::command().debug_assert();
+        // settings.rs puts the configuration file's options first: a later option must win.
+        let cli = Cli::parse_from(["tributary", "serve", "--history", "5", "--history", "7"]);
+        assert!(matches!(cli.cmd, Cmd::Serve(ServeArgs { history: 7, .. })));
     }
 }

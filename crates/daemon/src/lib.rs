@@ -15,6 +15,7 @@
 //! - [`dry_run`]: `tributary resolve`, one plugin call that touches nothing.
 //! - [`resolution`]: a plugin answer validated and rendered, shared by refreshes, test
 //!   resolutions and the dry run.
+//! - [`settings`]: `serve --config-file`, the TOML file of serve's options.
 //! - [`token`]: API token creation and lookup (file mode 0600).
 //! - [`web`]: the web UI (login, sessions, CSRF), `/metrics`, the OpenAPI document and more
 //!   `/api/v1` endpoints; [`web::router`] merges them with [`api::router`].
@@ -26,6 +27,7 @@ pub mod client;
 pub mod dry_run;
 pub mod engine;
 pub mod resolution;
+pub mod settings;
 pub mod tags;
 pub mod token;
 pub mod view;

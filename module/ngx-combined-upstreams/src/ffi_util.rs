@@ -134,3 +134,34 @@ unsafe extern "C" fn drop_box<T>(data: *mut c_void) {
     // SAFETY: data was produced by Box::into_raw in pool_box and is dropped exactly once here.
     drop(unsafe { Box::from_raw(data.cast::<T>()) });
 }
+
+/// Sets `r->error_page` (the request then ignores the location's `error_page` redirects).
+///
+/// nginx 1.29.3 put `in_port_t port` right before the request's bit fields, so they start two bytes
+/// past a 4-byte boundary. C moves `uri_changes:4` to the next 32-bit unit rather than let it
+/// straddle one; bindgen 0.72 (nginx-sys 0.5) does not, so from `uri_changes` on its setters are
+/// two bits low, and `set_error_page` would set `reading_body` (nginx then closes the keep-alive
+/// connection after the answer). From 1.29.3 on the bit is set where C has it: two above the one
+/// bindgen's own setter uses. Checked against nginx 1.30 by `scripts/test-nginx-versions.sh`.
+pub fn set_error_page(r: &mut ngx::ffi::ngx_http_request_t) {
+    #[cfg(not(nginx1_29_3))]
+    r.set_error_page(1);
+    // The bit index lies inside `_bitfield_1` (error_page is followed by more than two bits of
+    // the same unit).
+    #[cfg(nginx1_29_3)]
+    r._bitfield_1.set_bit(error_page_bit() + 2, true);
+}
+
+/// The bit bindgen's `set_error_page` writes in `_bitfield_1` (found once on a zeroed request).
+#[cfg(nginx1_29_3)]
+fn error_page_bit() -> usize {
+    static BIT: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *BIT.get_or_init(|| {
+        // SAFETY: ngx_http_request_t is plain C data; all-zero bytes are a valid value of it.
+        let mut probe: ngx::ffi::ngx_http_request_t = unsafe { core::mem::zeroed() };
+        probe.set_error_page(1);
+        (0..8 * core::mem::size_of_val(&probe._bitfield_1))
+            .find(|i| probe._bitfield_1.get_bit(*i))
+            .unwrap_or(0)
+    })
+}

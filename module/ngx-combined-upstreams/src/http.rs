@@ -132,7 +132,8 @@ impl Req {
 
     /// Keeps `error_page` from applying to the request.
     pub fn set_error_page(self) {
-        self.get_mut(|r| r.set_error_page(1));
+        // nginx >= 1.29.3 lays the request's bit fields out differently: see ffi_util.
+        self.get_mut(crate::ffi_util::set_error_page);
     }
 
     /// The status of the header being sent.

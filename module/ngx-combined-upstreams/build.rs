@@ -1,0 +1,28 @@
+//! Version cfgs of the module: `nginxX_Y_Z` is set when the nginx the module builds against (as
+//! `nginx-sys` found it: `DEP_NGINX_VERSION_NUMBER`) is X.Y.Z or newer. Code that depends on the nginx
+//! version is conditional on these, e.g. `#[cfg(nginx1_29_3)]` in `src/ffi_util.rs`.
+
+/// (first nginx version, cfg name), as `nginx_version` numbers.
+const VERSION_CHECKS: &[(u64, &str)] = &[
+    // `in_port_t port` before the request's bit fields (bindgen misplaces them, see set_error_page)
+    (1_029_003, "nginx1_29_3"),
+];
+
+fn main() {
+    for (_, name) in VERSION_CHECKS {
+        println!("cargo::rustc-check-cfg=cfg({name})");
+    }
+    println!("cargo::rerun-if-env-changed=DEP_NGINX_VERSION_NUMBER");
+    let Ok(version) = std::env::var("DEP_NGINX_VERSION_NUMBER") else {
+        panic!("nginx-sys did not report the nginx version (DEP_NGINX_VERSION_NUMBER)");
+    };
+    let version: u64 = version
+        .trim()
+        .parse()
+        .unwrap_or_else(|e| panic!("DEP_NGINX_VERSION_NUMBER={version:?}: {e}"));
+    for (first, name) in VERSION_CHECKS {
+        if version >= *first {
+            println!("cargo::rustc-cfg={name}");
+        }
+    }
+}
