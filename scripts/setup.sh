@@ -10,6 +10,8 @@ APT_PACKAGES=(nginx nginx-dev libclang-dev clang wrk libnginx-mod-http-echo valg
 # Discovery plugin tests: dnsmasq (the binary only, no system service) for `dns`, etcd for `etcd`,
 # openssl for the etcd TLS test's certificates.
 APT_PACKAGES+=(dnsmasq-base etcd-server openssl)
+# Apply tests: chattr (e2fsprogs) makes a tmpfs folder immutable to make a restore fail.
+APT_PACKAGES+=(e2fsprogs)
 # Web UI browser tests: Debian's chromium, driven by playwright-core from npm (tests/browser).
 APT_PACKAGES+=(chromium)
 

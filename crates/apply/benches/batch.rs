@@ -68,6 +68,7 @@ fn main() {
         Box::new(counting.clone()),
         ApplyOptions {
             min_reload_gap: Duration::ZERO,
+            ..ApplyOptions::default()
         },
     )
     .unwrap();

@@ -4,11 +4,14 @@
 //! never sees them):
 //! - `.tributary.lock` — `flock`ed for the Applier's lifetime; holds the owner's pid for messages.
 //! - `.<name>.conf.prev` / `.<name>.conf.none` — the journal of a change in flight: the previous
-//!   bytes, or "there was no file". Written (atomically, fsynced) *before* `<name>.conf` changes and
-//!   removed once the change is tested and reloaded, or undone. A journal found at open means a crash
-//!   between write and the end of the transaction: [`Applier::open`] tests nginx and restores every
-//!   journaled file when the test fails.
-//! - `.<name>.conf.tmp-<pid>-<n>` — temp files of atomic writes; left-overs are removed at open.
+//!   bytes (with the file's permissions), or "there was no file". Written (atomically, fsynced)
+//!   *before* `<name>.conf` changes. Undoing a change renames `.prev` back over the file (no new
+//!   write, so it works on a full disk) or removes the new file; `.none` is removed only once that is
+//!   durable (folder fsynced). A journal found at open means a crash between write and the end of
+//!   the transaction: [`Applier::open`] tests nginx and restores every journaled file when the test
+//!   fails.
+//! - `.<name>.conf.tmp-<pid>-<n>` — temp files of atomic writes, recognised by that whole suffix;
+//!   left-overs are removed at open.
 
 use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
@@ -20,8 +23,9 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use tributary_core::UpstreamName;
 
-use crate::fsutil::{read_optional, remove_if_exists, sync_dir, write_many, TMP_MARKER};
-use crate::nginx::{CommandError, Nginx};
+use crate::fsutil::{is_temp_name, read_optional, remove_if_exists, sync_dir, write_many, Item};
+use crate::live::ReloadConfirm;
+use crate::nginx::Nginx;
 
 /// Name of the lock file inside `upstreams/`.
 pub const LOCK_FILE: &str = ".tributary.lock";
@@ -33,12 +37,16 @@ const JOURNAL_NONE: &str = ".conf.none";
 pub struct ApplyOptions {
     /// Least time between two reloads; a reload due sooner waits (default 2 s).
     pub min_reload_gap: Duration,
+    /// How a reload is confirmed live (new workers, see [`crate::live`]). `None`: a reload command
+    /// that exits 0 counts as live (the behaviour of `nginx -s reload` alone).
+    pub confirm: Option<ReloadConfirm>,
 }
 
 impl Default for ApplyOptions {
     fn default() -> Self {
         ApplyOptions {
             min_reload_gap: Duration::from_secs(2),
+            confirm: None,
         }
     }
 }
@@ -54,19 +62,24 @@ pub struct Change {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "outcome", rename_all = "snake_case")]
 pub enum ChangeOutcome {
-    /// The file already had these bytes: nothing written, tested or reloaded.
+    /// The file already had these bytes and nginx has confirmed them live: nothing written,
+    /// tested or reloaded.
     Unchanged,
-    /// Written and `nginx -t` passed; `reloaded` tells whether nginx was reloaded.
+    /// Written, `nginx -t` passed and the reload is confirmed live (or, without
+    /// [`ApplyOptions::confirm`], the reload command exited 0).
     Applied { reloaded: bool },
     /// `nginx -t` failed with this file: the previous bytes are back (or the file is gone if there
     /// was none). `nginx_error` is nginx's own output.
     TestFailed { nginx_error: String },
-    /// The test passed but the reload command failed: the previous bytes are back and nginx was
-    /// tested again; `error` says both.
+    /// The test passed but the reload failed or was rejected by the master (`error` carries
+    /// nginx's `[emerg]` text): the previous bytes are back and nginx was tested again; `error`
+    /// says both.
     ReloadFailed { error: String },
     /// The file could not be written (disk full, permissions); nothing changed.
-    /// (An addition to the contract: IO errors had no outcome to go to.)
     WriteFailed { error: String },
+    /// The change failed (`cause`) and the previous file could not be put back (`error`): the
+    /// journal is kept, the restore is retried before the next change and at the next start.
+    RestoreFailed { cause: String, error: String },
 }
 
 impl ChangeOutcome {
@@ -83,7 +96,7 @@ impl ChangeOutcome {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "outcome", rename_all = "snake_case")]
 pub enum RemoveOutcome {
-    /// The file is gone, nginx passed the test without it and was reloaded.
+    /// The file is gone, nginx passed the test without it and the reload is confirmed.
     Removed,
     /// There was no file.
     NotFound,
@@ -91,6 +104,9 @@ pub enum RemoveOutcome {
     Refused { nginx_error: String },
     /// Removed and tested, but the reload failed: the file is back.
     ReloadFailed { error: String },
+    /// The removal failed (`cause`) and the file could not be put back (`error`); the journal is
+    /// kept for the next attempt and the next start.
+    RestoreFailed { cause: String, error: String },
 }
 
 impl RemoveOutcome {
@@ -124,23 +140,31 @@ fn io_err(path: &Path) -> impl FnOnce(io::Error) -> ApplyError + '_ {
 pub struct RecoveryReport {
     /// Upstreams whose change was in flight (written, not yet confirmed).
     pub pending: Vec<UpstreamName>,
-    /// `nginx -t` failed with them on disk; they were restored to their previous bytes / removed.
+    /// They were restored to their previous bytes / removed (after a failed `nginx -t`, or a
+    /// reload that was not confirmed), durably.
     pub restored: bool,
     /// nginx's output of the failed test that caused the restore.
     pub test_error: Option<String>,
     /// nginx's output if it still fails after the restore (not caused by us).
     pub still_failing: Option<String>,
     /// The test passed and nginx was reloaded to serve the interrupted changes
-    /// (`Some(Err(..))`: the reload failed; `None`: no reload was needed or tried).
+    /// (`Some(Err(..))`: the reload failed or was not confirmed, and the files were restored;
+    /// `None`: no reload was needed or tried).
     pub reload: Option<Result<(), String>>,
+    /// The restore failed for these files (journals kept; retried before the next change).
+    pub restore_error: Option<String>,
 }
 
 /// One change in flight.
+#[derive(Debug, Clone)]
 struct Pending {
     name: UpstreamName,
     previous: Option<Vec<u8>>,
     new: Option<Vec<u8>>,
 }
+
+/// Restores that failed: upstream name → why.
+type Unrestored = Vec<(UpstreamName, String)>;
 
 /// The serialised apply transaction over one `upstreams/` folder. Holds the lock file while alive.
 pub struct Applier {
@@ -150,6 +174,12 @@ pub struct Applier {
     _lock: File,
     last_reload: Option<Instant>,
     recovery: RecoveryReport,
+    /// The bytes nginx has confirmed live per upstream (`None`: confirmed without a file). An
+    /// upstream missing here is unknown: its next change is applied even if the bytes on disk
+    /// are equal.
+    live: HashMap<UpstreamName, Option<Vec<u8>>>,
+    /// Changes whose restore failed; their journals are on disk. Retried before each operation.
+    unrestored: Vec<Pending>,
 }
 
 impl std::fmt::Debug for Applier {
@@ -165,6 +195,7 @@ impl std::fmt::Debug for Applier {
 impl Applier {
     /// Creates `conf_dir/upstreams/` if needed, takes its lock file (a second Applier on the same
     /// folder fails with [`ApplyError::Locked`]) and recovers changes a crash left in flight.
+    /// The files on disk after recovery are taken as live.
     pub fn open(
         conf_dir: &Path,
         nginx: Box<dyn Nginx>,
@@ -206,8 +237,14 @@ impl Applier {
             _lock: lock,
             last_reload: None,
             recovery: RecoveryReport::default(),
+            live: HashMap::new(),
+            unrestored: Vec::new(),
         };
         applier.recover()?;
+        applier.live = applier.files_on_disk()?;
+        for p in &applier.unrestored {
+            applier.live.remove(&p.name);
+        }
         Ok(applier)
     }
 
@@ -231,10 +268,17 @@ impl Applier {
         read_optional(&self.path_of(name)).ok().flatten()
     }
 
-    /// Applies a batch: unchanged files are left alone; the changed ones are written atomically,
-    /// tested together with one `nginx -t` and, if it passes, made live with one reload. When the
-    /// test fails, the culprits are found by testing halves of the batch (bisection), restored and
-    /// reported with nginx's message; the others are applied with one reload.
+    /// Whether nginx has confirmed `bytes` live for `name` (the last confirmed reload with this
+    /// upstream in it, or the file found at open).
+    pub fn is_live(&self, name: &UpstreamName, bytes: &[u8]) -> bool {
+        matches!(self.live.get(name), Some(Some(b)) if b == bytes)
+    }
+
+    /// Applies a batch: files whose bytes are on disk and confirmed live are left alone; the
+    /// others are written atomically, tested together with one `nginx -t` and, if it passes,
+    /// made live with one confirmed reload. When the test fails, the culprits are found by testing
+    /// halves of the batch (bisection), restored and reported with nginx's message; the others are
+    /// applied with one reload.
     ///
     /// Returns one outcome per distinct name, in the order names first appear; when a name
     /// appears twice, its last change is used.
@@ -247,9 +291,20 @@ impl Applier {
             }
         }
         let mut outcomes: HashMap<UpstreamName, ChangeOutcome> = HashMap::new();
+        let stuck = self.retry_restores();
         let mut pending = Vec::new();
         for name in &order {
             let change = latest[name];
+            if let Some(error) = stuck.iter().find(|(n, _)| n == name).map(|(_, e)| e) {
+                outcomes.insert(
+                    name.clone(),
+                    ChangeOutcome::RestoreFailed {
+                        cause: "an earlier failed change of this file is not undone yet".into(),
+                        error: error.clone(),
+                    },
+                );
+                continue;
+            }
             match read_optional(&self.path_of(name)) {
                 Err(e) => {
                     outcomes.insert(
@@ -259,7 +314,7 @@ impl Applier {
                         },
                     );
                 }
-                Ok(Some(current)) if current == change.bytes => {
+                Ok(Some(current)) if current == change.bytes && self.is_live(name, &current) => {
                     outcomes.insert(name.clone(), ChangeOutcome::Unchanged);
                 }
                 Ok(previous) => pending.push(Pending {
@@ -278,14 +333,18 @@ impl Applier {
                         outcomes.insert(p.name.clone(), ChangeOutcome::Applied { reloaded: true });
                     }
                 }
-                Err(error) => {
+                Err((error, unrestored)) => {
                     for p in &accepted {
-                        outcomes.insert(
-                            p.name.clone(),
-                            ChangeOutcome::ReloadFailed {
+                        let o = match unrestored.iter().find(|(n, _)| n == &p.name) {
+                            Some((_, e)) => ChangeOutcome::RestoreFailed {
+                                cause: error.clone(),
+                                error: e.clone(),
+                            },
+                            None => ChangeOutcome::ReloadFailed {
                                 error: error.clone(),
                             },
-                        );
+                        };
+                        outcomes.insert(p.name.clone(), o);
                     }
                 }
             }
@@ -303,8 +362,15 @@ impl Applier {
 
     /// Removes `name`'s file, but only if nginx still passes the test without it; then reloads.
     pub fn remove(&mut self, name: &UpstreamName) -> Result<RemoveOutcome, ApplyError> {
+        if let Some((_, error)) = self.retry_restores().into_iter().find(|(n, _)| n == name) {
+            return Ok(RemoveOutcome::RestoreFailed {
+                cause: "an earlier failed change of this file is not undone yet".into(),
+                error,
+            });
+        }
         let path = self.path_of(name);
         let Some(previous) = read_optional(&path).map_err(io_err(&path))? else {
+            self.live.insert(name.clone(), None);
             return Ok(RemoveOutcome::NotFound);
         };
         let pending = vec![Pending {
@@ -312,9 +378,25 @@ impl Applier {
             previous: Some(previous),
             new: None,
         }];
-        let staged = self.stage(pending).map_err(|(_, e)| io_err(&path)(e))?;
+        let staged = match self.stage(pending) {
+            Ok(staged) => staged,
+            Err((_, e, unrestored)) => {
+                return match unrestored.into_iter().next() {
+                    Some((_, error)) => Ok(RemoveOutcome::RestoreFailed {
+                        cause: format!("removing {}: {e}", path.display()),
+                        error,
+                    }),
+                    None => Err(io_err(&path)(e)),
+                }
+            }
+        };
         if let Err(e) = self.nginx.test() {
-            self.unstage(&staged);
+            if let Err(unrestored) = self.unstage(&staged) {
+                return Ok(RemoveOutcome::RestoreFailed {
+                    cause: e.output().to_string(),
+                    error: join_errors(&unrestored),
+                });
+            }
             // Is the file really the reason? If nginx fails with it too, the fault is elsewhere.
             let nginx_error = match self.nginx.test() {
                 Ok(()) => format!("{}\n({})", e.output(), RemoveOutcome::REFUSED_HINT),
@@ -327,7 +409,13 @@ impl Applier {
         }
         match self.reload_or_undo(&staged) {
             Ok(()) => Ok(RemoveOutcome::Removed),
-            Err(error) => Ok(RemoveOutcome::ReloadFailed { error }),
+            Err((error, unrestored)) => Ok(match unrestored.into_iter().next() {
+                Some((_, e)) => RemoveOutcome::RestoreFailed {
+                    cause: error,
+                    error: e,
+                },
+                None => RemoveOutcome::ReloadFailed { error },
+            }),
         }
     }
 
@@ -353,7 +441,33 @@ impl Applier {
             Ok(()) => return staged,
             Err(e) => e,
         };
-        self.unstage(&staged);
+        let staged = match self.unstage(&staged) {
+            Ok(()) => staged,
+            Err(unrestored) => {
+                // A file that could not be put back leaves the bisection: its bytes failed the test.
+                let (stuck, rest): (Vec<Pending>, Vec<Pending>) = staged
+                    .into_iter()
+                    .partition(|p| unrestored.iter().any(|(n, _)| n == &p.name));
+                for p in stuck {
+                    let error = unrestored
+                        .iter()
+                        .find(|(n, _)| n == &p.name)
+                        .map(|(_, e)| e.clone())
+                        .unwrap_or_default();
+                    outcomes.insert(
+                        p.name,
+                        ChangeOutcome::RestoreFailed {
+                            cause: err.output().to_string(),
+                            error,
+                        },
+                    );
+                }
+                rest
+            }
+        };
+        if staged.is_empty() {
+            return staged;
+        }
         if staged.len() == 1 {
             for p in staged {
                 outcomes.insert(p.name, failed(err.output().to_string()));
@@ -383,7 +497,7 @@ impl Applier {
         accepted
     }
 
-    /// Like [`Self::stage`], recording write failures as outcomes.
+    /// Like [`Self::stage`], recording write (and restore) failures as outcomes.
     fn stage_recording(
         &mut self,
         pending: Vec<Pending>,
@@ -393,8 +507,8 @@ impl Applier {
         loop {
             match self.stage(remaining) {
                 Ok(staged) => return staged,
-                Err((rest, e)) => {
-                    // `stage` undid everything; drop the failing one and retry the rest.
+                Err((rest, e, unrestored)) => {
+                    // `stage` undid everything it could; the failing one is first.
                     let mut rest = rest;
                     let bad = rest.remove(0);
                     outcomes.insert(
@@ -403,6 +517,16 @@ impl Applier {
                             error: e.to_string(),
                         },
                     );
+                    for (name, error) in &unrestored {
+                        outcomes.insert(
+                            name.clone(),
+                            ChangeOutcome::RestoreFailed {
+                                cause: format!("writing the batch failed: {e}"),
+                                error: error.clone(),
+                            },
+                        );
+                    }
+                    rest.retain(|p| !unrestored.iter().any(|(n, _)| n == &p.name));
                     remaining = rest;
                 }
             }
@@ -410,17 +534,29 @@ impl Applier {
     }
 
     /// Writes journals then new contents. On an IO error everything in `pending` is put back as
-    /// it was and the list is returned with the failing change first.
-    fn stage(&mut self, pending: Vec<Pending>) -> Result<Vec<Pending>, (Vec<Pending>, io::Error)> {
+    /// it was and the list is returned with the failing change first, plus the restores that
+    /// failed.
+    #[allow(clippy::type_complexity)]
+    fn stage(
+        &mut self,
+        pending: Vec<Pending>,
+    ) -> Result<Vec<Pending>, (Vec<Pending>, io::Error, Unrestored)> {
         let dir = self.upstreams.clone();
         let result = (|| -> Result<(), (usize, io::Error)> {
             // 1. journals: the previous bytes, or an empty ".none" marker. Durable before step 2.
-            let mut journals: Vec<(String, &[u8])> = Vec::with_capacity(pending.len());
+            let mut journals: Vec<Item<'_>> = Vec::with_capacity(pending.len());
             for (i, p) in pending.iter().enumerate() {
                 let (prev, none) = self.journal_paths(&p.name);
                 let (stale, entry) = match &p.previous {
-                    Some(bytes) => (none, (file_name(&prev), bytes.as_slice())),
-                    None => (prev, (file_name(&none), &b""[..])),
+                    Some(bytes) => (
+                        none,
+                        Item {
+                            name: file_name(&prev),
+                            bytes: bytes.as_slice(),
+                            mode_of: p.name.file_name(),
+                        },
+                    ),
+                    None => (prev, Item::new(file_name(&none), &b""[..])),
                 };
                 remove_if_exists(&stale).map_err(|e| (i, e))?;
                 journals.push(entry);
@@ -428,12 +564,12 @@ impl Applier {
             write_many(&dir, &journals)?;
             sync_dir(&dir).map_err(|e| (0, e))?;
             // 2. the new contents (or the removal).
-            let mut writes: Vec<(String, &[u8])> = Vec::new();
+            let mut writes: Vec<Item<'_>> = Vec::new();
             let mut write_index: Vec<usize> = Vec::new();
             for (i, p) in pending.iter().enumerate() {
                 match &p.new {
                     Some(bytes) => {
-                        writes.push((p.name.file_name(), bytes.as_slice()));
+                        writes.push(Item::new(p.name.file_name(), bytes.as_slice()));
                         write_index.push(i);
                     }
                     None => remove_if_exists(&self.path_of(&p.name)).map_err(|e| (i, e))?,
@@ -445,39 +581,92 @@ impl Applier {
         match result {
             Ok(()) => Ok(pending),
             Err((failing, e)) => {
-                self.unstage(&pending);
+                let unrestored = self.unstage(&pending).err().unwrap_or_default();
                 let mut pending = pending;
                 let bad = pending.remove(failing);
                 pending.insert(0, bad);
-                Err((pending, e))
+                Err((pending, e, unrestored))
             }
         }
     }
 
-    /// Puts the previous contents back and removes the journals (best effort; a journal that
-    /// cannot be removed is handled by recovery at the next open).
-    fn unstage(&self, staged: &[Pending]) {
-        let mut restores: Vec<(String, &[u8])> = Vec::new();
+    /// Puts the previous contents back: renames each `.prev` journal over its file (nothing new
+    /// is written, so this works on a full disk) or removes a file that was new, fsyncs the
+    /// folder, and only then removes the `.none` journals. A change whose journal is missing
+    /// counts as restored only if the file holds the previous bytes. Failures keep their journals,
+    /// are remembered for [`Self::retry_restores`] and are returned.
+    fn unstage(&mut self, staged: &[Pending]) -> Result<(), Unrestored> {
+        let mut failed: Unrestored = Vec::new();
         for p in staged {
-            match &p.previous {
-                Some(bytes) => restores.push((p.name.file_name(), bytes.as_slice())),
-                None => {
-                    let _ = remove_if_exists(&self.path_of(&p.name));
-                }
+            let path = self.path_of(&p.name);
+            let (prev, _) = self.journal_paths(&p.name);
+            let result = match &p.previous {
+                Some(bytes) => match fs::rename(&prev, &path) {
+                    Ok(()) => Ok(()),
+                    // No journal: the file was never replaced (journals are written first) or
+                    // was put back already. Trust that only if the file says so.
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => match read_optional(&path) {
+                        Ok(Some(b)) if b == *bytes => Ok(()),
+                        _ => Err(format!(
+                            "the journal {} is missing and {} does not hold the previous bytes",
+                            prev.display(),
+                            path.display()
+                        )),
+                    },
+                    Err(e) => Err(format!(
+                        "renaming {} back to {}: {e}",
+                        prev.display(),
+                        path.display()
+                    )),
+                },
+                None => remove_if_exists(&path)
+                    .map_err(|e| format!("removing the new file {}: {e}", path.display())),
+            };
+            if let Err(e) = result {
+                failed.push((p.name.clone(), e));
             }
         }
-        if let Err((k, _)) = write_many(&self.upstreams, &restores) {
-            // Retry the rest one by one so one failure does not leave the others changed.
-            for item in &restores[k..] {
-                let _ = write_many(&self.upstreams, std::slice::from_ref(item));
+        if let Err(e) = sync_dir(&self.upstreams) {
+            // Nothing above is known to be durable: keep every journal.
+            let why = format!("fsync of {}: {e}", self.upstreams.display());
+            failed = staged
+                .iter()
+                .map(|p| (p.name.clone(), why.clone()))
+                .collect();
+        }
+        let restored: Vec<&Pending> = staged
+            .iter()
+            .filter(|p| !failed.iter().any(|(n, _)| n == &p.name))
+            .collect();
+        self.drop_journals(restored.iter().copied());
+        self.unrestored
+            .retain(|u| !staged.iter().any(|p| p.name == u.name));
+        for p in staged {
+            if failed.iter().any(|(n, _)| n == &p.name) {
+                self.unrestored.push(p.clone());
+                self.live.remove(&p.name);
             }
         }
-        let _ = sync_dir(&self.upstreams);
-        self.drop_journals(staged);
+        if failed.is_empty() {
+            Ok(())
+        } else {
+            Err(failed)
+        }
     }
 
-    fn drop_journals(&self, staged: &[Pending]) {
-        for p in staged {
+    /// Tries again to put back the files of earlier failed restores; returns those still failing.
+    fn retry_restores(&mut self) -> Unrestored {
+        if self.unrestored.is_empty() {
+            return Vec::new();
+        }
+        let list = std::mem::take(&mut self.unrestored);
+        self.unstage(&list).err().unwrap_or_default()
+    }
+
+    /// Removes the journals of finished changes (best effort: a journal left behind is handled by
+    /// recovery at the next open).
+    fn drop_journals<'a>(&self, done: impl IntoIterator<Item = &'a Pending>) {
+        for p in done {
             let (prev, none) = self.journal_paths(&p.name);
             let _ = remove_if_exists(&prev);
             let _ = remove_if_exists(&none);
@@ -492,32 +681,57 @@ impl Applier {
         )
     }
 
-    /// Waits for the reload gap, reloads; on success drops the journals. On failure restores the
-    /// staged changes, tests again, and returns the text to record.
-    fn reload_or_undo(&mut self, staged: &[Pending]) -> Result<(), String> {
+    /// Waits for the reload gap, reloads and waits for the reload to be confirmed live.
+    fn reload_confirmed(&mut self) -> Result<(), String> {
         if let Some(last) = self.last_reload {
             let since = last.elapsed();
             if since < self.opts.min_reload_gap {
                 thread::sleep(self.opts.min_reload_gap - since);
             }
         }
+        let confirm = self.opts.confirm.clone();
+        let before = match &confirm {
+            Some(c) => Some(c.before().map_err(|e| e.to_string())?),
+            None => None,
+        };
         let result = self.nginx.reload();
         self.last_reload = Some(Instant::now());
-        match result {
+        result.map_err(|e| e.to_string())?;
+        if let (Some(c), Some(b)) = (&confirm, &before) {
+            c.wait(b).map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }
+
+    /// Reloads (confirmed); on success drops the journals and notes the new bytes as live. On
+    /// failure restores the staged changes, tests again, and returns the text to record plus the
+    /// restores that failed.
+    fn reload_or_undo(&mut self, staged: &[Pending]) -> Result<(), (String, Unrestored)> {
+        match self.reload_confirmed() {
             Ok(()) => {
                 self.drop_journals(staged);
+                for p in staged {
+                    self.live.insert(p.name.clone(), p.new.clone());
+                }
                 Ok(())
             }
             Err(e) => {
-                self.unstage(staged);
-                let retest = match self.nginx.test() {
-                    Ok(()) => "previous files restored; nginx -t passes".to_string(),
-                    Err(t) => format!(
+                // What nginx serves now is not known for sure (a reload may still land late).
+                for p in staged {
+                    self.live.remove(&p.name);
+                }
+                let restore = self.unstage(staged);
+                let retest = match (&restore, self.nginx.test()) {
+                    (Ok(()), Ok(())) => "previous files restored; nginx -t passes".to_string(),
+                    (Ok(()), Err(t)) => format!(
                         "previous files restored; nginx -t still fails:\n{}",
                         t.output()
                     ),
+                    (Err(u), _) => {
+                        format!("restoring the previous files failed: {}", join_errors(u))
+                    }
                 };
-                Err(format!("{e}\n{retest}"))
+                Err((format!("{e}\n{retest}"), restore.err().unwrap_or_default()))
             }
         }
     }
@@ -533,21 +747,17 @@ impl Applier {
             if !fname.starts_with('.') || fname == LOCK_FILE {
                 continue;
             }
-            if fname.contains(TMP_MARKER) {
+            if is_temp_name(&fname) {
                 remove_if_exists(&entry.path()).map_err(io_err(&entry.path()))?;
                 continue;
             }
-            let stem = &fname[1..];
-            let (name, previous) = if let Some(n) = stem.strip_suffix(JOURNAL_PREV) {
-                let bytes = fs::read(entry.path()).map_err(io_err(&entry.path()))?;
-                (n, Some(bytes))
-            } else if let Some(n) = stem.strip_suffix(JOURNAL_NONE) {
-                (n, None)
-            } else {
+            let Some((name, is_prev)) = journal_name(&fname) else {
                 continue;
             };
-            let Ok(name) = UpstreamName::parse(name) else {
-                continue;
+            let previous = if is_prev {
+                Some(fs::read(entry.path()).map_err(io_err(&entry.path()))?)
+            } else {
+                None
             };
             // `.prev` wins over `.none` if both exist (a crash while switching kinds).
             if let Some(existing) = pending.iter_mut().find(|p| p.name == name) {
@@ -570,34 +780,108 @@ impl Applier {
             pending: pending.iter().map(|p| p.name.clone()).collect(),
             ..RecoveryReport::default()
         };
-        match self.nginx.test() {
+        let restore = match self.nginx.test() {
             Ok(()) => {
                 // What is on disk is valid: make it live.
-                report.reload = Some(self.reload_plain().map_err(|e| e.to_string()));
-                self.drop_journals(&pending);
+                match self.reload_confirmed() {
+                    Ok(()) => {
+                        report.reload = Some(Ok(()));
+                        self.drop_journals(&pending);
+                        false
+                    }
+                    Err(e) => {
+                        report.reload = Some(Err(e));
+                        true
+                    }
+                }
             }
             Err(e) => {
-                report.restored = true;
                 report.test_error = Some(e.output().to_string());
-                self.unstage(&pending);
-                if let Err(e2) = self.nginx.test() {
-                    report.still_failing = Some(e2.output().to_string());
-                }
+                true
+            }
+        };
+        if restore {
+            match self.unstage(&pending) {
+                Ok(()) => report.restored = true,
+                Err(u) => report.restore_error = Some(join_errors(&u)),
+            }
+            if let Err(e2) = self.nginx.test() {
+                report.still_failing = Some(e2.output().to_string());
             }
         }
         self.recovery = report;
         Ok(())
     }
 
-    fn reload_plain(&mut self) -> Result<(), CommandError> {
-        let r = self.nginx.reload();
-        self.last_reload = Some(Instant::now());
-        r
+    /// Every `<name>.conf` in the folder with its bytes.
+    fn files_on_disk(&self) -> Result<HashMap<UpstreamName, Option<Vec<u8>>>, ApplyError> {
+        let dir = &self.upstreams;
+        let mut out = HashMap::new();
+        for entry in fs::read_dir(dir).map_err(io_err(dir))? {
+            let entry = entry.map_err(io_err(dir))?;
+            let fname = entry.file_name().to_string_lossy().into_owned();
+            let Some(name) = fname
+                .strip_suffix(".conf")
+                .and_then(|n| UpstreamName::parse(n).ok())
+            else {
+                continue;
+            };
+            if let Ok(bytes) = fs::read(entry.path()) {
+                out.insert(name, Some(bytes));
+            }
+        }
+        Ok(out)
     }
+}
+
+/// The upstream name of a journal file and whether it is a `.prev` (else `.none`) journal. Any
+/// valid upstream name is recognised, also one containing `.tmp-` or `.conf`.
+fn journal_name(file_name: &str) -> Option<(UpstreamName, bool)> {
+    let stem = file_name.strip_prefix('.')?;
+    let (name, is_prev) = if let Some(n) = stem.strip_suffix(JOURNAL_PREV) {
+        (n, true)
+    } else {
+        (stem.strip_suffix(JOURNAL_NONE)?, false)
+    };
+    UpstreamName::parse(name).ok().map(|n| (n, is_prev))
+}
+
+fn join_errors(list: &[(UpstreamName, String)]) -> String {
+    list.iter()
+        .map(|(n, e)| format!("{n}: {e}"))
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 fn file_name(p: &Path) -> String {
     p.file_name()
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn journals_are_recognised_for_every_valid_name() {
+        for n in [
+            "svc",
+            "svc.tmp-1",
+            "svc.tmp-1-2",
+            "a.conf",
+            "x.conf.prev",
+            "a_b-c.d",
+        ] {
+            let name = UpstreamName::parse(n).unwrap();
+            let prev = format!(".{n}{JOURNAL_PREV}");
+            let none = format!(".{n}{JOURNAL_NONE}");
+            assert_eq!(journal_name(&prev), Some((name.clone(), true)), "{prev}");
+            assert_eq!(journal_name(&none), Some((name, false)), "{none}");
+            assert!(!is_temp_name(&prev) && !is_temp_name(&none), "{n}");
+        }
+        assert_eq!(journal_name(".tributary.lock"), None);
+        assert_eq!(journal_name("svc.conf"), None);
+        assert_eq!(journal_name("..conf.prev"), None);
+    }
 }

@@ -11,7 +11,9 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Marker inside temp file names; files with it are left-overs of a crash and are removed at open.
+/// Marker of temp file names: `.<file name>.tmp-<pid>-<n>`. Temp files are recognised by this
+/// whole suffix ([`is_temp_name`]), never by the marker alone: an upstream name may contain
+/// `.tmp-` (`svc.tmp-1`), and its journal must not be taken for a temp file.
 pub(crate) const TMP_MARKER: &str = ".tmp-";
 
 /// Up to this many files, each temp file is fsynced on its own; above, one `syncfs` covers all.
@@ -19,10 +21,51 @@ pub(crate) const BULK_THRESHOLD: usize = 8;
 
 static COUNTER: AtomicU64 = AtomicU64::new(0);
 
+/// Whether `file_name` is a temp file of [`write_many`]: a leading `.`, then anything, then
+/// `.tmp-<digits>-<digits>` at the very end.
+pub(crate) fn is_temp_name(file_name: &str) -> bool {
+    let Some(body) = file_name.strip_prefix('.') else {
+        return false;
+    };
+    let Some((head, tail)) = body.rsplit_once(TMP_MARKER) else {
+        return false;
+    };
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    !head.is_empty()
+        && tail
+            .split_once('-')
+            .is_some_and(|(a, b)| digits(a) && digits(b))
+}
+
+/// One file for [`write_many`]: its name in the folder, its bytes, and the file whose permissions
+/// it takes (itself when it exists; a journal takes those of the upstream file it saves, so that
+/// renaming it back restores the permissions too).
+pub(crate) struct Item<'a> {
+    pub name: String,
+    pub bytes: &'a [u8],
+    pub mode_of: String,
+}
+
+impl<'a> Item<'a> {
+    pub fn new(name: String, bytes: &'a [u8]) -> Item<'a> {
+        Item {
+            mode_of: name.clone(),
+            name,
+            bytes,
+        }
+    }
+}
+
 /// Writes `bytes` to a new temp file `.<file_name>.tmp-<pid>-<n>` in `dir` (hidden, never
-/// `*.conf`), with the permissions of the file it will replace; fsynced when `sync`.
-fn write_temp(dir: &Path, file_name: &str, bytes: &[u8], sync: bool) -> io::Result<PathBuf> {
-    let target = dir.join(file_name);
+/// `*.conf`), with the permissions of `dir/<mode_of>` when it exists; fsynced when `sync`.
+fn write_temp(
+    dir: &Path,
+    file_name: &str,
+    mode_of: &str,
+    bytes: &[u8],
+    sync: bool,
+) -> io::Result<PathBuf> {
+    let target = dir.join(mode_of);
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
     let tmp = dir.join(format!(
         ".{file_name}{TMP_MARKER}{}-{n}",
@@ -53,7 +96,7 @@ fn write_temp(dir: &Path, file_name: &str, bytes: &[u8], sync: bool) -> io::Resu
 /// Replaces each `dir/<name>` with its bytes, atomically per file, without syncing the folder
 /// (call [`sync_dir`] after). On an error returns the index of the failing item; items before it
 /// may already be replaced, none after it is.
-pub(crate) fn write_many(dir: &Path, items: &[(String, &[u8])]) -> Result<(), (usize, io::Error)> {
+pub(crate) fn write_many(dir: &Path, items: &[Item<'_>]) -> Result<(), (usize, io::Error)> {
     let bulk = items.len() > BULK_THRESHOLD;
     let mut temps: Vec<PathBuf> = Vec::with_capacity(items.len());
     let cleanup = |temps: &[PathBuf]| {
@@ -61,8 +104,8 @@ pub(crate) fn write_many(dir: &Path, items: &[(String, &[u8])]) -> Result<(), (u
             let _ = fs::remove_file(t);
         }
     };
-    for (i, (name, bytes)) in items.iter().enumerate() {
-        match write_temp(dir, name, bytes, !bulk) {
+    for (i, item) in items.iter().enumerate() {
+        match write_temp(dir, &item.name, &item.mode_of, item.bytes, !bulk) {
             Ok(t) => temps.push(t),
             Err(e) => {
                 cleanup(&temps);
@@ -76,8 +119,8 @@ pub(crate) fn write_many(dir: &Path, items: &[(String, &[u8])]) -> Result<(), (u
             return Err((0, e));
         }
     }
-    for (i, ((name, _), tmp)) in items.iter().zip(&temps).enumerate() {
-        if let Err(e) = fs::rename(tmp, dir.join(name)) {
+    for (i, (item, tmp)) in items.iter().zip(&temps).enumerate() {
+        if let Err(e) = fs::rename(tmp, dir.join(&item.name)) {
             cleanup(&temps[i..]);
             return Err((i, e));
         }
@@ -110,5 +153,24 @@ pub(crate) fn read_optional(path: &Path) -> io::Result<Option<Vec<u8>>> {
         Ok(b) => Ok(Some(b)),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn temp_names_are_recognised_by_their_whole_suffix() {
+        assert!(is_temp_name(".api.conf.tmp-12-3"));
+        assert!(is_temp_name(".svc.tmp-1.conf.prev.tmp-99-0"));
+        // Journals and files of upstreams whose name holds ".tmp-" are not temp files.
+        assert!(!is_temp_name(".svc.tmp-1.conf.prev"));
+        assert!(!is_temp_name(".svc.tmp-1.conf.none"));
+        assert!(!is_temp_name(".svc.tmp-1-2.conf.prev"));
+        assert!(!is_temp_name("svc.tmp-1-2"));
+        assert!(!is_temp_name(".tmp-1-2"));
+        assert!(!is_temp_name(".api.conf.tmp-1-"));
+        assert!(!is_temp_name(".api.conf.tmp-x-1"));
     }
 }

@@ -3,8 +3,12 @@
 //! - Only changed bytes are written; unchanged bytes mean no write, no test, no reload.
 //! - Writes are atomic (temp file in the same folder, fsync, rename, fsync of the folder).
 //! - After writing, the test command runs (default `nginx -t`); only if it passes, the reload
-//!   command (default `nginx -s reload`). A failed test puts the previous bytes back (or removes a
-//!   new file) and records nginx's own message; a failed reload restores and tests again.
+//!   command (default `nginx -s reload`), confirmed live by watching the master start new workers
+//!   ([`live`]). A failed test puts the previous bytes back (or removes a new file) and records
+//!   nginx's own message; a failed or rejected reload restores and tests again.
+//! - Restoring renames the journal back over the file (works on a full disk); journals go only
+//!   once the restore is durable, and a restore that fails is reported, never called restored.
+//! - "Unchanged" means the bytes on disk are the ones nginx has confirmed live.
 //! - Changes are applied in batches: one test and one reload for all of them; when the test fails,
 //!   the culprits are isolated by bisection and the rest is applied.
 //! - Reloads keep a minimum gap ([`ApplyOptions::min_reload_gap`], default 2 s).
@@ -18,13 +22,16 @@
 
 mod applier;
 mod fsutil;
+pub mod live;
 mod nginx;
 
 pub use applier::{
     Applier, ApplyError, ApplyOptions, Change, ChangeOutcome, RecoveryReport, RemoveOutcome,
     LOCK_FILE,
 };
+pub use live::{NotLive, ReloadConfirm, DEFAULT_CONFIRM_TIMEOUT};
 pub use nginx::{
-    conf_dir_from_nginx_v, parse_conf_dir, run_command, CommandError, CommandNginx, Nginx,
+    conf_dir_from_nginx_v, discover_reload_paths, main_level_directive, parse_conf_dir,
+    parse_nginx_v_path, run_command, CommandError, CommandNginx, Nginx, ReloadPaths,
     DEFAULT_COMMAND_TIMEOUT,
 };

@@ -219,3 +219,191 @@ pub fn parse_conf_dir(nginx_v_output: &str) -> Option<PathBuf> {
     }
     prefix.map(|p| p.join("conf"))
 }
+
+/// A path option of `nginx -V` (e.g. `--pid-path=`, `--error-log-path=`), relative paths resolved
+/// against `--prefix` as nginx does.
+pub fn parse_nginx_v_path(nginx_v_output: &str, option: &str) -> Option<PathBuf> {
+    let arg = |name: &str| -> Option<String> {
+        nginx_v_output
+            .split_whitespace()
+            .find_map(|tok| tok.strip_prefix(name))
+            .map(|v| v.trim_matches(['\'', '"']).to_string())
+            .filter(|v| !v.is_empty())
+    };
+    let value = PathBuf::from(arg(option)?);
+    match arg("--prefix=") {
+        Some(prefix) if value.is_relative() => Some(PathBuf::from(prefix).join(value)),
+        _ => Some(value),
+    }
+}
+
+/// The first argument of a directive of the main context (outside every block) of the main
+/// configuration file, read from `nginx -T` output (the dump of every file; only the first file,
+/// the main one, is read). Comments and quotes are honoured; `None` when the directive is not
+/// there. For `pid` and `error_log`, which the daemon needs to confirm reloads.
+pub fn main_level_directive(nginx_t_output: &str, directive: &str) -> Option<String> {
+    const HEADER: &str = "# configuration file ";
+    // The dump starts with the test's own messages, then "# configuration file <main>:".
+    let start = nginx_t_output.find(HEADER)?;
+    let after = &nginx_t_output[start..];
+    let body_start = after.find('\n')? + 1;
+    let body = &after[body_start..];
+    let body = match body.find(&format!("\n{HEADER}")) {
+        Some(end) => &body[..end],
+        None => body,
+    };
+    let mut depth = 0usize;
+    let mut words: Vec<String> = Vec::new();
+    let mut word = String::new();
+    let mut in_word = false;
+    let mut chars = body.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '#' if !in_word => {
+                for c in chars.by_ref() {
+                    if c == '\n' {
+                        break;
+                    }
+                }
+            }
+            '"' | '\'' if !in_word => {
+                let quote = c;
+                let mut w = String::new();
+                while let Some(c) = chars.next() {
+                    if c == '\\' {
+                        if let Some(n) = chars.next() {
+                            w.push(n);
+                        }
+                    } else if c == quote {
+                        break;
+                    } else {
+                        w.push(c);
+                    }
+                }
+                words.push(w);
+            }
+            c if c.is_whitespace() => {
+                if in_word {
+                    words.push(std::mem::take(&mut word));
+                    in_word = false;
+                }
+            }
+            ';' | '{' | '}' => {
+                if in_word {
+                    words.push(std::mem::take(&mut word));
+                    in_word = false;
+                }
+                if c == ';' && depth == 0 && words.first().is_some_and(|w| w == directive) {
+                    return words.get(1).cloned();
+                }
+                match c {
+                    '{' => depth += 1,
+                    '}' => depth = depth.saturating_sub(1),
+                    _ => {}
+                }
+                words.clear();
+            }
+            c => {
+                word.push(c);
+                in_word = true;
+            }
+        }
+    }
+    None
+}
+
+/// Where the running nginx keeps its pid file and main error log, as far as its configuration
+/// tells: found by [`discover_reload_paths`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReloadPaths {
+    pub pid_file: Option<PathBuf>,
+    /// `None` when the log is not a file (`stderr`, `syslog:`, `memory:`) or unknown.
+    pub error_log: Option<PathBuf>,
+}
+
+/// Reads the `pid` and `error_log` of the main context from the configuration the test command
+/// checks (`<test command> -T`, which dumps it), else nginx's built-in defaults from
+/// `<nginx_binary> -V` (`--pid-path`, `--error-log-path`). Relative paths are resolved against
+/// the prefix: the test command's `-p DIR`, else `--prefix` of `nginx -V`.
+pub fn discover_reload_paths(nginx_binary: &Path, test_cmd: &[String]) -> ReloadPaths {
+    let v = run_command(
+        &[nginx_binary.display().to_string(), "-V".to_string()],
+        DEFAULT_COMMAND_TIMEOUT,
+    )
+    .unwrap_or_default();
+    let mut dump_cmd = test_cmd.to_vec();
+    dump_cmd.push("-T".into());
+    let dump = run_command(&dump_cmd, DEFAULT_COMMAND_TIMEOUT).unwrap_or_default();
+    let prefix = test_cmd
+        .windows(2)
+        .find(|w| w[0] == "-p")
+        .map(|w| PathBuf::from(&w[1]))
+        .or_else(|| parse_nginx_v_path(&v, "--prefix=").map(|p| p.join("")));
+    let resolve = |p: String| -> PathBuf {
+        let p = PathBuf::from(p);
+        match &prefix {
+            Some(prefix) if p.is_relative() => prefix.join(p),
+            _ => p,
+        }
+    };
+    let pid_file = main_level_directive(&dump, "pid")
+        .map(resolve)
+        .or_else(|| parse_nginx_v_path(&v, "--pid-path="));
+    let not_a_file =
+        |l: &str| l == "stderr" || l.starts_with("syslog:") || l.starts_with("memory:");
+    let error_log = match main_level_directive(&dump, "error_log") {
+        Some(l) if not_a_file(&l) => None,
+        Some(l) => Some(resolve(l)),
+        // Debian builds nginx with --error-log-path=stderr.
+        None => parse_nginx_v_path(&v, "--error-log-path=")
+            .filter(|p| !not_a_file(&p.file_name().unwrap_or_default().to_string_lossy())),
+    };
+    ReloadPaths {
+        pid_file,
+        error_log,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nginx_v_paths_resolve_against_the_prefix() {
+        let v = "configure arguments: --prefix=/usr/share/nginx --pid-path=/run/nginx.pid \
+                 --error-log-path=logs/error.log";
+        assert_eq!(
+            parse_nginx_v_path(v, "--pid-path="),
+            Some(PathBuf::from("/run/nginx.pid"))
+        );
+        assert_eq!(
+            parse_nginx_v_path(v, "--error-log-path="),
+            Some(PathBuf::from("/usr/share/nginx/logs/error.log"))
+        );
+        assert_eq!(parse_nginx_v_path(v, "--http-log-path="), None);
+    }
+
+    #[test]
+    fn main_level_directive_reads_only_the_main_context_of_the_main_file() {
+        let dump = "nginx: the configuration file /x/nginx.conf syntax is ok\n\
+                    nginx: configuration file /x/nginx.conf test is successful\n\
+                    # configuration file /x/nginx.conf:\n\
+                    # pid /commented.pid;\n\
+                    user root;\n\
+                    http {\n    error_log /http-level.log;\n    server { listen 80; }\n}\n\
+                    pid \"/run/my nginx.pid\";\n\
+                    error_log /var/log/main.log notice;\n\
+                    # configuration file /x/other.conf:\n\
+                    pid /other.pid;\n";
+        assert_eq!(
+            main_level_directive(dump, "pid").as_deref(),
+            Some("/run/my nginx.pid")
+        );
+        assert_eq!(
+            main_level_directive(dump, "error_log").as_deref(),
+            Some("/var/log/main.log")
+        );
+        assert_eq!(main_level_directive(dump, "worker_processes"), None);
+        assert_eq!(main_level_directive("no dump", "pid"), None);
+    }
+}

@@ -374,6 +374,7 @@ fn minimum_gap_between_reloads_is_respected() {
         &nginx,
         ApplyOptions {
             min_reload_gap: gap,
+            ..ApplyOptions::default()
         },
     );
     let (pa, pb) = (nginx.backend_port("a"), nginx.backend_port("b"));
@@ -494,6 +495,7 @@ fn crash_helper_child_process() {
         return;
     };
     let bytes = std::env::var("TRIBUTARY_CRASH_HELPER_BYTES").unwrap();
+    let upstream = std::env::var("TRIBUTARY_CRASH_HELPER_NAME").unwrap();
     struct Hang;
     impl Nginx for Hang {
         fn test(&self) -> Result<(), CommandError> {
@@ -506,20 +508,30 @@ fn crash_helper_child_process() {
         }
     }
     let mut applier = Applier::open(std::path::Path::new(&conf), Box::new(Hang), fast()).unwrap();
-    applier.apply_batch(&[change("api", bytes.into_bytes())]);
+    applier.apply_batch(&[change(&upstream, bytes.into_bytes())]);
     unreachable!("the parent kills this process while it tests");
 }
 
 #[test]
 fn kill_9_between_write_and_test_is_recovered() {
+    kill_9_between_write_and_test("api");
+}
+
+/// Issue 9: a name holding the temp-file marker (`.tmp-`) kept its journal through a crash.
+#[test]
+fn kill_9_between_write_and_test_is_recovered_for_a_name_like_svc_tmp_1() {
+    kill_9_between_write_and_test("svc.tmp-1");
+}
+
+fn kill_9_between_write_and_test(upstream: &str) {
     let nginx = TestNginx::builder().backend("a").start();
     let pa = nginx.backend_port("a");
-    let good = upstream_bytes("api", &[pa], &[]);
+    let good = upstream_bytes(upstream, &[pa], &[]);
     {
         let (_c, mut applier) = open(&nginx, fast());
-        applier.apply_batch(&[change("api", good.clone())]);
+        applier.apply_batch(&[change(upstream, good.clone())]);
     }
-    let bad = String::from_utf8(upstream_bytes("api", &[pa], &[BOGUS])).unwrap();
+    let bad = String::from_utf8(upstream_bytes(upstream, &[pa], &[BOGUS])).unwrap();
     let mut child = std::process::Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
@@ -530,10 +542,11 @@ fn kill_9_between_write_and_test_is_recovered() {
         ])
         .env("TRIBUTARY_CRASH_HELPER_CONF", nginx.conf_dir())
         .env("TRIBUTARY_CRASH_HELPER_BYTES", &bad)
+        .env("TRIBUTARY_CRASH_HELPER_NAME", upstream)
         .stdout(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    let file = nginx.upstreams_dir().join("api.conf");
+    let file = nginx.upstreams_dir().join(format!("{upstream}.conf"));
     let deadline = std::time::Instant::now() + WAIT;
     while fs::read_to_string(&file).unwrap_or_default() != bad {
         assert!(
@@ -548,15 +561,29 @@ fn kill_9_between_write_and_test_is_recovered() {
     }
     child.kill().unwrap(); // SIGKILL: no destructor, no cleanup
     child.wait().unwrap();
+    assert!(
+        listing(&nginx.upstreams_dir()).contains(&format!(".{upstream}.conf.prev")),
+        "the journal is on disk: {:?}",
+        listing(&nginx.upstreams_dir())
+    );
+    assert!(
+        nginx_t(&nginx).is_err(),
+        "the bad bytes fail nginx -t before recovery"
+    );
 
     let (count, applier) = open(&nginx, fast());
     let report = applier.recovery();
-    assert_eq!(report.pending, vec![name("api")]);
+    assert_eq!(report.pending, vec![name(upstream)]);
     assert!(report.restored, "{report:?}");
-    assert_eq!(applier.read_current(&name("api")), Some(good));
+    assert_eq!(report.restore_error, None);
+    assert_eq!(applier.read_current(&name(upstream)), Some(good));
     assert_eq!(
         listing(&nginx.upstreams_dir()),
-        vec![".tributary.lock", "api.conf"]
+        vec![".tributary.lock".to_string(), format!("{upstream}.conf")]
     );
     count.inner.test().unwrap();
+}
+
+fn nginx_t(nginx: &TestNginx) -> Result<(), CommandError> {
+    CommandNginx::new(nginx.test_cmd(), nginx.reload_cmd()).test()
 }

@@ -5,19 +5,23 @@
 //! names, dedupe, canonical sort) → [`render`] (the exact bytes of `upstreams/<name>.conf`) → the
 //! apply crate compares bytes and writes. [`schedule`] computes when a binding refreshes next.
 //!
-//! Inputs a person types are validated here once, when a binding is saved: [`UpstreamName`] (it
-//! becomes a file name) and [`ExtraDirective`] (it becomes a line of nginx configuration).
+//! Inputs a person types are validated here once, when a binding is saved: [`BindingDraft::check`]
+//! reports every invalid field at once (the API, the web form and the engine all use it), among
+//! them [`UpstreamName`] (it becomes a file name) and [`ExtraDirective`] (it becomes a line of
+//! nginx configuration).
 #![forbid(unsafe_code)]
 
 mod binding;
 mod directive;
+mod draft;
 mod name;
 mod render;
 pub mod schedule;
 mod target;
 
-pub use binding::{coerce_config, Binding, BindingError};
+pub use binding::{coerce_config, Binding, BindingError, MAX_SERVICE_LEN};
 pub use directive::{DirectiveError, ExtraDirective, MAX_DIRECTIVE_LEN};
+pub use draft::{tidy_field_errors, BindingDraft, FieldError};
 pub use name::{NameError, UpstreamName, MAX_NAME_LEN};
 pub use render::{render, HEADER};
 pub use target::{

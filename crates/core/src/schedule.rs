@@ -12,6 +12,8 @@ use std::time::Duration;
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(60);
 /// No binding refreshes more often than this: 10 s.
 pub const MIN_INTERVAL: Duration = Duration::from_secs(10);
+/// Longest refresh interval a binding accepts: one week.
+pub const MAX_INTERVAL: Duration = Duration::from_secs(7 * 24 * 3600);
 
 /// The interval actually used: `interval`, raised to [`MIN_INTERVAL`] when shorter.
 pub fn effective_interval(interval: Duration) -> Duration {

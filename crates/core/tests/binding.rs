@@ -138,10 +138,20 @@ fn generic_checks() {
     );
     assert_eq!(
         b.validate().unwrap_err().to_string(),
-        "interval 9 s is below the minimum of 10 s"
+        "refresh interval 9 s is too short: the minimum is 10 s"
+    );
+    assert_eq!(b.validate().unwrap_err().field(), "interval_secs");
+    b.interval = Duration::from_secs(7 * 24 * 3600 + 1);
+    assert_eq!(
+        b.validate(),
+        Err(BindingError::IntervalTooLong {
+            seconds: 7 * 24 * 3600 + 1
+        })
     );
     b.interval = Duration::from_secs(10);
     b.validate().unwrap();
+    b.service = "s".repeat(1025);
+    assert_eq!(b.validate(), Err(BindingError::ServiceTooLong));
     b.service = " ".into();
     assert_eq!(b.validate(), Err(BindingError::EmptyService));
     b.service = "a\nb".into();

@@ -11,6 +11,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::Deserialize;
+use tributary_core::FieldError;
 use tributary_store::Upsert;
 
 use crate::engine::{Engine, EngineError};
@@ -67,37 +68,52 @@ impl ApiError {
             },
         }
     }
-
-    /// 400 listing every invalid field of a binding (`error` is the first).
-    fn fields(errors: Vec<ErrorDetail>) -> Result<(), ApiError> {
-        let Some(first) = errors.first().cloned() else {
-            return Ok(());
-        };
-        Err(ApiError {
-            status: StatusCode::BAD_REQUEST,
-            body: ErrorBody {
-                error: first,
-                errors,
-            },
-        })
-    }
 }
 
-impl From<EngineError> for ApiError {
-    fn from(e: EngineError) -> ApiError {
-        let status = match &e {
-            EngineError::Invalid { .. } => StatusCode::BAD_REQUEST,
+impl EngineError {
+    /// The HTTP status of this error: the one mapping, used by the JSON API and the web UI.
+    pub fn http_status(&self) -> StatusCode {
+        match self {
+            EngineError::Invalid(_) => StatusCode::BAD_REQUEST,
             EngineError::NotFound(_) => StatusCode::NOT_FOUND,
             EngineError::Duplicate(_) | EngineError::Conflict(_) => StatusCode::CONFLICT,
             EngineError::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
             EngineError::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
             EngineError::Store(_) => StatusCode::INTERNAL_SERVER_ERROR,
-        };
-        let field = match &e {
-            EngineError::Invalid { field, .. } => field.clone(),
-            _ => None,
-        };
-        ApiError::new(status, e.to_string(), field)
+        }
+    }
+}
+
+impl From<EngineError> for ApiError {
+    fn from(e: EngineError) -> ApiError {
+        let status = e.http_status();
+        match e {
+            EngineError::Invalid(errors) => ApiError {
+                status,
+                body: ErrorBody {
+                    error: errors.first().map(detail).unwrap_or_else(|| ErrorDetail {
+                        message: "invalid input".into(),
+                        field: None,
+                    }),
+                    errors: errors.iter().map(detail).collect(),
+                },
+            },
+            e => ApiError::new(status, e.to_string(), None),
+        }
+    }
+}
+
+fn detail(e: &FieldError) -> ErrorDetail {
+    ErrorDetail {
+        message: e.message.clone(),
+        field: Some(e.field.clone()),
+    }
+}
+
+/// An engine error as a JSON API answer (status from [`EngineError::http_status`]).
+impl IntoResponse for EngineError {
+    fn into_response(self) -> Response {
+        ApiError::from(self).into_response()
     }
 }
 
@@ -162,9 +178,6 @@ async fn create(
     body: Bytes,
 ) -> ApiResult<(StatusCode, Json<SaveResponse>)> {
     let input: BindingInput = parse_body(&body)?;
-    ApiError::fields(crate::web::check::all_fields(
-        &s.engine, &input, None, false,
-    ))?;
     let name = input.name.clone();
     let waiter = s.engine.clone();
     let view = s.engine.add(&input).await?;
@@ -190,12 +203,6 @@ async fn replace(
     body: Bytes,
 ) -> ApiResult<(StatusCode, Json<SaveResponse>)> {
     let input: BindingInput = parse_body(&body)?;
-    ApiError::fields(crate::web::check::all_fields(
-        &s.engine,
-        &input,
-        Some(&name),
-        true,
-    ))?;
     let (upsert, view) = s.engine.put(&name, &input).await?;
     let view = if q.wait && upsert != Upsert::Unchanged {
         s.engine.wait_first(&name).await?;
@@ -268,4 +275,44 @@ async fn stats(State(s): State<ApiState>) -> Json<serde_json::Value> {
         "bindings": s.engine.list().len(),
         "batches": s.engine.batches(),
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn engine_errors_map_to_their_status() {
+        let cases = [
+            (EngineError::invalid("service", "x"), 400),
+            (EngineError::NotFound("a".into()), 404),
+            (EngineError::Duplicate("a".into()), 409),
+            (EngineError::Conflict("nginx -t".into()), 409),
+            (EngineError::ShuttingDown, 503),
+            (EngineError::Timeout("a".into()), 504),
+        ];
+        for (e, status) in cases {
+            assert_eq!(e.http_status().as_u16(), status, "{e:?}");
+            assert_eq!(e.into_response().status().as_u16(), status);
+        }
+    }
+
+    #[test]
+    fn invalid_input_answers_every_field_first_one_as_error() {
+        let e = EngineError::Invalid(vec![
+            FieldError::new("interval_secs", "too short"),
+            FieldError::new("service", "service is empty"),
+        ]);
+        let a = ApiError::from(e);
+        assert_eq!(a.status, StatusCode::BAD_REQUEST);
+        let v = serde_json::to_value(&a.body).unwrap();
+        assert_eq!(v["error"]["field"], "interval_secs");
+        assert_eq!(v["errors"][1]["field"], "service");
+        assert_eq!(v["errors"][0], v["error"]);
+        // Other errors have no field and no list.
+        let v =
+            serde_json::to_value(ApiError::from(EngineError::NotFound("a".into())).body).unwrap();
+        assert_eq!(v["error"]["message"], "no binding named \"a\"");
+        assert!(v.get("errors").is_none(), "{v}");
+    }
 }

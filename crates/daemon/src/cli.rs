@@ -15,7 +15,7 @@ use anyhow::{anyhow, bail, Context};
 use clap::{Args, Parser, Subcommand};
 use hyper::Method;
 use serde_json::Value;
-use tributary_apply::{Applier, ApplyOptions, CommandNginx};
+use tributary_apply::{Applier, ApplyOptions, CommandNginx, ReloadConfirm};
 use tributary_plugin_host::{HostOptions, PluginHost};
 use tributary_store::{OutcomeRecord, OutcomeStatus, Store, StoreOptions};
 
@@ -23,7 +23,8 @@ use crate::api::ApiState;
 use crate::client::{ApiFailure, Client};
 use crate::engine::{Engine, EngineOptions};
 use crate::view::{
-    BindingDetail, BindingInput, BindingList, BindingView, PluginList, RemoveResponse, SaveResponse,
+    BindingDetail, BindingInput, BindingList, BindingView, ErrorDetail, PluginList, RemoveResponse,
+    SaveResponse,
 };
 
 /// Default API address.
@@ -88,6 +89,21 @@ struct ServeArgs {
     /// Minimum gap between two reloads, in milliseconds.
     #[arg(long, default_value_t = 2000)]
     min_reload_gap_ms: u64,
+    /// The running nginx's pid file, to confirm reloads. Default: the main-level `pid` of the
+    /// configuration the test command checks (`TEST_CMD -T`), else `--pid-path` of `nginx -V`.
+    #[arg(long)]
+    nginx_pid_file: Option<PathBuf>,
+    /// nginx's main error log, read after a reload for the [emerg] text of a rejection. Default:
+    /// the main-level `error_log` of that configuration, else `--error-log-path` of `nginx -V`.
+    #[arg(long)]
+    nginx_error_log: Option<PathBuf>,
+    /// How long a reload has to be confirmed live (new workers only), in milliseconds.
+    #[arg(long, default_value_t = 5000)]
+    reload_confirm_timeout_ms: u64,
+    /// Count a reload as live when the reload command exits 0, without watching the workers
+    /// (nginx in another pid namespace, no /proc, master_process off).
+    #[arg(long)]
+    no_reload_confirm: bool,
     /// A batch of changes closes after this many ms without a new change...
     #[arg(long, default_value_t = 100)]
     batch_quiet_ms: u64,
@@ -146,8 +162,12 @@ struct AddArgs {
     /// Extra directive for the upstream block, e.g. 'keepalive 32;' (repeatable).
     #[arg(long = "directive")]
     directives: Vec<String>,
-    /// Refresh interval in seconds (minimum 10).
-    #[arg(long)]
+    /// Refresh interval in seconds (10 to 604800; default 60). `--interval` is an alias.
+    #[arg(
+        long = "interval-secs",
+        visible_alias = "interval",
+        value_name = "SECS"
+    )]
     interval: Option<u64>,
     /// Replace the binding if it exists.
     #[arg(long)]
@@ -237,6 +257,66 @@ fn env_path(flag: Option<PathBuf>, var: &str, default: &str) -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(default))
 }
 
+/// How reloads are confirmed: the options, else what nginx's configuration says.
+fn reload_confirm(
+    nginx: &Path,
+    test_cmd: &[String],
+    pid_file: Option<PathBuf>,
+    error_log: Option<PathBuf>,
+    timeout_ms: u64,
+    off: bool,
+) -> anyhow::Result<Option<ReloadConfirm>> {
+    if off {
+        tracing::warn!(
+            "--no-reload-confirm: a reload counts as live once the reload command exits 0"
+        );
+        return Ok(None);
+    }
+    let found = match (&pid_file, &error_log) {
+        (Some(_), Some(_)) => tributary_apply::ReloadPaths::default(),
+        _ => tributary_apply::discover_reload_paths(nginx, test_cmd),
+    };
+    let pid_file = pid_file.or(found.pid_file).ok_or_else(|| {
+        anyhow!(
+            "cannot tell where nginx writes its pid file (neither `{} -T` nor `{} -V` says): \
+             pass --nginx-pid-file, or --no-reload-confirm",
+            test_cmd.join(" "),
+            nginx.display()
+        )
+    })?;
+    let error_log = error_log.or(found.error_log);
+    if error_log.is_none() {
+        tracing::warn!(
+            "nginx's error log is not a file tributary can read: a rejected reload is reported \
+             without nginx's [emerg] text (pass --nginx-error-log)"
+        );
+    }
+    tracing::info!(pid_file = %pid_file.display(), error_log = ?error_log, "reloads are confirmed by watching nginx's workers");
+    Ok(Some(ReloadConfirm {
+        pid_file,
+        error_log,
+        timeout: Duration::from_millis(timeout_ms.max(1)),
+    }))
+}
+
+/// Logs what crash recovery found in the upstreams folder at start.
+fn log_recovery(r: &tributary_apply::RecoveryReport) {
+    if r.pending.is_empty() {
+        return;
+    }
+    let names: Vec<&str> = r.pending.iter().map(|n| n.as_str()).collect();
+    if let Some(e) = &r.restore_error {
+        tracing::error!(upstreams = ?names, error = %e, "changes interrupted by a crash could not be undone; their journals are kept");
+    } else if r.restored {
+        tracing::warn!(upstreams = ?names, test_error = ?r.test_error, reload_error = ?r.reload.as_ref().and_then(|x| x.as_ref().err()), "changes interrupted by a crash were undone");
+    } else {
+        tracing::info!(upstreams = ?names, "changes interrupted by a crash pass nginx -t and were made live");
+    }
+    if let Some(e) = &r.still_failing {
+        tracing::error!(error = %e, "nginx -t still fails, not because of tributary's files");
+    }
+}
+
 fn split_cmd(s: &str, what: &str) -> anyhow::Result<Vec<String>> {
     let v: Vec<String> = s.split_whitespace().map(str::to_string).collect();
     if v.is_empty() {
@@ -297,14 +377,24 @@ async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         Some(s) => split_cmd(s, "--reload-cmd")?,
         None => vec![nginx.clone(), "-s".into(), "reload".into()],
     };
+    let confirm = reload_confirm(
+        &a.nginx,
+        &test_cmd,
+        a.nginx_pid_file,
+        a.nginx_error_log,
+        a.reload_confirm_timeout_ms,
+        a.no_reload_confirm,
+    )?;
     let applier = Applier::open(
         &conf_dir,
         Box::new(CommandNginx::new(test_cmd, reload_cmd)),
         ApplyOptions {
             min_reload_gap: Duration::from_millis(a.min_reload_gap_ms),
+            confirm,
         },
     )
     .with_context(|| format!("opening the nginx conf dir {}", conf_dir.display()))?;
+    log_recovery(applier.recovery());
     let host_opts = HostOptions {
         timeout: Duration::from_secs(a.plugin_timeout_secs.max(1)),
         ..HostOptions::default()
@@ -431,15 +521,30 @@ async fn binding(api: ApiArgs, cmd: BindingCmd) -> anyhow::Result<ExitCode> {
     match result {
         Err(e) => match e.downcast_ref::<ApiFailure>() {
             Some(f) if api.json => {
-                print_json(&serde_json::json!({
+                let mut out = serde_json::json!({
                     "error": {"status": f.status, "message": f.message, "field": f.field}
-                }))?;
+                });
+                if !f.errors.is_empty() {
+                    out["errors"] = serde_json::to_value(&f.errors)?;
+                }
+                print_json(&out)?;
                 Ok(ExitCode::FAILURE)
             }
             Some(f) => {
-                match &f.field {
-                    Some(field) => eprintln!("tributary: {} (field: {field})", f.message),
-                    None => eprintln!("tributary: {}", f.message),
+                let first = [ErrorDetail {
+                    message: f.message.clone(),
+                    field: f.field.clone(),
+                }];
+                let all = if f.errors.is_empty() {
+                    &first[..]
+                } else {
+                    &f.errors[..]
+                };
+                for e in all {
+                    match &e.field {
+                        Some(field) => eprintln!("tributary: {} (field: {field})", e.message),
+                        None => eprintln!("tributary: {}", e.message),
+                    }
                 }
                 Ok(ExitCode::FAILURE)
             }
@@ -499,16 +604,20 @@ async fn binding_inner(c: &Client, json: bool, cmd: BindingCmd) -> anyhow::Resul
                 println!("no bindings");
             } else {
                 println!(
-                    "{:<24} {:<20} {:<16} {:<10} {:>7}  WHY",
+                    "{:<24} {:<20} {:<16} {:<16} {:>7}  WHY",
                     "NAME", "PLUGIN/PROVIDER", "SERVICE", "STATUS", "SERVERS"
                 );
                 for b in &list.bindings {
+                    // A failure shows its kind (reload_failed, plugin_error...).
                     let (status, why) = match &b.last_outcome {
-                        Some(o) => (o.status.as_str(), o.why.clone().unwrap_or_default()),
+                        Some(o) => (
+                            o.failure.map_or(o.status.as_str(), |f| f.as_str()),
+                            o.why.clone().unwrap_or_default(),
+                        ),
                         None => ("pending", String::new()),
                     };
                     println!(
-                        "{:<24} {:<20} {:<16} {:<10} {:>7}  {}",
+                        "{:<24} {:<20} {:<16} {:<16} {:>7}  {}",
                         b.name,
                         format!("{}/{}", b.plugin, b.provider),
                         b.service,
@@ -581,9 +690,10 @@ async fn binding_inner(c: &Client, json: bool, cmd: BindingCmd) -> anyhow::Resul
 
 fn outcome_line(o: &OutcomeRecord) -> String {
     let mut s = format!(
-        "{} {} in {} ms: {} servers",
+        "{} {}{} in {} ms: {} servers",
         format_time(o.at_ms),
         o.status.as_str(),
+        o.failure.map(|f| format!(" ({f})")).unwrap_or_default(),
         o.duration_ms,
         o.kept.len()
     );

@@ -10,7 +10,7 @@ use hyper_util::rt::TokioIo;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::view::ErrorBody;
+use crate::view::{ErrorBody, ErrorDetail};
 
 /// Where the daemon listens and how to authenticate.
 #[derive(Clone)]
@@ -36,6 +36,8 @@ pub struct ApiFailure {
     pub status: u16,
     pub message: String,
     pub field: Option<String>,
+    /// Every invalid field when the binding was checked (the first is `message`/`field`).
+    pub errors: Vec<ErrorDetail>,
 }
 
 impl Client {
@@ -82,11 +84,13 @@ impl Client {
                 status: status.as_u16(),
                 message: e.error.message,
                 field: e.error.field,
+                errors: e.errors,
             },
             Err(_) => ApiFailure {
                 status: status.as_u16(),
                 message: format!("HTTP {status}"),
                 field: None,
+                errors: Vec::new(),
             },
         };
         Err(failure.into())

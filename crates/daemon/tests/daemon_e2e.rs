@@ -185,6 +185,17 @@ fn bad_input_gets_a_clear_error_and_changes_nothing() {
     a.extend(["--interval".to_string(), "5".to_string()]);
     let text = assert_fails(&run(a), "interval 5");
     assert!(text.contains("interval"), "{text}");
+    // Every invalid field at once, one line each, under the one name of the interval field.
+    let mut a = base("ok-name");
+    a.extend([
+        "--interval-secs".to_string(),
+        "5".to_string(),
+        "--directive".to_string(),
+        "include x;".to_string(),
+    ]);
+    let text = assert_fails(&run(a), "interval and directive");
+    assert!(text.contains("(field: interval_secs)"), "{text}");
+    assert!(text.contains("(field: directives)"), "{text}");
     let mut a = base("ok-name");
     a[4] = "nosuchplugin".into();
     let text = assert_fails(&run(a), "unknown plugin");

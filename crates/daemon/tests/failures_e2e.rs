@@ -55,13 +55,14 @@ fn plugin_failures_keep_the_file_and_secrets_never_come_back() {
     assert!(good.contains("server 10.0.0.1:80 weight=1;"), "{good}");
 
     // Each failure keeps the file and records why; the secret (left out: kept) never shows.
-    for (service, expect_code) in [
-        ("config-error", Some(-32003)),
-        ("provider-error", Some(-32000)),
-        ("hang", None),
-        ("exit", None),
-        ("garbage", None),
-        ("notargets", None),
+    for (service, expect_code, kind) in [
+        ("config-error", Some(-32003), "plugin_error"),
+        ("provider-error", Some(-32000), "plugin_error"),
+        ("hang", None, "plugin_no_answer"),
+        ("exit", None, "plugin_no_answer"),
+        ("garbage", None, "plugin_no_answer"),
+        // An answer without a `targets` array is malformed: the plugin gave no usable answer.
+        ("notargets", None, "plugin_no_answer"),
     ] {
         let (status, v) = put(
             &daemon,
@@ -71,6 +72,7 @@ fn plugin_failures_keep_the_file_and_secrets_never_come_back() {
         assert_eq!(status, 200, "{service}: {v}");
         let o = &v["binding"]["last_outcome"];
         assert_eq!(o["status"], "failed", "{service}: {v}");
+        assert_eq!(o["failure"], kind, "{service}: the failure kind tag: {v}");
         assert!(
             o["why"].as_str().unwrap().contains("kept"),
             "{service}: {v}"
@@ -128,6 +130,7 @@ fn batch_applies_good_bindings_and_isolates_the_one_nginx_refuses() {
     let bad = daemon.wait_for("bad", has_outcome);
     let o = &bad["binding"]["last_outcome"];
     assert_eq!(o["status"], "failed", "{bad}");
+    assert_eq!(o["failure"], "test_failed", "{bad}");
     assert!(
         o["nginx_error"]
             .as_str()
@@ -156,6 +159,7 @@ fn batch_applies_good_bindings_and_isolates_the_one_nginx_refuses() {
     assert_eq!(status, 200, "{v}");
     let o = &v["binding"]["last_outcome"];
     assert_eq!(o["status"], "failed", "{v}");
+    assert_eq!(o["failure"], "no_valid_target", "{v}");
     assert!(o["why"].as_str().unwrap().contains("no servers"), "{v}");
     assert_eq!(
         std::fs::read_to_string(nginx.upstreams_dir().join("good1.conf")).unwrap(),

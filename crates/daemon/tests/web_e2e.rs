@@ -327,6 +327,31 @@ fn access_control_health_open_api_bearer_ui_session_metrics_either() {
         .header("content-type")
         .unwrap()
         .starts_with("text/plain; version=0.0.4"));
+    assert!(m.body.ends_with("# EOF\n"), "{}", m.body);
+    // A scraper that asks for OpenMetrics gets that content type, same text.
+    let om = request(
+        d.port,
+        "GET",
+        "/metrics",
+        &[
+            ("Authorization", &tok),
+            (
+                "Accept",
+                "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5",
+            ),
+        ],
+        "",
+    );
+    assert_eq!(om.status, 200);
+    assert!(om
+        .header("content-type")
+        .unwrap()
+        .starts_with("application/openmetrics-text; version=1.0.0"));
+    assert!(
+        om.body.contains("# TYPE tributary_resolutions counter"),
+        "{}",
+        om.body
+    );
     // A session does not open the JSON API.
     let a = request(
         d.port,
@@ -446,6 +471,18 @@ fn access_control_health_open_api_bearer_ui_session_metrics_either() {
         d.api("GET", "/api/v1/bindings", None).1["bindings"],
         json!([])
     );
+
+    // An interval that is not a number is reported with the other fields' problems.
+    let a = form_post(
+        "/ui/new",
+        &format!(
+            "csrf={page_csrf}&plugin=static&provider=static&action=save&name=ok&service=\
+             &interval_secs=soon&cfg.targets=127.0.0.1%3A80"
+        ),
+    );
+    assert_eq!(a.status, 400);
+    assert!(a.body.contains("whole number"), "{}", a.body);
+    assert!(a.body.contains("id=\"err-service\""), "{}", a.body);
 
     // Logout ends the session.
     let a = form_post("/logout", &format!("csrf={page_csrf}"));

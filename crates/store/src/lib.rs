@@ -4,9 +4,13 @@
 //! - **bindings** ([`BindingRecord`]): upstream name, plugin, provider, provider config, service,
 //!   refresh interval and extra directives. They survive daemon restarts.
 //! - **recent outcomes** ([`OutcomeRecord`]) per binding: what the last resolutions did (time,
-//!   duration, ok/unchanged/failed, why, error code and field, targets kept, targets dropped with
-//!   reasons, ttl, whether the file changed and nginx was reloaded, nginx's error text). Only the
-//!   newest [`StoreOptions::history_per_binding`] outcomes of each binding are kept.
+//!   duration, ok/unchanged/failed, the [`Failure`] kind as a tag, why, error code and field,
+//!   targets kept, targets dropped with reasons, ttl, whether the file changed and nginx was
+//!   reloaded, nginx's error text). Only the newest [`StoreOptions::history_per_binding`]
+//!   outcomes of each binding are kept.
+//!
+//! The schema is versioned (`PRAGMA user_version`); [`Store::open`] brings an older file up to
+//! date with the steps of `MIGRATIONS`, each in one transaction.
 //!
 //! The store works in plain data (strings, JSON values): it does not validate upstream names or
 //! directives, that is `tributary-core`'s job before anything reaches the store.
@@ -30,7 +34,7 @@ use rusqlite::{params, Connection, OptionalExtension, Row, TransactionBehavior};
 use serde::{Deserialize, Serialize};
 
 /// Schema version written to `PRAGMA user_version`.
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;
 
 /// Default number of outcomes kept per binding.
 pub const DEFAULT_HISTORY: usize = 20;
@@ -133,6 +137,74 @@ impl OutcomeStatus {
     }
 }
 
+/// Why a resolution failed: a closed set of kinds, stored as a tag in `outcomes.failure`, shown
+/// by the API as `failure`, and counted by the metrics. The details stay in the record (`code` and
+/// `field` of a plugin error, `why`, `nginx_error`).
+///
+/// It lives here, next to [`OutcomeRecord`], because it is part of the recorded outcome: the
+/// daemon decides it where the failure happens, the store keeps it, API/UI/metrics read it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Failure {
+    /// The plugin answered with a JSON-RPC error (`code`, and `field` when it named one).
+    PluginError,
+    /// The plugin gave no usable answer: timeout, crash, malformed answer, not running.
+    PluginNoAnswer,
+    /// The answer held no valid target (or no target at all): the file was kept.
+    NoValidTarget,
+    /// `nginx -t` failed with the new file; the previous file was restored.
+    TestFailed,
+    /// The reload failed, or nginx rejected it / did not confirm it; the previous file was
+    /// restored.
+    ReloadFailed,
+    /// The change failed and the previous file could not be put back (its journal is kept).
+    RestoreFailed,
+    /// The file could not be written; nothing changed.
+    WriteFailed,
+    /// The daemon was stopping; nothing was applied.
+    Stopping,
+}
+
+impl Failure {
+    /// Every kind, in a stable order (metrics list them all, also at zero).
+    pub const ALL: [Failure; 8] = [
+        Failure::PluginError,
+        Failure::PluginNoAnswer,
+        Failure::NoValidTarget,
+        Failure::TestFailed,
+        Failure::ReloadFailed,
+        Failure::RestoreFailed,
+        Failure::WriteFailed,
+        Failure::Stopping,
+    ];
+
+    /// The tag, as stored and shown: `plugin_error`, `plugin_no_answer`, `no_valid_target`,
+    /// `test_failed`, `reload_failed`, `restore_failed`, `write_failed`, `stopping`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Failure::PluginError => "plugin_error",
+            Failure::PluginNoAnswer => "plugin_no_answer",
+            Failure::NoValidTarget => "no_valid_target",
+            Failure::TestFailed => "test_failed",
+            Failure::ReloadFailed => "reload_failed",
+            Failure::RestoreFailed => "restore_failed",
+            Failure::WriteFailed => "write_failed",
+            Failure::Stopping => "stopping",
+        }
+    }
+
+    /// The kind of a tag; `None` for an unknown one.
+    pub fn parse(tag: &str) -> Option<Failure> {
+        Failure::ALL.into_iter().find(|f| f.as_str() == tag)
+    }
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// A target dropped by validation, with the reason.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DroppedRecord {
@@ -148,6 +220,10 @@ pub struct OutcomeRecord {
     /// How long resolve + apply took, in milliseconds.
     pub duration_ms: u64,
     pub status: OutcomeStatus,
+    /// The kind of failure when `status` is `failed` (`None` otherwise, and for failures
+    /// recorded before kinds existed that the migration could not classify).
+    #[serde(default)]
+    pub failure: Option<Failure>,
     /// Why it failed (or a note), human readable; never contains a config value.
     pub why: Option<String>,
     /// JSON-RPC error code of the plugin, when the plugin answered an error.
@@ -241,6 +317,29 @@ CREATE TABLE IF NOT EXISTS outcomes (
 CREATE INDEX IF NOT EXISTS outcomes_by_binding ON outcomes(binding, id);
 ";
 
+/// Steps from one schema version to the next: `(version reached, SQL)`. A file at version `v`
+/// runs every step above `v`, in order, each in one transaction with its `user_version`.
+/// (A new store is created with the version-1 `SCHEMA` and then runs every step.)
+const MIGRATIONS: &[(i64, &str)] = &[
+    // 2: the failure kind as a tag. Failures recorded before are classified from the words the
+    // daemon wrote then (the one place where the prose is read); what does not match stays NULL.
+    (
+        2,
+        "ALTER TABLE outcomes ADD COLUMN failure TEXT;
+         UPDATE outcomes SET failure = CASE
+             WHEN code IS NOT NULL THEN 'plugin_error'
+             WHEN why LIKE 'plugin %' THEN 'plugin_no_answer'
+             WHEN why LIKE 'no valid target%' OR why LIKE 'the service has no servers%'
+                 THEN 'no_valid_target'
+             WHEN why LIKE 'nginx -t failed%' THEN 'test_failed'
+             WHEN why LIKE 'nginx reload failed%' THEN 'reload_failed'
+             WHEN why LIKE 'the file could not be written%' THEN 'write_failed'
+             WHEN why LIKE 'the daemon is stopping%' THEN 'stopping'
+         END
+         WHERE status = 'failed';",
+    ),
+];
+
 impl Store {
     /// Opens (creating if needed) the store at `path` with default options.
     pub fn open(path: &Path) -> Result<Store, StoreError> {
@@ -284,7 +383,16 @@ impl Store {
                 found: version,
             });
         }
+        let mut conn = conn;
         conn.execute_batch(SCHEMA)?;
+        for (to, sql) in MIGRATIONS {
+            if *to > version {
+                let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+                tx.execute_batch(sql)?;
+                tx.pragma_update(None, "user_version", to)?;
+                tx.commit()?;
+            }
+        }
         conn.pragma_update(None, "user_version", SCHEMA_VERSION)?;
         Ok(Store {
             conn,
@@ -451,8 +559,8 @@ impl Store {
             let mut exists = tx.prepare_cached("SELECT 1 FROM bindings WHERE name = ?1")?;
             let mut ins = tx.prepare_cached(
                 "INSERT INTO outcomes (binding, at_ms, duration_ms, status, why, code, field, kept, \
-                 dropped, ttl_seconds, changed, reloaded, nginx_error) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+                 dropped, ttl_seconds, changed, reloaded, nginx_error, failure) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
             )?;
             let mut trim = tx.prepare_cached(
                 "DELETE FROM outcomes WHERE binding = ?1 AND id <= \
@@ -476,6 +584,7 @@ impl Store {
                     o.changed,
                     o.reloaded,
                     o.nginx_error,
+                    o.failure.map(Failure::as_str),
                 ])?;
                 trim.execute(params![name, history])?;
             }
@@ -492,7 +601,7 @@ impl Store {
     ) -> Result<Vec<OutcomeRecord>, StoreError> {
         let mut st = self.conn.prepare_cached(
             "SELECT binding, at_ms, duration_ms, status, why, code, field, kept, dropped, \
-             ttl_seconds, changed, reloaded, nginx_error FROM outcomes WHERE binding = ?1 \
+             ttl_seconds, changed, reloaded, nginx_error, failure FROM outcomes WHERE binding = ?1 \
              ORDER BY id DESC LIMIT ?2",
         )?;
         let rows = st.query_map(params![name, limit as i64], outcome_from_row)?;
@@ -507,7 +616,7 @@ impl Store {
     pub fn last_outcomes(&self) -> Result<HashMap<String, OutcomeRecord>, StoreError> {
         let mut st = self.conn.prepare_cached(
             "SELECT binding, at_ms, duration_ms, status, why, code, field, kept, dropped, \
-             ttl_seconds, changed, reloaded, nginx_error FROM outcomes \
+             ttl_seconds, changed, reloaded, nginx_error, failure FROM outcomes \
              WHERE id IN (SELECT MAX(id) FROM outcomes GROUP BY binding)",
         )?;
         let mut rows = st.query([])?;
@@ -585,12 +694,19 @@ fn outcome_from_row(row: &Row<'_>) -> RowResult<OutcomeRecord> {
     let Ok(dropped) = serde_json::from_str(&dropped) else {
         return corrupt("dropped targets");
     };
+    let failure: Option<String> = row.get(13)?;
+    let failure = match failure.as_deref().map(Failure::parse) {
+        None => None,
+        Some(Some(f)) => Some(f),
+        Some(None) => return corrupt("failure kind"),
+    };
     let duration: i64 = row.get(2)?;
     let ttl: Option<i64> = row.get(9)?;
     Ok(Ok(OutcomeRecord {
         at_ms: row.get(1)?,
         duration_ms: duration.max(0) as u64,
         status,
+        failure,
         why: row.get(4)?,
         code: row.get(5)?,
         field: row.get(6)?,

@@ -2,8 +2,8 @@ use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
 
 use tributary_store::{
-    BindingRecord, DroppedRecord, OutcomeRecord, OutcomeStatus, Store, StoreError, StoreOptions,
-    Upsert,
+    BindingRecord, DroppedRecord, Failure, OutcomeRecord, OutcomeStatus, Store, StoreError,
+    StoreOptions, Upsert, SCHEMA_VERSION,
 };
 
 fn binding(name: &str, targets: &str) -> BindingRecord {
@@ -26,6 +26,7 @@ fn outcome(at: i64, status: OutcomeStatus) -> OutcomeRecord {
         at_ms: at,
         duration_ms: 12,
         status,
+        failure: (status == OutcomeStatus::Failed).then_some(Failure::PluginError),
         why: (status == OutcomeStatus::Failed).then(|| "plugin error".to_string()),
         code: (status == OutcomeStatus::Failed).then_some(-32003),
         field: (status == OutcomeStatus::Failed).then(|| "token".to_string()),
@@ -180,4 +181,197 @@ fn debug_never_prints_config_values() {
     assert!(text.contains("token"), "{text}");
     assert!(!text.contains("s3cr3t-value"), "{text}");
     assert!(!text.contains("127.0.0.1:8080"), "{text}");
+}
+
+#[test]
+fn failure_kind_is_stored_as_a_tag_and_read_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.db");
+    let mut s = Store::open(&path).unwrap();
+    s.insert_binding(&binding("api", "127.0.0.1:8080")).unwrap();
+    let mut written = Vec::new();
+    for (i, kind) in Failure::ALL.into_iter().enumerate() {
+        let mut o = outcome(i as i64, OutcomeStatus::Failed);
+        o.failure = Some(kind);
+        s.record_outcome("api", &o).unwrap();
+        written.push(o);
+    }
+    let mut ok = outcome(100, OutcomeStatus::Ok);
+    ok.failure = None;
+    s.record_outcome("api", &ok).unwrap();
+    written.push(ok);
+    drop(s);
+
+    // The column holds the tag itself, not prose.
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let tags: Vec<Option<String>> = conn
+        .prepare("SELECT failure FROM outcomes ORDER BY id")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    let mut expected: Vec<Option<String>> = Failure::ALL
+        .iter()
+        .map(|f| Some(f.as_str().to_string()))
+        .collect();
+    expected.push(None);
+    assert_eq!(tags, expected);
+    for f in Failure::ALL {
+        assert_eq!(Failure::parse(f.as_str()), Some(f));
+        assert_eq!(
+            serde_json::to_value(f).unwrap(),
+            serde_json::json!(f.as_str())
+        );
+    }
+    drop(conn);
+
+    let s = Store::open(&path).unwrap();
+    let mut back = s.recent_outcomes("api", 100).unwrap();
+    back.reverse();
+    assert_eq!(back, written);
+}
+
+#[test]
+fn unknown_failure_tag_is_reported_as_corrupt() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.db");
+    let mut s = Store::open(&path).unwrap();
+    s.insert_binding(&binding("api", "127.0.0.1:8080")).unwrap();
+    s.record_outcome("api", &outcome(1, OutcomeStatus::Failed))
+        .unwrap();
+    drop(s);
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    conn.execute("UPDATE outcomes SET failure = 'exploded'", [])
+        .unwrap();
+    drop(conn);
+    let s = Store::open(&path).unwrap();
+    let err = s.recent_outcomes("api", 10).unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            StoreError::Corrupt {
+                what: "failure kind",
+                ..
+            }
+        ),
+        "{err}"
+    );
+}
+
+/// A store written by the previous version (schema 1, no `failure` column) is migrated at open:
+/// the column is added and earlier failures get their kind from the words written then.
+#[test]
+fn schema_1_store_is_migrated_with_failure_kinds() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("old.db");
+    {
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.execute_batch(
+            "CREATE TABLE bindings (name TEXT PRIMARY KEY NOT NULL, plugin TEXT NOT NULL,
+                provider TEXT NOT NULL, config TEXT NOT NULL, service TEXT NOT NULL,
+                interval_secs INTEGER NOT NULL, directives TEXT NOT NULL,
+                created_at INTEGER NOT NULL, updated_at INTEGER NOT NULL);
+             CREATE TABLE outcomes (id INTEGER PRIMARY KEY AUTOINCREMENT,
+                binding TEXT NOT NULL REFERENCES bindings(name) ON DELETE CASCADE,
+                at_ms INTEGER NOT NULL, duration_ms INTEGER NOT NULL, status TEXT NOT NULL,
+                why TEXT, code INTEGER, field TEXT, kept TEXT NOT NULL, dropped TEXT NOT NULL,
+                ttl_seconds INTEGER, changed INTEGER NOT NULL, reloaded INTEGER NOT NULL,
+                nginx_error TEXT);
+             CREATE INDEX outcomes_by_binding ON outcomes(binding, id);
+             INSERT INTO bindings VALUES ('api', 'static', 'static', '{}', 'api', 60, '[]', 1, 1);
+             PRAGMA user_version = 1;",
+        )
+        .unwrap();
+        let rows: [(&str, Option<&str>, Option<i64>); 10] = [
+            ("ok", None, None),
+            ("unchanged", None, None),
+            (
+                "failed",
+                Some("plugin \"consul\": bad token; the current servers were kept"),
+                Some(-32003),
+            ),
+            (
+                "failed",
+                Some("plugin \"consul\": timed out after 30 s; the current servers were kept"),
+                None,
+            ),
+            (
+                "failed",
+                Some("no valid target (2 dropped: bad port); the current file was kept"),
+                None,
+            ),
+            (
+                "failed",
+                Some("the service has no servers right now; the current file was kept"),
+                None,
+            ),
+            (
+                "failed",
+                Some("nginx -t failed with the new file; the previous file was restored"),
+                None,
+            ),
+            (
+                "failed",
+                Some("nginx reload failed; the previous file was restored"),
+                None,
+            ),
+            (
+                "failed",
+                Some("the file could not be written (No space left on device); nothing changed"),
+                None,
+            ),
+            (
+                "failed",
+                Some("the daemon is stopping; nothing applied"),
+                None,
+            ),
+        ];
+        for (i, (status, why, code)) in rows.iter().enumerate() {
+            conn.execute(
+                "INSERT INTO outcomes (binding, at_ms, duration_ms, status, why, code, kept, \
+                 dropped, changed, reloaded) VALUES ('api', ?1, 1, ?2, ?3, ?4, '[]', '[]', 0, 0)",
+                rusqlite::params![i as i64, status, why, code],
+            )
+            .unwrap();
+        }
+    }
+    let s = Store::open_with(
+        &path,
+        StoreOptions {
+            history_per_binding: 100,
+        },
+    )
+    .unwrap();
+    let mut got: Vec<Option<Failure>> = s
+        .recent_outcomes("api", 100)
+        .unwrap()
+        .into_iter()
+        .map(|o| o.failure)
+        .collect();
+    got.reverse();
+    assert_eq!(
+        got,
+        vec![
+            None,
+            None,
+            Some(Failure::PluginError),
+            Some(Failure::PluginNoAnswer),
+            Some(Failure::NoValidTarget),
+            Some(Failure::NoValidTarget),
+            Some(Failure::TestFailed),
+            Some(Failure::ReloadFailed),
+            Some(Failure::WriteFailed),
+            Some(Failure::Stopping),
+        ]
+    );
+    drop(s);
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let v: i64 = conn
+        .pragma_query_value(None, "user_version", |r| r.get(0))
+        .unwrap();
+    assert_eq!(v, SCHEMA_VERSION);
+    // Opening again does not run the migration twice.
+    drop(conn);
+    Store::open(&path).unwrap();
 }

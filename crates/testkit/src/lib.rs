@@ -2,8 +2,9 @@
 //! temporary prefix, tiny backends served by the same nginx, free ports and a minimal HTTP client.
 //!
 //! Used as a dev-dependency only. Nothing here is mocked: [`TestNginx`] runs
-//! `nginx -p DIR -c DIR/conf/nginx.conf -e stderr` as a child process (`daemon off`, master + one worker)
-//! and stops it when dropped, also when the test panics.
+//! `nginx -p DIR -c DIR/conf/nginx.conf -e stderr` as a child process (`daemon off`, master + one
+//! worker, or several with [`TestNginxBuilder::workers`]) and stops it when dropped, also when the
+//! test panics.
 //!
 //! Layout of the prefix `DIR`:
 //! ```text
@@ -103,6 +104,7 @@ pub struct TestNginxBuilder {
     http_snippets: Vec<String>,
     files: Vec<(PathBuf, Vec<u8>)>,
     upstreams_glob: bool,
+    workers: usize,
 }
 
 impl Default for TestNginxBuilder {
@@ -119,7 +121,15 @@ impl TestNginxBuilder {
             http_snippets: Vec::new(),
             files: Vec::new(),
             upstreams_glob: true,
+            workers: 1,
         }
+    }
+
+    /// Runs `n` worker processes (default 1): a reload then has to replace all of them.
+    pub fn workers(mut self, n: usize) -> Self {
+        assert!(n >= 1, "nginx needs at least one worker");
+        self.workers = n;
+        self
     }
 
     /// Adds a backend: a `server` of the same nginx on its own free port answering `200 <name>`
@@ -236,6 +246,7 @@ impl TestNginxBuilder {
             backends,
             child: Some(child),
             binary: binary.to_path_buf(),
+            workers: self.workers,
         };
         let mut ports = vec![port];
         ports.extend(nginx.backends.iter().map(|(_, p)| *p));
@@ -282,6 +293,7 @@ impl TestNginxBuilder {
 
     fn render_config(&self, prefix: &Path, port: u16, backends: &[(String, u16)]) -> String {
         let p = prefix.display();
+        let workers = self.workers;
         let mut c = String::new();
         if running_as_root() {
             // Workers keep the fixture's uid so they can use the private temp prefix.
@@ -289,7 +301,7 @@ impl TestNginxBuilder {
         }
         let _ = write!(
             c,
-            "daemon off;\nmaster_process on;\nworker_processes 1;\n\
+            "daemon off;\nmaster_process on;\nworker_processes {workers};\n\
              pid {p}/logs/nginx.pid;\nerror_log {p}/logs/error.log notice;\n\
              events {{\n    worker_connections 256;\n}}\n\
              http {{\n    access_log off;\n    default_type text/plain;\n\
@@ -341,6 +353,7 @@ pub struct TestNginx {
     backends: Vec<(String, u16)>,
     child: Option<Child>,
     binary: PathBuf,
+    workers: usize,
 }
 
 impl TestNginx {
@@ -524,14 +537,17 @@ impl TestNginx {
         out
     }
 
-    /// Waits until exactly one worker runs and it is not shutting down: after a reload, old
-    /// workers keep accepting for a moment; this waits them out. (It cannot know about a reload
-    /// signal the master has not handled yet: first wait for a sign of the new configuration.)
+    /// Waits until exactly the configured number of workers runs and none is shutting down:
+    /// after a reload, old workers keep accepting for a moment; this waits them out. (It cannot
+    /// know about a reload signal the master has not handled yet: first wait for a sign of the
+    /// new configuration.)
     pub fn wait_settled(&self, timeout: Duration) -> Result<(), String> {
         let deadline = Instant::now() + timeout;
         loop {
             let workers = self.workers();
-            if workers.len() == 1 && !workers[0].1.contains("shutting down") {
+            if workers.len() == self.workers
+                && workers.iter().all(|w| !w.1.contains("shutting down"))
+            {
                 return Ok(());
             }
             if Instant::now() > deadline {
@@ -541,6 +557,16 @@ impl TestNginx {
             }
             thread::sleep(Duration::from_millis(10));
         }
+    }
+
+    /// The pid file (`pid` directive of the main config).
+    pub fn pid_file(&self) -> PathBuf {
+        self.prefix().join("logs/nginx.pid")
+    }
+
+    /// The error log file (`error_log` of the main config, level notice).
+    pub fn error_log_path(&self) -> PathBuf {
+        self.prefix().join("logs/error.log")
     }
 
     /// The contents of nginx's error log (notice level).
@@ -618,6 +644,111 @@ impl TestNginx {
 impl Drop for TestNginx {
     fn drop(&mut self) {
         self.stop();
+    }
+}
+
+/// A small tmpfs mounted over a folder (for full-disk tests); unmounted on drop (lazily if still
+/// busy). Needs root (or CAP_SYS_ADMIN).
+#[derive(Debug)]
+pub struct TmpfsMount {
+    dir: PathBuf,
+}
+
+impl TmpfsMount {
+    /// Mounts a tmpfs of `size_bytes` on `dir` (which must exist; what it held is hidden until
+    /// unmount). The error says why when the kernel refuses (not root, in a container...).
+    pub fn mount(dir: &Path, size_bytes: u64) -> Result<TmpfsMount, String> {
+        let out = Command::new("mount")
+            .args(["-t", "tmpfs", "-o"])
+            .arg(format!("size={size_bytes},mode=0755"))
+            .arg("tributary-test")
+            .arg(dir)
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| format!("running mount: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "mount -t tmpfs on {} failed: {}",
+                dir.display(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        Ok(TmpfsMount {
+            dir: dir.to_path_buf(),
+        })
+    }
+
+    /// The mount point.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Makes the mount's top folder immutable (`chattr +i`: no file in it can be created,
+    /// renamed or removed, even by root) or mutable again. Open files stay writable.
+    pub fn set_immutable(&self, on: bool) -> Result<(), String> {
+        let flag = if on { "+i" } else { "-i" };
+        let out = Command::new("chattr")
+            .arg(flag)
+            .arg(&self.dir)
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| format!("running chattr (Debian package e2fsprogs): {e}"))?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "chattr {flag} {} failed: {}",
+                self.dir.display(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            ))
+        }
+    }
+
+    /// Writes a filler file in the mount until the file system is full (`ENOSPC`); returns
+    /// its path.
+    pub fn fill(&self, file_name: &str) -> PathBuf {
+        let path = self.dir.join(file_name);
+        let mut f = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .unwrap_or_else(|e| panic!("create {}: {e}", path.display()));
+        let block = vec![0u8; 4096];
+        loop {
+            match f.write(&block) {
+                Ok(0) => break,
+                Ok(_) => {}
+                Err(e) if e.raw_os_error() == Some(28) => break, // ENOSPC
+                Err(e) => panic!("filling {}: {e}", path.display()),
+            }
+        }
+        // Smaller writes take the last partial page.
+        for _ in 0..4096 {
+            if f.write(&[0u8]).is_err() {
+                break;
+            }
+        }
+        path
+    }
+}
+
+impl Drop for TmpfsMount {
+    fn drop(&mut self) {
+        let _ = self.set_immutable(false);
+        let ok = Command::new("umount")
+            .arg(&self.dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !ok {
+            let _ = Command::new("umount")
+                .arg("-l")
+                .arg(&self.dir)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+        }
     }
 }
 

@@ -7,7 +7,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tributary_apply::{Applier, ApplyOptions, Change, CommandError, CommandNginx, Nginx};
+use tributary_apply::{
+    Applier, ApplyOptions, Change, CommandError, CommandNginx, Nginx, ReloadConfirm,
+};
 use tributary_core::{render, Address, ExtraDirective, Target, UpstreamName};
 use tributary_testkit::TestNginx;
 
@@ -55,6 +57,18 @@ pub fn name(s: &str) -> UpstreamName {
 pub fn fast() -> ApplyOptions {
     ApplyOptions {
         min_reload_gap: Duration::ZERO,
+        ..ApplyOptions::default()
+    }
+}
+
+/// No reload gap, reloads confirmed by watching this nginx's workers and error log.
+pub fn confirmed(nginx: &TestNginx) -> ApplyOptions {
+    ApplyOptions {
+        min_reload_gap: Duration::ZERO,
+        confirm: Some(ReloadConfirm::new(
+            nginx.pid_file(),
+            Some(nginx.error_log_path()),
+        )),
     }
 }
 

@@ -33,23 +33,6 @@ pub fn error(status: StatusCode, message: impl Into<String>, field: Option<Strin
         .into_response()
 }
 
-/// An engine error as the API shows it (same statuses as [`crate::api`]).
-pub fn engine_error(e: EngineError) -> Response {
-    let status = match &e {
-        EngineError::Invalid { .. } => StatusCode::BAD_REQUEST,
-        EngineError::NotFound(_) => StatusCode::NOT_FOUND,
-        EngineError::Duplicate(_) | EngineError::Conflict(_) => StatusCode::CONFLICT,
-        EngineError::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
-        EngineError::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
-        EngineError::Store(_) => StatusCode::INTERNAL_SERVER_ERROR,
-    };
-    let field = match &e {
-        EngineError::Invalid { field, .. } => field.clone(),
-        _ => None,
-    };
-    error(status, e.to_string(), field)
-}
-
 /// `GET /api/v1/bindings/{name}/history`.
 #[derive(Debug, Serialize)]
 pub struct History {
@@ -65,7 +48,7 @@ pub async fn history(State(s): State<WebState>, Path(name): Path<String>) -> Res
             history: d.history,
         })
         .into_response(),
-        Err(e) => engine_error(e),
+        Err(e) => e.into_response(),
     }
 }
 
@@ -137,20 +120,9 @@ pub async fn test_resolve(State(s): State<WebState>, body: Bytes) -> Response {
         Ok(i) => i,
         Err((message, field)) => return error(StatusCode::BAD_REQUEST, message, field),
     };
-    let errors = super::check::all_fields(&s.api.engine, &input, None, true);
-    if let Some(first) = errors.first().cloned() {
-        return (
-            StatusCode::BAD_REQUEST,
-            Json(ErrorBody {
-                error: first,
-                errors,
-            }),
-        )
-            .into_response();
-    }
     match preview(&s.api.engine, &input, None).await {
         Ok(p) => Json(p).into_response(),
-        Err(e) => engine_error(e),
+        Err(e) => e.into_response(),
     }
 }
 

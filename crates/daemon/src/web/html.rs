@@ -1,23 +1,9 @@
-//! HTML helpers of the web UI: escaping, the page frame, security headers, times.
+//! HTML helpers of the web UI: the page frame, security headers, times. Pages are written with
+//! maud's `html!` (compile-time templates; every `(value)` spliced into a page is escaped).
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-
-/// Escapes text for HTML element content and quoted attribute values.
-pub fn esc(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 8);
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
+use maud::{html, Markup, DOCTYPE};
 
 /// Content-Security-Policy of every page: nothing from elsewhere, no inline script or style.
 pub const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; \
@@ -38,35 +24,61 @@ pub fn secure(mut resp: Response) -> Response {
 }
 
 /// A full page: title, navigation (with a logout form when `csrf` is given) and `body`.
-pub fn page(status: StatusCode, title: &str, csrf: Option<&str>, body: &str) -> Response {
-    let nav = match csrf {
-        Some(t) => format!(
-            "<nav><a href=\"/ui/bindings\">Bindings</a> <a href=\"/ui/new\">New binding</a> \
-             <a href=\"/ui/nginx\">nginx</a>\
-             <form method=\"post\" action=\"/logout\" class=\"inline\">\
-             <input type=\"hidden\" name=\"csrf\" value=\"{}\">\
-             <button type=\"submit\" class=\"link\">Log out</button></form></nav>",
-            esc(t)
-        ),
-        None => String::new(),
+pub fn page(status: StatusCode, title: &str, csrf: Option<&str>, body: Markup) -> Response {
+    let html = html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                title { (title) " · Tributary" }
+                link rel="stylesheet" href="/ui/assets/style.css";
+                script src="/ui/assets/app.js" defer {}
+            }
+            body {
+                header {
+                    a.brand href="/ui/bindings" { "Tributary" }
+                    @if let Some(t) = csrf {
+                        nav {
+                            a href="/ui/bindings" { "Bindings" } " "
+                            a href="/ui/new" { "New binding" } " "
+                            a href="/ui/nginx" { "nginx" }
+                            form.inline method="post" action="/logout" {
+                                (csrf_field(t))
+                                button.link type="submit" { "Log out" }
+                            }
+                        }
+                    }
+                }
+                main { (body) }
+            }
+        }
     };
-    let html = format!(
-        "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
-         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
-         <title>{} · Tributary</title>\
-         <link rel=\"stylesheet\" href=\"/ui/assets/style.css\">\
-         <script src=\"/ui/assets/app.js\" defer></script></head>\
-         <body><header><a class=\"brand\" href=\"/ui/bindings\">Tributary</a>{nav}</header>\
-         <main>{body}</main></body></html>\n",
-        esc(title)
-    );
     secure(
         (
             status,
             [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
-            html,
+            html.into_string(),
         )
             .into_response(),
+    )
+}
+
+/// The hidden CSRF field every form carries.
+pub fn csrf_field(token: &str) -> Markup {
+    html! { input type="hidden" name="csrf" value=(token); }
+}
+
+/// A page with one error paragraph (`role="alert"`) and a link back to the bindings.
+pub fn error_page(status: StatusCode, title: &str, csrf: Option<&str>, message: &str) -> Response {
+    page(
+        status,
+        title,
+        csrf,
+        html! {
+            p.error role="alert" { (message) }
+            p { a href="/ui/bindings" { "Back to the bindings" } }
+        },
     )
 }
 
@@ -122,12 +134,9 @@ pub fn rel_time(ms: i64, now_ms: i64) -> String {
 }
 
 /// A `<time>` element with the absolute time and the relative one.
-pub fn time_el(ms: i64, now_ms: i64) -> String {
-    format!(
-        "<time title=\"{t}\">{t} ({})</time>",
-        rel_time(ms, now_ms),
-        t = fmt_time(ms)
-    )
+pub fn time_el(ms: i64, now_ms: i64) -> Markup {
+    let t = fmt_time(ms);
+    html! { time title=(t) { (t) " (" (rel_time(ms, now_ms)) ")" } }
 }
 
 #[cfg(test)]
@@ -135,10 +144,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn escaping() {
+    fn values_are_escaped_in_text_and_attributes() {
+        let m = html! { p title=("\"><script>") { ("<b>&'") } };
         assert_eq!(
-            esc("<a href=\"x\">'&'</a>"),
-            "&lt;a href=&quot;x&quot;&gt;&#39;&amp;&#39;&lt;/a&gt;"
+            m.into_string(),
+            "<p title=\"&quot;&gt;&lt;script&gt;\">&lt;b&gt;&amp;'</p>"
+        );
+        assert_eq!(
+            csrf_field("a\"b").into_string(),
+            "<input type=\"hidden\" name=\"csrf\" value=\"a&quot;b\">"
+        );
+        assert_eq!(
+            time_el(0, 10_000).into_string(),
+            "<time title=\"1970-01-01 00:00:00Z\">1970-01-01 00:00:00Z (10 s ago)</time>"
         );
     }
 

@@ -1,24 +1,160 @@
-//! `/metrics`: Prometheus text exposition of what the engine reports ([`EngineEvent`]).
+//! `/metrics`: the OpenMetrics/Prometheus text exposition (crate `prometheus-client`) of what the
+//! engine reports ([`EngineEvent`]).
 //!
-//! A task subscribed to the engine counts resolutions by outcome, plugin errors by code, the
-//! resolution latency histogram, reloads, changes refused by `nginx -t`, the last successful
+//! A task subscribed to the engine counts resolutions by outcome, failures by their kind (the
+//! outcome's [`Failure`] tag, never its prose), plugin errors by code, the resolution latency
+//! histogram, confirmed reloads, changes refused by `nginx -t`, the last successful
 //! reload, and each binding's last successful resolution (for staleness). The per-binding gauges
-//! are read from the engine at scrape time, so removed bindings disappear.
+//! are set from the engine at scrape time, so removed bindings disappear.
+//!
+//! Every metric is declared in one place, [`Families`]: add a field there and register it in
+//! [`Families::register`].
 
-use std::collections::{BTreeMap, HashMap};
-use std::fmt::Write as _;
+use std::collections::HashMap;
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
 use tokio::sync::broadcast::error::RecvError;
-use tributary_store::{OutcomeRecord, OutcomeStatus};
+use tributary_store::{Failure, OutcomeRecord, OutcomeStatus};
 
 use crate::engine::{Engine, EngineEvent};
+use crate::view::BindingView;
 
 /// Upper bounds (seconds) of the resolution latency histogram.
 pub const LATENCY_BUCKETS: [f64; 12] = [
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
 ];
+
+/// The outcomes `tributary_resolutions_total` always shows (0 until one happens).
+const OUTCOMES: [&str; 3] = ["ok", "unchanged", "failed"];
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabel {
+    outcome: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct FailureLabel {
+    failure: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CodeLabel {
+    code: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BindingLabel {
+    binding: String,
+}
+
+type FloatGauge = Gauge<f64, AtomicU64>;
+
+/// Every metric of `/metrics`. Counters are registered without `_total`: the encoder adds it.
+#[derive(Debug, Default)]
+struct Families {
+    resolutions: Family<OutcomeLabel, Counter>,
+    failures: Family<FailureLabel, Counter>,
+    plugin_errors: Family<CodeLabel, Counter>,
+    latency: LatencyHistogram,
+    batches: Counter,
+    reloads: Counter,
+    test_failures: Counter,
+    last_reload_seconds: FloatGauge,
+    bindings: Gauge,
+    binding_servers: Family<BindingLabel, Gauge>,
+    binding_failing: Family<BindingLabel, Gauge>,
+    binding_staleness: Family<BindingLabel, FloatGauge>,
+    events_lost: Counter,
+}
+
+/// The latency histogram with [`LATENCY_BUCKETS`].
+#[derive(Debug, Clone)]
+struct LatencyHistogram(Histogram);
+
+impl Default for LatencyHistogram {
+    fn default() -> Self {
+        LatencyHistogram(Histogram::new(LATENCY_BUCKETS))
+    }
+}
+
+impl Families {
+    /// Declares every metric: name, help, kind (from the field's type).
+    fn register(&self, r: &mut Registry) {
+        r.register(
+            "tributary_resolutions",
+            "Resolutions by outcome (ok: file changed and applied; unchanged; failed: current file kept)",
+            self.resolutions.clone(),
+        );
+        r.register(
+            "tributary_resolution_failures",
+            "Failed resolutions by kind (plugin_error, plugin_no_answer, no_valid_target, test_failed, reload_failed, restore_failed, write_failed, stopping)",
+            self.failures.clone(),
+        );
+        r.register(
+            "tributary_plugin_errors",
+            "Failed resolutions by the plugin's JSON-RPC error code (\"none\": no error answer, e.g. timeout or crash)",
+            self.plugin_errors.clone(),
+        );
+        r.register(
+            "tributary_resolution_duration_seconds",
+            "Time from plugin call to applied (or refused) file",
+            self.latency.0.clone(),
+        );
+        r.register(
+            "tributary_apply_batches",
+            "Batches of changed files handed to nginx (one test, at most one reload each)",
+            self.batches.clone(),
+        );
+        r.register(
+            "tributary_nginx_reloads",
+            "nginx reloads after applied changes, confirmed live (new workers only)",
+            self.reloads.clone(),
+        );
+        r.register(
+            "tributary_nginx_test_failures",
+            "Changed files refused by nginx -t (the previous file was restored)",
+            self.test_failures.clone(),
+        );
+        r.register(
+            "tributary_last_successful_reload_timestamp_seconds",
+            "Unix time of the last successful reload since the daemon started (0: none yet)",
+            self.last_reload_seconds.clone(),
+        );
+        r.register(
+            "tributary_bindings",
+            "Bindings configured",
+            self.bindings.clone(),
+        );
+        r.register(
+            "tributary_binding_servers",
+            "Servers in the binding's file (from its last successful resolution)",
+            self.binding_servers.clone(),
+        );
+        r.register(
+            "tributary_binding_failing",
+            "1 when the binding's last resolution failed",
+            self.binding_failing.clone(),
+        );
+        r.register(
+            "tributary_binding_staleness_seconds",
+            "Seconds since the binding's last successful resolution (absent: never resolved successfully)",
+            self.binding_staleness.clone(),
+        );
+        r.register(
+            "tributary_metrics_events_lost",
+            "Engine events the metrics task missed because it fell behind",
+            self.events_lost.clone(),
+        );
+    }
+}
 
 /// The last change refused by `nginx -t` (for the nginx status endpoint and page).
 #[derive(Debug, Clone, serde::Serialize)]
@@ -28,27 +164,47 @@ pub struct TestFailure {
     pub nginx_error: String,
 }
 
+/// What the JSON endpoints and the UI read besides the counters.
 #[derive(Debug, Default)]
-struct Counters {
-    resolutions: BTreeMap<&'static str, u64>,
-    plugin_errors: BTreeMap<String, u64>,
-    buckets: [u64; LATENCY_BUCKETS.len()],
-    latency_count: u64,
-    latency_sum_secs: f64,
-    batches: u64,
-    reloads: u64,
-    test_failures: u64,
+struct State {
     last_reload_ms: Option<i64>,
     last_test_failure: Option<TestFailure>,
     /// Binding → time of its last ok/unchanged resolution (ms since the epoch).
     last_success_ms: HashMap<String, i64>,
-    lagged: u64,
 }
 
 /// The metrics registry. Cheap to share behind an `Arc`.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Metrics {
-    c: Mutex<Counters>,
+    families: Families,
+    registry: Registry,
+    state: Mutex<State>,
+    /// One scrape at a time (the per-binding gauges are reset and set at each scrape).
+    scrape: Mutex<()>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let families = Families::default();
+        let mut registry = Registry::default();
+        families.register(&mut registry);
+        for outcome in OUTCOMES {
+            let _ = families
+                .resolutions
+                .get_or_create(&OutcomeLabel { outcome });
+        }
+        for kind in Failure::ALL {
+            let _ = families.failures.get_or_create(&FailureLabel {
+                failure: kind.as_str(),
+            });
+        }
+        Metrics {
+            families,
+            registry,
+            state: Mutex::new(State::default()),
+            scrape: Mutex::new(()),
+        }
+    }
 }
 
 /// A snapshot of the nginx-related numbers (for `GET /api/v1/nginx`).
@@ -88,7 +244,9 @@ impl Metrics {
                 let Some(m) = m.upgrade() else { return };
                 match ev {
                     Ok(ev) => m.observe(&ev),
-                    Err(RecvError::Lagged(n)) => m.lock().lagged += n,
+                    Err(RecvError::Lagged(n)) => {
+                        m.families.events_lost.inc_by(n);
+                    }
                     Err(RecvError::Closed) => return,
                 }
             }
@@ -96,8 +254,8 @@ impl Metrics {
         metrics
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Counters> {
-        self.c.lock().unwrap_or_else(|p| p.into_inner())
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn note_success(&self, binding: &str, at_ms: i64) {
@@ -119,48 +277,55 @@ impl Metrics {
                 at_ms,
                 ..
             } => {
-                let mut c = self.lock();
-                c.batches += 1;
-                c.test_failures += *test_failures as u64;
+                let f = &self.families;
+                f.batches.inc();
+                f.test_failures.inc_by(*test_failures as u64);
                 if *reloaded {
-                    c.reloads += 1;
-                    c.last_reload_ms = Some(*at_ms);
+                    f.reloads.inc();
+                    f.last_reload_seconds.set(*at_ms as f64 / 1000.0);
+                    self.lock().last_reload_ms = Some(*at_ms);
                 }
             }
         }
     }
 
     fn observe_outcome(&self, binding: &str, o: &OutcomeRecord) {
-        let mut c = self.lock();
-        *c.resolutions.entry(o.status.as_str()).or_default() += 1;
-        let secs = o.duration_ms as f64 / 1000.0;
-        for (i, le) in LATENCY_BUCKETS.iter().enumerate() {
-            if secs <= *le {
-                c.buckets[i] += 1;
-            }
-        }
-        c.latency_count += 1;
-        c.latency_sum_secs += secs;
+        let f = &self.families;
+        f.resolutions
+            .get_or_create(&OutcomeLabel {
+                outcome: o.status.as_str(),
+            })
+            .inc();
+        f.latency.0.observe(o.duration_ms as f64 / 1000.0);
         if o.status == OutcomeStatus::Failed {
-            if let Some(code) = o.code {
-                *c.plugin_errors.entry(code.to_string()).or_default() += 1;
-            } else if o.nginx_error.is_none()
-                && o.why.as_deref().is_some_and(|w| w.starts_with("plugin "))
-            {
+            if let Some(kind) = o.failure {
+                f.failures
+                    .get_or_create(&FailureLabel {
+                        failure: kind.as_str(),
+                    })
+                    .inc();
+            }
+            let code = match o.failure {
+                Some(Failure::PluginError) => Some(
+                    o.code
+                        .map_or_else(|| "unknown".to_string(), |c| c.to_string()),
+                ),
                 // The plugin failed without an error answer (timeout, crash, malformed answer).
-                *c.plugin_errors.entry("none".to_string()).or_default() += 1;
+                Some(Failure::PluginNoAnswer) => Some("none".to_string()),
+                _ => None,
+            };
+            if let Some(code) = code {
+                f.plugin_errors.get_or_create(&CodeLabel { code }).inc();
             }
             if let Some(e) = &o.nginx_error {
-                c.last_test_failure = Some(TestFailure {
+                self.lock().last_test_failure = Some(TestFailure {
                     binding: binding.to_string(),
                     at_ms: o.at_ms,
                     nginx_error: e.clone(),
                 });
             }
         } else {
-            let at = o.at_ms + o.duration_ms as i64;
-            let e = c.last_success_ms.entry(binding.to_string()).or_insert(at);
-            *e = (*e).max(at);
+            self.note_success(binding, o.at_ms + o.duration_ms as i64);
         }
     }
 
@@ -171,177 +336,59 @@ impl Metrics {
 
     /// The nginx-related numbers.
     pub fn nginx_numbers(&self) -> NginxNumbers {
-        let c = self.lock();
+        let f = &self.families;
+        let st = self.lock();
         NginxNumbers {
-            apply_batches: c.batches,
-            reloads: c.reloads,
-            test_failures: c.test_failures,
-            last_reload_ms: c.last_reload_ms,
-            last_test_failure: c.last_test_failure.clone(),
+            apply_batches: f.batches.get(),
+            reloads: f.reloads.get(),
+            test_failures: f.test_failures.get(),
+            last_reload_ms: st.last_reload_ms,
+            last_test_failure: st.last_test_failure.clone(),
         }
     }
 
-    /// The Prometheus text exposition (format 0.0.4).
+    /// The text exposition, with the per-binding gauges of the engine's bindings now.
     pub fn render(&self, engine: &Engine) -> String {
-        let bindings = engine.list();
-        let now = now_ms();
-        let c = self.lock();
-        let mut out = String::with_capacity(4096);
-        let head = |out: &mut String, name: &str, kind: &str, help: &str| {
-            let _ = writeln!(out, "# HELP {name} {help}");
-            let _ = writeln!(out, "# TYPE {name} {kind}");
-        };
+        self.encode(&engine.list(), now_ms())
+    }
 
-        head(&mut out, "tributary_resolutions_total", "counter", "Resolutions by outcome (ok: file changed and applied; unchanged; failed: current file kept).");
-        for status in ["ok", "unchanged", "failed"] {
-            let n = c.resolutions.get(status).copied().unwrap_or(0);
-            let _ = writeln!(
-                out,
-                "tributary_resolutions_total{{outcome=\"{status}\"}} {n}"
-            );
-        }
-
-        head(&mut out, "tributary_plugin_errors_total", "counter", "Failed resolutions by the plugin's JSON-RPC error code (\"none\": no error answer, e.g. timeout or crash).");
-        for (code, n) in &c.plugin_errors {
-            let _ = writeln!(
-                out,
-                "tributary_plugin_errors_total{{code=\"{}\"}} {n}",
-                label(code)
-            );
-        }
-
-        head(
-            &mut out,
-            "tributary_resolution_duration_seconds",
-            "histogram",
-            "Time from plugin call to applied (or refused) file.",
-        );
-        for (i, le) in LATENCY_BUCKETS.iter().enumerate() {
-            let _ = writeln!(
-                out,
-                "tributary_resolution_duration_seconds_bucket{{le=\"{le}\"}} {}",
-                c.buckets[i]
-            );
-        }
-        let _ = writeln!(
-            out,
-            "tributary_resolution_duration_seconds_bucket{{le=\"+Inf\"}} {}",
-            c.latency_count
-        );
-        let _ = writeln!(
-            out,
-            "tributary_resolution_duration_seconds_sum {}",
-            c.latency_sum_secs
-        );
-        let _ = writeln!(
-            out,
-            "tributary_resolution_duration_seconds_count {}",
-            c.latency_count
-        );
-
-        head(
-            &mut out,
-            "tributary_apply_batches_total",
-            "counter",
-            "Batches of changed files handed to nginx (one test, at most one reload each).",
-        );
-        let _ = writeln!(out, "tributary_apply_batches_total {}", c.batches);
-        head(
-            &mut out,
-            "tributary_nginx_reloads_total",
-            "counter",
-            "nginx reloads after applied changes.",
-        );
-        let _ = writeln!(out, "tributary_nginx_reloads_total {}", c.reloads);
-        head(
-            &mut out,
-            "tributary_nginx_test_failures_total",
-            "counter",
-            "Changed files refused by nginx -t (the previous file was restored).",
-        );
-        let _ = writeln!(
-            out,
-            "tributary_nginx_test_failures_total {}",
-            c.test_failures
-        );
-        head(
-            &mut out,
-            "tributary_last_successful_reload_timestamp_seconds",
-            "gauge",
-            "Unix time of the last successful reload since the daemon started (0: none yet).",
-        );
-        let _ = writeln!(
-            out,
-            "tributary_last_successful_reload_timestamp_seconds {}",
-            c.last_reload_ms.map_or(0.0, |ms| ms as f64 / 1000.0)
-        );
-
-        head(
-            &mut out,
-            "tributary_bindings",
-            "gauge",
-            "Bindings configured.",
-        );
-        let _ = writeln!(out, "tributary_bindings {}", bindings.len());
-        head(
-            &mut out,
-            "tributary_binding_servers",
-            "gauge",
-            "Servers in the binding's file (from its last successful resolution).",
-        );
-        for b in &bindings {
-            let _ = writeln!(
-                out,
-                "tributary_binding_servers{{binding=\"{}\"}} {}",
-                label(&b.name),
-                b.servers.len()
-            );
-        }
-        head(
-            &mut out,
-            "tributary_binding_failing",
-            "gauge",
-            "1 when the binding's last resolution failed.",
-        );
-        for b in &bindings {
-            let failing = b
-                .last_outcome
-                .as_ref()
-                .is_some_and(|o| o.status == OutcomeStatus::Failed);
-            let _ = writeln!(
-                out,
-                "tributary_binding_failing{{binding=\"{}\"}} {}",
-                label(&b.name),
-                u8::from(failing)
-            );
-        }
-        head(&mut out, "tributary_binding_staleness_seconds", "gauge", "Seconds since the binding's last successful resolution (absent: never resolved successfully).");
-        for b in &bindings {
-            if let Some(at) = c.last_success_ms.get(&b.name) {
-                let secs = (now - at).max(0) as f64 / 1000.0;
-                let _ = writeln!(
-                    out,
-                    "tributary_binding_staleness_seconds{{binding=\"{}\"}} {secs}",
-                    label(&b.name)
-                );
+    /// The text exposition (OpenMetrics 1.0, which Prometheus' text parser also reads) with the
+    /// per-binding gauges of `bindings` at time `now`.
+    fn encode(&self, bindings: &[BindingView], now: i64) -> String {
+        let _one = self.scrape.lock().unwrap_or_else(|p| p.into_inner());
+        let f = &self.families;
+        f.bindings.set(bindings.len() as i64);
+        f.binding_servers.clear();
+        f.binding_failing.clear();
+        f.binding_staleness.clear();
+        {
+            let st = self.lock();
+            for b in bindings {
+                let label = BindingLabel {
+                    binding: b.name.clone(),
+                };
+                f.binding_servers
+                    .get_or_create(&label)
+                    .set(b.servers.len() as i64);
+                let failing = b
+                    .last_outcome
+                    .as_ref()
+                    .is_some_and(|o| o.status == OutcomeStatus::Failed);
+                f.binding_failing
+                    .get_or_create(&label)
+                    .set(i64::from(failing));
+                if let Some(at) = st.last_success_ms.get(&b.name) {
+                    f.binding_staleness
+                        .get_or_create(&label)
+                        .set((now - at).max(0) as f64 / 1000.0);
+                }
             }
         }
-        head(
-            &mut out,
-            "tributary_metrics_events_lost_total",
-            "counter",
-            "Engine events the metrics task missed because it fell behind.",
-        );
-        let _ = writeln!(out, "tributary_metrics_events_lost_total {}", c.lagged);
+        let mut out = String::with_capacity(4096);
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
         out
     }
-}
-
-/// Escapes a label value (backslash, double quote, newline).
-fn label(v: &str) -> String {
-    v.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
 }
 
 #[cfg(test)]
@@ -353,6 +400,7 @@ mod tests {
             at_ms: 1_000,
             duration_ms: ms,
             status,
+            failure: code.map(|_| Failure::PluginError),
             why: code.map(|_| "plugin \"x\": refused".to_string()),
             code,
             field: None,
@@ -362,6 +410,32 @@ mod tests {
             changed: false,
             reloaded: false,
             nginx_error: None,
+        }
+    }
+
+    fn value(text: &str, series: &str) -> f64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no {series} in:\n{text}"))
+    }
+
+    fn binding(name: &str, servers: usize, last: Option<OutcomeStatus>) -> BindingView {
+        BindingView {
+            name: name.into(),
+            plugin: "p".into(),
+            provider: "r".into(),
+            service: "s".into(),
+            interval_secs: 60,
+            directives: vec![],
+            config: Default::default(),
+            secrets: Default::default(),
+            include_line: String::new(),
+            file: String::new(),
+            last_outcome: last.map(|s| outcome(s, 1, None)),
+            servers: vec![serde_json::json!({}); servers],
+            next_refresh_ms: None,
+            consecutive_failures: 0,
         }
     }
 
@@ -381,24 +455,157 @@ mod tests {
             test_failures: 1,
             at_ms: 5_000,
         });
-        let c = m.lock();
-        assert_eq!(c.resolutions.get("ok"), Some(&1));
-        assert_eq!(c.resolutions.get("failed"), Some(&1));
-        assert_eq!(c.plugin_errors.get("-32003"), Some(&1));
-        // 3 ms is under every bucket; 40 ms from 0.05 on; 2 s from 2.5 on.
-        assert_eq!(c.buckets[0], 1);
-        assert_eq!(c.buckets[3], 2);
-        assert_eq!(c.buckets[8], 3);
-        assert_eq!(c.latency_count, 3);
+        let t = m.encode(&[], 10_000);
         assert_eq!(
-            (c.reloads, c.test_failures, c.last_reload_ms),
-            (1, 1, Some(5_000))
+            value(&t, "tributary_resolutions_total{outcome=\"ok\"}"),
+            1.0
         );
-        assert_eq!(c.last_success_ms.get("api"), Some(&1_040));
+        assert_eq!(
+            value(&t, "tributary_resolutions_total{outcome=\"failed\"}"),
+            1.0
+        );
+        assert_eq!(
+            value(&t, "tributary_resolutions_total{outcome=\"unchanged\"}"),
+            1.0
+        );
+        assert_eq!(
+            value(&t, "tributary_plugin_errors_total{code=\"-32003\"}"),
+            1.0
+        );
+        // 3 ms is under every bucket; 40 ms from 0.05 on; 2 s from 2.5 on.
+        let bucket = |le: &str| {
+            value(
+                &t,
+                &format!("tributary_resolution_duration_seconds_bucket{{le=\"{le}\"}}"),
+            )
+        };
+        assert_eq!(bucket("0.005"), 1.0);
+        assert_eq!(bucket("0.05"), 2.0);
+        assert_eq!(bucket("2.5"), 3.0);
+        assert_eq!(bucket("+Inf"), 3.0);
+        assert_eq!(
+            value(&t, "tributary_resolution_duration_seconds_count"),
+            3.0
+        );
+        assert_eq!(
+            value(&t, "tributary_resolution_duration_seconds_sum"),
+            2.043
+        );
+        assert_eq!(value(&t, "tributary_apply_batches_total"), 1.0);
+        assert_eq!(value(&t, "tributary_nginx_reloads_total"), 1.0);
+        assert_eq!(value(&t, "tributary_nginx_test_failures_total"), 1.0);
+        assert_eq!(
+            value(&t, "tributary_last_successful_reload_timestamp_seconds"),
+            5.0
+        );
+        assert_eq!(value(&t, "tributary_metrics_events_lost_total"), 0.0);
+        assert_eq!(m.last_success_ms("api"), Some(1_040));
+        let n = m.nginx_numbers();
+        assert_eq!(
+            (
+                n.apply_batches,
+                n.reloads,
+                n.test_failures,
+                n.last_reload_ms
+            ),
+            (1, 1, 1, Some(5_000))
+        );
+        // Every family is declared with its kind.
+        for (name, kind) in [
+            ("tributary_resolutions", "counter"),
+            ("tributary_resolution_duration_seconds", "histogram"),
+            ("tributary_bindings", "gauge"),
+        ] {
+            assert!(t.contains(&format!("# TYPE {name} {kind}\n")), "{t}");
+        }
+        assert!(t.ends_with("# EOF\n"), "{t}");
+        assert!(
+            t.contains("# HELP tributary_bindings Bindings configured.\n"),
+            "{t}"
+        );
     }
 
     #[test]
-    fn label_values_are_escaped() {
-        assert_eq!(label("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+    fn failures_are_counted_by_their_kind_tag_not_their_words() {
+        let m = Metrics::default();
+        let failed = |kind: Option<Failure>, why: &str| EngineEvent::Outcome {
+            binding: "api".into(),
+            outcome: OutcomeRecord {
+                failure: kind,
+                why: Some(why.into()),
+                ..outcome(OutcomeStatus::Failed, 1, None)
+            },
+        };
+        // The words do not matter: a "plugin ..." text on a reload failure is a reload failure.
+        m.observe(&failed(Some(Failure::ReloadFailed), "plugin-like words"));
+        m.observe(&failed(Some(Failure::ReloadFailed), "anything"));
+        m.observe(&failed(
+            Some(Failure::PluginNoAnswer),
+            "no answer within 2 s",
+        ));
+        m.observe(&failed(
+            Some(Failure::NoValidTarget),
+            "plugin \"x\" said nothing",
+        ));
+        let t = m.encode(&[], 0);
+        let kind = |k: &str| {
+            value(
+                &t,
+                &format!("tributary_resolution_failures_total{{failure=\"{k}\"}}"),
+            )
+        };
+        assert_eq!(kind("reload_failed"), 2.0);
+        assert_eq!(kind("plugin_no_answer"), 1.0);
+        assert_eq!(kind("no_valid_target"), 1.0);
+        // Every kind is listed, also at zero.
+        for k in Failure::ALL {
+            let _ = kind(k.as_str());
+        }
+        assert_eq!(kind("test_failed"), 0.0);
+        assert_eq!(
+            value(&t, "tributary_plugin_errors_total{code=\"none\"}"),
+            1.0
+        );
+        assert!(!t.contains("code=\"-"), "no plugin error code: {t}");
+    }
+
+    #[test]
+    fn per_binding_gauges_follow_the_bindings_at_scrape_time() {
+        let m = Metrics::default();
+        m.observe(&EngineEvent::Outcome {
+            binding: "web".into(),
+            outcome: outcome(OutcomeStatus::Ok, 0, None),
+        });
+        let t = m.encode(
+            &[
+                binding("web", 2, Some(OutcomeStatus::Failed)),
+                binding("new\"x", 0, None),
+            ],
+            4_000,
+        );
+        assert_eq!(value(&t, "tributary_bindings"), 2.0);
+        assert!(
+            t.contains("# TYPE tributary_binding_staleness_seconds gauge\n"),
+            "{t}"
+        );
+        assert_eq!(value(&t, "tributary_binding_servers{binding=\"web\"}"), 2.0);
+        assert_eq!(value(&t, "tributary_binding_failing{binding=\"web\"}"), 1.0);
+        assert_eq!(
+            value(&t, "tributary_binding_staleness_seconds{binding=\"web\"}"),
+            3.0
+        );
+        // Label values are escaped; a binding never resolved has no staleness.
+        assert_eq!(
+            value(&t, "tributary_binding_failing{binding=\"new\\\"x\"}"),
+            0.0
+        );
+        assert!(
+            !t.contains("tributary_binding_staleness_seconds{binding=\"new"),
+            "{t}"
+        );
+        // A removed binding disappears at the next scrape.
+        let t = m.encode(&[], 4_000);
+        assert_eq!(value(&t, "tributary_bindings"), 0.0);
+        assert!(!t.contains("binding=\"web\""), "{t}");
     }
 }

@@ -1,9 +1,8 @@
 //! The web side of `tributary serve` next to the JSON API of [`crate::api`]:
 //!
 //! - [`api_extra`]: more `/api/v1` endpoints (history, test resolution, nginx status);
-//! - [`check`]: every invalid field of a binding at once (form and API);
 //! - [`openapi`]: `/api/v1/openapi.json`, the document of every `/api/v1` endpoint;
-//! - [`metrics`]: `/metrics` in Prometheus text format;
+//! - [`metrics`]: `/metrics` in OpenMetrics/Prometheus text format (`prometheus-client`);
 //! - [`session`]: the UI login (argon2 password hash), sessions and CSRF tokens;
 //! - [`ui`]: the server-rendered web UI under `/ui/` (plus `/`, `/login`, `/logout`).
 //!
@@ -11,7 +10,6 @@
 //! the bearer token or a UI session; UI pages need a session (else they redirect to `/login`).
 
 pub mod api_extra;
-pub mod check;
 pub mod html;
 pub mod metrics;
 pub mod openapi;
@@ -166,12 +164,22 @@ async fn require_bearer_or_session(
     }
 }
 
-async fn metrics_text(State(st): State<WebState>) -> Response {
+/// `/metrics`: OpenMetrics text. Scrapers that ask for it (Prometheus does, in `Accept`) get it
+/// as `application/openmetrics-text`; anyone else gets the same text as `text/plain` (a browser
+/// shows it; Prometheus' classic text parser reads it too).
+async fn metrics_text(State(st): State<WebState>, headers: axum::http::HeaderMap) -> Response {
+    let openmetrics = headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(|v| v.contains("application/openmetrics-text"));
+    let content_type = if openmetrics {
+        "application/openmetrics-text; version=1.0.0; charset=utf-8"
+    } else {
+        "text/plain; version=0.0.4; charset=utf-8"
+    };
     (
-        [(
-            header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
-        )],
+        [(header::CONTENT_TYPE, content_type)],
         st.metrics.render(&st.api.engine),
     )
         .into_response()

@@ -1,0 +1,323 @@
+//! Requests of people: create, replace, remove, refresh, and the views of bindings.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{oneshot, watch};
+use tributary_apply::RemoveOutcome;
+use tributary_store::{BindingRecord, OutcomeRecord, Upsert};
+
+use super::{lock, ApplyMsg, Engine, EngineError, Slot};
+use crate::view::{BindingDetail, BindingInput, BindingView, BulkItem, RemoveResponse};
+
+impl Engine {
+    /// Creates a binding; fails if the name is taken.
+    pub async fn add(&self, input: &BindingInput) -> Result<BindingView, EngineError> {
+        let _admin = self.inner.admin.lock().await;
+        let (binding, record) = self.prepare(input, None, None)?;
+        if lock(&self.inner.slots).contains_key(&record.name) {
+            return Err(EngineError::Duplicate(record.name));
+        }
+        lock(&self.inner.store)
+            .insert_binding(&record)
+            .map_err(|e| match e {
+                tributary_store::StoreError::Duplicate(n) => EngineError::Duplicate(n),
+                e => e.into(),
+            })?;
+        let slot = self.new_slot(binding, record);
+        self.spawn(&slot);
+        Ok(self.view_of(&slot))
+    }
+
+    /// Creates or replaces the binding `name`.
+    pub async fn put(
+        &self,
+        name: &str,
+        input: &BindingInput,
+    ) -> Result<(Upsert, BindingView), EngineError> {
+        let _admin = self.inner.admin.lock().await;
+        let results = self.put_many_locked(&[(Some(name), input)])?;
+        let (upsert, slot) = results.into_iter().next().expect("one result per input");
+        Ok((upsert, self.view_of(&slot)))
+    }
+
+    /// Creates or replaces many bindings in one store transaction; every changed binding resolves
+    /// right away, so their changes are applied together. All inputs are validated first: one
+    /// bad input changes nothing.
+    pub async fn put_many(&self, inputs: &[BindingInput]) -> Result<Vec<BulkItem>, EngineError> {
+        let _admin = self.inner.admin.lock().await;
+        let mut seen = std::collections::HashSet::new();
+        for i in inputs {
+            if !seen.insert(i.name.as_str()) {
+                return Err(EngineError::invalid(
+                    "name",
+                    format!("binding {:?} appears twice", i.name),
+                ));
+            }
+        }
+        let list: Vec<(Option<&str>, &BindingInput)> = inputs.iter().map(|i| (None, i)).collect();
+        let results = self.put_many_locked(&list)?;
+        Ok(results
+            .into_iter()
+            .map(|(u, slot)| BulkItem {
+                name: lock(&slot.state).record.name.clone(),
+                result: upsert_str(u).to_string(),
+            })
+            .collect())
+    }
+
+    fn put_many_locked(
+        &self,
+        inputs: &[(Option<&str>, &BindingInput)],
+    ) -> Result<Vec<(Upsert, Arc<Slot>)>, EngineError> {
+        let mut prepared = Vec::with_capacity(inputs.len());
+        for (path_name, input) in inputs {
+            let name = path_name.unwrap_or(&input.name);
+            let previous = lock(&self.inner.slots)
+                .get(name)
+                .map(|s| lock(&s.state).record.clone());
+            let (binding, record) =
+                self.prepare(input, *path_name, previous.as_ref())
+                    .map_err(|e| match e {
+                        EngineError::Invalid(mut errors) if inputs.len() > 1 => {
+                            for e in &mut errors {
+                                e.message = format!("binding {name:?}: {}", e.message);
+                            }
+                            EngineError::Invalid(errors)
+                        }
+                        e => e,
+                    })?;
+            prepared.push((binding, record));
+        }
+        let records: Vec<BindingRecord> = prepared.iter().map(|(_, r)| r.clone()).collect();
+        let upserts = lock(&self.inner.store).upsert_bindings(&records)?;
+        let mut out = Vec::with_capacity(prepared.len());
+        for ((binding, record), upsert) in prepared.into_iter().zip(upserts) {
+            let existing = lock(&self.inner.slots).get(&record.name).cloned();
+            let slot = match (existing, upsert) {
+                (Some(slot), Upsert::Unchanged) => slot,
+                (Some(slot), _) => {
+                    {
+                        let mut st = lock(&slot.state);
+                        st.binding = Arc::new(binding);
+                        st.record = record;
+                    }
+                    self.spawn(&slot);
+                    slot
+                }
+                (None, _) => {
+                    let slot = self.new_slot(binding, record);
+                    self.spawn(&slot);
+                    slot
+                }
+            };
+            out.push((upsert, slot));
+        }
+        Ok(out)
+    }
+
+    /// Removes a binding: its file is deleted only if nginx still passes the test without it;
+    /// otherwise nothing changes and the error says to remove the include line first.
+    pub async fn remove(&self, name: &str) -> Result<RemoveResponse, EngineError> {
+        let _admin = self.inner.admin.lock().await;
+        let slot = lock(&self.inner.slots)
+            .get(name)
+            .cloned()
+            .ok_or_else(|| EngineError::NotFound(name.to_string()))?;
+        let uname = lock(&slot.state).binding.name.clone();
+        // Stop refreshing first, so no change of this binding is queued after the removal.
+        if let Some(t) = lock(&slot.state).task.take() {
+            t.abort();
+        }
+        let (tx, rx) = oneshot::channel();
+        self.inner
+            .apply_tx
+            .send(ApplyMsg::Remove(uname, tx))
+            .map_err(|_| EngineError::ShuttingDown)?;
+        let res = rx.await.map_err(|_| EngineError::ShuttingDown)?;
+        let file_removed = match res {
+            Ok(outcome) => match removed_file(&outcome) {
+                Ok(removed) => removed,
+                Err(why) => {
+                    self.spawn(&slot);
+                    return Err(EngineError::Conflict(why));
+                }
+            },
+            Err(e) => {
+                self.spawn(&slot);
+                return Err(EngineError::Conflict(e));
+            }
+        };
+        lock(&self.inner.store).remove_binding(name)?;
+        lock(&self.inner.slots).remove(name);
+        Ok(RemoveResponse {
+            name: name.to_string(),
+            file_removed,
+        })
+    }
+
+    /// Resolves the binding now and returns the outcome of that resolution.
+    pub async fn refresh(&self, name: &str) -> Result<OutcomeRecord, EngineError> {
+        let slot = lock(&self.inner.slots)
+            .get(name)
+            .cloned()
+            .ok_or_else(|| EngineError::NotFound(name.to_string()))?;
+        let mut rx = slot.seq.subscribe();
+        let start = *rx.borrow_and_update();
+        // A resolution already running started before this request: wait for the next one.
+        let wanted = if lock(&slot.state).running {
+            start + 2
+        } else {
+            start + 1
+        };
+        slot.wake.notify_one();
+        self.wait_seq(name, &slot, rx, wanted).await
+    }
+
+    /// Waits for the first outcome of the binding's current task (started by the last save).
+    pub async fn wait_first(&self, name: &str) -> Result<OutcomeRecord, EngineError> {
+        let slot = lock(&self.inner.slots)
+            .get(name)
+            .cloned()
+            .ok_or_else(|| EngineError::NotFound(name.to_string()))?;
+        let rx = slot.seq.subscribe();
+        let wanted = lock(&slot.state).spawn_seq + 1;
+        self.wait_seq(name, &slot, rx, wanted).await
+    }
+
+    async fn wait_seq(
+        &self,
+        name: &str,
+        slot: &Slot,
+        mut rx: watch::Receiver<u64>,
+        wanted: u64,
+    ) -> Result<OutcomeRecord, EngineError> {
+        let wait = async {
+            while *rx.borrow_and_update() < wanted {
+                if rx.changed().await.is_err() {
+                    return Err(EngineError::ShuttingDown);
+                }
+            }
+            Ok(())
+        };
+        match tokio::time::timeout(Duration::from_secs(120), wait).await {
+            Ok(Ok(())) => lock(&slot.state)
+                .last
+                .clone()
+                .ok_or(EngineError::ShuttingDown),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(EngineError::Timeout(name.to_string())),
+        }
+    }
+
+    /// All bindings, by name.
+    pub fn list(&self) -> Vec<BindingView> {
+        let mut slots: Vec<(String, Arc<Slot>)> = lock(&self.inner.slots)
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        slots.sort_by(|a, b| a.0.cmp(&b.0));
+        slots.iter().map(|(_, s)| self.view_of(s)).collect()
+    }
+
+    /// One binding with its recent history.
+    pub fn show(&self, name: &str) -> Result<BindingDetail, EngineError> {
+        let slot = lock(&self.inner.slots)
+            .get(name)
+            .cloned()
+            .ok_or_else(|| EngineError::NotFound(name.to_string()))?;
+        let history =
+            lock(&self.inner.store).recent_outcomes(name, self.inner.opts.history_limit)?;
+        Ok(BindingDetail {
+            binding: self.view_of(&slot),
+            history,
+        })
+    }
+
+    /// The binding's view, if it exists.
+    pub fn get(&self, name: &str) -> Option<BindingView> {
+        let slot = lock(&self.inner.slots).get(name).cloned()?;
+        Some(self.view_of(&slot))
+    }
+
+    fn view_of(&self, slot: &Slot) -> BindingView {
+        let st = lock(&slot.state);
+        let rec = &st.record;
+        let decl = self.inner.host.provider(&rec.plugin, &rec.provider);
+        let mut config = BTreeMap::new();
+        let mut secrets = BTreeMap::new();
+        if let Some(decl) = &decl {
+            for f in decl.configuration.fields.iter().filter(|f| f.secret) {
+                secrets.insert(f.key.clone(), rec.config.contains_key(&f.key));
+            }
+        }
+        for (k, v) in &rec.config {
+            // Without the provider's declaration every field is treated as secret.
+            let secret = decl
+                .as_ref()
+                .and_then(|d| d.field(k))
+                .is_none_or(|f| f.secret);
+            if secret {
+                secrets.insert(k.clone(), true);
+            } else {
+                config.insert(k.clone(), v.clone());
+            }
+        }
+        BindingView {
+            name: rec.name.clone(),
+            plugin: rec.plugin.clone(),
+            provider: rec.provider.clone(),
+            service: rec.service.clone(),
+            interval_secs: rec.interval_secs,
+            directives: rec.directives.clone(),
+            config,
+            secrets,
+            include_line: st.binding.include_line(),
+            file: self
+                .inner
+                .opts
+                .conf_dir
+                .join("upstreams")
+                .join(format!("{}.conf", rec.name))
+                .display()
+                .to_string(),
+            last_outcome: st.last.clone(),
+            servers: st.servers.clone(),
+            next_refresh_ms: st.next_ms,
+            consecutive_failures: st.failures,
+        }
+    }
+}
+
+fn upsert_str(u: Upsert) -> &'static str {
+    match u {
+        Upsert::Created => "created",
+        Upsert::Updated => "updated",
+        Upsert::Unchanged => "unchanged",
+    }
+}
+
+/// `Ok(file_removed)` when the binding may go, `Err(why)` when the file had to stay.
+fn removed_file(outcome: &RemoveOutcome) -> Result<bool, String> {
+    match outcome {
+        RemoveOutcome::Removed => Ok(true),
+        RemoveOutcome::NotFound => Ok(false),
+        RemoveOutcome::Refused { nginx_error } => Err(format!(
+            "nginx -t fails without this upstream's file, so the binding and its file were \
+             kept: {}",
+            nginx_error.trim()
+        )),
+        RemoveOutcome::ReloadFailed { error } => Err(format!(
+            "nginx reload failed after removing the file, so the binding and its file were \
+             kept: {}",
+            error.trim()
+        )),
+        RemoveOutcome::RestoreFailed { cause, error } => Err(format!(
+            "removing the file failed ({}) and it could not be put back ({}); the binding was \
+             kept and the restore is retried",
+            cause.trim(),
+            error.trim()
+        )),
+    }
+}

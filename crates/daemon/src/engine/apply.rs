@@ -1,0 +1,270 @@
+//! The apply task: the only writer of upstream files. It collects changes into batches (rules in
+//! [`super::batch`]) and hands each to `Applier::apply_batch` on a blocking thread (one
+//! `nginx -t`, one reload); removals go through the same task, so every write, test and reload is
+//! serialised.
+
+use std::collections::HashMap;
+
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+use tributary_apply::{Applier, ChangeOutcome, RemoveOutcome};
+use tributary_core::UpstreamName;
+use tributary_store::{Failure, OutcomeRecord, OutcomeStatus};
+
+use super::batch::{Batch, BatchRules, Next, Queued};
+use super::{now_ms, EngineEvent, Inner};
+
+/// A message for the apply task.
+pub(crate) type ApplyMsg = Queued<
+    oneshot::Sender<ChangeOutcome>,
+    oneshot::Sender<Result<RemoveOutcome, String>>,
+    oneshot::Sender<()>,
+>;
+
+pub(crate) async fn apply_task(
+    applier: Applier,
+    mut rx: mpsc::UnboundedReceiver<ApplyMsg>,
+    inner: std::sync::Weak<Inner>,
+    rules: BatchRules,
+) {
+    let mut applier = Some(applier);
+    while let Some(first) = rx.recv().await {
+        // Collect what becomes ready close together into one batch.
+        let opened = Instant::now();
+        let mut msgs = vec![first];
+        while let Next::WaitUntil(until) = rules.next(&msgs, opened, Instant::now()) {
+            match tokio::time::timeout_at(until, rx.recv()).await {
+                Ok(Some(m)) => msgs.push(m),
+                Ok(None) | Err(_) => break,
+            }
+        }
+        let Batch {
+            changes,
+            replies: change_replies,
+            removes,
+            stops,
+        } = Batch::collect(msgs);
+        let Some(mut a) = applier.take() else {
+            break;
+        };
+        if !changes.is_empty() {
+            if let Some(i) = inner.upgrade() {
+                i.batches.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+        let n = changes.len();
+        let changes_names: Vec<UpstreamName> = changes.iter().map(|c| c.name.clone()).collect();
+        let names: Vec<UpstreamName> = removes.iter().map(|(n, _)| n.clone()).collect();
+        let joined = tokio::task::spawn_blocking(move || {
+            let started = std::time::Instant::now();
+            let outcomes = if changes.is_empty() {
+                Vec::new()
+            } else {
+                a.apply_batch(&changes)
+            };
+            if !changes.is_empty() {
+                let changed = outcomes
+                    .iter()
+                    .filter(|(_, o)| !matches!(o, ChangeOutcome::Unchanged))
+                    .count();
+                let took_ms = started.elapsed().as_millis() as u64;
+                if changed > 0 {
+                    tracing::info!(changes = n, changed, took_ms, "batch applied");
+                } else {
+                    tracing::debug!(changes = n, took_ms, "batch unchanged");
+                }
+            }
+            let removed: Vec<Result<RemoveOutcome, String>> = names
+                .iter()
+                .map(|n| a.remove(n).map_err(|e| e.to_string()))
+                .collect();
+            (a, outcomes, removed)
+        })
+        .await;
+        match joined {
+            Ok((a, outcomes, removed)) => {
+                applier = Some(a);
+                if let (Some(i), false) = (inner.upgrade(), outcomes.is_empty()) {
+                    let _ = i.events.send(EngineEvent::Batch {
+                        changes: outcomes.len(),
+                        reloaded: outcomes
+                            .iter()
+                            .any(|(_, o)| matches!(o, ChangeOutcome::Applied { reloaded: true })),
+                        test_failures: outcomes
+                            .iter()
+                            .filter(|(_, o)| matches!(o, ChangeOutcome::TestFailed { .. }))
+                            .count(),
+                        at_ms: now_ms(),
+                    });
+                }
+                let by_name: HashMap<String, ChangeOutcome> = outcomes
+                    .into_iter()
+                    .map(|(n, o)| (n.as_str().to_string(), o))
+                    .collect();
+                for (change, replies) in changes_names.iter().zip(change_replies) {
+                    let outcome = by_name.get(change.as_str()).cloned().unwrap_or_else(|| {
+                        ChangeOutcome::ReloadFailed {
+                            error: "the applier returned no outcome for this upstream".into(),
+                        }
+                    });
+                    for r in replies {
+                        let _ = r.send(outcome.clone());
+                    }
+                }
+                for ((_, reply), res) in removes.into_iter().zip(removed) {
+                    let _ = reply.send(res);
+                }
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "the apply thread panicked; no more changes are applied");
+                break;
+            }
+        }
+        if !stops.is_empty() {
+            for s in stops {
+                let _ = s.send(());
+            }
+            break;
+        }
+    }
+}
+
+/// Writes what the applier did with a binding's change into its outcome: status, the failure kind,
+/// why, and nginx's own text. `None`: the apply task is gone (the daemon is stopping).
+/// `reloaded` is only ever true for a reload the applier confirmed live.
+pub(crate) fn record_change(rec: &mut OutcomeRecord, result: Option<ChangeOutcome>) {
+    let fail = |rec: &mut OutcomeRecord, kind: Failure, why: String, nginx: Option<String>| {
+        rec.status = OutcomeStatus::Failed;
+        rec.failure = Some(kind);
+        rec.why = Some(why);
+        rec.nginx_error = nginx;
+    };
+    match result {
+        Some(ChangeOutcome::Unchanged) => rec.status = OutcomeStatus::Unchanged,
+        Some(ChangeOutcome::Applied { reloaded }) => {
+            rec.status = OutcomeStatus::Ok;
+            rec.changed = true;
+            rec.reloaded = reloaded;
+        }
+        Some(ChangeOutcome::TestFailed { nginx_error }) => fail(
+            rec,
+            Failure::TestFailed,
+            "nginx -t failed with the new file; the previous file was restored".into(),
+            Some(nginx_error),
+        ),
+        Some(ChangeOutcome::ReloadFailed { error }) => fail(
+            rec,
+            Failure::ReloadFailed,
+            "nginx reload failed, was rejected or was not confirmed live; the previous file was \
+             restored"
+                .into(),
+            Some(error),
+        ),
+        Some(ChangeOutcome::RestoreFailed { cause, error }) => fail(
+            rec,
+            Failure::RestoreFailed,
+            format!(
+                "the change failed and the previous file could not be put back ({error}); its \
+                 journal is kept and the restore is retried"
+            ),
+            Some(cause),
+        ),
+        Some(ChangeOutcome::WriteFailed { error }) => fail(
+            rec,
+            Failure::WriteFailed,
+            format!("the file could not be written ({error}); nothing changed"),
+            None,
+        ),
+        None => fail(
+            rec,
+            Failure::Stopping,
+            "the daemon is stopping; nothing applied".into(),
+            None,
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn blank() -> OutcomeRecord {
+        OutcomeRecord {
+            at_ms: 0,
+            duration_ms: 0,
+            status: OutcomeStatus::Failed,
+            failure: None,
+            why: None,
+            code: None,
+            field: None,
+            kept: Vec::new(),
+            dropped: Vec::new(),
+            ttl_seconds: None,
+            changed: false,
+            reloaded: false,
+            nginx_error: None,
+        }
+    }
+
+    #[test]
+    fn every_change_outcome_maps_to_its_status_and_failure_kind() {
+        let cases = [
+            (
+                Some(ChangeOutcome::Unchanged),
+                OutcomeStatus::Unchanged,
+                None,
+            ),
+            (
+                Some(ChangeOutcome::Applied { reloaded: true }),
+                OutcomeStatus::Ok,
+                None,
+            ),
+            (
+                Some(ChangeOutcome::TestFailed {
+                    nginx_error: "t".into(),
+                }),
+                OutcomeStatus::Failed,
+                Some(Failure::TestFailed),
+            ),
+            (
+                Some(ChangeOutcome::ReloadFailed { error: "r".into() }),
+                OutcomeStatus::Failed,
+                Some(Failure::ReloadFailed),
+            ),
+            (
+                Some(ChangeOutcome::RestoreFailed {
+                    cause: "c".into(),
+                    error: "e".into(),
+                }),
+                OutcomeStatus::Failed,
+                Some(Failure::RestoreFailed),
+            ),
+            (
+                Some(ChangeOutcome::WriteFailed { error: "w".into() }),
+                OutcomeStatus::Failed,
+                Some(Failure::WriteFailed),
+            ),
+            (None, OutcomeStatus::Failed, Some(Failure::Stopping)),
+        ];
+        for (result, status, failure) in cases {
+            let mut rec = blank();
+            record_change(&mut rec, result.clone());
+            assert_eq!((rec.status, rec.failure), (status, failure), "{result:?}");
+            assert_eq!(rec.reloaded, status == OutcomeStatus::Ok, "{result:?}");
+        }
+        let mut rec = blank();
+        record_change(
+            &mut rec,
+            Some(ChangeOutcome::RestoreFailed {
+                cause: "nginx said no".into(),
+                error: "EPERM".into(),
+            }),
+        );
+        assert!(
+            !rec.why.as_deref().unwrap().contains("was restored"),
+            "{rec:?}"
+        );
+        assert!(rec.why.as_deref().unwrap().contains("EPERM"), "{rec:?}");
+        assert_eq!(rec.nginx_error.as_deref(), Some("nginx said no"));
+    }
+}

@@ -1,0 +1,316 @@
+//! The engine: bindings → plugin call → validate → render → batched apply → outcome → store.
+//!
+//! - Each binding has one tokio task that sleeps until its next refresh (schedule maths of
+//!   `tributary_core::schedule`: interval, shorter TTL, back-off after failures) or until a person
+//!   asks for a refresh, then resolves through the plugin host, validates and renders.
+//! - A failed resolution, or an answer without one valid target, is recorded as a failure and never
+//!   reaches the applier: **an error never empties an upstream**.
+//! - Rendered files go to a single apply task over a channel. It collects the changes that become
+//!   ready close together (it waits until no new change arrived for `batch_quiet`, at most
+//!   `batch_max` after the first) and hands them to `Applier::apply_batch` as one batch (one
+//!   `nginx -t`, one reload) on a blocking thread. Removals go through the same task, so every
+//!   write, test and reload is serialised.
+//! - Outcomes go to a recorder task that writes them to the store in one transaction per burst.
+//!
+//! Files: this one holds the handle ([`Engine`]), its options, errors and events; `admin` the
+//! requests of people (save, remove, refresh, views), `prepare` the validation of an input into a
+//! binding, `refresh` the per-binding task, `batch` the pure batching rules, `apply` the apply
+//! task and `record` the recorder task.
+
+mod admin;
+mod apply;
+mod batch;
+mod prepare;
+mod record;
+mod refresh;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde_json::Value;
+use tokio::sync::{mpsc, oneshot, watch, Notify};
+use tokio::task::AbortHandle;
+use tributary_apply::Applier;
+use tributary_core::{Binding, FieldError};
+use tributary_plugin_host::PluginHost;
+use tributary_store::{BindingRecord, OutcomeRecord, OutcomeStatus, Store};
+
+use apply::ApplyMsg;
+use batch::BatchRules;
+pub use prepare::record_to_binding;
+use record::RecordMsg;
+
+/// Engine tuning.
+#[derive(Debug, Clone)]
+pub struct EngineOptions {
+    /// The nginx conf dir (for showing file paths).
+    pub conf_dir: PathBuf,
+    /// A batch closes when no new change arrived for this long...
+    pub batch_quiet: Duration,
+    /// ...or this long after its first change, whichever comes first.
+    pub batch_max: Duration,
+    /// Outcomes returned by [`Engine::show`].
+    pub history_limit: usize,
+}
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        EngineOptions {
+            conf_dir: PathBuf::new(),
+            batch_quiet: Duration::from_millis(100),
+            batch_max: Duration::from_secs(1),
+            history_limit: 20,
+        }
+    }
+}
+
+/// Errors of engine operations. None carries a config value.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    /// Bad input: every invalid field (at least one), ordered by field; the text joins their
+    /// messages.
+    #[error("{}", join_messages(.0))]
+    Invalid(Vec<FieldError>),
+    #[error("no binding named {0:?}")]
+    NotFound(String),
+    #[error("a binding named {0:?} already exists")]
+    Duplicate(String),
+    /// The operation was refused because of nginx's state (e.g. removal while still included).
+    #[error("{0}")]
+    Conflict(String),
+    #[error("store: {0}")]
+    Store(#[from] tributary_store::StoreError),
+    #[error("the engine is shutting down")]
+    ShuttingDown,
+    #[error("timed out waiting for the resolution of {0:?}")]
+    Timeout(String),
+}
+
+impl EngineError {
+    /// Bad input in one field.
+    pub(crate) fn invalid(field: &str, message: impl Into<String>) -> EngineError {
+        EngineError::Invalid(vec![FieldError::new(field, message)])
+    }
+}
+
+fn join_messages(errors: &[FieldError]) -> String {
+    let texts: Vec<&str> = errors.iter().map(|e| e.message.as_str()).collect();
+    texts.join("; ")
+}
+
+pub(crate) fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+pub(crate) struct SlotState {
+    pub(crate) binding: Arc<Binding>,
+    pub(crate) record: BindingRecord,
+    pub(crate) task: Option<AbortHandle>,
+    pub(crate) last: Option<OutcomeRecord>,
+    pub(crate) servers: Vec<Value>,
+    pub(crate) next_ms: Option<i64>,
+    pub(crate) failures: u32,
+    pub(crate) running: bool,
+    /// `seq` when the current task was spawned: its first outcome is the one after it.
+    pub(crate) spawn_seq: u64,
+}
+
+pub(crate) struct Slot {
+    pub(crate) wake: Notify,
+    /// Bumped after every finished resolution.
+    pub(crate) seq: watch::Sender<u64>,
+    pub(crate) state: Mutex<SlotState>,
+}
+
+pub(crate) struct Inner {
+    pub(crate) host: Arc<PluginHost>,
+    pub(crate) store: Arc<Mutex<Store>>,
+    pub(crate) apply_tx: mpsc::UnboundedSender<ApplyMsg>,
+    pub(crate) record_tx: mpsc::UnboundedSender<RecordMsg>,
+    pub(crate) slots: Mutex<HashMap<String, Arc<Slot>>>,
+    /// Serialises saves and removals (store write + task restart).
+    pub(crate) admin: tokio::sync::Mutex<()>,
+    pub(crate) opts: EngineOptions,
+    /// Batches handed to the applier (for the benchmark and the health endpoint).
+    pub(crate) batches: std::sync::atomic::AtomicU64,
+    /// Outcomes and apply batches, for observers (metrics, UI); nobody listening is fine.
+    pub(crate) events: tokio::sync::broadcast::Sender<EngineEvent>,
+}
+
+/// What the engine reports to observers ([`Engine::subscribe`]): the metrics read these.
+#[derive(Debug, Clone)]
+pub enum EngineEvent {
+    /// A resolution of `binding` finished.
+    Outcome {
+        binding: String,
+        outcome: OutcomeRecord,
+    },
+    /// An apply batch finished: how many changes, whether nginx was reloaded, how many changes
+    /// `nginx -t` refused.
+    Batch {
+        changes: usize,
+        reloaded: bool,
+        test_failures: usize,
+        at_ms: i64,
+    },
+}
+
+/// The running engine. Cheap to clone.
+#[derive(Clone)]
+pub struct Engine {
+    pub(crate) inner: Arc<Inner>,
+}
+
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Engine {
+    /// Starts the engine on the bindings in `store`: every binding resolves once right away (so
+    /// a restart brings stale files up to date in one batch), then on its schedule.
+    pub fn start(
+        store: Store,
+        host: Arc<PluginHost>,
+        applier: Applier,
+        opts: EngineOptions,
+    ) -> Result<Engine, EngineError> {
+        let stored = store.list_bindings()?;
+        let last = store.last_outcomes()?;
+        let mut seeds = Vec::new();
+        for sb in stored {
+            let rec = sb.binding;
+            let binding = match record_to_binding(&rec) {
+                Ok(b) => b,
+                Err(e) => {
+                    tracing::error!(binding = %rec.name, error = %e, "stored binding is invalid; not scheduled");
+                    continue;
+                }
+            };
+            let servers = store
+                .recent_outcomes(&rec.name, opts.history_limit.max(1))?
+                .into_iter()
+                .find(|o| o.status != OutcomeStatus::Failed)
+                .map(|o| o.kept)
+                .unwrap_or_default();
+            let last = last.get(&rec.name).cloned();
+            seeds.push((binding, rec, last, servers));
+        }
+
+        let store = Arc::new(Mutex::new(store));
+        let (apply_tx, apply_rx) = mpsc::unbounded_channel();
+        let (record_tx, record_rx) = mpsc::unbounded_channel();
+        let inner = Arc::new(Inner {
+            host,
+            store: store.clone(),
+            apply_tx,
+            record_tx,
+            slots: Mutex::new(HashMap::new()),
+            admin: tokio::sync::Mutex::new(()),
+            opts,
+            batches: Default::default(),
+            events: tokio::sync::broadcast::channel(4096).0,
+        });
+        tokio::spawn(apply::apply_task(
+            applier,
+            apply_rx,
+            Arc::downgrade(&inner),
+            BatchRules {
+                quiet: inner.opts.batch_quiet,
+                max: inner.opts.batch_max,
+            },
+        ));
+        tokio::spawn(record::record_task(store, record_rx));
+
+        let engine = Engine { inner };
+        for (binding, rec, last, servers) in seeds {
+            let slot = engine.new_slot(binding, rec);
+            {
+                let mut st = lock(&slot.state);
+                st.last = last;
+                st.servers = servers;
+            }
+            engine.spawn(&slot);
+        }
+        Ok(engine)
+    }
+
+    pub(crate) fn new_slot(&self, binding: Binding, record: BindingRecord) -> Arc<Slot> {
+        let name = record.name.clone();
+        let slot = Arc::new(Slot {
+            wake: Notify::new(),
+            seq: watch::Sender::new(0),
+            state: Mutex::new(SlotState {
+                binding: Arc::new(binding),
+                record,
+                task: None,
+                last: None,
+                servers: Vec::new(),
+                next_ms: None,
+                failures: 0,
+                running: false,
+                spawn_seq: 0,
+            }),
+        });
+        lock(&self.inner.slots).insert(name, slot.clone());
+        slot
+    }
+
+    /// (Re)starts the slot's task; it resolves right away.
+    pub(crate) fn spawn(&self, slot: &Arc<Slot>) {
+        let mut st = lock(&slot.state);
+        if let Some(t) = st.task.take() {
+            t.abort();
+        }
+        st.running = false;
+        st.failures = 0;
+        st.spawn_seq = *slot.seq.borrow();
+        let handle = tokio::spawn(refresh::binding_task(
+            Arc::downgrade(&self.inner),
+            slot.clone(),
+            st.binding.clone(),
+        ));
+        st.task = Some(handle.abort_handle());
+    }
+
+    /// Number of batches handed to the applier since start.
+    pub fn batches(&self) -> u64 {
+        self.inner
+            .batches
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Outcomes and batches from now on (a slow receiver loses the oldest events).
+    pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<EngineEvent> {
+        self.inner.events.subscribe()
+    }
+
+    /// The plugin host.
+    pub fn host(&self) -> &Arc<PluginHost> {
+        &self.inner.host
+    }
+
+    /// Stops every task, lets the apply task finish its batch, flushes outcomes and stops the
+    /// plugins.
+    pub async fn shutdown(&self) {
+        let slots: Vec<Arc<Slot>> = lock(&self.inner.slots).values().cloned().collect();
+        for s in slots {
+            if let Some(t) = lock(&s.state).task.take() {
+                t.abort();
+            }
+        }
+        let (tx, rx) = oneshot::channel();
+        if self.inner.apply_tx.send(ApplyMsg::Stop(tx)).is_ok() {
+            let _ = rx.await;
+        }
+        let (tx, rx) = oneshot::channel();
+        if self.inner.record_tx.send(RecordMsg::Flush(tx)).is_ok() {
+            let _ = rx.await;
+        }
+        self.inner.host.shutdown().await;
+    }
+}

@@ -1,0 +1,127 @@
+//! An input turned into a binding and its stored record, through the one binding validation of
+//! `tributary-core` ([`BindingDraft::check`]).
+
+use tributary_core::{tidy_field_errors, Binding, BindingDraft, FieldError};
+use tributary_protocol::{ConfigMap, ProviderDecl};
+use tributary_store::BindingRecord;
+
+use super::{lock, Engine, EngineError};
+use crate::view::BindingInput;
+
+impl Engine {
+    /// Validates `input` as a save would (secret fields left out keep the stored values of the
+    /// binding `path_name`) without saving anything: for a test resolution.
+    pub fn preview_binding(
+        &self,
+        input: &BindingInput,
+        path_name: Option<&str>,
+    ) -> Result<Binding, EngineError> {
+        let name = path_name.unwrap_or(&input.name);
+        let previous = lock(&self.inner.slots)
+            .get(name)
+            .map(|s| lock(&s.state).record.clone());
+        self.prepare(input, path_name, previous.as_ref())
+            .map(|(b, _)| b)
+    }
+
+    /// Validates `input` (name taken from `path_name` when given) into a binding and its record,
+    /// reporting every invalid field at once ([`BindingDraft::check`]). Secret fields absent from
+    /// `input` keep their value from `previous`.
+    pub(crate) fn prepare(
+        &self,
+        input: &BindingInput,
+        path_name: Option<&str>,
+        previous: Option<&BindingRecord>,
+    ) -> Result<(Binding, BindingRecord), EngineError> {
+        let mut errors = Vec::new();
+        let name = match path_name {
+            Some(p) if !input.name.is_empty() && input.name != p => {
+                errors.push(FieldError::new(
+                    "name",
+                    format!(
+                        "the name in the body ({:?}) differs from the one in the path ({p:?})",
+                        input.name
+                    ),
+                ));
+                p.to_string()
+            }
+            Some(p) => p.to_string(),
+            None => input.name.clone(),
+        };
+        let decl = self
+            .provider_decl(&input.plugin, &input.provider)
+            .map_err(|e| errors.push(e))
+            .ok();
+        let mut config = input.config.clone();
+        if let (Some(prev), Some(decl)) = (previous, &decl) {
+            if prev.plugin == input.plugin && prev.provider == input.provider {
+                for f in decl.configuration.fields.iter().filter(|f| f.secret) {
+                    if !config.contains_key(&f.key) {
+                        if let Some(v) = prev.config.get(&f.key) {
+                            config.insert(f.key.clone(), v.clone());
+                        }
+                    }
+                }
+            }
+        }
+        let draft = BindingDraft {
+            name,
+            plugin: input.plugin.clone(),
+            provider: input.provider.clone(),
+            config: ConfigMap::from(config),
+            service: input.service.clone(),
+            interval_secs: input.interval_secs,
+            directives: input.directives.clone(),
+        };
+        let binding = match draft.check(decl.as_ref()) {
+            Ok(b) if errors.is_empty() => b,
+            Ok(_) => return Err(EngineError::Invalid(errors)),
+            Err(more) => {
+                errors.extend(more);
+                tidy_field_errors(&mut errors);
+                return Err(EngineError::Invalid(errors));
+            }
+        };
+        // Store the config as the plugin receives it (typed values after coercion).
+        let record = BindingRecord {
+            name: draft.name,
+            plugin: draft.plugin,
+            provider: draft.provider,
+            config: binding.config.as_map().clone(),
+            service: draft.service,
+            interval_secs: binding.interval.as_secs(),
+            directives: draft.directives,
+        };
+        Ok((binding, record))
+    }
+
+    fn provider_decl(&self, plugin: &str, provider: &str) -> Result<ProviderDecl, FieldError> {
+        if !self.inner.host.plugins().iter().any(|p| p.name == plugin) {
+            return Err(FieldError::new(
+                "plugin",
+                format!("no plugin named {plugin:?} is loaded"),
+            ));
+        }
+        self.inner.host.provider(plugin, provider).ok_or_else(|| {
+            FieldError::new(
+                "provider",
+                format!("plugin {plugin:?} has no provider {provider:?}"),
+            )
+        })
+    }
+}
+
+/// Converts a stored record back into a core binding (no provider declaration check).
+pub fn record_to_binding(rec: &BindingRecord) -> Result<Binding, EngineError> {
+    BindingDraft {
+        name: rec.name.clone(),
+        plugin: rec.plugin.clone(),
+        provider: rec.provider.clone(),
+        config: ConfigMap::from(rec.config.clone()),
+        service: rec.service.clone(),
+        interval_secs: Some(rec.interval_secs),
+        directives: rec.directives.clone(),
+    }
+    .check(None)
+    .map_err(EngineError::Invalid)
+}

@@ -1,0 +1,175 @@
+//! Shared pieces of the pages: a binding's state, outcome summaries and blocks, the targets table
+//! and the dropped-targets list.
+
+use maud::{html, Markup};
+use serde_json::Value;
+use tributary_store::{DroppedRecord, OutcomeRecord, OutcomeStatus};
+
+use super::now_ms;
+use crate::view::BindingView;
+use crate::web::html::{fmt_time, time_el};
+
+/// The state word and CSS class of a binding: ok, unchanged, failing, stale since ..., pending.
+pub fn state_of(b: &BindingView, last_success_ms: Option<i64>) -> (String, &'static str) {
+    match &b.last_outcome {
+        None => ("pending".into(), "pending"),
+        Some(o) => match o.status {
+            OutcomeStatus::Ok => ("ok".into(), "ok"),
+            OutcomeStatus::Unchanged => ("unchanged".into(), "ok"),
+            OutcomeStatus::Failed => match last_success_ms {
+                // Failing for longer than two intervals: the servers may be out of date.
+                Some(at) if now_ms() - at > 2 * 1000 * b.interval_secs as i64 => {
+                    (format!("stale since {}", fmt_time(at)), "failing")
+                }
+                _ => ("failing".into(), "failing"),
+            },
+        },
+    }
+}
+
+pub(super) fn outcome_summary(o: &OutcomeRecord) -> Markup {
+    html! {
+        span class={"status " (o.status.as_str())} { (o.status.as_str()) }
+        @if let Some(w) = &o.why {
+            " " span.why { (w) }
+        }
+    }
+}
+
+pub(super) fn targets_table(servers: &[Value]) -> Markup {
+    if servers.is_empty() {
+        return html! { p { "No servers known." } };
+    }
+    let txt = |t: &Value, k: &str| match &t[k] {
+        Value::String(v) => v.clone(),
+        Value::Null => String::new(),
+        v => v.to_string(),
+    };
+    html! {
+        table.servers {
+            thead { tr { th { "Address" } th.num { "Port" } th.num { "Weight" } th { "Tags" } } }
+            tbody {
+                @for t in servers {
+                    @let tags = t["tags"]
+                        .as_array()
+                        .map(|a| a.iter().filter_map(Value::as_str).collect::<Vec<_>>().join(", "))
+                        .unwrap_or_default();
+                    tr {
+                        td { (txt(t, "address")) }
+                        td.num { (txt(t, "port")) }
+                        td.num { (txt(t, "weight")) }
+                        td { (tags) }
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn yes_no(b: bool) -> &'static str {
+    if b {
+        "yes"
+    } else {
+        "no"
+    }
+}
+
+pub(super) fn outcome_block(o: &OutcomeRecord, now: i64) -> Markup {
+    html! {
+        dl.outcome {
+            dt { "When" } dd { (time_el(o.at_ms, now)) }
+            dt { "Outcome" } dd { (outcome_summary(o)) }
+            dt { "Took" } dd { (o.duration_ms) " ms" }
+            dt { "Valid targets" } dd { (o.kept.len()) }
+            @if let Some(c) = o.code {
+                dt { "Plugin error code" } dd.code { (c) }
+            }
+            @if let Some(f) = &o.field {
+                dt { "Field at fault" } dd.field { (f) }
+            }
+            @if let Some(t) = o.ttl_seconds {
+                dt { "TTL" } dd { (t) " s" }
+            }
+            dt { "File changed" } dd { (yes_no(o.changed)) }
+            dt { "nginx reloaded" } dd { (yes_no(o.reloaded)) }
+        }
+        @if !o.dropped.is_empty() {
+            h3 { "Dropped targets" }
+            (dropped_list(&o.dropped))
+        }
+        @if let Some(e) = &o.nginx_error {
+            h3 { "nginx said" }
+            pre.nginx-error { (e.trim()) }
+        }
+    }
+}
+
+/// The dropped targets of an answer, each with its reason.
+pub(super) fn dropped_list(dropped: &[DroppedRecord]) -> Markup {
+    html! {
+        ul.dropped {
+            @for d in dropped {
+                li { code { (d.target.to_string()) } ": " (d.reason) }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+
+    fn view(last: Option<OutcomeStatus>) -> BindingView {
+        BindingView {
+            name: "api".into(),
+            plugin: "static".into(),
+            provider: "static".into(),
+            service: "demo".into(),
+            interval_secs: 60,
+            directives: vec![],
+            config: BTreeMap::new(),
+            secrets: BTreeMap::new(),
+            include_line: "include upstreams/api.conf;".into(),
+            file: "/x/upstreams/api.conf".into(),
+            last_outcome: last.map(|status| OutcomeRecord {
+                at_ms: now_ms(),
+                duration_ms: 1,
+                status,
+                failure: None,
+                why: None,
+                code: None,
+                field: None,
+                kept: vec![],
+                dropped: vec![],
+                ttl_seconds: None,
+                changed: false,
+                reloaded: false,
+                nginx_error: None,
+            }),
+            servers: vec![],
+            next_refresh_ms: None,
+            consecutive_failures: 0,
+        }
+    }
+
+    #[test]
+    fn binding_states() {
+        assert_eq!(state_of(&view(None), None).0, "pending");
+        assert_eq!(state_of(&view(Some(OutcomeStatus::Ok)), None).0, "ok");
+        assert_eq!(
+            state_of(&view(Some(OutcomeStatus::Unchanged)), None).0,
+            "unchanged"
+        );
+        let failed = view(Some(OutcomeStatus::Failed));
+        assert_eq!(state_of(&failed, None), ("failing".into(), "failing"));
+        // A success within two intervals: failing; older: stale since that success.
+        assert_eq!(state_of(&failed, Some(now_ms() - 60_000)).0, "failing");
+        let old = 1_700_000_000_000;
+        assert_eq!(
+            state_of(&failed, Some(old)),
+            ("stale since 2023-11-14 22:13:20Z".into(), "failing")
+        );
+    }
+}
