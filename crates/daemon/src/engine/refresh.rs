@@ -98,6 +98,8 @@ async fn run_once(inner: &Inner, binding: &Binding) -> OutcomeRecord {
         changed: false,
         reloaded: false,
         nginx_error: None,
+        applied: None,
+        applied_reason: None,
     };
     let params = ResolveParams {
         provider: binding.provider.clone(),
@@ -132,7 +134,7 @@ async fn run_once(inner: &Inner, binding: &Binding) -> OutcomeRecord {
                     Ok(()) => rx.await.ok(),
                     Err(_) => None,
                 };
-                super::apply::record_change(&mut rec, result);
+                super::apply::record_result(&mut rec, result);
                 if rec.status != OutcomeStatus::Failed {
                     rec.why = r.dropped_note();
                 }
