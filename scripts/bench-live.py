@@ -215,7 +215,10 @@ http {{
         assert st in (200, 201) and v["binding"]["last_outcome"]["status"] == "ok", v
         wait_for(lambda: get(front)[1] in sets[0][1], 10, "first set")
         time.sleep(1.0)
-        started_before = open(os.path.join(prefix, "logs/error.log")).read().count("start worker process")
+        log0 = open(os.path.join(prefix, "logs/error.log")).read()
+        started_before = log0.count("start worker process")
+        reloads_before = log0.count("(SIGHUP) received")
+        took_before = len(re.findall(r"took_ms[=:]\s*(\d+)", open(os.path.join(tmp, "daemon.log")).read()))
 
         stop = threading.Event()
         rss_peak = [0]
@@ -278,9 +281,9 @@ http {{
         time.sleep(0.5)
         log = open(os.path.join(prefix, "logs/error.log")).read()
         started = log.count("start worker process") - started_before
-        reloads = log.count("(SIGHUP) received")
+        reloads = log.count("(SIGHUP) received") - reloads_before
         dtext = open(os.path.join(tmp, "daemon.log")).read()
-        took = [int(x) for x in re.findall(r"took_ms[=:]\s*(\d+)", dtext)]
+        took = [int(x) for x in re.findall(r"took_ms[=:]\s*(\d+)", dtext)][took_before:]
         res = parse_wrk(out)
         res.update({
             "mode": mode, "changes_sent": changes[0], "put_errors": put_errors[0],

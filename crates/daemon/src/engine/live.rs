@@ -79,8 +79,11 @@ impl ApplyResult {
     }
 }
 
+/// A rendered file's servers (`ADDR:PORT`, weight) and its other lines.
+type Split<'a> = (Vec<(String, u32)>, Vec<&'a str>);
+
 /// The servers of a rendered file (`    server ADDR weight=W;` lines) and the other lines.
-fn split(bytes: &[u8]) -> Option<(Vec<(String, u32)>, Vec<&str>)> {
+fn split(bytes: &[u8]) -> Option<Split<'_>> {
     let text = std::str::from_utf8(bytes).ok()?;
     let mut servers = Vec::new();
     let mut rest = Vec::new();

@@ -74,7 +74,7 @@ pub(crate) async fn binding_task(
         });
         let _ = engine
             .record_tx
-            .send(RecordMsg::Outcome(name.clone(), outcome));
+            .send(RecordMsg::Outcome(name.clone(), Box::new(outcome)));
         drop(engine);
         slot.seq.send_modify(|s| *s += 1);
     }
