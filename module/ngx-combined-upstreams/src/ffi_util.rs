@@ -5,11 +5,9 @@
 use core::ffi::{c_char, c_void, CStr};
 use core::{ptr, slice};
 
-use ngx::core::{NGX_CONF_ERROR, NGX_CONF_OK};
 use ngx::ffi::{
-    ngx_command_t, ngx_conf_log_error, ngx_conf_t, ngx_http_request_t, ngx_int_t,
-    ngx_log_error_core, ngx_palloc, ngx_pnalloc, ngx_pool_cleanup_add, ngx_pool_t, ngx_str_t,
-    ngx_uint_t, ngx_variable_value_t, NGX_LOG_EMERG,
+    ngx_command_t, ngx_conf_t, ngx_int_t, ngx_palloc, ngx_pnalloc, ngx_pool_cleanup_add,
+    ngx_pool_t, ngx_str_t, ngx_uint_t,
 };
 
 /// nginx's `NGX_OK` as the `ngx_int_t` hooks and handlers return.
@@ -45,41 +43,15 @@ pub const fn command(
 /// Why a directive handler failed.
 #[derive(Debug)]
 pub enum ConfFail {
-    /// Log this text as `[emerg]`.
-    Message(String),
-    /// Already logged (nginx did it) or out of memory: only return `NGX_CONF_ERROR`.
+    /// Log this error as `[emerg]` (its `Display` is nginx's wording).
+    Conf(upstrand_core::ConfError),
+    /// Already logged (nginx did it, also for out of memory): only return `NGX_CONF_ERROR`.
     Logged,
 }
 
 impl From<upstrand_core::ConfError> for ConfFail {
     fn from(e: upstrand_core::ConfError) -> Self {
-        ConfFail::Message(e.as_str().to_string())
-    }
-}
-
-impl From<String> for ConfFail {
-    fn from(text: String) -> Self {
-        ConfFail::Message(text)
-    }
-}
-
-impl From<&str> for ConfFail {
-    fn from(text: &str) -> Self {
-        ConfFail::Message(text.to_string())
-    }
-}
-
-/// What a directive handler returns to nginx for `result`; a [`ConfFail::Message`] is logged as
-/// `[emerg] MSG in FILE:LINE` first.
-///
-/// # Safety
-/// `cf` must be the configuration nginx is parsing.
-pub unsafe fn conf_result(cf: *mut ngx_conf_t, result: Result<(), ConfFail>) -> *mut c_char {
-    match result {
-        Ok(()) => NGX_CONF_OK,
-        // SAFETY: forwarded from the caller.
-        Err(ConfFail::Message(msg)) => unsafe { conf_error(cf, &msg) },
-        Err(ConfFail::Logged) => NGX_CONF_ERROR,
+        ConfFail::Conf(e)
     }
 }
 
@@ -100,73 +72,6 @@ pub fn borrowed(s: &[u8]) -> ngx_str_t {
     ngx_str_t {
         len: s.len(),
         data: s.as_ptr().cast_mut(),
-    }
-}
-
-/// The words of the directive being handled (`cf->args`), the directive name first.
-///
-/// # Safety
-/// `cf` must be the configuration nginx is parsing, inside a directive handler.
-pub unsafe fn conf_args<'a>(cf: *mut ngx_conf_t) -> Vec<&'a [u8]> {
-    // SAFETY: inside a directive handler cf->args is an array of ngx_str_t filled by the parser;
-    // the strings live in the configuration pool for the whole parse.
-    unsafe {
-        let args = &*(*cf).args;
-        if args.nelts == 0 {
-            return Vec::new();
-        }
-        let elts = slice::from_raw_parts(args.elts as *const ngx_str_t, args.nelts);
-        elts.iter().map(|s| bytes(s)).collect()
-    }
-}
-
-/// Logs `msg` at `level` as a configuration message (nginx adds ` in FILE:LINE` of the directive
-/// being handled).
-///
-/// # Safety
-/// `cf` must be the configuration nginx is parsing.
-pub unsafe fn conf_log(cf: *mut ngx_conf_t, level: u32, msg: &str) {
-    let mut s = borrowed(msg.as_bytes());
-    // SAFETY: cf is valid (caller); "%V" takes an ngx_str_t pointer, which stays valid for the call.
-    unsafe {
-        ngx_conf_log_error(
-            level as ngx_uint_t,
-            cf,
-            0,
-            c"%V".as_ptr(),
-            ptr::addr_of_mut!(s),
-        )
-    };
-}
-
-/// Logs `msg` as `[emerg] MSG in FILE:LINE` and returns `NGX_CONF_ERROR`.
-///
-/// # Safety
-/// `cf` must be the configuration nginx is parsing.
-pub unsafe fn conf_error(cf: *mut ngx_conf_t, msg: &str) -> *mut c_char {
-    // SAFETY: forwarded from the caller.
-    unsafe { conf_log(cf, NGX_LOG_EMERG, msg) };
-    NGX_CONF_ERROR
-}
-
-/// Logs `msg` on the request's connection log at `level`.
-///
-/// # Safety
-/// `r` is a live request.
-pub unsafe fn log_request(r: *mut ngx_http_request_t, level: u32, msg: &str) {
-    let mut s = borrowed(msg.as_bytes());
-    // SAFETY: r and its connection are live; "%V" takes an ngx_str_t pointer valid for the call.
-    unsafe {
-        let log = (*(*r).connection).log;
-        if (*log).log_level >= level as ngx_uint_t {
-            ngx_log_error_core(
-                level as ngx_uint_t,
-                log,
-                0,
-                c"%V".as_ptr(),
-                ptr::addr_of_mut!(s),
-            );
-        }
     }
 }
 
@@ -228,51 +133,4 @@ pub unsafe fn pool_box<T>(pool: *mut ngx_pool_t, value: T) -> Option<*mut T> {
 unsafe extern "C" fn drop_box<T>(data: *mut c_void) {
     // SAFETY: data was produced by Box::into_raw in pool_box and is dropped exactly once here.
     drop(unsafe { Box::from_raw(data.cast::<T>()) });
-}
-
-/// Sets a variable value to a copy of `value` in the request pool; false when out of memory.
-///
-/// # Safety
-/// `r` is a live request and `v` a variable value slot nginx passed to a handler.
-pub unsafe fn set_value_copy(
-    r: *mut ngx_http_request_t,
-    v: *mut ngx_variable_value_t,
-    value: &[u8],
-) -> bool {
-    // SAFETY: r's pool is live (caller); the copy lives as long as the request.
-    let Some(copy) = (unsafe { pool_copy((*r).pool, value) }) else {
-        return false;
-    };
-    // SAFETY: v is a valid slot (caller).
-    unsafe { set_value_raw(v, copy.data, copy.len) };
-    true
-}
-
-/// Points a variable value at `len` bytes at `data` (which must outlive the request).
-///
-/// # Safety
-/// `v` is a variable value slot nginx passed to a handler.
-pub unsafe fn set_value_raw(v: *mut ngx_variable_value_t, data: *mut u8, len: usize) {
-    // SAFETY: v is a valid slot (caller).
-    unsafe {
-        (*v).set_len(len as u32);
-        (*v).set_valid(1);
-        (*v).set_no_cacheable(1);
-        (*v).set_not_found(0);
-        (*v).data = data;
-    }
-}
-
-/// Marks a variable value as not found.
-///
-/// # Safety
-/// `v` is a variable value slot nginx passed to a handler.
-pub unsafe fn set_not_found(v: *mut ngx_variable_value_t) {
-    // SAFETY: v is a valid slot (caller).
-    unsafe {
-        (*v).set_len(0);
-        (*v).set_valid(0);
-        (*v).set_not_found(1);
-        (*v).data = ptr::null_mut();
-    }
 }

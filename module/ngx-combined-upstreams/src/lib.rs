@@ -13,8 +13,10 @@
 mod add_upstream;
 mod combine_server_singlets;
 mod conf;
+mod conf_ext;
 mod extend_single_peers;
 mod ffi_util;
+mod http;
 mod live;
 mod upstrand;
 mod upstreams;
@@ -22,11 +24,14 @@ mod upstreams;
 use core::ffi::{c_char, c_void};
 use core::ptr;
 
-use ngx::core::NGX_CONF_OK;
+use ngx::core::{NGX_CONF_ERROR, NGX_CONF_OK};
 use ngx::ffi::{
     ngx_command_t, ngx_conf_t, ngx_http_module_t, ngx_int_t, ngx_module_t, ngx_uint_t,
-    NGX_HTTP_MODULE,
+    NGX_HTTP_MODULE, NGX_LOG_EMERG,
 };
+use ngx::http::HttpModuleMainConf;
+
+use crate::conf_ext::ConfExt;
 
 /// Directive table: each feature file exports its entry as `COMMAND` (made with
 /// [`ffi_util::command`]). To add a directive: list it here and bump the array length. The last
@@ -48,7 +53,7 @@ static MODULE_CTX: ngx_http_module_t = ngx_http_module_t {
     init_main_conf: Some(init_main_conf),
     create_srv_conf: Some(conf::create_srv_conf),
     merge_srv_conf: None,
-    create_loc_conf: Some(upstrand::dynamic::create_loc_conf),
+    create_loc_conf: Some(conf::create_loc_conf),
     merge_loc_conf: Some(upstrand::dynamic::merge_loc_conf),
 };
 
@@ -91,37 +96,34 @@ pub static mut ngx_module_order: [*const c_char; 3] = [
 ];
 
 /// Runs before the `http {}` block is parsed (register variables here).
-unsafe extern "C" fn preconfiguration(cf: *mut ngx_conf_t) -> ngx_int_t {
-    // SAFETY: called by nginx with the configuration being parsed.
-    unsafe { upstrand::preconfiguration(cf) }
+extern "C" fn preconfiguration(cf: *mut ngx_conf_t) -> ngx_int_t {
+    // SAFETY: nginx calls the hook with the configuration being parsed; nothing else holds a
+    // reference to it during the call.
+    let cf = unsafe { &mut *cf };
+    upstrand::preconfiguration(cf)
 }
 
 /// Runs after the `http {}` block is parsed and every upstream is initialised (install filters,
 /// handlers here).
-unsafe extern "C" fn postconfiguration(cf: *mut ngx_conf_t) -> ngx_int_t {
-    // SAFETY: called by nginx after http{} was parsed; our main conf is at our ctx_index.
-    unsafe {
-        let ctx = (*cf).ctx.cast::<ngx::ffi::ngx_http_conf_ctx_t>();
-        let mc = (*(*ctx).main_conf.add(ctx_index())).cast::<conf::MainConf>();
-        upstrand::postconfiguration(cf, mc)
-    }
+extern "C" fn postconfiguration(cf: *mut ngx_conf_t) -> ngx_int_t {
+    // SAFETY: nginx calls the hook with the parsed configuration; nothing else holds a reference
+    // to it during the call.
+    let cf = unsafe { &mut *cf };
+    let Some(mc) = conf::Module::main_conf_mut(cf) else {
+        return ffi_util::NGX_ERROR;
+    };
+    upstrand::postconfiguration(cf, mc)
 }
 
 /// Runs at the end of `http {}`, after `ngx_http_upstream_module` initialised every upstream.
-unsafe extern "C" fn init_main_conf(cf: *mut ngx_conf_t, _conf: *mut c_void) -> *mut c_char {
-    // SAFETY: nginx passes the configuration being parsed; the http main confs exist.
-    unsafe { extend_single_peers::check_after_init(cf) };
+extern "C" fn init_main_conf(cf: *mut ngx_conf_t, _conf: *mut c_void) -> *mut c_char {
+    // SAFETY: nginx calls the hook with the configuration being parsed.
+    extend_single_peers::check_after_init(unsafe { &*cf });
     // SAFETY: as above; every upstream ran its init_upstream.
     if let Err(msg) = unsafe { live::init_main_conf(cf) } {
-        // SAFETY: cf is the configuration being parsed.
-        return unsafe { ffi_util::conf_error(cf, msg) };
+        // SAFETY: as above.
+        unsafe { &*cf }.log(NGX_LOG_EMERG, msg.as_ref());
+        return NGX_CONF_ERROR;
     }
     NGX_CONF_OK
-}
-
-/// This module's index among HTTP modules (valid once nginx loaded the module).
-pub(crate) fn ctx_index() -> usize {
-    // SAFETY: ctx_index is written by nginx while loading modules, before any directive handler
-    // or configuration hook of this module runs; here it is only read.
-    unsafe { (*ptr::addr_of!(ngx_http_combined_upstreams_module)).ctx_index }
 }

@@ -1,20 +1,29 @@
 //! Access to nginx's upstream configuration (`ngx_http_upstream_module`'s structures) for the
-//! directives that work inside `upstream {}`.
+//! directives that work inside `upstream {}` and for the upstrand family.
+//!
+//! [`Upstream`] is the fence: a handle on one `ngx_http_upstream_srv_conf_t` of the
+//! configuration being parsed, made only from nginx's own upstream list (or from nginx's call of
+//! a hook), whose safe methods each touch the structure briefly and hold no reference to it.
 
-use core::ffi::{c_char, c_void};
+use core::ffi::{c_void, CStr};
+use core::ptr::NonNull;
 use core::{mem, ptr, slice};
 
 use ngx::ffi::{
-    ngx_array_create, ngx_array_push, ngx_conf_t, ngx_http_conf_ctx_t, ngx_http_max_module,
-    ngx_http_module_t, ngx_http_upstream_add, ngx_http_upstream_main_conf_t,
-    ngx_http_upstream_module, ngx_http_upstream_server_t, ngx_http_upstream_srv_conf_t,
-    ngx_pcalloc, ngx_url_t, NGX_HTTP_MODULE, NGX_HTTP_UPSTREAM_BACKUP, NGX_HTTP_UPSTREAM_CREATE,
-    NGX_HTTP_UPSTREAM_DOWN, NGX_HTTP_UPSTREAM_FAIL_TIMEOUT, NGX_HTTP_UPSTREAM_MAX_CONNS,
-    NGX_HTTP_UPSTREAM_MAX_FAILS, NGX_HTTP_UPSTREAM_WEIGHT,
+    ngx_array_create, ngx_array_push, ngx_conf_t, ngx_http_max_module, ngx_http_module_t,
+    ngx_http_upstream_add, ngx_http_upstream_init_peer_pt, ngx_http_upstream_init_pt,
+    ngx_http_upstream_server_t, ngx_http_upstream_srv_conf_t, ngx_pcalloc, ngx_url_t,
+    NGX_HTTP_MODULE, NGX_HTTP_UPSTREAM_BACKUP, NGX_HTTP_UPSTREAM_CREATE, NGX_HTTP_UPSTREAM_DOWN,
+    NGX_HTTP_UPSTREAM_FAIL_TIMEOUT, NGX_HTTP_UPSTREAM_MAX_CONNS, NGX_HTTP_UPSTREAM_MAX_FAILS,
+    NGX_HTTP_UPSTREAM_WEIGHT,
 };
+use ngx::http::{HttpModule, HttpModuleMainConf, HttpModuleServerConf, NgxHttpUpstreamModule};
+use upstrand_core::upstreams::{find_by_name, UpstreamInfo};
 use upstrand_core::{ConfError, ServerFlags};
 
-use crate::ffi_util::{bytes, conf_args, conf_result, pool_copy, ConfFail};
+use crate::conf::{Module, SrvConf};
+use crate::conf_ext::ConfExt;
+use crate::ffi_util::{bytes, ConfFail};
 
 /// The flags nginx gives an explicit `upstream {}` block (plain round robin).
 pub const ROUND_ROBIN_FLAGS: u32 = NGX_HTTP_UPSTREAM_CREATE
@@ -25,127 +34,202 @@ pub const ROUND_ROBIN_FLAGS: u32 = NGX_HTTP_UPSTREAM_CREATE
     | NGX_HTTP_UPSTREAM_DOWN
     | NGX_HTTP_UPSTREAM_BACKUP;
 
-/// The upstream whose block is being parsed.
-///
-/// # Safety
-/// Only from a handler of a directive with context `NGX_HTTP_UPS_CONF`.
-pub unsafe fn current(cf: *mut ngx_conf_t) -> *mut ngx_http_upstream_srv_conf_t {
-    // SAFETY: inside `upstream {}`, cf->ctx is the block's ngx_http_conf_ctx_t whose srv_conf
-    // slot of ngx_http_upstream_module holds the block's ngx_http_upstream_srv_conf_t.
-    unsafe {
-        let ctx = (*cf).ctx as *mut ngx_http_conf_ctx_t;
-        let idx = (*ptr::addr_of!(ngx_http_upstream_module)).ctx_index;
-        *(*ctx).srv_conf.add(idx) as *mut ngx_http_upstream_srv_conf_t
+/// One upstream configuration of the cycle (explicit block, singlet or implicit upstream).
+/// Copyable: it is a pointer; its methods read or write the structure for the duration of the
+/// call only.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct Upstream(NonNull<ngx_http_upstream_srv_conf_t>);
+
+impl Upstream {
+    /// # Safety
+    /// `p` is null or points at an upstream configuration nginx made for the configuration
+    /// being parsed (it lives as long as the cycle) and is only used from nginx's thread.
+    pub unsafe fn from_ptr(p: *mut ngx_http_upstream_srv_conf_t) -> Option<Upstream> {
+        NonNull::new(p).map(Upstream)
     }
+
+    /// The pointer, for comparisons and nginx calls.
+    pub fn as_ptr(self) -> *mut ngx_http_upstream_srv_conf_t {
+        self.0.as_ptr()
+    }
+
+    fn with<T>(self, f: impl FnOnce(&ngx_http_upstream_srv_conf_t) -> T) -> T {
+        // SAFETY: see `from_ptr`; the reference lives only during `f`, which calls no nginx code.
+        f(unsafe { self.0.as_ref() })
+    }
+
+    fn with_mut<T>(self, f: impl FnOnce(&mut ngx_http_upstream_srv_conf_t) -> T) -> T {
+        // SAFETY: see `from_ptr`; configuration parsing is single-threaded and the reference
+        // lives only during `f`, which holds no other reference to this upstream.
+        f(unsafe { &mut *self.0.as_ptr() })
+    }
+
+    /// The name (`upstream NAME`, or `HOST` of an implicit upstream).
+    pub fn host(self) -> &'static [u8] {
+        // SAFETY: the host name lives in the configuration pool, as long as the cycle.
+        self.with(|u| unsafe { bytes(&u.host) })
+    }
+
+    /// `port` of the upstream (0 for explicit blocks and singlets).
+    pub fn port(self) -> u16 {
+        self.with(|u| u.port)
+    }
+
+    /// nginx's flags (`NGX_HTTP_UPSTREAM_*`) of the upstream's balancer.
+    pub fn flags(self) -> u32 {
+        self.with(|u| u.flags as u32)
+    }
+
+    /// True when nginx keeps a server list for it (an implicit upstream of a host name has none).
+    pub fn has_server_list(self) -> bool {
+        self.with(|u| !u.servers.is_null())
+    }
+
+    /// A copy of the servers so far (pushing to the list afterwards does not change it).
+    pub fn servers(self) -> Vec<ngx_http_upstream_server_t> {
+        self.with(|u| {
+            let a = u.servers;
+            // SAFETY: `servers` is null or an ngx_array_t of ngx_http_upstream_server_t.
+            unsafe {
+                if a.is_null() || (*a).nelts == 0 {
+                    return Vec::new();
+                }
+                slice::from_raw_parts((*a).elts as *const ngx_http_upstream_server_t, (*a).nelts)
+                    .to_vec()
+            }
+        })
+    }
+
+    /// Appends a copy of `server` (the list is created if missing); out of memory is
+    /// [`ConfFail::Logged`].
+    pub fn push_server(
+        self,
+        cf: &ngx_conf_t,
+        server: &ngx_http_upstream_server_t,
+    ) -> Result<(), ConfFail> {
+        self.with_mut(|u| {
+            // SAFETY: the list is an ngx_array_t of ngx_http_upstream_server_t in the
+            // configuration pool; ngx_array_push returns room for one element or null.
+            unsafe {
+                if u.servers.is_null() {
+                    u.servers =
+                        ngx_array_create(cf.pool, 4, mem::size_of::<ngx_http_upstream_server_t>());
+                    if u.servers.is_null() {
+                        return Err(ConfFail::Logged);
+                    }
+                }
+                let slot = ngx_array_push(u.servers) as *mut ngx_http_upstream_server_t;
+                if slot.is_null() {
+                    return Err(ConfFail::Logged);
+                }
+                slot.write(*server);
+            }
+            Ok(())
+        })
+    }
+
+    /// Where the upstream was defined: `FILE`, `LINE` (empty for one without a file).
+    pub fn file_line(self) -> (String, usize) {
+        self.with(|u| {
+            let file = if u.file_name.is_null() {
+                String::new()
+            } else {
+                // SAFETY: file_name is nginx's NUL-terminated configuration file name.
+                unsafe { CStr::from_ptr(u.file_name.cast()) }
+                    .to_string_lossy()
+                    .into_owned()
+            };
+            (file, u.line)
+        })
+    }
+
+    /// This module's server configuration of the upstream (None for implicit upstreams).
+    pub fn srv_conf(self) -> Option<&'static mut SrvConf> {
+        self.with(Module::server_conf_mut)
+    }
+
+    /// The upstream's `peer.init_upstream`.
+    pub fn init_upstream(self) -> ngx_http_upstream_init_pt {
+        self.with(|u| u.peer.init_upstream)
+    }
+
+    /// Replaces the upstream's `peer.init_upstream`.
+    pub fn set_init_upstream(self, f: ngx_http_upstream_init_pt) {
+        self.with_mut(|u| u.peer.init_upstream = f);
+    }
+
+    /// The upstream's `peer.init` (set by its balancer's `init_upstream`).
+    pub fn peer_init(self) -> ngx_http_upstream_init_peer_pt {
+        self.with(|u| u.peer.init)
+    }
+
+    /// Replaces the upstream's `peer.init`.
+    pub fn set_peer_init(self, f: ngx_http_upstream_init_peer_pt) {
+        self.with_mut(|u| u.peer.init = f);
+    }
+}
+
+/// The upstream whose block is being parsed (inside `upstream {}`).
+pub fn current(cf: &ngx_conf_t) -> Option<Upstream> {
+    let u = NgxHttpUpstreamModule::server_conf_mut(cf)?;
+    // SAFETY: inside `upstream {}` the upstream module's server slot is the block's upstream.
+    unsafe { Upstream::from_ptr(u) }
+}
+
+/// Every upstream known so far (explicit blocks, singlets, implicit ones from `proxy_pass`), in
+/// definition order.
+pub fn all(cf: &ngx_conf_t) -> Vec<Upstream> {
+    let Some(umcf) = NgxHttpUpstreamModule::main_conf(cf) else {
+        return Vec::new();
+    };
+    let a = &umcf.upstreams;
+    if a.nelts == 0 || a.elts.is_null() {
+        return Vec::new();
+    }
+    // SAFETY: `upstreams` is nginx's array of upstream configuration pointers of this cycle.
+    let list = unsafe {
+        slice::from_raw_parts(a.elts as *const *mut ngx_http_upstream_srv_conf_t, a.nelts)
+    };
+    list.iter()
+        // SAFETY: every entry is null or an upstream configuration of this cycle.
+        .filter_map(|p| unsafe { Upstream::from_ptr(*p) })
+        .collect()
+}
+
+/// The plain view of upstreams that `upstrand_core::upstreams` decides on.
+pub fn infos(list: &[Upstream]) -> Vec<UpstreamInfo<'static>> {
+    list.iter()
+        .map(|u| UpstreamInfo {
+            name: u.host(),
+            port: u.port(),
+            explicit: u.flags() & NGX_HTTP_UPSTREAM_CREATE != 0,
+        })
+        .collect()
+}
+
+/// The upstream `add_upstream NAME` refers to (see `upstrand_core::upstreams::find_by_name`).
+pub fn find(cf: &ngx_conf_t, name: &[u8]) -> Option<Upstream> {
+    let list = all(cf);
+    find_by_name(&infos(&list), name).map(|i| list[i])
 }
 
 /// The body of a handler of a directive inside `upstream {}` whose arguments the pure crate
 /// parses: `parse` gets the arguments (without the directive name), then `apply` runs with the
-/// upstream being parsed; a failure of either is logged as `[emerg]` (see
-/// [`conf_result`]).
-///
-/// # Safety
-/// Only from a handler of a directive with context `NGX_HTTP_UPS_CONF`; `apply` may assume
-/// that its `cf` is that configuration and its upstream the one being parsed.
-pub unsafe fn handle_directive<T>(
-    cf: *mut ngx_conf_t,
+/// upstream being parsed; a failure of either is logged as `[emerg]`.
+pub fn handle_directive<T>(
+    cf: &mut ngx_conf_t,
     parse: fn(&[&[u8]]) -> Result<T, ConfError>,
-    apply: unsafe fn(*mut ngx_conf_t, *mut ngx_http_upstream_srv_conf_t, T) -> Result<(), ConfFail>,
-) -> *mut c_char {
-    // SAFETY: as required of the caller; the arguments live in the configuration pool.
-    unsafe {
-        let result = match parse(&conf_args(cf)[1..]) {
-            Ok(opts) => apply(cf, current(cf), opts),
-            Err(e) => Err(e.into()),
-        };
-        conf_result(cf, result)
-    }
-}
-
-/// Every upstream known so far (explicit blocks, singlets, implicit ones from `proxy_pass`).
-///
-/// # Safety
-/// `cf` must be the configuration nginx is parsing, inside `http {}`.
-pub unsafe fn all<'a>(cf: *mut ngx_conf_t) -> &'a [*mut ngx_http_upstream_srv_conf_t] {
-    // SAFETY: inside http {}, cf->ctx's main_conf holds the upstream module's main conf, whose
-    // `upstreams` is an array of ngx_http_upstream_srv_conf_t pointers.
-    unsafe {
-        let ctx = (*cf).ctx as *mut ngx_http_conf_ctx_t;
-        let idx = (*ptr::addr_of!(ngx_http_upstream_module)).ctx_index;
-        let umcf = *(*ctx).main_conf.add(idx) as *mut ngx_http_upstream_main_conf_t;
-        let a = &(*umcf).upstreams;
-        if a.nelts == 0 {
-            return &[];
-        }
-        slice::from_raw_parts(a.elts as *const *mut ngx_http_upstream_srv_conf_t, a.nelts)
-    }
-}
-
-/// The upstream named `name` (ASCII case-insensitive, like nginx); an explicit one wins over an
-/// implicit one of the same host.
-///
-/// # Safety
-/// As for [`all`].
-pub unsafe fn find(cf: *mut ngx_conf_t, name: &[u8]) -> Option<*mut ngx_http_upstream_srv_conf_t> {
-    let mut implicit = None;
-    // SAFETY: as for `all`; every entry is a valid upstream conf.
-    for &u in unsafe { all(cf) } {
-        // SAFETY: see above.
-        let (host, flags) = unsafe { (bytes(&(*u).host), (*u).flags) };
-        if host.eq_ignore_ascii_case(name) {
-            if flags & NGX_HTTP_UPSTREAM_CREATE as usize != 0 {
-                return Some(u);
-            }
-            implicit.get_or_insert(u);
-        }
-    }
-    implicit
-}
-
-/// The servers of an upstream (empty when it has no server list).
-///
-/// # Safety
-/// `u` must be a valid upstream conf; the slice is invalidated by a push to the same list.
-pub unsafe fn servers<'a>(
-    u: *mut ngx_http_upstream_srv_conf_t,
-) -> &'a [ngx_http_upstream_server_t] {
-    // SAFETY: `servers` is null or an ngx_array_t of ngx_http_upstream_server_t.
-    unsafe {
-        let a = (*u).servers;
-        if a.is_null() || (*a).nelts == 0 {
-            return &[];
-        }
-        slice::from_raw_parts((*a).elts as *const ngx_http_upstream_server_t, (*a).nelts)
-    }
-}
-
-/// Appends a copy of `server` to the server list of `u` (created if missing); out of memory is
-/// [`ConfFail::Logged`].
-///
-/// # Safety
-/// `cf` is the configuration being parsed and `u` a valid upstream conf of it.
-pub unsafe fn push_server(
-    cf: *mut ngx_conf_t,
-    u: *mut ngx_http_upstream_srv_conf_t,
-    server: &ngx_http_upstream_server_t,
-) -> Result<(), ConfFail> {
-    // SAFETY: the list is an ngx_array_t of ngx_http_upstream_server_t from the config pool;
-    // ngx_array_push returns room for one element or null.
-    unsafe {
-        if (*u).servers.is_null() {
-            (*u).servers =
-                ngx_array_create((*cf).pool, 4, mem::size_of::<ngx_http_upstream_server_t>());
-            if (*u).servers.is_null() {
-                return Err(ConfFail::Logged);
-            }
-        }
-        let slot = ngx_array_push((*u).servers) as *mut ngx_http_upstream_server_t;
-        if slot.is_null() {
-            return Err(ConfFail::Logged);
-        }
-        slot.write(*server);
-    }
-    Ok(())
+    apply: fn(&mut ngx_conf_t, Upstream, T) -> Result<(), ConfFail>,
+) -> *mut core::ffi::c_char {
+    let args = cf.args();
+    let result = match parse(args.get(1..).unwrap_or_default()) {
+        Ok(opts) => match current(cf) {
+            Some(host) => apply(cf, host, opts),
+            None => Err(ConfFail::Logged),
+        },
+        Err(e) => Err(e.into()),
+    };
+    cf.result(result)
 }
 
 /// The flags of a server entry, as plain values.
@@ -166,11 +250,8 @@ pub fn set_flags(s: &mut ngx_http_upstream_server_t, f: ServerFlags) {
 
 /// The address text of a server as written in its `server` line (for a server of an implicit
 /// upstream, which has none, the text of its first address).
-///
-/// # Safety
-/// `s` must be a server entry of the configuration being parsed.
-pub unsafe fn server_name<'a>(s: &ngx_http_upstream_server_t) -> &'a [u8] {
-    // SAFETY: name and addrs come from the configuration pool.
+pub fn server_name(s: &ngx_http_upstream_server_t) -> &'static [u8] {
+    // SAFETY: name and addrs of a server entry of this cycle live in the configuration pool.
     unsafe {
         let n = bytes(&s.name);
         if n.is_empty() && !s.addrs.is_null() && s.naddrs > 0 {
@@ -183,18 +264,14 @@ pub unsafe fn server_name<'a>(s: &ngx_http_upstream_server_t) -> &'a [u8] {
 /// Registers a new explicit round-robin upstream `name`, as if `upstream NAME {}` appeared at the
 /// current line: nginx's own checks apply (`duplicate upstream "NAME"` is logged by nginx). Every
 /// HTTP module gets a fresh server configuration for it, like for an `upstream {}` block.
-///
-/// # Safety
-/// `cf` must be the configuration nginx is parsing, inside `http {}`.
-pub unsafe fn create(
-    cf: *mut ngx_conf_t,
-    name: &[u8],
-) -> Option<*mut ngx_http_upstream_srv_conf_t> {
+pub fn create(cf: &mut ngx_conf_t, name: &[u8]) -> Option<Upstream> {
+    let host = cf.copy_str(name)?;
     // SAFETY: mirrors what nginx's `upstream` block handler does: ngx_url_t zeroed with the host
-    // set, ngx_http_upstream_add with the CREATE flag, then one srv conf per HTTP module.
+    // set, ngx_http_upstream_add with the CREATE flag, then one srv conf per HTTP module (each
+    // module's create_srv_conf called with this configuration).
     unsafe {
         let mut url: ngx_url_t = mem::zeroed();
-        url.host = pool_copy((*cf).pool, name)?;
+        url.host = host;
         url.set_no_resolve(1);
         url.set_no_port(1);
         let u = ngx_http_upstream_add(cf, &mut url, ROUND_ROBIN_FLAGS as _);
@@ -203,11 +280,11 @@ pub unsafe fn create(
         }
         let max = *ptr::addr_of!(ngx_http_max_module);
         let srv_conf =
-            ngx_pcalloc((*cf).pool, mem::size_of::<*mut c_void>() * max) as *mut *mut c_void;
+            ngx_pcalloc(cf.pool, mem::size_of::<*mut c_void>() * max) as *mut *mut c_void;
         if srv_conf.is_null() {
             return None;
         }
-        let cycle = (*cf).cycle;
+        let cycle = cf.cycle;
         for i in 0..(*cycle).modules_n {
             let m = *(*cycle).modules.add(i);
             if m.is_null() || (*m).type_ != NGX_HTTP_MODULE as usize {
@@ -222,14 +299,12 @@ pub unsafe fn create(
                 *srv_conf.add((*m).ctx_index) = c;
             }
         }
-        let idx = (*ptr::addr_of!(ngx_http_upstream_module)).ctx_index;
-        *srv_conf.add(idx) = u.cast();
+        *srv_conf.add(NgxHttpUpstreamModule::module().ctx_index) = u.cast();
         (*u).srv_conf = srv_conf;
-        (*u).servers =
-            ngx_array_create((*cf).pool, 4, mem::size_of::<ngx_http_upstream_server_t>());
+        (*u).servers = ngx_array_create(cf.pool, 4, mem::size_of::<ngx_http_upstream_server_t>());
         if (*u).servers.is_null() {
             return None;
         }
-        Some(u)
+        Upstream::from_ptr(u)
     }
 }

@@ -108,6 +108,10 @@ http {
     location /post { proxy_pass http://\$upstrand_post; }
     location /two { set \$x \$upstrand_rr; proxy_pass http://\$upstrand_walk; }
     location /name { return 200 "\$upstrand_rr\n"; }
+    location /hdr { add_header X-Us \$upstrand_walk always; add_header X-Path \$upstrand_path always;
+                    add_header X-St \$upstrand_status always; proxy_pass http://\$upstrand_walk; }
+    location /hdric { add_header X-Us \$upstrand_ic always; add_header X-Path \$upstrand_path always;
+                      add_header X-St \$upstrand_status always; proxy_pass http://\$upstrand_ic; }
     location /dyn { dynamic_upstrand \$dus2 \$arg_b; if (\$arg_b) { proxy_pass http://\$dus2; break; } proxy_pass http://\$dus1; }
     location /plain { return 200 "plain\n"; }
     location /failover { internal; try_files /none @fo; }
@@ -139,7 +143,7 @@ run() { # N URL [curl args...]: N requests, 4 at a time
   seq "$n" | xargs -P4 -I{} curl -s -o /dev/null -m 20 "$@" "$url" || true
 }
 start=$(date +%s)
-for path in /walk /rr /rnd /bl /ic /tmo /big.txt /nobuf/big.txt /ep /ssi/x /single /two /name \
+for path in /walk /rr /rnd /bl /ic /tmo /big.txt /nobuf/big.txt /ep /ssi/x /single /two /name /hdr /hdric \
             "/dyn" "/dyn?a=rr" "/dyn?b=ic" "/dyn?b=nope" "/dyn?a=NOPE"; do
   run "$PER_SCENARIO" "$U$path"
 done

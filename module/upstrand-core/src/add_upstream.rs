@@ -18,38 +18,25 @@ pub struct AddUpstream {
 /// guarantees one to three arguments; fewer or more are rejected here as well.
 pub fn parse(args: &[&[u8]]) -> Result<AddUpstream, ConfError> {
     let Some((name, options)) = args.split_first() else {
-        return Err(ConfError::new(
-            "invalid number of arguments in \"add_upstream\" directive",
-        ));
+        return Err(ConfError::ArgumentCount("add_upstream"));
     };
     if options.len() > 2 {
-        return Err(ConfError::new(
-            "invalid number of arguments in \"add_upstream\" directive",
-        ));
+        return Err(ConfError::ArgumentCount("add_upstream"));
     }
     let mut backup = None;
     let mut weight = None;
     for &opt in options {
         if opt == b"backup" {
             if backup.replace(true).is_some() {
-                return Err(ConfError::new(
-                    "parameter \"backup\" has been already declared",
-                ));
+                return Err(ConfError::AlreadyDeclared("backup"));
             }
         } else if let Some(value) = opt.strip_prefix(b"weight=") {
             if weight.is_some() {
-                return Err(ConfError::new(
-                    "parameter \"weight\" has been already declared",
-                ));
+                return Err(ConfError::AlreadyDeclared("weight"));
             }
-            weight = Some(positive_integer(value).ok_or_else(|| {
-                ConfError::new("parameter \"weight\" must be a positive integer value")
-            })?);
+            weight = Some(positive_integer(value).ok_or(ConfError::WeightNotPositive)?);
         } else {
-            return Err(ConfError::new(format!(
-                "invalid parameter \"{}\"",
-                show(opt)
-            )));
+            return Err(ConfError::InvalidParameter(show(opt)));
         }
     }
     Ok(AddUpstream {
@@ -75,12 +62,10 @@ pub fn copy_flags(src: ServerFlags, opts: &AddUpstream) -> Result<ServerFlags, C
     let weight = base
         .checked_mul(opts.weight)
         .filter(|w| *w <= MAX_WEIGHT)
-        .ok_or_else(|| {
-            ConfError::new(format!(
-                "weight {base} multiplied by {} is too large in upstream \"{}\"",
-                opts.weight,
-                show(&opts.name)
-            ))
+        .ok_or_else(|| ConfError::WeightTooLarge {
+            weight: base,
+            factor: opts.weight,
+            upstream: show(&opts.name),
         })?;
     Ok(ServerFlags {
         weight,
@@ -89,12 +74,99 @@ pub fn copy_flags(src: ServerFlags, opts: &AddUpstream) -> Result<ServerFlags, C
     })
 }
 
+/// What the cdylib found under the source name of `add_upstream`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Source {
+    /// The source is the upstream being parsed.
+    pub is_host: bool,
+    /// nginx keeps a server list for it (an upstream implied by `proxy_pass http://HOSTNAME`
+    /// has none at configuration time).
+    pub has_server_list: bool,
+}
+
+/// Decides what `add_upstream` does with the source found under its name (`None`: no such
+/// upstream so far): the flags of every copy, in the source's server order, or nginx's error.
+/// `host_supports_backup` is whether the current upstream's balancer accepts `backup` servers.
+pub fn plan(
+    opts: &AddUpstream,
+    source: Option<Source>,
+    host_supports_backup: bool,
+    servers: impl IntoIterator<Item = ServerFlags>,
+) -> Result<Vec<ServerFlags>, ConfError> {
+    let name = show(&opts.name);
+    let source = source.ok_or_else(|| ConfError::SourceNotFound(name.clone()))?;
+    if source.is_host {
+        return Err(ConfError::Recursion(name));
+    }
+    if !source.has_server_list {
+        return Err(ConfError::NoServerList(name));
+    }
+    servers
+        .into_iter()
+        .map(|f| {
+            let copy = copy_flags(f, opts)?;
+            if copy.backup && !host_supports_backup {
+                return Err(ConfError::BackupNotSupported);
+            }
+            Ok(copy)
+        })
+        .collect()
+}
+
 /// Largest weight accepted (keeps nginx's total-weight sums far from overflow).
 pub const MAX_WEIGHT: u64 = 1 << 31;
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn plan_decides_source_errors_and_copies() {
+        let opts = p(&["src", "backup", "weight=2"]).unwrap();
+        let found = Source {
+            is_host: false,
+            has_server_list: true,
+        };
+        let f = |weight, backup| ServerFlags {
+            weight,
+            backup,
+            down: false,
+        };
+        assert_eq!(
+            plan(&opts, None, true, []).unwrap_err().to_string(),
+            "upstream \"src\" not found"
+        );
+        let host = Source {
+            is_host: true,
+            ..found
+        };
+        assert_eq!(
+            plan(&opts, Some(host), true, []).unwrap_err().to_string(),
+            "upstream \"src\" makes recursion"
+        );
+        let implied = Source {
+            has_server_list: false,
+            ..found
+        };
+        assert_eq!(
+            plan(&opts, Some(implied), true, []).unwrap_err(),
+            ConfError::NoServerList("src".into())
+        );
+        assert_eq!(
+            plan(&opts, Some(found), false, [f(1, false)]).unwrap_err(),
+            ConfError::BackupNotSupported
+        );
+        assert_eq!(
+            plan(&opts, Some(found), true, [f(1, false), f(3, true)]).unwrap(),
+            [f(2, true), f(6, true)]
+        );
+        let plain = p(&["src"]).unwrap();
+        assert_eq!(
+            plan(&plain, Some(found), false, [f(5, false)]).unwrap(),
+            [f(5, false)],
+            "no backup asked: any balancer"
+        );
+    }
 
     fn p(args: &[&str]) -> Result<AddUpstream, ConfError> {
         let v: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();

@@ -8,12 +8,16 @@
 //! - [`singlets`]: arguments of `combine_server_singlets`, singlet names and per-singlet flags.
 //! - [`extend`]: which fake peers `extend_single_peers` adds.
 //! - [`live`]: the live upstream API (`upstreams_api`): request parsing, change plans, answers.
+//! - [`upstreams`]: which upstream of nginx's list a name refers to, which ones an upstrand may
+//!   use and which ones a walk wraps.
+//! - [`upstrand`]: the `upstrand` family (block, walk state machine, variables, `dynamic_upstrand`).
 
 pub mod add_upstream;
 pub mod extend;
 pub mod live;
 pub mod singlets;
 pub mod upstrand;
+pub mod upstreams;
 
 mod error;
 

@@ -65,12 +65,21 @@ pub fn parse(args: &[&[u8]]) -> Result<Singlets, ConfError> {
     }
     if let Some(extra) = it.next() {
         return Err(if out.naming == Naming::ByName && is_integer(extra) {
-            ConfError::new("setting field width is not permitted when using \"byname\" value")
+            ConfError::WidthWithByName
         } else {
-            ConfError::new(format!("invalid parameter \"{}\"", show(extra)))
+            ConfError::InvalidParameter(show(extra))
         });
     }
     Ok(out)
+}
+
+/// `combine_server_singlets` needs at least one server declared before it in its upstream
+/// (the C module's wording).
+pub fn require_servers(count: usize) -> Result<(), ConfError> {
+    if count == 0 {
+        return Err(ConfError::NoServerForSinglets);
+    }
+    Ok(())
 }
 
 fn is_integer(arg: &[u8]) -> bool {
@@ -79,20 +88,14 @@ fn is_integer(arg: &[u8]) -> bool {
 
 fn width(arg: &[u8]) -> Result<usize, ConfError> {
     if !is_integer(arg) {
-        return Err(ConfError::new(format!(
-            "field width \"{}\" must be an integer value",
-            show(arg)
-        )));
+        return Err(ConfError::WidthNotInteger(show(arg)));
     }
     match std::str::from_utf8(arg)
         .ok()
         .and_then(|s| s.parse::<usize>().ok())
     {
         Some(w) if w <= MAX_WIDTH => Ok(w),
-        _ => Err(ConfError::new(format!(
-            "field width \"{}\" is too large (at most {MAX_WIDTH})",
-            show(arg)
-        ))),
+        _ => Err(ConfError::WidthTooLarge(show(arg), MAX_WIDTH)),
     }
 }
 
@@ -146,6 +149,15 @@ pub fn singlet_flags(servers: &[ServerFlags], active: usize, nobackup: bool) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn singlets_need_a_server_declared_before() {
+        assert_eq!(
+            require_servers(0).unwrap_err().to_string(),
+            "no server so far declared to build singlets"
+        );
+        assert!(require_servers(1).is_ok());
+    }
 
     fn p(args: &[&str]) -> Result<Singlets, ConfError> {
         let v: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();

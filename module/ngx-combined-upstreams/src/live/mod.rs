@@ -133,7 +133,8 @@ pub unsafe fn init_main_conf(cf: *mut ngx_conf_t) -> Result<(), &'static str> {
         (*cln).data = cycle.cast();
         let probes = probe::Probes::run(cf);
         let mut reg = registry();
-        for &uscf in crate::upstreams::all(cf) {
+        for up in crate::upstreams::all(&*cf) {
+            let uscf = up.as_ptr();
             if (*uscf).srv_conf.is_null() {
                 continue; // an implicit upstream (proxy_pass http://host)
             }

@@ -1,22 +1,20 @@
 //! `dynamic_upstrand $RESULT $VAR1 [$VAR2 ...] [LITERAL];` and its location configuration.
 
 use core::ffi::{c_char, c_void};
-use core::ptr;
 
 use ngx::core::NGX_CONF_OK;
 use ngx::ffi::{
-    ngx_command_t, ngx_conf_t, ngx_http_add_variable, ngx_http_get_flushed_variable,
-    ngx_http_get_variable_index, ngx_http_request_t, ngx_int_t, ngx_uint_t, ngx_variable_value_t,
-    NGX_CONF_2MORE, NGX_HTTP_LIF_CONF, NGX_HTTP_LOC_CONF, NGX_HTTP_LOC_CONF_OFFSET,
-    NGX_HTTP_SRV_CONF, NGX_HTTP_VAR_CHANGEABLE, NGX_HTTP_VAR_NOCACHEABLE,
+    ngx_command_t, ngx_conf_t, ngx_http_add_variable, ngx_http_get_variable_index,
+    ngx_http_request_t, ngx_int_t, ngx_uint_t, ngx_variable_value_t, NGX_CONF_2MORE,
+    NGX_HTTP_LIF_CONF, NGX_HTTP_LOC_CONF, NGX_HTTP_LOC_CONF_OFFSET, NGX_HTTP_SRV_CONF,
+    NGX_HTTP_VAR_CHANGEABLE, NGX_HTTP_VAR_NOCACHEABLE,
 };
 use upstrand_core::upstrand::dynamic::{choose, parse_args};
 
 use super::request::{registry, upstrand_value};
-use crate::ffi_util::{
-    borrowed, command, conf_args, conf_result, pool_box, pool_new, set_not_found, set_value_raw,
-    ConfFail, NGX_OK,
-};
+use crate::conf_ext::ConfExt;
+use crate::ffi_util::{borrowed, command, ConfFail, NGX_ERROR, NGX_OK};
+use crate::http::{Req, VarSlot};
 
 /// Directive table entry: `dynamic_upstrand $RESULT $VAR... [LITERAL]` (server, location, if in
 /// location).
@@ -35,165 +33,121 @@ struct Entry {
     default: Option<String>,
 }
 
-/// Location configuration of the module: the `dynamic_upstrand` declarations in force.
+/// Location configuration of the module: the `dynamic_upstrand` declarations in force (in the
+/// configuration pool, dropped with it).
+#[derive(Default)]
 pub struct LocConf {
-    /// Owned by the configuration pool (freed by a pool cleanup); null when none.
-    entries: *mut Vec<Entry>,
-}
-
-/// `create_loc_conf` hook.
-///
-/// # Safety
-/// Called by nginx with the configuration being parsed.
-pub unsafe extern "C" fn create_loc_conf(cf: *mut ngx_conf_t) -> *mut c_void {
-    let conf = LocConf {
-        entries: ptr::null_mut(),
-    };
-    // SAFETY: called by nginx with the configuration being parsed.
-    unsafe { pool_new((*cf).pool, conf) }.map_or(ptr::null_mut(), |p| p.cast())
+    entries: Vec<Entry>,
 }
 
 /// `merge_loc_conf` hook: declarations of the enclosing level are inherited unless the same
 /// result variable is declared again here.
-///
-/// # Safety
-/// Called by nginx with two LocConf values created by [`create_loc_conf`].
-pub unsafe extern "C" fn merge_loc_conf(
+pub extern "C" fn merge_loc_conf(
     _cf: *mut ngx_conf_t,
     parent: *mut c_void,
     child: *mut c_void,
 ) -> *mut c_char {
-    // SAFETY: parent and child are our LocConf values; their entry vectors (when non-null) are
-    // owned by the configuration pool.
-    unsafe {
-        let parent = &*parent.cast::<LocConf>();
-        let child = &mut *child.cast::<LocConf>();
-        if parent.entries.is_null() {
-            return NGX_CONF_OK;
-        }
-        if child.entries.is_null() {
-            child.entries = parent.entries;
-            return NGX_CONF_OK;
-        }
-        if ptr::eq(child.entries, parent.entries) {
-            return NGX_CONF_OK;
-        }
-        let inherited: Vec<Entry> = (*parent.entries)
-            .iter()
-            .filter(|e| !(*child.entries).iter().any(|c| c.result == e.result))
-            .cloned()
-            .collect();
-        (*child.entries).extend(inherited);
-        NGX_CONF_OK
-    }
+    // SAFETY: nginx passes two distinct LocConf values made by our create_loc_conf; nothing
+    // else refers to them during the call.
+    let (parent, child) = unsafe { (&*parent.cast::<LocConf>(), &mut *child.cast::<LocConf>()) };
+    let inherited: Vec<Entry> = parent
+        .entries
+        .iter()
+        .filter(|e| !child.entries.iter().any(|c| c.result == e.result))
+        .cloned()
+        .collect();
+    child.entries.extend(inherited);
+    NGX_CONF_OK
 }
 
 /// Index of variable `name` (without `$`), registering it as used.
-unsafe fn variable_index(cf: *mut ngx_conf_t, name: &str) -> Option<ngx_uint_t> {
+fn variable_index(cf: &mut ngx_conf_t, name: &str) -> Option<ngx_uint_t> {
     let mut s = borrowed(name.as_bytes());
-    // SAFETY: cf is valid; nginx copies the name.
+    // SAFETY: cf is the configuration being parsed; nginx copies the name.
     let i = unsafe { ngx_http_get_variable_index(cf, &mut s) };
     ngx_uint_t::try_from(i).ok()
 }
 
-unsafe extern "C" fn handler(
+extern "C" fn handler(
     cf: *mut ngx_conf_t,
     _cmd: *mut ngx_command_t,
     conf: *mut c_void,
 ) -> *mut c_char {
     // SAFETY: conf is our LocConf of the current level (command registered with the loc conf
-    // offset); cf is the configuration being parsed.
-    unsafe { conf_result(cf, declare(cf, &mut *conf.cast::<LocConf>())) }
+    // offset); cf is the configuration being parsed; nothing else refers to them during the
+    // call.
+    let (cf, lc) = unsafe { (&mut *cf, &mut *conf.cast::<LocConf>()) };
+    let result = declare(cf, lc);
+    cf.result(result)
 }
 
 /// Registers the result variable of one declaration and records the declaration in `lc`.
-///
-/// # Safety
-/// `cf` is the configuration being parsed, at a `dynamic_upstrand` directive.
-unsafe fn declare(cf: *mut ngx_conf_t, lc: &mut LocConf) -> Result<(), ConfFail> {
-    // SAFETY: forwarded from the caller.
-    let raw = unsafe { conf_args(cf) };
-    let texts: Vec<String> = raw
+fn declare(cf: &mut ngx_conf_t, lc: &mut LocConf) -> Result<(), ConfFail> {
+    let texts: Vec<String> = cf
+        .args()
         .iter()
         .skip(1)
         .map(|a| String::from_utf8_lossy(a).into_owned())
         .collect();
     let args: Vec<&str> = texts.iter().map(String::as_str).collect();
     let spec = parse_args(&args)?;
-    // SAFETY: cf is valid (caller); nginx copies the names and logs why it refuses one; the
-    // variable it returns lives in the cycle; lc.entries, when set, is a pool-owned Vec.
-    unsafe {
-        let mut name = borrowed(spec.result.as_bytes());
-        let v = ngx_http_add_variable(
+    let mut name = borrowed(spec.result.as_bytes());
+    // SAFETY: cf is the configuration being parsed; nginx copies the name and logs why it
+    // refuses one; the variable it returns lives in the cycle.
+    let v = unsafe {
+        ngx_http_add_variable(
             cf,
             &mut name,
             (NGX_HTTP_VAR_CHANGEABLE | NGX_HTTP_VAR_NOCACHEABLE) as ngx_uint_t,
-        );
-        if v.is_null() {
-            return Err(ConfFail::Logged);
-        }
-        let result = variable_index(cf, &spec.result).ok_or(ConfFail::Logged)?;
-        (*v).get_handler = Some(dynamic_variable);
-        (*v).data = result;
-        let candidates = spec
-            .candidates
-            .iter()
-            .map(|c| variable_index(cf, c).ok_or(ConfFail::Logged))
-            .collect::<Result<Vec<_>, _>>()?;
-        if lc.entries.is_null() {
-            lc.entries = pool_box((*cf).pool, Vec::<Entry>::new()).ok_or("out of memory")?;
-        }
-        let entries = &mut *lc.entries;
-        entries.retain(|e| e.result != result);
-        entries.push(Entry {
-            result,
-            candidates,
-            default: spec.default,
-        });
-    }
+        )
+        .as_mut()
+    };
+    let v = v.ok_or(ConfFail::Logged)?;
+    let result = variable_index(cf, &spec.result).ok_or(ConfFail::Logged)?;
+    v.get_handler = Some(dynamic_variable);
+    v.data = result;
+    let candidates = spec
+        .candidates
+        .iter()
+        .map(|c| variable_index(cf, c).ok_or(ConfFail::Logged))
+        .collect::<Result<Vec<_>, _>>()?;
+    lc.entries.retain(|e| e.result != result);
+    lc.entries.push(Entry {
+        result,
+        candidates,
+        default: spec.default,
+    });
     Ok(())
 }
 
 /// Value of a `dynamic_upstrand` result variable (`data` = its index).
-unsafe extern "C" fn dynamic_variable(
+extern "C" fn dynamic_variable(
     r: *mut ngx_http_request_t,
     v: *mut ngx_variable_value_t,
     data: usize,
 ) -> ngx_int_t {
-    // SAFETY: r and v are live; our LocConf sits at our ctx_index of r's loc_conf array; the
-    // candidate values are read (and the chosen name copied) before anything else runs.
-    unsafe {
-        let lc = (*(*r).loc_conf.add(crate::ctx_index())).cast::<LocConf>();
-        if lc.is_null() || (*lc).entries.is_null() {
-            set_not_found(v);
-            return NGX_OK;
-        }
-        let Some(entry) = (*(*lc).entries).iter().find(|e| e.result == data) else {
-            set_not_found(v);
-            return NGX_OK;
-        };
-        let mut values: Vec<Option<Vec<u8>>> = Vec::with_capacity(entry.candidates.len());
-        for idx in &entry.candidates {
-            let vv = ngx_http_get_flushed_variable(r, *idx);
-            if vv.is_null() || (*vv).not_found() != 0 || (*vv).data.is_null() {
-                values.push(None);
-            } else {
-                let s = core::slice::from_raw_parts((*vv).data, (*vv).len() as usize);
-                values.push(Some(s.to_vec()));
-            }
-        }
-        let chosen = choose(
-            values.iter().map(|o| o.as_deref()),
-            entry.default.as_deref(),
-        );
-        let up = chosen.and_then(|name| registry(r).and_then(|reg| reg.find(&name)));
-        match up {
-            Some(up) => upstrand_value(r, v, up),
-            None => {
-                // Empty value: `proxy_pass http://$RESULT` then fails with 500.
-                set_value_raw(v, ptr::NonNull::<u8>::dangling().as_ptr(), 0);
-                NGX_OK
-            }
+    // SAFETY: nginx calls the handler with the live request and its value slot.
+    let (Some(r), Some(mut v)) = (unsafe { (Req::from_ptr(r), VarSlot::from_ptr(v)) }) else {
+        return NGX_ERROR;
+    };
+    let Some(entry) = r
+        .loc_conf()
+        .and_then(|lc| lc.entries.iter().find(|e| e.result == data))
+    else {
+        v.not_found();
+        return NGX_OK;
+    };
+    let values: Vec<Option<Vec<u8>>> = entry.candidates.iter().map(|i| r.variable(*i)).collect();
+    let chosen = choose(
+        values.iter().map(|o| o.as_deref()),
+        entry.default.as_deref(),
+    );
+    match chosen.and_then(|name| registry(r).and_then(|reg| reg.find(&name))) {
+        Some(up) => upstrand_value(r, &mut v, up),
+        None => {
+            // Empty value: `proxy_pass http://$RESULT` then fails with 500.
+            v.set_static(b"");
+            NGX_OK
         }
     }
 }

@@ -19,7 +19,6 @@ mod request;
 mod vars;
 
 use core::cell::RefCell;
-use core::ptr::NonNull;
 
 use ngx::ffi::{
     ngx_conf_t, ngx_http_upstream_conf_t, ngx_http_upstream_init_peer_pt,
@@ -29,7 +28,7 @@ use upstrand_core::upstrand::conf::UpstrandConf;
 use upstrand_core::upstrand::select::UpstrandState;
 
 use crate::conf::MainConf;
-use crate::ffi_util::{pool_box, NGX_ERROR, NGX_OK};
+use crate::ffi_util::{NGX_ERROR, NGX_OK};
 
 /// One configured upstrand.
 pub struct Upstrand {
@@ -47,8 +46,8 @@ impl Upstrand {
     }
 }
 
-/// Everything the upstrand family keeps for one configuration cycle. Lives in a `Box` owned by
-/// the configuration pool (freed by a pool cleanup), referenced from [`MainConf`].
+/// Everything the upstrand family keeps for one configuration cycle. Owned by [`MainConf`]
+/// (in the configuration pool, dropped with it).
 #[derive(Default)]
 pub struct Registry {
     pub upstrands: Vec<Upstrand>,
@@ -80,58 +79,31 @@ impl Registry {
 }
 
 /// The registry of a configuration, created on first use.
-///
-/// # Safety
-/// `cf` is the configuration being parsed and `mc` this module's main configuration in it.
-unsafe fn registry_for_conf(
-    cf: *mut ngx_conf_t,
-    mc: *mut MainConf,
-) -> Option<&'static mut Registry> {
-    // SAFETY: mc is our main conf (caller); the registry pointer, when set, was created below
-    // and lives as long as the configuration pool.
-    unsafe {
-        if let Some(p) = (*mc).upstrand {
-            return Some(&mut *p.as_ptr());
-        }
-        let p = pool_box((*cf).pool, Registry::default())?;
-        (*mc).upstrand = NonNull::new(p);
-        Some(&mut *p)
-    }
+fn registry_for_conf(mc: &mut MainConf) -> &mut Registry {
+    mc.upstrand.get_or_insert_with(Box::default)
 }
 
-/// Called from the module's preconfiguration: registers `$upstrand_*` variables.
-///
-/// # Safety
-/// `cf` is the configuration nginx is parsing.
-pub unsafe fn preconfiguration(cf: *mut ngx_conf_t) -> ngx_int_t {
-    // SAFETY: forwarded from nginx's preconfiguration hook.
-    unsafe { vars::register(cf) }
+/// Called from the module's preconfiguration: registers the status variables.
+pub fn preconfiguration(cf: &mut ngx_conf_t) -> ngx_int_t {
+    vars::register(cf)
 }
 
 /// Called from the module's postconfiguration: when the configuration has upstrands, indexes the
 /// `$upstream_*` variables the status variables read, installs the filters and the peer-init hook.
-///
-/// # Safety
-/// `cf` is the configuration nginx has parsed; `mc` this module's main configuration.
-pub unsafe fn postconfiguration(cf: *mut ngx_conf_t, mc: *mut MainConf) -> ngx_int_t {
-    // SAFETY: mc is our main configuration (caller); the registry lives in the conf pool.
-    let Some(reg) = (unsafe { (*mc).upstrand }) else {
+pub fn postconfiguration(cf: &mut ngx_conf_t, mc: &mut MainConf) -> ngx_int_t {
+    let Some(reg) = mc.upstrand.as_deref_mut() else {
         return NGX_OK;
     };
-    // SAFETY: see above; nothing else holds a reference to the registry at this point.
-    let reg = unsafe { &mut *reg.as_ptr() };
     if reg.upstrands.is_empty() {
         return NGX_OK;
     }
-    // SAFETY: cf is valid; the upstream module's main conf is complete after http{} parsing and
-    // variables are initialised only after postconfiguration.
-    unsafe {
-        let Some(indexes) = vars::upstream_indexes(cf) else {
-            return NGX_ERROR;
-        };
-        reg.upstream_indexes = indexes;
-        request::wrap_peer_init(cf, reg);
-        request::install_filters();
-    }
+    let Some(indexes) = vars::upstream_indexes(cf) else {
+        return NGX_ERROR;
+    };
+    reg.upstream_indexes = indexes;
+    request::wrap_peer_init(cf, reg);
+    // SAFETY: postconfiguration runs once per configuration, single-threaded, before any
+    // request: the time to install filters.
+    unsafe { request::install_filters() };
     NGX_OK
 }

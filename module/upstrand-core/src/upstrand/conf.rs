@@ -7,6 +7,8 @@
 
 use super::status::{ListKind, StatusSet};
 use super::time::parse_time_ms;
+use super::vars::is_reserved_suffix;
+use crate::ConfError;
 
 /// One upstream of an upstrand.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,9 +56,12 @@ pub type RegexCompiler<'a> = dyn FnMut(&str) -> Result<Matcher, String> + 'a;
 
 /// Checks an upstrand name: it becomes part of a variable name (`$upstrand_NAME`), so only ASCII
 /// letters, digits and `_` are allowed.
-pub fn validate_name(name: &str) -> Result<(), String> {
+pub fn validate_name(name: &str) -> Result<(), ConfError> {
     if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
-        return Err(format!("invalid upstrand name \"{name}\""));
+        return Err(ConfError::InvalidUpstrandName(name.to_string()));
+    }
+    if is_reserved_suffix(&name.to_ascii_lowercase()) {
+        return Err(ConfError::ReservedUpstrandName(name.to_string()));
     }
     Ok(())
 }
@@ -66,9 +71,9 @@ pub fn validate_name(name: &str) -> Result<(), String> {
 pub fn check_unique<'a>(
     existing: impl IntoIterator<Item = &'a str>,
     name: &str,
-) -> Result<(), String> {
+) -> Result<(), ConfError> {
     if existing.into_iter().any(|e| e.eq_ignore_ascii_case(name)) {
-        return Err(format!("duplicate upstrand \"{name}\""));
+        return Err(ConfError::DuplicateUpstrand(name.to_string()));
     }
     Ok(())
 }
@@ -81,12 +86,8 @@ pub struct UpstrandBuilder {
     timeout_seen: bool,
 }
 
-fn arg_count_error(directive: &str) -> String {
-    format!("invalid number of arguments in \"{directive}\" directive")
-}
-
 impl UpstrandBuilder {
-    pub fn new(name: &str) -> Result<Self, String> {
+    pub fn new(name: &str) -> Result<Self, ConfError> {
         validate_name(name)?;
         Ok(UpstrandBuilder {
             conf: UpstrandConf {
@@ -111,16 +112,16 @@ impl UpstrandBuilder {
         args: &[&str],
         known: &[&str],
         compile: &mut RegexCompiler<'_>,
-    ) -> Result<(), String> {
+    ) -> Result<(), ConfError> {
         let Some((&name, params)) = args.split_first() else {
-            return Err("empty upstrand directive".to_string());
+            return Err(ConfError::EmptyDirective);
         };
         match name {
             "upstream" => self.upstream(params, known, compile),
             "order" => self.order(params),
             "next_upstream_statuses" => {
                 if params.is_empty() {
-                    return Err(arg_count_error(name));
+                    return Err(ConfError::ArgumentCount("next_upstream_statuses"));
                 }
                 let mut set = self.conf.next_statuses.clone();
                 for p in params {
@@ -131,32 +132,30 @@ impl UpstrandBuilder {
             }
             "next_upstream_timeout" => {
                 if self.timeout_seen {
-                    return Err(format!("duplicate upstrand directive \"{name}\""));
+                    return Err(ConfError::DuplicateDirective("next_upstream_timeout"));
                 }
                 let [value] = params else {
-                    return Err(arg_count_error(name));
+                    return Err(ConfError::ArgumentCount("next_upstream_timeout"));
                 };
-                let ms = parse_time_ms(value)
-                    .ok_or_else(|| format!("bad timeout value: \"{value}\""))?;
+                let ms =
+                    parse_time_ms(value).ok_or_else(|| ConfError::BadTimeout(value.to_string()))?;
                 self.conf.next_timeout_ms = ms;
                 self.timeout_seen = true;
                 Ok(())
             }
             "intercept_statuses" => {
                 let Some((uri, statuses)) = params.split_last() else {
-                    return Err(arg_count_error(name));
+                    return Err(ConfError::ArgumentCount("intercept_statuses"));
                 };
                 if statuses.is_empty() {
-                    return Err(arg_count_error(name));
+                    return Err(ConfError::ArgumentCount("intercept_statuses"));
                 }
                 let mut set = StatusSet::new();
                 for s in statuses {
                     set.add_token(s, ListKind::Intercept)?;
                 }
                 if !uri.starts_with('/') {
-                    return Err(format!(
-                        "invalid failover URI \"{uri}\": must start with \"/\""
-                    ));
+                    return Err(ConfError::InvalidFailoverUri(uri.to_string()));
                 }
                 self.conf.intercepts.push(Intercept {
                     statuses: set,
@@ -164,26 +163,26 @@ impl UpstrandBuilder {
                 });
                 Ok(())
             }
-            other => Err(format!("bad upstrand directive \"{other}\"")),
+            other => Err(ConfError::BadDirective(other.to_string())),
         }
     }
 
-    fn order(&mut self, params: &[&str]) -> Result<(), String> {
+    fn order(&mut self, params: &[&str]) -> Result<(), ConfError> {
         if self.order_seen {
-            return Err("duplicate upstrand directive \"order\"".to_string());
+            return Err(ConfError::DuplicateDirective("order"));
         }
         if params.is_empty() {
-            return Err(arg_count_error("order"));
+            return Err(ConfError::ArgumentCount("order"));
         }
         let (mut start_random, mut per_request) = (false, false);
         for p in params {
-            let flag = match *p {
-                "start_random" => &mut start_random,
-                "per_request" => &mut per_request,
-                other => return Err(format!("invalid parameter \"{other}\"")),
+            let (flag, word) = match *p {
+                "start_random" => (&mut start_random, "start_random"),
+                "per_request" => (&mut per_request, "per_request"),
+                other => return Err(ConfError::InvalidParameter(other.to_string())),
             };
             if *flag {
-                return Err(format!("parameter \"{p}\" has been already declared"));
+                return Err(ConfError::AlreadyDeclared(word));
             }
             *flag = true;
         }
@@ -198,46 +197,44 @@ impl UpstrandBuilder {
         params: &[&str],
         known: &[&str],
         compile: &mut RegexCompiler<'_>,
-    ) -> Result<(), String> {
+    ) -> Result<(), ConfError> {
         let Some((&target, options)) = params.split_first() else {
-            return Err(arg_count_error("upstream"));
+            return Err(ConfError::ArgumentCount("upstream"));
         };
         let mut backup = false;
         let mut interval: Option<u64> = None;
         for opt in options {
             if *opt == "backup" {
                 if backup {
-                    return Err("parameter \"backup\" has been already declared".to_string());
+                    return Err(ConfError::AlreadyDeclared("backup"));
                 }
                 backup = true;
             } else if let Some(value) = opt.strip_prefix("blacklist_interval=") {
                 if interval.is_some() {
-                    return Err(
-                        "parameter \"blacklist_interval\" has been already declared".to_string()
-                    );
+                    return Err(ConfError::AlreadyDeclared("blacklist_interval"));
                 }
                 let ms = parse_time_ms(value)
-                    .ok_or_else(|| format!("bad blacklist interval: \"{value}\""))?;
+                    .ok_or_else(|| ConfError::BadBlacklistInterval(value.to_string()))?;
                 interval = Some(ms);
             } else {
-                return Err(format!("invalid parameter \"{opt}\""));
+                return Err(ConfError::InvalidParameter(opt.to_string()));
             }
         }
 
         let names: Vec<&str> = if let Some(pattern) = target.strip_prefix('~') {
             if pattern.is_empty() {
-                return Err(format!("invalid parameter \"{target}\""));
+                return Err(ConfError::InvalidParameter(target.to_string()));
             }
-            let matcher = compile(pattern)?;
+            let matcher = compile(pattern).map_err(ConfError::Regex)?;
             known.iter().copied().filter(|n| matcher(n)).collect()
         } else {
             if target.is_empty() {
-                return Err(format!("upstream \"{target}\" is not found"));
+                return Err(ConfError::MemberNotFound(target.to_string()));
             }
             // nginx compares upstream names case-insensitively.
             match known.iter().find(|k| k.eq_ignore_ascii_case(target)) {
                 Some(k) => vec![*k],
-                None => return Err(format!("upstream \"{target}\" is not found")),
+                None => return Err(ConfError::MemberNotFound(target.to_string())),
             }
         };
 
@@ -265,12 +262,9 @@ impl UpstrandBuilder {
     }
 
     /// Ends the block: at least one upstream is required.
-    pub fn finish(self) -> Result<UpstrandConf, String> {
+    pub fn finish(self) -> Result<UpstrandConf, ConfError> {
         if self.conf.normal.is_empty() && self.conf.backup.is_empty() {
-            return Err(format!(
-                "no upstream registered in upstrand \"{}\"",
-                self.conf.name
-            ));
+            return Err(ConfError::NoMember(self.conf.name));
         }
         Ok(self.conf)
     }
@@ -303,12 +297,14 @@ mod tests {
         "x",
     ];
 
+    /// Builds one block; errors as nginx prints them.
     fn build(lines: &[&[&str]]) -> Result<UpstrandConf, String> {
-        let mut b = UpstrandBuilder::new("us1")?;
+        let mut b = UpstrandBuilder::new("us1").map_err(|e| e.to_string())?;
         for l in lines {
-            b.directive(l, KNOWN, &mut compile)?;
+            b.directive(l, KNOWN, &mut compile)
+                .map_err(|e| e.to_string())?;
         }
-        b.finish()
+        b.finish().map_err(|e| e.to_string())
     }
 
     fn names(ms: &[Member]) -> Vec<&str> {
@@ -578,13 +574,19 @@ mod tests {
         for bad in ["", "us-1", "us.1", "us 1", "$us"] {
             assert_eq!(
                 validate_name(bad),
-                Err(format!("invalid upstrand name \"{bad}\""))
+                Err(ConfError::InvalidUpstrandName(bad.to_string()))
+            );
+        }
+        for reserved in ["addr", "PATH", "status"] {
+            assert_eq!(
+                validate_name(reserved).unwrap_err().to_string(),
+                format!("invalid upstrand name \"{reserved}\": reserved")
             );
         }
         assert!(UpstrandBuilder::new("a-b").is_err());
         assert_eq!(
             check_unique(["us1", "us2"], "US2"),
-            Err("duplicate upstrand \"US2\"".into())
+            Err(ConfError::DuplicateUpstrand("US2".into()))
         );
         assert!(check_unique(["us1", "us2"], "us3").is_ok());
     }

@@ -1,5 +1,7 @@
 //! `dynamic_upstrand $RESULT $VAR1 [$VAR2 ...] [LITERAL];`
 
+use crate::ConfError;
+
 /// A parsed `dynamic_upstrand` directive. Variable names are stored without `$`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DynamicSpec {
@@ -8,19 +10,18 @@ pub struct DynamicSpec {
     pub default: Option<String>,
 }
 
-fn variable_name(arg: &str) -> Result<&str, String> {
+fn variable_name(arg: &str) -> Result<&str, ConfError> {
     let name = arg.strip_prefix('$').unwrap_or("");
     if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
-        return Err(format!("invalid variable name \"{arg}\""));
+        return Err(ConfError::InvalidVariableName(arg.to_string()));
     }
     Ok(name)
 }
 
 /// Parses the arguments after the directive name. The first is the result variable, then at least
 /// one candidate variable; a last argument without `$` is the literal default.
-pub fn parse_args(args: &[&str]) -> Result<DynamicSpec, String> {
-    let count_error =
-        || "invalid number of arguments in \"dynamic_upstrand\" directive".to_string();
+pub fn parse_args(args: &[&str]) -> Result<DynamicSpec, ConfError> {
+    let count_error = || ConfError::ArgumentCount("dynamic_upstrand");
     let Some((result, rest)) = args.split_first() else {
         return Err(count_error());
     };
@@ -34,7 +35,7 @@ pub fn parse_args(args: &[&str]) -> Result<DynamicSpec, String> {
     }
     if let Some(d) = default {
         if d.is_empty() {
-            return Err("empty default upstrand in \"dynamic_upstrand\" directive".to_string());
+            return Err(ConfError::EmptyDefaultUpstrand);
         }
     }
     let candidates = vars
@@ -92,23 +93,23 @@ mod tests {
     #[test]
     fn rejects_bad_args() {
         let count = "invalid number of arguments in \"dynamic_upstrand\" directive";
-        assert_eq!(parse_args(&[]).unwrap_err(), count);
-        assert_eq!(parse_args(&["$r"]).unwrap_err(), count);
-        assert_eq!(parse_args(&["$r", "us1"]).unwrap_err(), count);
+        assert_eq!(parse_args(&[]).unwrap_err().to_string(), count);
+        assert_eq!(parse_args(&["$r"]).unwrap_err().to_string(), count);
+        assert_eq!(parse_args(&["$r", "us1"]).unwrap_err().to_string(), count);
         assert_eq!(
-            parse_args(&["r", "$a"]).unwrap_err(),
+            parse_args(&["r", "$a"]).unwrap_err().to_string(),
             "invalid variable name \"r\""
         );
         assert_eq!(
-            parse_args(&["$", "$a"]).unwrap_err(),
+            parse_args(&["$", "$a"]).unwrap_err().to_string(),
             "invalid variable name \"$\""
         );
         assert_eq!(
-            parse_args(&["$r", "a", "us1"]).unwrap_err(),
+            parse_args(&["$r", "a", "us1"]).unwrap_err().to_string(),
             "invalid variable name \"a\""
         );
         assert_eq!(
-            parse_args(&["$r", "$a-b"]).unwrap_err(),
+            parse_args(&["$r", "$a-b"]).unwrap_err().to_string(),
             "invalid variable name \"$a-b\""
         );
     }

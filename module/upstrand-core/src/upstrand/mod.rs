@@ -7,6 +7,7 @@
 //! - [`status`]: status sets of `next_upstream_statuses` / `intercept_statuses`.
 //! - [`conf`]: the `upstrand NAME { ... }` block, directive by directive, with nginx-worded errors.
 //! - [`select`]: the per-worker cursor and blacklist, and the walk of one request.
+//! - [`trace`]: the walk decisions as debug log lines.
 //! - [`vars`]: formatting of `$upstrand_addr` & co. and `$upstrand_path`.
 //! - [`dynamic`]: `dynamic_upstrand` arguments and candidate choice.
 
@@ -15,4 +16,5 @@ pub mod dynamic;
 pub mod select;
 pub mod status;
 pub mod time;
+pub mod trace;
 pub mod vars;

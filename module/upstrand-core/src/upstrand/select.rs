@@ -174,6 +174,14 @@ pub fn whitelist_message(upstrand: &str) -> String {
     format!("all upstreams in upstrand \"{upstrand}\" are blacklisted, whitelisting them")
 }
 
+/// The log line for a second upstrand in one request (the C module's wording).
+pub fn multiple_message(original: &str, new: &str) -> String {
+    format!(
+        "accessing multiple upstrand variables in a single request is prohibited (original \
+         upstrand is \"{original}\", new upstrand is \"{new}\")"
+    )
+}
+
 /// One request's walk through an upstrand. Plain data (no heap), so the cdylib can keep it in an
 /// nginx pool.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -181,7 +189,8 @@ pub struct Walk {
     cycle: Cycle,
     start: usize,
     offset: usize,
-    started_ms: u64,
+    /// When the first upstream of the walk was contacted (ms); `None` until then.
+    started_ms: Option<u64>,
     steps: usize,
 }
 
@@ -212,7 +221,7 @@ impl Walk {
                     cycle,
                     start,
                     offset,
-                    started_ms: now,
+                    started_ms: None,
                     steps: 1,
                 };
                 return Some(Begin { walk, whitelisted });
@@ -235,9 +244,17 @@ impl Walk {
         self.steps
     }
 
-    /// When the walk started (ms).
-    pub fn started_ms(&self) -> u64 {
+    /// When the first upstream of the walk was contacted (ms), once [`Walk::contacted`] said so.
+    pub fn started_ms(&self) -> Option<u64> {
         self.started_ms
+    }
+
+    /// Records that an upstream of the walk was contacted at `at` (ms). Only the first call
+    /// counts: `next_upstream_timeout` is measured from the moment the first upstream was
+    /// contacted, not from the start of the request (a client that uploads its body slowly
+    /// does not use up the failover time).
+    pub fn contacted(&mut self, at: u64) {
+        self.started_ms.get_or_insert(at);
     }
 
     /// Takes the current member's answer at time `now` and decides the next step.
@@ -271,7 +288,10 @@ impl Walk {
         {
             return finish(FinalReason::NonIdempotent);
         }
-        if conf.next_timeout_ms > 0 && now.saturating_sub(self.started_ms) >= conf.next_timeout_ms {
+        // An answer proves contact at the latest now (the cdylib reports the exact moment).
+        self.contacted(now);
+        let started = self.started_ms.unwrap_or(now);
+        if conf.next_timeout_ms > 0 && now.saturating_sub(started) >= conf.next_timeout_ms {
             return finish(FinalReason::TimedOut);
         }
         // Rest of the current cycle.
@@ -707,8 +727,11 @@ mod tests {
     fn next_upstream_timeout_makes_current_answer_final() {
         let c = conf(&[BASE, BACKUP, FIVE, &["next_upstream_timeout", "1s"]]);
         let mut st = UpstrandState::new(&c);
-        let mut walk = Walk::begin(&c, &mut st, 100, &mut no_rng).unwrap().walk;
-        assert_eq!(walk.started_ms(), 100);
+        let mut walk = Walk::begin(&c, &mut st, 0, &mut no_rng).unwrap().walk;
+        assert_eq!(walk.started_ms(), None, "not contacted yet");
+        walk.contacted(100);
+        walk.contacted(700);
+        assert_eq!(walk.started_ms(), Some(100), "the first contact counts");
         let step = walk.on_answer(&c, &mut st, Answer::backend(503), false, 1_099, &mut no_rng);
         assert_eq!(
             step,
@@ -720,6 +743,25 @@ mod tests {
         let step = walk.on_answer(&c, &mut st, Answer::backend(503), false, 1_100, &mut no_rng);
         assert_eq!(step, final_(FinalReason::TimedOut, None));
         assert_eq!(walk.steps(), 2);
+    }
+
+    #[test]
+    fn next_upstream_timeout_counts_from_first_contact_not_from_begin() {
+        // A slow client body: the walk begins at 0, the first upstream is contacted at 5_000.
+        let c = conf(&[BASE, FIVE, &["next_upstream_timeout", "1s"]]);
+        let mut st = UpstrandState::new(&c);
+        let mut walk = Walk::begin(&c, &mut st, 0, &mut no_rng).unwrap().walk;
+        walk.contacted(5_000);
+        let step = walk.on_answer(&c, &mut st, Answer::backend(503), false, 5_500, &mut no_rng);
+        assert!(matches!(step, Step::Next(_)), "{step:?}");
+        walk.contacted(5_600);
+        let step = walk.on_answer(&c, &mut st, Answer::backend(503), false, 6_000, &mut no_rng);
+        assert_eq!(step, final_(FinalReason::TimedOut, None));
+        // Without a reported contact the first answer starts the clock.
+        let mut walk = Walk::begin(&c, &mut st, 0, &mut no_rng).unwrap().walk;
+        let step = walk.on_answer(&c, &mut st, Answer::backend(503), false, 9_000, &mut no_rng);
+        assert!(matches!(step, Step::Next(_)), "{step:?}");
+        assert_eq!(walk.started_ms(), Some(9_000));
     }
 
     #[test]
@@ -765,6 +807,7 @@ mod tests {
         assert_eq!(step, final_(FinalReason::NotListed, None));
         // After a timeout the answer is intercepted too.
         let mut walk = Walk::begin(&c, &mut st, 0, &mut no_rng).unwrap().walk;
+        walk.contacted(0);
         let step = walk.on_answer(&c, &mut st, Answer::backend(502), false, 5_000, &mut no_rng);
         assert_eq!(step, final_(FinalReason::TimedOut, Some(1)));
     }

@@ -2,6 +2,8 @@
 
 use std::fmt;
 
+use crate::ConfError;
+
 /// Who produced an answer that a walk looks at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Origin {
@@ -100,7 +102,7 @@ impl StatusSet {
     }
 
     /// Adds one word of a status list. Error text as nginx would word it: `invalid status "X"`.
-    pub fn add_token(&mut self, token: &str, kind: ListKind) -> Result<(), String> {
+    pub fn add_token(&mut self, token: &str, kind: ListKind) -> Result<(), ConfError> {
         match token {
             "4xx" => (400..500).for_each(|s| self.set_code(s)),
             "5xx" => (500..600).for_each(|s| self.set_code(s)),
@@ -109,7 +111,7 @@ impl StatusSet {
             "non_idempotent" if kind == ListKind::NextUpstream => self.non_idempotent = true,
             _ => {
                 let code =
-                    parse_code(token).ok_or_else(|| format!("invalid status \"{token}\""))?;
+                    parse_code(token).ok_or_else(|| ConfError::InvalidStatus(token.to_string()))?;
                 self.set_code(code);
             }
         }
@@ -216,7 +218,8 @@ mod tests {
             "99", "600", "0", "1000", "abc", "", "5XX", "3xx", "+200", "20 0", "-500",
         ] {
             assert_eq!(
-                s.add_token(bad, ListKind::NextUpstream),
+                s.add_token(bad, ListKind::NextUpstream)
+                    .map_err(|e| e.to_string()),
                 Err(format!("invalid status \"{bad}\"")),
             );
         }
@@ -232,7 +235,7 @@ mod tests {
         let mut s = StatusSet::new();
         assert_eq!(
             s.add_token("non_idempotent", ListKind::Intercept),
-            Err("invalid status \"non_idempotent\"".to_string())
+            Err(ConfError::InvalidStatus("non_idempotent".to_string()))
         );
         s.add_token("timeout", ListKind::Intercept).unwrap();
         assert!(s.timeout);

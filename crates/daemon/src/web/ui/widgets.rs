@@ -30,6 +30,9 @@ pub fn state_of(b: &BindingView, last_success_ms: Option<i64>) -> (String, &'sta
 pub(super) fn outcome_summary(o: &OutcomeRecord) -> Markup {
     html! {
         span class={"status " (o.status.as_str())} { (o.status.as_str()) }
+        @if let Some(kind) = o.failure {
+            " " span.failure { (kind.as_str()) }
+        }
         @if let Some(w) = &o.why {
             " " span.why { (w) }
         }
@@ -176,5 +179,22 @@ mod tests {
             state_of(&failed, Some(old)),
             ("stale since 2023-11-14 22:13:20Z".into(), "failing")
         );
+    }
+
+    #[test]
+    fn outcome_summary_shows_the_failure_kind() {
+        let mut v = view(Some(OutcomeStatus::Failed));
+        let o = v.last_outcome.as_mut().unwrap();
+        o.failure = Some(tributary_store::Failure::ReloadFailed);
+        o.why = Some("nginx <rejected>".into());
+        let html = outcome_summary(o).into_string();
+        assert!(
+            html.contains(r#"<span class="failure">reload_failed</span>"#),
+            "{html}"
+        );
+        assert!(html.contains("nginx &lt;rejected&gt;"), "{html}");
+        let ok = view(Some(OutcomeStatus::Ok));
+        let html = outcome_summary(ok.last_outcome.as_ref().unwrap()).into_string();
+        assert!(!html.contains("failure"), "{html}");
     }
 }
