@@ -223,8 +223,20 @@ pub(crate) fn apply_batch(
         let batch: Vec<Change> = live.into_iter().map(|(c, _)| c).collect();
         let mut push = |c: &Change| -> Result<(), String> {
             let set = &sets[c.name.as_str()];
-            rt.block_on(api.replace_confirmed(c.name.as_str(), set))
-                .map_err(|e| format!("live apply failed, fell back to a reload: {e}"))
+            let t0 = std::time::Instant::now();
+            let r = rt
+                .block_on(api.replace_confirmed(c.name.as_str(), set))
+                .map_err(|e| format!("live apply failed, fell back to a reload: {e}"));
+            let push_ms = t0.elapsed().as_secs_f64() * 1000.0;
+            match &r {
+                Ok(()) => {
+                    tracing::info!(upstream = %c.name, servers = set.len(), push_ms, "applied live")
+                }
+                Err(e) => {
+                    tracing::warn!(upstream = %c.name, push_ms, error = %e, "live apply failed")
+                }
+            }
+            r
         };
         for (n, o, why) in a.apply_live_batch(&batch, &mut push) {
             out.push((n, ApplyResult::new(o, why)));
