@@ -6,6 +6,8 @@
 #     (18081, 18082) answering "backend one" / "backend two"
 #   - the daemon's API on 127.0.0.1:$TRIBUTARY_API_PORT (default 9180)
 #   - a demo binding `demo` on the `static` plugin pointing at the two backends
+#   - live mode (issue 11): the nginx module is loaded and its upstreams API listens on a unix socket,
+#     so a change of the demo's servers is applied without a reload (same worker processes)
 # Ctrl-C stops everything this script started.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,6 +25,12 @@ BIN="$TARGET/debug/tributary"
 scripts/setup.sh run
 echo "== build (daemon and plugins)"
 cargo build --workspace --bins
+# Live mode: the module (release .so) and its upstreams API on a unix socket (docs/live-api.md).
+echo "== build (nginx module, release)"
+cargo build --release -p ngx-combined-upstreams
+MODULE_SO="$TARGET/release/libngx_http_combined_upstreams_module.so"
+LIVE_API_SOCK="$PREFIX/logs/upstreams-api.sock"
+LIVE_FLAGS=(--apply live --live-api "unix:$LIVE_API_SOCK:/api/")
 
 port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 for p in "$FRONT_PORT" "$B1_PORT" "$B2_PORT" "$API_PORT"; do
@@ -40,9 +48,10 @@ USER_LINE=""
 cat >"$PREFIX/conf/nginx.conf" <<EOF
 # Written by scripts/run.sh (the demo nginx); the daemon writes upstreams/<name>.conf.
 $USER_LINE
+load_module $MODULE_SO;
 daemon off;
 master_process on;
-worker_processes 1;
+worker_processes 2;
 pid $PREFIX/logs/nginx.pid;
 error_log $PREFIX/logs/error.log notice;
 events { worker_connections 256; }
@@ -57,6 +66,9 @@ http {
 
     # The line tributary shows for each binding (here: all of them at once).
     include upstreams/*.conf;
+
+    # The module's live upstreams API, reachable only through this socket (the daemon's --live-api).
+    server { listen unix:$LIVE_API_SOCK; location /api/ { upstreams_api; } }
 
     server { listen 127.0.0.1:$B1_PORT; location / { return 200 "backend one\n"; } }
     server { listen 127.0.0.1:$B2_PORT; location / { return 200 "backend two\n"; } }
@@ -102,7 +114,8 @@ echo "== tributary serve"
   --plugins-dir "$ROOT/plugins" \
   --conf-dir "$PREFIX/conf" \
   --test-cmd "${NGINX[*]} -t" \
-  --reload-cmd "${NGINX[*]} -s reload" &
+  --reload-cmd "${NGINX[*]} -s reload" \
+  "${LIVE_FLAGS[@]}" &
 DAEMON_PID=$!
 
 for _ in $(seq 1 100); do
@@ -128,7 +141,8 @@ Tributary is running (Ctrl-C stops the daemon and nginx).
 
 Try:
   curl http://127.0.0.1:$FRONT_PORT/          # through the generated upstream (round robin)
-  cat $PREFIX/conf/upstreams/demo.conf
+  cat $PREFIX/conf/upstreams/demo.conf        # with a zone line: live mode
+  ps -o pid=,cmd= --ppid \$(cat $PREFIX/logs/nginx.pid)    # the workers, before and after a change
   $BIN binding$API_FLAG --data-dir $DATA list
   $BIN binding$API_FLAG --data-dir $DATA show demo
   $BIN binding$API_FLAG --data-dir $DATA add demo --replace --plugin static --provider static \\

@@ -3,10 +3,9 @@
 # Debian's archive, crates.io, PyPI and the npm registry. Safe to run again: it only installs what is
 # missing. Needs beforehand: root (or sudo) and a Rust toolchain of the workspace's rust-version or newer.
 #
-#   scripts/setup.sh run    what scripts/run.sh needs: nginx, and a C compiler and linker (cc) for
-#                           building the daemon and the plugins
-#   scripts/setup.sh test   (the default) what scripts/test.sh needs: everything of `run`, plus nginx-dev and
-#                           libclang for the nginx module, the discovery plugins' registries (dnsmasq,
+#   scripts/setup.sh run    what scripts/run.sh needs: nginx, a C compiler and linker (cc) for
+#                           building the daemon and the plugins, nginx-dev and libclang for the module
+#   scripts/setup.sh test   (the default) what scripts/test.sh needs: everything of `run`, plus the discovery plugins' registries (dnsmasq,
 #                           etcd), the browser tests (Node.js, npm, chromium, playwright-core), the Python
 #                           test tools (schemathesis, moto), valgrind and wrk, cargo-nextest, rustfmt, clippy
 set -euo pipefail
@@ -45,13 +44,13 @@ fi
 
 # --- Debian packages -----------------------------------------------------------------------------------
 # run: nginx for the demo; gcc + libc6-dev are cc and the linker cargo uses (ring and the bundled SQLite
-# compile C); ca-certificates so cargo reaches crates.io over HTTPS; curl for the README's tour.
-APT_PACKAGES=(nginx gcc libc6-dev ca-certificates curl)
+# compile C); ca-certificates so cargo reaches crates.io over HTTPS; curl for the README's tour; the nginx
+# module the demo loads (live mode): nginx-dev (headers + Debian's configure) and libclang/clang for bindgen.
+APT_PACKAGES=(nginx gcc libc6-dev ca-certificates curl nginx-dev libclang-dev clang)
 if [ "$MODE" = test ]; then
-  # The nginx module: nginx-dev (headers + Debian's configure), libclang for bindgen; the echo module
-  # for module tests; wrk and valgrind for the module benchmarks; sqlite3 for inspecting the store;
-  # procps for `kill` (tests stop process groups with it).
-  APT_PACKAGES+=(nginx-dev libclang-dev clang libnginx-mod-http-echo wrk valgrind sqlite3 procps)
+  # The echo module for module tests; wrk and valgrind for the module benchmarks; sqlite3 for inspecting
+  # the store; procps for `kill` (tests stop process groups with it).
+  APT_PACKAGES+=(libnginx-mod-http-echo wrk valgrind sqlite3 procps)
   # Discovery plugin tests: dnsmasq (the binary only, no system service) for `dns`, etcd for `etcd`,
   # openssl for the etcd TLS test's certificates.
   APT_PACKAGES+=(dnsmasq-base etcd-server openssl)
@@ -99,6 +98,19 @@ if [ ${#missing[@]} -gt 0 ]; then
   rm -f "$log"
 fi
 
+# --- nginx build folder for the module (Debian's configure with Debian's flags; no make needed) --------
+BUILD_DIR="$PWD/target/nginx-build"
+if [ ! -f "$BUILD_DIR/ngx_auto_config.h" ]; then
+  say "configuring nginx headers into $BUILD_DIR"
+  mkdir -p "$BUILD_DIR"
+  (
+    cd /usr/share/nginx/src
+    # shellcheck disable=SC1091
+    . ./conf_flags
+    ./configure "${NGX_CONF_FLAGS[@]}" --builddir="$BUILD_DIR" >"$BUILD_DIR/configure.log" 2>&1
+  ) || die "nginx configure failed, see $BUILD_DIR/configure.log"
+fi
+
 [ "$MODE" = run ] && exit 0
 
 # --- Rust tools the tests use -------------------------------------------------------------------------
@@ -116,19 +128,6 @@ if ! cargo nextest --version >/dev/null 2>&1; then
   say "installing cargo-nextest (cargo install --locked cargo-nextest; builds for a few minutes)"
   cargo install --locked cargo-nextest \
     || die "could not install cargo-nextest: install it with \`cargo install --locked cargo-nextest\`"
-fi
-
-# --- nginx build folder for the module (Debian's configure with Debian's flags; no make needed) --------
-BUILD_DIR="$PWD/target/nginx-build"
-if [ ! -f "$BUILD_DIR/ngx_auto_config.h" ]; then
-  say "configuring nginx headers into $BUILD_DIR"
-  mkdir -p "$BUILD_DIR"
-  (
-    cd /usr/share/nginx/src
-    # shellcheck disable=SC1091
-    . ./conf_flags
-    ./configure "${NGX_CONF_FLAGS[@]}" --builddir="$BUILD_DIR" >"$BUILD_DIR/configure.log" 2>&1
-  ) || die "nginx configure failed, see $BUILD_DIR/configure.log"
 fi
 
 # --- Web UI browser tests: playwright-core from the npm registry, pinned by tests/browser/package-lock.json

@@ -174,7 +174,8 @@ check "run: no valgrind" "! command -v valgrind"
 check "run: no Python test tools (no python3-venv, no target/venv)" \
   "! dpkg-query -W -f='\${Status}' python3-venv 2>/dev/null | grep -q 'install ok installed' && ! test -e target/venv"
 check "run: no etcd, no dnsmasq" "! command -v etcd && ! command -v dnsmasq"
-check "run: no nginx-dev, no clang" "! test -d /usr/share/nginx/src && ! command -v clang"
+check "run: nginx-dev headers and clang (the demo loads the module, built here)" \
+  "test -f /usr/share/nginx/src/conf_flags && clang --version && test -f target/nginx-build/ngx_auto_config.h"
 
 # --- scripts/run.sh itself on the run set-up: it builds, starts nginx and the daemon, serves the demo ----
 # Free ports on 127.0.0.1 (the chroot shares this machine's network): the demo's front port and the two

@@ -360,6 +360,114 @@ impl Applier {
             .collect()
     }
 
+    /// The live path (issue 11): like [`Self::apply_batch`], but a change that passes `nginx -t`
+    /// is made live by `push` (the module's API: PUT the set, GET it back and compare) instead of
+    /// a reload. Changes `push` refuses (`Err(why)`) fall back together to one confirmed reload
+    /// (or are restored if it fails). Returns per distinct name its outcome and, for changes that
+    /// took the reload path, why live failed (`None`: made live by `push`, or not applied at all).
+    /// The journal is removed only once `push` confirmed the change or the reload did.
+    pub fn apply_live_batch(
+        &mut self,
+        changes: &[Change],
+        push: &mut dyn FnMut(&Change) -> Result<(), String>,
+    ) -> Vec<(UpstreamName, ChangeOutcome, Option<String>)> {
+        let mut order: Vec<UpstreamName> = Vec::new();
+        let mut latest: HashMap<&UpstreamName, &Change> = HashMap::new();
+        for c in changes {
+            if latest.insert(&c.name, c).is_none() {
+                order.push(c.name.clone());
+            }
+        }
+        let mut outcomes: HashMap<UpstreamName, ChangeOutcome> = HashMap::new();
+        let mut why_reload: HashMap<UpstreamName, String> = HashMap::new();
+        let stuck = self.retry_restores();
+        let mut pending = Vec::new();
+        for name in &order {
+            let change = latest[name];
+            if let Some(error) = stuck.iter().find(|(n, _)| n == name).map(|(_, e)| e) {
+                outcomes.insert(
+                    name.clone(),
+                    ChangeOutcome::RestoreFailed {
+                        cause: "an earlier failed change of this file is not undone yet".into(),
+                        error: error.clone(),
+                    },
+                );
+                continue;
+            }
+            match read_optional(&self.path_of(name)) {
+                Err(e) => {
+                    outcomes.insert(
+                        name.clone(),
+                        ChangeOutcome::WriteFailed {
+                            error: e.to_string(),
+                        },
+                    );
+                }
+                Ok(Some(current)) if current == change.bytes && self.is_live(name, &current) => {
+                    outcomes.insert(name.clone(), ChangeOutcome::Unchanged);
+                }
+                Ok(previous) => pending.push(Pending {
+                    name: name.clone(),
+                    previous,
+                    new: Some(change.bytes.clone()),
+                }),
+            }
+        }
+        let accepted = self.stage_and_isolate(pending, &mut outcomes, true);
+        let mut fallback = Vec::new();
+        let mut done = Vec::new();
+        for p in accepted {
+            let change = latest[&p.name];
+            match push(change) {
+                Ok(()) => {
+                    outcomes.insert(p.name.clone(), ChangeOutcome::Applied { reloaded: false });
+                    done.push(p);
+                }
+                Err(why) => {
+                    why_reload.insert(p.name.clone(), why);
+                    fallback.push(p);
+                }
+            }
+        }
+        self.drop_journals(&done);
+        for p in &done {
+            self.live.insert(p.name.clone(), p.new.clone());
+        }
+        if !fallback.is_empty() {
+            match self.reload_or_undo(&fallback) {
+                Ok(()) => {
+                    for p in &fallback {
+                        outcomes.insert(p.name.clone(), ChangeOutcome::Applied { reloaded: true });
+                    }
+                }
+                Err((error, unrestored)) => {
+                    for p in &fallback {
+                        let o = match unrestored.iter().find(|(n, _)| n == &p.name) {
+                            Some((_, e)) => ChangeOutcome::RestoreFailed {
+                                cause: error.clone(),
+                                error: e.clone(),
+                            },
+                            None => ChangeOutcome::ReloadFailed {
+                                error: error.clone(),
+                            },
+                        };
+                        outcomes.insert(p.name.clone(), o);
+                    }
+                }
+            }
+        }
+        order
+            .into_iter()
+            .map(|n| {
+                let o = outcomes.remove(&n).unwrap_or(ChangeOutcome::WriteFailed {
+                    error: "internal: no outcome recorded".into(),
+                });
+                let why = why_reload.remove(&n);
+                (n, o, why)
+            })
+            .collect()
+    }
+
     /// Removes `name`'s file, but only if nginx still passes the test without it; then reloads.
     pub fn remove(&mut self, name: &UpstreamName) -> Result<RemoveOutcome, ApplyError> {
         if let Some((_, error)) = self.retry_restores().into_iter().find(|(n, _)| n == name) {

@@ -234,3 +234,61 @@ fn remove_when_the_configuration_is_broken_elsewhere_says_so() {
     );
     assert_eq!(applier.read_current(&name("a")), Some(b"fine".to_vec()));
 }
+
+#[test]
+fn live_batch_pushes_tested_changes_and_reloads_once_for_those_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let nginx = fake(dir.path());
+    let mut a = Applier::open(dir.path(), Box::new(nginx.clone()), fast()).unwrap();
+    let mut pushed = Vec::new();
+    let out = a.apply_live_batch(
+        &[
+            change("ok", b"server 10.0.0.1:80;".to_vec()),
+            change("refused", b"server 10.0.0.2:80;".to_vec()),
+            change("bad", b"BAD".to_vec()),
+        ],
+        &mut |c| {
+            pushed.push(c.name.as_str().to_string());
+            if c.name.as_str() == "refused" {
+                Err("409 from the API".into())
+            } else {
+                Ok(())
+            }
+        },
+    );
+    assert_eq!(
+        pushed,
+        ["ok", "refused"],
+        "a change nginx -t refuses is never pushed"
+    );
+    let by: std::collections::HashMap<String, (ChangeOutcome, Option<String>)> = out
+        .into_iter()
+        .map(|(n, o, w)| (n.as_str().to_string(), (o, w)))
+        .collect();
+    assert_eq!(by["ok"], (ChangeOutcome::Applied { reloaded: false }, None));
+    assert_eq!(
+        by["refused"],
+        (
+            ChangeOutcome::Applied { reloaded: true },
+            Some("409 from the API".to_string())
+        )
+    );
+    assert!(matches!(by["bad"].0, ChangeOutcome::TestFailed { .. }));
+    assert_eq!(
+        nginx.reloads.load(Ordering::SeqCst),
+        1,
+        "one reload for the fallback"
+    );
+    let journals: Vec<String> = fs::read_dir(dir.path().join("upstreams"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains(".conf."))
+        .collect();
+    assert!(journals.is_empty(), "{journals:?}");
+    // The same bytes again: unchanged, nothing pushed.
+    let again = a.apply_live_batch(
+        &[change("ok", b"server 10.0.0.1:80;".to_vec())],
+        &mut |_| panic!("unchanged bytes must not be pushed"),
+    );
+    assert_eq!(again[0].1, ChangeOutcome::Unchanged);
+}

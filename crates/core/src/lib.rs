@@ -18,6 +18,7 @@ mod name;
 mod render;
 pub mod schedule;
 mod target;
+mod zone;
 
 pub use binding::{coerce_config, Binding, BindingError, MAX_SERVICE_LEN};
 pub use directive::{DirectiveError, ExtraDirective, MAX_DIRECTIVE_LEN};
@@ -27,4 +28,7 @@ pub use render::{render, HEADER};
 pub use target::{
     summarize_dropped, validate, Address, DropReason, Dropped, Target, Validated, MAX_HOST_LEN,
     MAX_WEIGHT,
+};
+pub use zone::{
+    add_zone, render_live, zone_size, zone_size_text, ZONE_BYTES_PER_SERVER, ZONE_MIN_BYTES,
 };

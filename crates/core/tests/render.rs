@@ -1,17 +1,21 @@
 //! Render cases as data: each `render/<case>.json` (name, raw targets, directives, expected drop
 //! summary) must render exactly `render/<case>.conf`, and — for cases without conflicting
-//! duplicates — the same bytes whatever order the targets come in.
+//! duplicates — the same bytes whatever order the targets come in. Cases with `"live": true` render
+//! with the live mode's `zone` line (`render_live`).
 use std::fs;
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
-use tributary_core::{render, summarize_dropped, validate, ExtraDirective, UpstreamName};
+use tributary_core::{
+    render, render_live, summarize_dropped, validate, ExtraDirective, UpstreamName,
+};
 
 struct Case {
     name: UpstreamName,
     targets: Vec<Value>,
     directives: Vec<ExtraDirective>,
     dropped: String,
+    live: bool,
 }
 
 fn cases_dir() -> PathBuf {
@@ -30,15 +34,18 @@ fn load(path: &Path) -> Case {
             .map(|d| ExtraDirective::parse(d.as_str().unwrap()).unwrap())
             .collect(),
         dropped: v["dropped"].as_str().unwrap().to_string(),
+        live: v["live"].as_bool().unwrap_or(false),
     }
 }
 
 fn render_case(c: &Case, targets: &[Value]) -> (String, String) {
     let v = validate(targets);
-    (
-        render(&c.name, &v.targets, &c.directives),
-        summarize_dropped(&v.dropped),
-    )
+    let bytes = if c.live {
+        render_live(&c.name, &v.targets, &c.directives)
+    } else {
+        render(&c.name, &v.targets, &c.directives)
+    };
+    (bytes, summarize_dropped(&v.dropped))
 }
 
 fn all_cases() -> Vec<(String, PathBuf)> {
@@ -100,7 +107,13 @@ fn shuffled(items: &[Value], seed: u64) -> Vec<Value> {
 
 #[test]
 fn same_set_in_any_order_renders_same_bytes() {
-    for stem in ["spec_example", "canonical_order", "weights"] {
+    for stem in [
+        "spec_example",
+        "canonical_order",
+        "weights",
+        "live_spec_example",
+        "live_zone_128k",
+    ] {
         let case = load(&cases_dir().join(format!("{stem}.json")));
         let (reference, _) = render_case(&case, &case.targets);
         let mut reversed = case.targets.clone();

@@ -17,11 +17,12 @@ use hyper::Method;
 use serde_json::Value;
 use tributary_apply::{Applier, ApplyOptions, CommandNginx, ReloadConfirm};
 use tributary_plugin_host::{HostOptions, PluginHost};
-use tributary_store::{OutcomeRecord, OutcomeStatus, Store, StoreOptions};
+use tributary_store::{Applied, OutcomeRecord, OutcomeStatus, Store, StoreOptions};
 
 use crate::api::ApiState;
 use crate::client::{ApiFailure, Client};
-use crate::engine::{Engine, EngineOptions};
+use crate::engine::{ApplyMode, Engine, EngineOptions, LiveOptions};
+use crate::live_api::LiveApi;
 use crate::view::{
     BindingDetail, BindingInput, BindingList, BindingView, ErrorDetail, PluginList, RemoveResponse,
     SaveResponse,
@@ -133,6 +134,15 @@ struct ServeArgs {
     /// Calls in flight to one plugin at most; refreshes beyond wait their turn.
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=4096))]
     plugin_concurrency: u32,
+    /// How changes are made live: `reload` (always reload nginx), `live` (server changes through
+    /// the module's upstreams API, needs --live-api; the rest by reload), `auto` (live when
+    /// --live-api is given and answers, else reload).
+    #[arg(long = "apply", value_enum, default_value_t = ApplyMode::Auto)]
+    apply_mode: ApplyMode,
+    /// The module's `upstreams_api` location: `unix:/path/to.sock[:/location/]` or
+    /// `http://127.0.0.1:PORT/location/` (loopback only).
+    #[arg(long)]
+    live_api: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -470,6 +480,35 @@ fn secret_keys(decl: Option<&tributary_protocol::ProviderDecl>) -> Vec<String> {
     .unwrap_or_default()
 }
 
+/// `--apply` and `--live-api` checked: live mode needs an API; the API is probed once to say in
+/// the log what will happen (every batch asks it again).
+async fn live_options(mode: ApplyMode, live_api: Option<&str>) -> anyhow::Result<LiveOptions> {
+    let api = live_api
+        .map(LiveApi::parse)
+        .transpose()
+        .map_err(|e| anyhow!("--live-api: {e}"))?;
+    if mode == ApplyMode::Live && api.is_none() {
+        bail!("--apply live needs --live-api (the module's upstreams_api location)");
+    }
+    match (&api, mode) {
+        (Some(api), ApplyMode::Live | ApplyMode::Auto) => match api.list().await {
+            Ok(names) => {
+                tracing::info!(live_api = %api, upstreams = ?names, mode = ?mode, "live API answers: server changes go live")
+            }
+            Err(e) => {
+                tracing::warn!(live_api = %api, error = %e, mode = ?mode, "live API does not answer now: changes take the reload path until it does")
+            }
+        },
+        (None, _) => {
+            tracing::info!(mode = ?mode, "no --live-api: every change is applied by reload")
+        }
+        (Some(_), ApplyMode::Reload) => {
+            tracing::info!("--apply reload: --live-api is not used")
+        }
+    }
+    Ok(LiveOptions { mode, api })
+}
+
 async fn serve(a: ServeArgs) -> anyhow::Result<()> {
     init_tracing();
     if let Some(f) = &a.config_file {
@@ -477,6 +516,7 @@ async fn serve(a: ServeArgs) -> anyhow::Result<()> {
     }
     // Checked before anything is opened: a bad name changes nothing.
     let allowed_hosts = crate::web::host::AllowedHosts::new(a.listen, &a.allowed_hosts)?;
+    let live = live_options(a.apply_mode, a.live_api.as_deref()).await?;
     let data_dir = env_path(a.data_dir, "TRIBUTARY_DATA_DIR", DEFAULT_DATA_DIR);
     let plugins_dir = env_path(a.plugins_dir, "TRIBUTARY_PLUGINS_DIR", "plugins");
     if !data_dir.exists() {
@@ -553,6 +593,7 @@ async fn serve(a: ServeArgs) -> anyhow::Result<()> {
             batch_max: Duration::from_millis(a.batch_max_ms.max(a.batch_quiet_ms)),
             history_limit: a.history.max(1),
             refresh_jitter_pct: a.refresh_jitter_pct,
+            live,
         },
     )?;
     let listener = tokio::net::TcpListener::bind(a.listen)
@@ -858,8 +899,13 @@ fn outcome_line(o: &OutcomeRecord) -> String {
     if o.changed {
         s.push_str(", file changed");
     }
-    if o.reloaded {
-        s.push_str(", nginx reloaded");
+    match (o.applied, &o.applied_reason) {
+        (Some(Applied::Live), _) => s.push_str(", applied live (no reload)"),
+        (Some(Applied::Reload), Some(why)) => {
+            s.push_str(&format!(", nginx reloaded (applied by reload: {why})"))
+        }
+        _ if o.reloaded => s.push_str(", nginx reloaded"),
+        _ => {}
     }
     if let Some(code) = o.code {
         s.push_str(&format!(", code {code}"));

@@ -11,6 +11,7 @@
 //!   resolution or an answer without valid targets never reaches the applier.
 //! - [`api`]: the JSON API (axum) on 127.0.0.1:9180 by default; bearer-token auth on everything
 //!   but `/api/v1/health`.
+//! - [`live_api`]: the client of the module's live upstreams API (`--live-api`, issue 11).
 //! - [`client`]: the CLI's client of a running daemon (hyper-util's HTTP/1.1 `Client`, no TLS).
 //! - [`dry_run`]: `tributary resolve`, one plugin call that touches nothing.
 //! - [`resolution`]: a plugin answer validated and rendered, shared by refreshes, test
@@ -26,6 +27,7 @@ pub mod cli;
 pub mod client;
 pub mod dry_run;
 pub mod engine;
+pub mod live_api;
 pub mod resolution;
 pub mod settings;
 pub mod tags;

@@ -34,7 +34,7 @@ use rusqlite::{params, Connection, OptionalExtension, Row, TransactionBehavior};
 use serde::{Deserialize, Serialize};
 
 /// Schema version written to `PRAGMA user_version`.
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
 
 /// Default number of outcomes kept per binding.
 pub const DEFAULT_HISTORY: usize = 20;
@@ -205,6 +205,36 @@ impl fmt::Display for Failure {
     }
 }
 
+/// Which path made a change live (issue 11): the module's API without a reload, or a reload.
+/// Stored as a tag in `outcomes.applied`, shown by the API as `applied`, counted by the metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Applied {
+    /// PUT through the module's `upstreams_api`, confirmed by reading the set back; no reload.
+    Live,
+    /// nginx was reloaded (and the reload confirmed).
+    Reload,
+}
+
+impl Applied {
+    /// The tag as stored and shown.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Applied::Live => "live",
+            Applied::Reload => "reload",
+        }
+    }
+
+    /// The tag back; `None` for an unknown one.
+    pub fn parse(s: &str) -> Option<Applied> {
+        match s {
+            "live" => Some(Applied::Live),
+            "reload" => Some(Applied::Reload),
+            _ => None,
+        }
+    }
+}
+
 /// A target dropped by validation, with the reason.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DroppedRecord {
@@ -241,6 +271,12 @@ pub struct OutcomeRecord {
     pub reloaded: bool,
     /// nginx's own error text (failed `nginx -t` or reload).
     pub nginx_error: Option<String>,
+    /// How a change was made live (`None` when nothing was applied).
+    #[serde(default)]
+    pub applied: Option<Applied>,
+    /// Why that path was taken (e.g. why live was not possible and a reload was used).
+    #[serde(default)]
+    pub applied_reason: Option<String>,
 }
 
 /// Options of [`Store::open_with`].
@@ -337,6 +373,14 @@ const MIGRATIONS: &[(i64, &str)] = &[
              WHEN why LIKE 'the daemon is stopping%' THEN 'stopping'
          END
          WHERE status = 'failed';",
+    ),
+    // 3: which path made a change live (issue 11) and why. Before, every applied change was a
+    // reload.
+    (
+        3,
+        "ALTER TABLE outcomes ADD COLUMN applied TEXT;
+         ALTER TABLE outcomes ADD COLUMN applied_reason TEXT;
+         UPDATE outcomes SET applied = 'reload' WHERE reloaded = 1;",
     ),
 ];
 /// Unique binding names regardless of (ASCII) case.
@@ -578,8 +622,8 @@ impl Store {
             let mut exists = tx.prepare_cached("SELECT 1 FROM bindings WHERE name = ?1")?;
             let mut ins = tx.prepare_cached(
                 "INSERT INTO outcomes (binding, at_ms, duration_ms, status, why, code, field, kept, \
-                 dropped, ttl_seconds, changed, reloaded, nginx_error, failure) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
+                 dropped, ttl_seconds, changed, reloaded, nginx_error, failure, applied, applied_reason) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
             )?;
             let mut trim = tx.prepare_cached(
                 "DELETE FROM outcomes WHERE binding = ?1 AND id <= \
@@ -604,6 +648,8 @@ impl Store {
                     o.reloaded,
                     o.nginx_error,
                     o.failure.map(Failure::as_str),
+                    o.applied.map(Applied::as_str),
+                    o.applied_reason,
                 ])?;
                 trim.execute(params![name, history])?;
             }
@@ -620,7 +666,7 @@ impl Store {
     ) -> Result<Vec<OutcomeRecord>, StoreError> {
         let mut st = self.conn.prepare_cached(
             "SELECT binding, at_ms, duration_ms, status, why, code, field, kept, dropped, \
-             ttl_seconds, changed, reloaded, nginx_error, failure FROM outcomes WHERE binding = ?1 \
+             ttl_seconds, changed, reloaded, nginx_error, failure, applied, applied_reason FROM outcomes WHERE binding = ?1 \
              ORDER BY id DESC LIMIT ?2",
         )?;
         let rows = st.query_map(params![name, limit as i64], outcome_from_row)?;
@@ -635,7 +681,7 @@ impl Store {
     pub fn last_outcomes(&self) -> Result<HashMap<String, OutcomeRecord>, StoreError> {
         let mut st = self.conn.prepare_cached(
             "SELECT binding, at_ms, duration_ms, status, why, code, field, kept, dropped, \
-             ttl_seconds, changed, reloaded, nginx_error, failure FROM outcomes \
+             ttl_seconds, changed, reloaded, nginx_error, failure, applied, applied_reason FROM outcomes \
              WHERE id IN (SELECT MAX(id) FROM outcomes GROUP BY binding)",
         )?;
         let mut rows = st.query([])?;
@@ -719,6 +765,12 @@ fn outcome_from_row(row: &Row<'_>) -> RowResult<OutcomeRecord> {
         Some(Some(f)) => Some(f),
         Some(None) => return corrupt("failure kind"),
     };
+    let applied: Option<String> = row.get(14)?;
+    let applied = match applied.as_deref().map(Applied::parse) {
+        None => None,
+        Some(Some(a)) => Some(a),
+        Some(None) => return corrupt("applied path"),
+    };
     let duration: i64 = row.get(2)?;
     let ttl: Option<i64> = row.get(9)?;
     Ok(Ok(OutcomeRecord {
@@ -735,5 +787,7 @@ fn outcome_from_row(row: &Row<'_>) -> RowResult<OutcomeRecord> {
         changed: row.get(10)?,
         reloaded: row.get(11)?,
         nginx_error: row.get(12)?,
+        applied,
+        applied_reason: row.get(15)?,
     }))
 }

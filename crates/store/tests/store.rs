@@ -2,8 +2,8 @@ use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
 
 use tributary_store::{
-    BindingRecord, DroppedRecord, Failure, OutcomeRecord, OutcomeStatus, Store, StoreError,
-    StoreOptions, Upsert, SCHEMA_VERSION,
+    Applied, BindingRecord, DroppedRecord, Failure, OutcomeRecord, OutcomeStatus, Store,
+    StoreError, StoreOptions, Upsert, SCHEMA_VERSION,
 };
 
 fn binding(name: &str, targets: &str) -> BindingRecord {
@@ -39,6 +39,8 @@ fn outcome(at: i64, status: OutcomeStatus) -> OutcomeRecord {
         changed: status == OutcomeStatus::Ok,
         reloaded: status == OutcomeStatus::Ok,
         nginx_error: None,
+        applied: None,
+        applied_reason: None,
     }
 }
 
@@ -428,4 +430,49 @@ fn schema_1_store_is_migrated_with_failure_kinds() {
     // Opening again does not run the migration twice.
     drop(conn);
     Store::open(&path).unwrap();
+}
+
+/// The applied path and its reason round-trip; a schema-2 file gets `reload` for the outcomes
+/// that reloaded nginx (every applied change was a reload before live mode existed).
+#[test]
+fn applied_path_round_trips_and_schema_2_reloads_become_reload() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.db");
+    {
+        let mut s = Store::open(&path).unwrap();
+        s.insert_binding(&binding("api", "127.0.0.1:8080")).unwrap();
+        let mut live = outcome(1, OutcomeStatus::Ok);
+        live.reloaded = false;
+        live.applied = Some(Applied::Live);
+        live.applied_reason = Some("servers changed; live API confirmed".into());
+        let mut reload = outcome(2, OutcomeStatus::Ok);
+        reload.applied = Some(Applied::Reload);
+        reload.applied_reason = Some("new upstream".into());
+        s.record_outcome("api", &live).unwrap();
+        s.record_outcome("api", &reload).unwrap();
+        let got = s.recent_outcomes("api", 10).unwrap();
+        assert_eq!(got, vec![reload, live]);
+        // Make it look like a schema-2 file written before the columns existed.
+        drop(s);
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.execute_batch(
+            "UPDATE outcomes SET applied = NULL, applied_reason = NULL;
+             ALTER TABLE outcomes DROP COLUMN applied_reason;
+             ALTER TABLE outcomes DROP COLUMN applied;
+             PRAGMA user_version = 2;",
+        )
+        .unwrap();
+    }
+    let s = Store::open(&path).unwrap();
+    let got: Vec<Option<Applied>> = s
+        .recent_outcomes("api", 10)
+        .unwrap()
+        .into_iter()
+        .map(|o| o.applied)
+        .collect();
+    assert_eq!(
+        got,
+        vec![Some(Applied::Reload), None],
+        "reloaded=1 → reload"
+    );
 }

@@ -105,6 +105,35 @@ pub struct TestNginxBuilder {
     files: Vec<(PathBuf, Vec<u8>)>,
     upstreams_glob: bool,
     workers: usize,
+    /// `Some(extra)`: load the combined-upstreams module and serve its `upstreams_api` on a unix
+    /// socket, `extra` being more directives of that location.
+    live_api: Option<String>,
+}
+
+/// Environment variable that overrides where the combined-upstreams module `.so` is looked up
+/// (the same one `module/t` reads).
+pub const MODULE_ENV: &str = "COMBINED_UPSTREAMS_MODULE";
+
+/// The combined-upstreams module `.so`: `$COMBINED_UPSTREAMS_MODULE`, else the release build in
+/// the target dir (`$CARGO_TARGET_DIR`, else `<workspace>/target`), as `module/t` finds it. Built
+/// by `cargo build --release -p ngx-combined-upstreams` (`scripts/test.sh` does).
+pub fn combined_upstreams_module() -> Result<PathBuf, String> {
+    let path = match std::env::var_os(MODULE_ENV) {
+        Some(p) => PathBuf::from(p),
+        None => std::env::var_os("CARGO_TARGET_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target"))
+            .join("release/libngx_http_combined_upstreams_module.so"),
+    };
+    if path.is_file() {
+        Ok(path)
+    } else {
+        Err(format!(
+            "the combined-upstreams module is not at {} (build it with `cargo build --release -p \
+             ngx-combined-upstreams`, or set {MODULE_ENV})",
+            path.display()
+        ))
+    }
 }
 
 impl Default for TestNginxBuilder {
@@ -122,7 +151,17 @@ impl TestNginxBuilder {
             files: Vec::new(),
             upstreams_glob: true,
             workers: 1,
+            live_api: None,
         }
+    }
+
+    /// Loads the combined-upstreams module ([`combined_upstreams_module`]) and serves its live
+    /// upstreams API on a unix socket in the prefix ([`TestNginx::live_api_address`]), location
+    /// `/api/` with `location_extra` (e.g. `limit_except GET { deny all; }`) before
+    /// `upstreams_api;`. Starting fails when the module is not built.
+    pub fn live_api(mut self, location_extra: &str) -> Self {
+        self.live_api = Some(location_extra.to_string());
+        self
     }
 
     /// Runs `n` worker processes (default 1): a reload then has to replace all of them.
@@ -182,6 +221,9 @@ impl TestNginxBuilder {
     /// chosen port was taken in the meantime.
     pub fn try_start(self) -> Result<TestNginx, String> {
         let binary = try_nginx_binary()?;
+        if self.live_api.is_some() {
+            combined_upstreams_module()?;
+        }
         let mut last = String::new();
         for _attempt in 0..5 {
             match self.start_once(&binary) {
@@ -295,6 +337,11 @@ impl TestNginxBuilder {
         let p = prefix.display();
         let workers = self.workers;
         let mut c = String::new();
+        if self.live_api.is_some() {
+            if let Ok(so) = combined_upstreams_module() {
+                let _ = writeln!(c, "load_module {};", so.display());
+            }
+        }
         if running_as_root() {
             // Workers keep the fixture's uid so they can use the private temp prefix.
             c.push_str("user root;\n");
@@ -318,6 +365,13 @@ impl TestNginxBuilder {
             for line in s.lines() {
                 let _ = writeln!(c, "    {line}");
             }
+        }
+        if let Some(extra) = &self.live_api {
+            let _ = writeln!(
+                c,
+                "    server {{\n        listen unix:{p}/logs/api.sock;\n        \
+                 location /api/ {{ {extra} upstreams_api; }}\n    }}"
+            );
         }
         for (name, bport) in backends {
             let _ = writeln!(
@@ -357,6 +411,11 @@ pub struct TestNginx {
 }
 
 impl TestNginx {
+    /// The `--live-api` address of the API a builder's [`TestNginxBuilder::live_api`] set up.
+    pub fn live_api_address(&self) -> String {
+        format!("unix:{}/logs/api.sock:/api/", self.prefix().display())
+    }
+
     /// Starts a plain nginx (no backends). Panics with nginx's output when it cannot start.
     pub fn start() -> TestNginx {
         TestNginxBuilder::new().start()

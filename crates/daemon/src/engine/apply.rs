@@ -12,11 +12,12 @@ use tributary_core::UpstreamName;
 use tributary_store::{Failure, OutcomeRecord, OutcomeStatus};
 
 use super::batch::{Batch, BatchRules, Next, Queued};
+use super::live::{ApplyResult, LiveOptions};
 use super::{now_ms, EngineEvent, Inner};
 
 /// A message for the apply task.
 pub(crate) type ApplyMsg = Queued<
-    oneshot::Sender<ChangeOutcome>,
+    oneshot::Sender<ApplyResult>,
     oneshot::Sender<Result<RemoveOutcome, String>>,
     oneshot::Sender<()>,
 >;
@@ -26,8 +27,10 @@ pub(crate) async fn apply_task(
     mut rx: mpsc::UnboundedReceiver<ApplyMsg>,
     inner: std::sync::Weak<Inner>,
     rules: BatchRules,
+    live: LiveOptions,
 ) {
     let mut applier = Some(applier);
+    let rt = tokio::runtime::Handle::current();
     while let Some(first) = rx.recv().await {
         // Collect what becomes ready close together into one batch.
         let opened = Instant::now();
@@ -55,17 +58,18 @@ pub(crate) async fn apply_task(
         let n = changes.len();
         let changes_names: Vec<UpstreamName> = changes.iter().map(|c| c.name.clone()).collect();
         let names: Vec<UpstreamName> = removes.iter().map(|(n, _)| n.clone()).collect();
+        let (rt, live) = (rt.clone(), live.clone());
         let joined = tokio::task::spawn_blocking(move || {
             let started = std::time::Instant::now();
             let outcomes = if changes.is_empty() {
                 Vec::new()
             } else {
-                a.apply_batch(&changes)
+                super::live::apply_batch(&mut a, &live, &changes, &rt)
             };
             if !changes.is_empty() {
                 let changed = outcomes
                     .iter()
-                    .filter(|(_, o)| !matches!(o, ChangeOutcome::Unchanged))
+                    .filter(|(_, o)| !matches!(o.outcome, ChangeOutcome::Unchanged))
                     .count();
                 let took_ms = started.elapsed().as_millis() as u64;
                 if changed > 0 {
@@ -87,25 +91,28 @@ pub(crate) async fn apply_task(
                 if let (Some(i), false) = (inner.upgrade(), outcomes.is_empty()) {
                     let _ = i.events.send(EngineEvent::Batch {
                         changes: outcomes.len(),
-                        reloaded: outcomes
-                            .iter()
-                            .any(|(_, o)| matches!(o, ChangeOutcome::Applied { reloaded: true })),
+                        reloaded: outcomes.iter().any(|(_, o)| {
+                            matches!(o.outcome, ChangeOutcome::Applied { reloaded: true })
+                        }),
                         test_failures: outcomes
                             .iter()
-                            .filter(|(_, o)| matches!(o, ChangeOutcome::TestFailed { .. }))
+                            .filter(|(_, o)| matches!(o.outcome, ChangeOutcome::TestFailed { .. }))
                             .count(),
                         at_ms: now_ms(),
                     });
                 }
-                let by_name: HashMap<String, ChangeOutcome> = outcomes
+                let by_name: HashMap<String, ApplyResult> = outcomes
                     .into_iter()
                     .map(|(n, o)| (n.as_str().to_string(), o))
                     .collect();
                 for (change, replies) in changes_names.iter().zip(change_replies) {
                     let outcome = by_name.get(change.as_str()).cloned().unwrap_or_else(|| {
-                        ChangeOutcome::ReloadFailed {
-                            error: "the applier returned no outcome for this upstream".into(),
-                        }
+                        ApplyResult::new(
+                            ChangeOutcome::ReloadFailed {
+                                error: "the applier returned no outcome for this upstream".into(),
+                            },
+                            None,
+                        )
                     });
                     for r in replies {
                         let _ = r.send(outcome.clone());
@@ -131,7 +138,21 @@ pub(crate) async fn apply_task(
 
 /// Writes what the applier did with a binding's change into its outcome: status, the failure kind,
 /// why, and nginx's own text. `None`: the apply task is gone (the daemon is stopping).
-/// `reloaded` is only ever true for a reload the applier confirmed live.
+/// `reloaded` is only ever true for a reload the applier confirmed live. The path taken (live or
+/// reload) and why go to `applied` / `applied_reason`.
+pub(crate) fn record_result(rec: &mut OutcomeRecord, result: Option<ApplyResult>) {
+    let (outcome, path) = match result {
+        Some(r) => (Some(r.outcome), r.path),
+        None => (None, None),
+    };
+    record_change(rec, outcome);
+    if let Some((applied, why)) = path {
+        rec.applied = Some(applied);
+        rec.applied_reason = Some(why);
+    }
+}
+
+/// [`record_result`] without the path: status, failure kind, why and nginx's text.
 pub(crate) fn record_change(rec: &mut OutcomeRecord, result: Option<ChangeOutcome>) {
     let fail = |rec: &mut OutcomeRecord, kind: Failure, why: String, nginx: Option<String>| {
         rec.status = OutcomeStatus::Failed;
@@ -203,6 +224,8 @@ mod tests {
             changed: false,
             reloaded: false,
             nginx_error: None,
+            applied: None,
+            applied_reason: None,
         }
     }
 

@@ -15,11 +15,13 @@
 //! Files: this one holds the handle ([`Engine`]), its options, errors and events; `admin` the
 //! requests of people (save, remove, refresh, views), `prepare` the validation of an input into a
 //! binding, `refresh` the per-binding task, `batch` the pure batching rules, `apply` the apply
-//! task and `record` the recorder task.
+//! task, `live` the choice between the live API and a reload for each change (issue 11), and
+//! `record` the recorder task.
 
 mod admin;
 mod apply;
 mod batch;
+mod live;
 mod prepare;
 mod record;
 pub mod refresh;
@@ -39,6 +41,7 @@ use tributary_store::{BindingRecord, OutcomeRecord, OutcomeStatus, Store};
 
 use apply::ApplyMsg;
 use batch::BatchRules;
+pub use live::{ApplyMode, LiveOptions};
 pub use prepare::record_to_binding;
 use record::RecordMsg;
 
@@ -56,6 +59,8 @@ pub struct EngineOptions {
     /// Refresh jitter in percent (0–50; default [`refresh::DEFAULT_JITTER_PCT`]): see
     /// [`refresh::jittered`]. 0: every delay exactly as scheduled.
     pub refresh_jitter_pct: u8,
+    /// `--apply` and `--live-api` (issue 11).
+    pub live: LiveOptions,
 }
 
 impl Default for EngineOptions {
@@ -66,6 +71,7 @@ impl Default for EngineOptions {
             batch_max: Duration::from_secs(1),
             history_limit: 20,
             refresh_jitter_pct: refresh::DEFAULT_JITTER_PCT,
+            live: LiveOptions::default(),
         }
     }
 }
@@ -230,6 +236,7 @@ impl Engine {
                 quiet: inner.opts.batch_quiet,
                 max: inner.opts.batch_max,
             },
+            inner.opts.live.clone(),
         ));
         let record = tokio::spawn(record::record_task(store, record_rx));
         *lock(&inner.tasks) = vec![

@@ -8,7 +8,8 @@ use tributary_store::{OutcomeRecord, Store};
 use super::lock;
 
 pub(crate) enum RecordMsg {
-    Outcome(String, OutcomeRecord),
+    /// Boxed: an outcome is large next to a flush request.
+    Outcome(String, Box<OutcomeRecord>),
     Flush(oneshot::Sender<()>),
 }
 
@@ -22,7 +23,7 @@ pub(crate) async fn record_task(
         let mut next = Some(first);
         while let Some(m) = next.take() {
             match m {
-                RecordMsg::Outcome(n, o) => batch.push((n, o)),
+                RecordMsg::Outcome(n, o) => batch.push((n, *o)),
                 RecordMsg::Flush(tx) => flushes.push(tx),
             }
             if batch.len() < 2000 {

@@ -113,7 +113,7 @@ pub(crate) async fn binding_task(
         });
         let _ = engine
             .record_tx
-            .send(RecordMsg::Outcome(name.clone(), outcome));
+            .send(RecordMsg::Outcome(name.clone(), Box::new(outcome)));
         drop(engine);
         slot.seq.send_modify(|s| *s += 1);
     }
@@ -137,6 +137,8 @@ async fn run_once(inner: &Inner, binding: &Binding) -> OutcomeRecord {
         changed: false,
         reloaded: false,
         nginx_error: None,
+        applied: None,
+        applied_reason: None,
     };
     let params = ResolveParams {
         provider: binding.provider.clone(),
@@ -171,7 +173,7 @@ async fn run_once(inner: &Inner, binding: &Binding) -> OutcomeRecord {
                     Ok(()) => rx.await.ok(),
                     Err(_) => None,
                 };
-                super::apply::record_change(&mut rec, result);
+                super::apply::record_result(&mut rec, result);
                 if rec.status != OutcomeStatus::Failed {
                     rec.why = r.dropped_note();
                 }

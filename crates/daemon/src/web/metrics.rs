@@ -22,7 +22,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use tokio::sync::broadcast::error::RecvError;
-use tributary_store::{Failure, OutcomeRecord, OutcomeStatus};
+use tributary_store::{Applied, Failure, OutcomeRecord, OutcomeStatus};
 
 use crate::engine::{Engine, EngineEvent};
 use crate::view::BindingView;
@@ -46,6 +46,11 @@ struct FailureLabel {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PathLabel {
+    path: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct CodeLabel {
     code: String,
 }
@@ -62,6 +67,7 @@ type FloatGauge = Gauge<f64, AtomicU64>;
 struct Families {
     resolutions: Family<OutcomeLabel, Counter>,
     failures: Family<FailureLabel, Counter>,
+    applied: Family<PathLabel, Counter>,
     plugin_errors: Family<CodeLabel, Counter>,
     latency: LatencyHistogram,
     batches: Counter,
@@ -97,6 +103,11 @@ impl Families {
             "tributary_resolution_failures",
             "Failed resolutions by kind (plugin_error, plugin_no_answer, no_valid_target, test_failed, reload_failed, restore_failed, write_failed, stopping)",
             self.failures.clone(),
+        );
+        r.register(
+            "tributary_changes_applied",
+            "Changes made live, by path: live (the module's upstreams API, no reload) or reload",
+            self.applied.clone(),
         );
         r.register(
             "tributary_plugin_errors",
@@ -192,6 +203,11 @@ impl Default for Metrics {
             let _ = families
                 .resolutions
                 .get_or_create(&OutcomeLabel { outcome });
+        }
+        for path in [Applied::Live, Applied::Reload] {
+            let _ = families.applied.get_or_create(&PathLabel {
+                path: path.as_str(),
+            });
         }
         for kind in Failure::ALL {
             let _ = families.failures.get_or_create(&FailureLabel {
@@ -297,6 +313,13 @@ impl Metrics {
             })
             .inc();
         f.latency.0.observe(o.duration_ms as f64 / 1000.0);
+        if let Some(path) = o.applied {
+            f.applied
+                .get_or_create(&PathLabel {
+                    path: path.as_str(),
+                })
+                .inc();
+        }
         if o.status == OutcomeStatus::Failed {
             if let Some(kind) = o.failure {
                 f.failures
@@ -410,6 +433,8 @@ mod tests {
             changed: false,
             reloaded: false,
             nginx_error: None,
+            applied: None,
+            applied_reason: None,
         }
     }
 

@@ -95,6 +95,9 @@ pub(super) fn outcome_block(o: &OutcomeRecord, now: i64) -> Markup {
             }
             dt { "File changed" } dd { (yes_no(o.changed)) }
             dt { "nginx reloaded" } dd { (yes_no(o.reloaded)) }
+            @if let Some(a) = o.applied {
+                dt { "Applied" } dd.applied { (a.as_str()) @if let Some(w) = &o.applied_reason { " — " (w) } }
+            }
         }
         @if !o.dropped.is_empty() {
             h3 { "Dropped targets" }
@@ -150,6 +153,8 @@ mod tests {
                 changed: false,
                 reloaded: false,
                 nginx_error: None,
+                applied: None,
+                applied_reason: None,
             }),
             servers: vec![],
             next_refresh_ms: None,

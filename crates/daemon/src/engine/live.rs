@@ -1,0 +1,327 @@
+//! Live apply (issue 11): which changes go live through the module's `upstreams_api` and which
+//! need a reload, and running a batch on both paths.
+//!
+//! A change goes live when the upstream's file is already live in nginx and the new file differs
+//! from it in its `server` lines only, each an address (no host name); the file is journaled,
+//! written and tested (`nginx -t`) as always, then the set is PUT and read back
+//! ([`crate::live_api::LiveApi::replace_confirmed`]); no reload. Everything else takes the reload
+//! path, with the reason recorded: a new upstream, a changed directive or `zone` size, host
+//! names, an API that is unreachable or does not list the upstream — and any live failure, which
+//! falls back to one confirmed reload for the batch's refused changes.
+
+use std::collections::HashSet;
+
+use tributary_apply::{Applier, Change, ChangeOutcome};
+use tributary_store::Applied;
+
+use crate::live_api::{LiveApi, LiveServer};
+
+/// `--apply`: how changes are made live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum ApplyMode {
+    /// Always reload nginx (the files are the seed's exact render).
+    Reload,
+    /// Server changes through the module's API (`--live-api` required), the rest by reload.
+    Live,
+    /// Live when `--live-api` is given and the API answers, else reload.
+    #[default]
+    Auto,
+}
+
+/// The live set-up of the engine: the mode and the API, when there is one.
+#[derive(Debug, Clone, Default)]
+pub struct LiveOptions {
+    pub mode: ApplyMode,
+    pub api: Option<LiveApi>,
+}
+
+impl LiveOptions {
+    /// Whether files carry the `zone` line (live or auto with an API).
+    pub fn zoned(&self) -> bool {
+        self.mode != ApplyMode::Reload && self.api.is_some()
+    }
+
+    /// The bytes the applier gets: the rendered file, plus the `zone` line when zoned.
+    pub fn file_bytes(&self, rendered: Vec<u8>) -> Vec<u8> {
+        if !self.zoned() {
+            return rendered;
+        }
+        match String::from_utf8(rendered) {
+            Ok(text) => tributary_core::add_zone(&text).into_bytes(),
+            Err(e) => e.into_bytes(),
+        }
+    }
+}
+
+/// What happened to one change, with the path taken and why (the outcome's `applied`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ApplyResult {
+    pub outcome: ChangeOutcome,
+    /// Set when the change was applied (`Applied`), `None` otherwise.
+    pub path: Option<(Applied, String)>,
+}
+
+impl ApplyResult {
+    pub(crate) fn new(outcome: ChangeOutcome, why_reload: Option<String>) -> ApplyResult {
+        let path = match &outcome {
+            ChangeOutcome::Applied { reloaded: false } => Some((
+                Applied::Live,
+                "server set changed: PUT through the live API and confirmed by reading it back"
+                    .to_string(),
+            )),
+            ChangeOutcome::Applied { reloaded: true } => Some((
+                Applied::Reload,
+                why_reload.unwrap_or_else(|| "reload".to_string()),
+            )),
+            _ => None,
+        };
+        ApplyResult { outcome, path }
+    }
+}
+
+/// A rendered file's servers (`ADDR:PORT`, weight) and its other lines.
+type Split<'a> = (Vec<(String, u32)>, Vec<&'a str>);
+
+/// The servers of a rendered file (`    server ADDR weight=W;` lines) and the other lines.
+fn split(bytes: &[u8]) -> Option<Split<'_>> {
+    let text = std::str::from_utf8(bytes).ok()?;
+    let mut servers = Vec::new();
+    let mut rest = Vec::new();
+    for line in text.lines() {
+        match line.strip_prefix("    server ") {
+            Some(s) => {
+                let s = s.strip_suffix(';')?;
+                let (addr, weight) = s.split_once(" weight=")?;
+                servers.push((addr.to_string(), weight.parse().ok()?));
+            }
+            None => rest.push(line),
+        }
+    }
+    Some((servers, rest))
+}
+
+/// Whether `addr:port` (IPv6 in brackets) is an address, not a host name.
+fn is_ip_port(hp: &str) -> bool {
+    let host = hp.rsplit_once(':').map(|(h, _)| h).unwrap_or(hp);
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    host.parse::<std::net::IpAddr>().is_ok()
+}
+
+/// The set to PUT for a change from `live` (the bytes nginx runs, `None` for a new upstream) to
+/// `new`, or why it needs a reload.
+pub(crate) fn live_plan(live: Option<&[u8]>, new: &[u8]) -> Result<Vec<LiveServer>, String> {
+    let Some(live) = live else {
+        return Err("new upstream (or its file is not confirmed live yet): needs a reload".into());
+    };
+    let (Some((_, old_rest)), Some((servers, new_rest))) = (split(live), split(new)) else {
+        return Err("the file is not in the daemon's rendered form: needs a reload".into());
+    };
+    if old_rest != new_rest {
+        let zone = |r: &[&str]| -> Option<String> {
+            r.iter()
+                .find(|l| l.starts_with("    zone "))
+                .map(|l| l.to_string())
+        };
+        return Err(if zone(&old_rest) != zone(&new_rest) {
+            format!(
+                "the zone line changes ({} servers): needs a reload",
+                servers.len()
+            )
+        } else {
+            "the upstream's directives changed: needs a reload".into()
+        });
+    }
+    if !old_rest.iter().any(|l| l.starts_with("    zone ")) {
+        return Err("the running upstream has no zone: needs a reload".into());
+    }
+    if let Some((h, _)) = servers.iter().find(|(a, _)| !is_ip_port(a)) {
+        return Err(format!(
+            "host-name target {h}: live changes take addresses only, needs a reload"
+        ));
+    }
+    Ok(servers
+        .into_iter()
+        .map(|(a, w)| LiveServer::new(a, w))
+        .collect())
+}
+
+/// Applies a batch on a blocking thread: the changes [`live_plan`] accepts through the API (after
+/// `nginx -t`), the others — and the live ones the API refuses — by one reload each path.
+pub(crate) fn apply_batch(
+    a: &mut Applier,
+    opts: &LiveOptions,
+    changes: &[Change],
+    rt: &tokio::runtime::Handle,
+) -> Vec<(tributary_core::UpstreamName, ApplyResult)> {
+    let changes: Vec<Change> = changes
+        .iter()
+        .map(|c| Change {
+            name: c.name.clone(),
+            bytes: opts.file_bytes(c.bytes.clone()),
+        })
+        .collect();
+    let changes = changes.as_slice();
+    let api = match (opts.zoned(), &opts.api) {
+        (true, Some(api)) => api,
+        _ => {
+            let why = match opts.mode {
+                ApplyMode::Reload => "apply mode reload",
+                _ => "no live API configured (--live-api)",
+            };
+            return a
+                .apply_batch(changes)
+                .into_iter()
+                .map(|(n, o)| (n, ApplyResult::new(o, Some(why.to_string()))))
+                .collect();
+        }
+    };
+    let mut live: Vec<(Change, Vec<LiveServer>)> = Vec::new();
+    let mut reload: Vec<(Change, String)> = Vec::new();
+    for c in changes {
+        let current = a.read_current(&c.name).filter(|b| a.is_live(&c.name, b));
+        if current.as_deref() == Some(c.bytes.as_slice()) {
+            // Unchanged: the applier says so without touching anything.
+            reload.push((c.clone(), String::new()));
+            continue;
+        }
+        match live_plan(current.as_deref(), &c.bytes) {
+            Ok(set) => live.push((c.clone(), set)),
+            Err(why) => reload.push((c.clone(), why)),
+        }
+    }
+    if !live.is_empty() {
+        match rt.block_on(api.list()) {
+            Ok(names) => {
+                let names: HashSet<String> = names.into_iter().collect();
+                let (ok, not): (Vec<_>, Vec<_>) = live
+                    .into_iter()
+                    .partition(|(c, _)| names.contains(c.name.as_str()));
+                live = ok;
+                reload.extend(not.into_iter().map(|(c, _)| {
+                    (
+                        c,
+                        "the live API does not list this upstream (no zone, or a balancer that \
+                         cannot change live): needs a reload"
+                            .to_string(),
+                    )
+                }));
+            }
+            Err(e) => {
+                reload.extend(
+                    live.drain(..)
+                        .map(|(c, _)| (c, format!("live API unavailable: {e}"))),
+                );
+            }
+        }
+    }
+    let mut out = Vec::new();
+    if !live.is_empty() {
+        let sets: std::collections::HashMap<String, Vec<LiveServer>> = live
+            .iter()
+            .map(|(c, s)| (c.name.as_str().to_string(), s.clone()))
+            .collect();
+        let batch: Vec<Change> = live.into_iter().map(|(c, _)| c).collect();
+        let mut push = |c: &Change| -> Result<(), String> {
+            let set = &sets[c.name.as_str()];
+            let t0 = std::time::Instant::now();
+            let r = rt
+                .block_on(api.replace_confirmed(c.name.as_str(), set))
+                .map_err(|e| format!("live apply failed, fell back to a reload: {e}"));
+            let push_ms = t0.elapsed().as_secs_f64() * 1000.0;
+            match &r {
+                Ok(()) => {
+                    tracing::info!(upstream = %c.name, servers = set.len(), push_ms, "applied live")
+                }
+                Err(e) => {
+                    tracing::warn!(upstream = %c.name, push_ms, error = %e, "live apply failed")
+                }
+            }
+            r
+        };
+        for (n, o, why) in a.apply_live_batch(&batch, &mut push) {
+            out.push((n, ApplyResult::new(o, why)));
+        }
+    }
+    if !reload.is_empty() {
+        let reasons: std::collections::HashMap<String, String> = reload
+            .iter()
+            .map(|(c, w)| (c.name.as_str().to_string(), w.clone()))
+            .collect();
+        let batch: Vec<Change> = reload.into_iter().map(|(c, _)| c).collect();
+        for (n, o) in a.apply_batch(&batch) {
+            let why = reasons.get(n.as_str()).cloned();
+            out.push((n, ApplyResult::new(o, why)));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ZONED: &str = "# generated by tributary\nupstream api {\n    zone api 64k;\n    server 10.0.0.1:80 weight=1;\n    keepalive 8;\n}\n";
+
+    #[test]
+    fn server_changes_of_a_live_zoned_upstream_go_live() {
+        let new = ZONED.replace("10.0.0.1:80 weight=1", "10.0.0.2:80 weight=3");
+        let set = live_plan(Some(ZONED.as_bytes()), new.as_bytes()).unwrap();
+        assert_eq!(set, vec![LiveServer::new("10.0.0.2:80".into(), 3)]);
+        let v6 = ZONED.replace("10.0.0.1:80", "[2001:db8::1]:80");
+        assert!(live_plan(Some(ZONED.as_bytes()), v6.as_bytes()).is_ok());
+    }
+
+    #[test]
+    fn everything_else_needs_a_reload_and_says_why() {
+        let cases = [
+            (None, ZONED.to_string(), "new upstream"),
+            (
+                Some(ZONED),
+                ZONED.replace("keepalive 8;", "keepalive 16;"),
+                "directives changed",
+            ),
+            (
+                Some(ZONED),
+                ZONED.replace("64k", "128k"),
+                "zone line changes",
+            ),
+            (
+                Some(ZONED),
+                ZONED.replace("10.0.0.1:80", "app.internal:80"),
+                "host-name target app.internal:80",
+            ),
+            (
+                Some("# generated by tributary\nupstream api {\n    server 10.0.0.1:80 weight=1;\n}\n"),
+                "# generated by tributary\nupstream api {\n    server 10.0.0.2:80 weight=1;\n}\n"
+                    .to_string(),
+                "no zone",
+            ),
+        ];
+        for (old, new, why) in cases {
+            let e = live_plan(old.map(str::as_bytes), new.as_bytes()).unwrap_err();
+            assert!(e.contains(why), "{why}: {e}");
+        }
+    }
+
+    #[test]
+    fn zone_line_only_when_an_api_is_configured_outside_reload_mode() {
+        let api = Some(LiveApi::parse("unix:/run/x.sock").unwrap());
+        let file = b"# generated by tributary\nupstream a {\n    server 10.0.0.1:80 weight=1;\n}\n";
+        for (mode, api, zoned) in [
+            (ApplyMode::Reload, api.clone(), false),
+            (ApplyMode::Auto, None, false),
+            (ApplyMode::Auto, api.clone(), true),
+            (ApplyMode::Live, api, true),
+        ] {
+            let o = LiveOptions { mode, api };
+            let bytes = o.file_bytes(file.to_vec());
+            assert_eq!(
+                String::from_utf8(bytes)
+                    .unwrap()
+                    .contains("    zone a 64k;\n"),
+                zoned,
+                "{mode:?}"
+            );
+        }
+    }
+}

@@ -1,0 +1,375 @@
+//! Client of the module's live upstreams API (`upstreams_api`, `docs/live-api.md`): list the
+//! upstreams that can change live, read a set, replace a set and confirm it by reading it back.
+//!
+//! The API is reached on a unix socket (`unix:/run/nginx/api.sock`, optionally with the location
+//! after a second colon: `unix:/run/nginx/api.sock:/api/`) or on a loopback port
+//! (`http://127.0.0.1:8081/api/`). Other hosts are refused: the daemon writes nginx's files on this
+//! machine, so its nginx is local, and the API is an admin endpoint. One HTTP/1.1 request per
+//! connection (hyper), each bounded by a timeout.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use hyper::{Method, Request};
+use hyper_util::rt::TokioIo;
+use serde::{Deserialize, Serialize};
+
+/// How long one request to the API may take.
+pub const TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Where the API answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LiveApi {
+    target: Target,
+    /// The location prefix, starting and ending with `/`.
+    prefix: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Target {
+    Unix(PathBuf),
+    Tcp { host: String, port: u16 },
+}
+
+/// One server as the API takes and gives it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LiveServer {
+    pub address: String,
+    pub weight: u32,
+    #[serde(default = "one")]
+    pub max_fails: u32,
+    #[serde(default = "ten_seconds")]
+    pub fail_timeout_ms: u64,
+    #[serde(default)]
+    pub backup: bool,
+    #[serde(default)]
+    pub down: bool,
+}
+
+fn one() -> u32 {
+    1
+}
+fn ten_seconds() -> u64 {
+    10_000
+}
+
+impl LiveServer {
+    /// A server with nginx's defaults for everything but address and weight (what the daemon's
+    /// `server ADDR weight=W;` lines mean).
+    pub fn new(address: String, weight: u32) -> LiveServer {
+        LiveServer {
+            address,
+            weight,
+            max_fails: 1,
+            fail_timeout_ms: 10_000,
+            backup: false,
+            down: false,
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+struct ListAnswer {
+    upstreams: Vec<ListEntry>,
+}
+
+#[derive(Debug, Deserialize)]
+struct ListEntry {
+    name: String,
+}
+
+#[derive(Debug, Deserialize)]
+struct SetAnswer {
+    generation: u64,
+    servers: Vec<LiveServer>,
+}
+
+#[derive(Debug, Serialize)]
+struct PutBody<'a> {
+    servers: &'a [LiveServer],
+    generation: u64,
+}
+
+#[derive(Debug, Deserialize)]
+struct ErrorAnswer {
+    error: String,
+}
+
+impl LiveApi {
+    /// Parses `unix:/abs/path[:/loc/]` or `http://127.0.0.1:PORT/loc/` (also `[::1]` and
+    /// `localhost`). The location defaults to `/`.
+    pub fn parse(s: &str) -> Result<LiveApi, String> {
+        let fix_prefix = |p: &str| -> Result<String, String> {
+            let p = if p.is_empty() { "/" } else { p };
+            if !p.starts_with('/') || p.contains(['?', '#', ' ']) {
+                return Err(format!(
+                    "live API {s:?}: the location must be a path like /api/"
+                ));
+            }
+            Ok(if p.ends_with('/') {
+                p.to_string()
+            } else {
+                format!("{p}/")
+            })
+        };
+        if let Some(rest) = s.strip_prefix("unix:") {
+            let (path, loc) = match rest.split_once(":/") {
+                Some((p, l)) => (p, format!("/{l}")),
+                None => (rest, String::new()),
+            };
+            if !path.starts_with('/') {
+                return Err(format!(
+                    "live API {s:?}: the socket path must be absolute (unix:/run/nginx/api.sock)"
+                ));
+            }
+            return Ok(LiveApi {
+                target: Target::Unix(PathBuf::from(path)),
+                prefix: fix_prefix(&loc)?,
+            });
+        }
+        let Some(rest) = s.strip_prefix("http://") else {
+            return Err(format!(
+                "live API {s:?}: expected unix:/path/to.sock[:/location/] or \
+                 http://127.0.0.1:PORT/location/"
+            ));
+        };
+        let (authority, loc) = match rest.find('/') {
+            Some(i) => (&rest[..i], &rest[i..]),
+            None => (rest, ""),
+        };
+        if authority.contains('@') {
+            return Err(format!("live API {s:?}: no user info in the address"));
+        }
+        let (host, port) = authority
+            .rsplit_once(':')
+            .ok_or_else(|| format!("live API {s:?}: the address needs a port"))?;
+        let port: u16 = port
+            .parse()
+            .ok()
+            .filter(|p| *p != 0)
+            .ok_or_else(|| format!("live API {s:?}: bad port"))?;
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        let loopback = host == "localhost"
+            || host
+                .parse::<std::net::IpAddr>()
+                .is_ok_and(|ip| ip.is_loopback());
+        if !loopback {
+            return Err(format!(
+                "live API {s:?}: only a loopback address (127.0.0.1, [::1], localhost) or a unix \
+                 socket is accepted; the API is an admin endpoint of the local nginx"
+            ));
+        }
+        Ok(LiveApi {
+            target: Target::Tcp {
+                host: host.to_string(),
+                port,
+            },
+            prefix: fix_prefix(loc)?,
+        })
+    }
+
+    /// The names of the upstreams the API can change (`GET <loc>/`).
+    pub async fn list(&self) -> Result<Vec<String>, String> {
+        let (status, body) = self.request(Method::GET, &self.prefix, None).await?;
+        let list: ListAnswer = parse_answer(status, &body, "GET /")?;
+        Ok(list.upstreams.into_iter().map(|u| u.name).collect())
+    }
+
+    /// The generation and servers of one upstream (`GET <loc>/NAME`).
+    pub async fn get(&self, name: &str) -> Result<(u64, Vec<LiveServer>), String> {
+        let path = format!("{}{name}", self.prefix);
+        let (status, body) = self.request(Method::GET, &path, None).await?;
+        let set: SetAnswer = parse_answer(status, &body, &format!("GET {name}"))?;
+        Ok((set.generation, set.servers))
+    }
+
+    /// Replaces the set of `name` guarded by `generation`, then reads it back and compares
+    /// (address, weight, max_fails, fail_timeout_ms, backup, down; order does not matter): only
+    /// an equal set read back counts as applied. Every failure says which step failed.
+    pub async fn replace_confirmed(
+        &self,
+        name: &str,
+        servers: &[LiveServer],
+    ) -> Result<(), String> {
+        let (generation, _) = self.get(name).await?;
+        let path = format!("{}{name}", self.prefix);
+        let body = serde_json::to_vec(&PutBody {
+            servers,
+            generation,
+        })
+        .map_err(|e| format!("encoding the set: {e}"))?;
+        let (status, answer) = self.request(Method::PUT, &path, Some(body)).await?;
+        let _: serde_json::Value = parse_answer(status, &answer, &format!("PUT {name}"))?;
+        let (_, now) = self.get(name).await?;
+        if same_set(&now, servers) {
+            Ok(())
+        } else {
+            Err(format!(
+                "GET {name} after the PUT shows a different set ({} servers, {} expected)",
+                now.len(),
+                servers.len()
+            ))
+        }
+    }
+
+    async fn request(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Vec<u8>>,
+    ) -> Result<(u16, Bytes), String> {
+        tokio::time::timeout(TIMEOUT, self.request_inner(method, path, body))
+            .await
+            .map_err(|_| format!("the live API did not answer within {} s", TIMEOUT.as_secs()))?
+    }
+
+    async fn request_inner(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Vec<u8>>,
+    ) -> Result<(u16, Bytes), String> {
+        let unreachable = |e: std::io::Error| format!("cannot reach the live API at {self}: {e}");
+        let (mut sender, host) = match &self.target {
+            Target::Unix(p) => {
+                let s = tokio::net::UnixStream::connect(p)
+                    .await
+                    .map_err(unreachable)?;
+                let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(s))
+                    .await
+                    .map_err(|e| format!("HTTP handshake with the live API: {e}"))?;
+                tokio::spawn(async move {
+                    let _ = conn.await;
+                });
+                (sender, "localhost".to_string())
+            }
+            Target::Tcp { host, port } => {
+                let s = tokio::net::TcpStream::connect((host.as_str(), *port))
+                    .await
+                    .map_err(unreachable)?;
+                let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(s))
+                    .await
+                    .map_err(|e| format!("HTTP handshake with the live API: {e}"))?;
+                tokio::spawn(async move {
+                    let _ = conn.await;
+                });
+                let h = if host.contains(':') {
+                    format!("[{host}]:{port}")
+                } else {
+                    format!("{host}:{port}")
+                };
+                (sender, h)
+            }
+        };
+        let req = Request::builder()
+            .method(method)
+            .uri(path)
+            .header(hyper::header::HOST, host)
+            .header(hyper::header::CONTENT_TYPE, "application/json")
+            .body(Full::new(Bytes::from(body.unwrap_or_default())))
+            .map_err(|e| format!("building the request: {e}"))?;
+        let resp = sender
+            .send_request(req)
+            .await
+            .map_err(|e| format!("the live API at {self} failed: {e}"))?;
+        let status = resp.status().as_u16();
+        let bytes = resp
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| format!("reading the live API's answer: {e}"))?
+            .to_bytes();
+        Ok((status, bytes))
+    }
+}
+
+impl std::fmt::Display for LiveApi {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.target {
+            Target::Unix(p) => write!(f, "unix:{}:{}", p.display(), self.prefix),
+            Target::Tcp { host, port } if host.contains(':') => {
+                write!(f, "http://[{host}]:{port}{}", self.prefix)
+            }
+            Target::Tcp { host, port } => write!(f, "http://{host}:{port}{}", self.prefix),
+        }
+    }
+}
+
+fn parse_answer<T: serde::de::DeserializeOwned>(
+    status: u16,
+    body: &[u8],
+    what: &str,
+) -> Result<T, String> {
+    if status != 200 {
+        let msg = serde_json::from_slice::<ErrorAnswer>(body)
+            .map(|e| e.error)
+            .unwrap_or_else(|_| String::from_utf8_lossy(body).chars().take(200).collect());
+        return Err(format!("{what}: HTTP {status}: {}", msg.trim()));
+    }
+    serde_json::from_slice(body).map_err(|e| format!("{what}: unexpected answer: {e}"))
+}
+
+/// Equal as sets (the API keeps primary then backup servers, each in its own order).
+pub fn same_set(a: &[LiveServer], b: &[LiveServer]) -> bool {
+    let key = |s: &LiveServer| {
+        (
+            s.backup,
+            s.address.clone(),
+            s.weight,
+            s.max_fails,
+            s.fail_timeout_ms,
+            s.down,
+        )
+    };
+    let mut x: Vec<_> = a.iter().map(key).collect();
+    let mut y: Vec<_> = b.iter().map(key).collect();
+    x.sort();
+    y.sort();
+    x == y
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses_parse_and_remote_hosts_are_refused() {
+        let u = LiveApi::parse("unix:/run/nginx/api.sock").unwrap();
+        assert_eq!(u.to_string(), "unix:/run/nginx/api.sock:/");
+        let u = LiveApi::parse("unix:/run/nginx/api.sock:/api").unwrap();
+        assert_eq!(u.prefix, "/api/");
+        let h = LiveApi::parse("http://127.0.0.1:8081/api/").unwrap();
+        assert_eq!(h.to_string(), "http://127.0.0.1:8081/api/");
+        assert_eq!(
+            LiveApi::parse("http://[::1]:8081").unwrap().to_string(),
+            "http://[::1]:8081/"
+        );
+        for bad in [
+            "http://10.0.0.1:8081/api/",
+            "http://example.com:80/",
+            "unix:relative.sock",
+            "https://127.0.0.1:1/",
+            "http://127.0.0.1/",
+            "http://127.0.0.1:0/",
+            "http://u:p@127.0.0.1:1/",
+        ] {
+            let e = LiveApi::parse(bad).unwrap_err();
+            assert!(e.contains(bad), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn sets_compare_without_order_but_with_every_setting() {
+        let a = LiveServer::new("10.0.0.1:80".into(), 1);
+        let b = LiveServer::new("10.0.0.2:80".into(), 2);
+        assert!(same_set(&[a.clone(), b.clone()], &[b.clone(), a.clone()]));
+        let mut b3 = b.clone();
+        b3.weight = 3;
+        assert!(!same_set(&[a.clone(), b.clone()], &[a.clone(), b3]));
+        let mut down = b.clone();
+        down.down = true;
+        assert!(!same_set(&[a.clone(), b], &[a, down]));
+    }
+}

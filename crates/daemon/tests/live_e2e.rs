@@ -1,0 +1,279 @@
+//! Issue 11, daemon half, end to end: server changes applied through the module's live upstreams
+//! API without a reload, everything else (and every live failure) by reload, and the outcome
+//! saying which path was taken and why. Real daemon, real `static` plugin, real nginx with
+//! `master_process on`, two workers and the combined-upstreams module loaded (its release `.so`,
+//! found like `module/t` finds it; `scripts/test.sh` builds it first).
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::fs;
+
+use common::{http, Daemon};
+use serde_json::{json, Value};
+use tributary_fakes::daemon::FAST;
+use tributary_testkit::TestNginx;
+
+fn binding(targets: &str, directives: &[&str]) -> Value {
+    json!({"plugin": "static", "provider": "static", "service": "web",
+           "config": {"targets": targets}, "directives": directives})
+}
+
+fn put_wait(d: &Daemon, name: &str, body: &Value) -> Value {
+    let (status, v) = d.api(
+        "PUT",
+        &format!("/api/v1/bindings/{name}?wait=true"),
+        Some(&body.to_string()),
+    );
+    assert!(status == 200 || status == 201, "{status}: {v}");
+    v["binding"]["last_outcome"].clone()
+}
+
+fn metric(d: &Daemon, series: &str) -> f64 {
+    let (status, text) = http(d.port, "GET", "/metrics", Some(&d.token()), None);
+    assert_eq!(status, 200, "{text}");
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+fn live_nginx(location_extra: &str, backends: &[&str]) -> TestNginx {
+    let mut b = TestNginx::builder().workers(2).live_api(location_extra);
+    for name in backends {
+        b = b.backend(name);
+    }
+    b.start()
+}
+
+fn daemon(root: &std::path::Path, nginx: &TestNginx, extra: &[&str]) -> Daemon {
+    let mut args: Vec<&str> = FAST.to_vec();
+    args.extend_from_slice(extra);
+    Daemon::start_with(root, nginx, &args)
+}
+
+fn targets(nginx: &TestNginx, names: &[&str]) -> String {
+    names
+        .iter()
+        .map(|n| format!("127.0.0.1:{}", nginx.backend_port(n)))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn worker_pids(nginx: &TestNginx) -> BTreeSet<u32> {
+    nginx.workers().into_iter().map(|(p, _)| p).collect()
+}
+
+/// Many requests on new connections from several threads, right away (no polling): the set of
+/// bodies seen and every non-200.
+fn answers(nginx: &TestNginx, path: &str) -> (BTreeSet<String>, Vec<(u16, String)>) {
+    let all: Vec<(u16, String)> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..4)
+            .map(|_| s.spawn(|| (0..40).map(|_| nginx.get(path)).collect::<Vec<_>>()))
+            .collect();
+        hs.into_iter().flat_map(|h| h.join().unwrap()).collect()
+    });
+    let bad = all.iter().filter(|(s, _)| *s != 200).cloned().collect();
+    (all.into_iter().map(|(_, b)| b).collect(), bad)
+}
+
+fn set(names: &[&str]) -> BTreeSet<String> {
+    names.iter().map(|s| s.to_string()).collect()
+}
+
+/// A new binding goes by reload (nginx has no such upstream yet); then server changes go live:
+/// visible on every worker at once, the same worker processes, no reload; a directive change goes
+/// by reload again, and each outcome says why.
+#[test]
+fn server_changes_go_live_on_every_worker_without_a_reload_and_the_rest_by_reload() {
+    let root = tempfile::tempdir().unwrap();
+    let nginx = live_nginx("", &["a", "b", "c"]);
+    let d = daemon(
+        root.path(),
+        &nginx,
+        &["--apply", "live", "--live-api", &nginx.live_api_address()],
+    );
+    let path = TestNginx::upstream_path("web");
+
+    let o = put_wait(&d, "web", &binding(&targets(&nginx, &["a"]), &[]));
+    assert_eq!(o["status"], "ok", "{o}");
+    assert_eq!(o["applied"], "reload", "{o}");
+    assert!(
+        o["applied_reason"]
+            .as_str()
+            .unwrap()
+            .contains("new upstream"),
+        "{o}"
+    );
+    let file = fs::read_to_string(nginx.upstreams_dir().join("web.conf")).unwrap();
+    assert!(file.contains("\n    zone web 64k;\n"), "{file}");
+    assert_eq!(answers(&nginx, &path), (set(&["a"]), vec![]));
+    nginx
+        .wait_settled(std::time::Duration::from_secs(10))
+        .unwrap();
+
+    let workers = worker_pids(&nginx);
+    assert_eq!(workers.len(), 2, "{workers:?}");
+    let reloads = nginx.reloads_seen();
+    for (round, names) in [&["b"][..], &["b", "c"], &["a", "c"], &["a"]]
+        .into_iter()
+        .enumerate()
+    {
+        let o = put_wait(&d, "web", &binding(&targets(&nginx, names), &[]));
+        assert_eq!(o["status"], "ok", "round {round}: {o}");
+        assert_eq!(o["applied"], "live", "round {round}: {o}");
+        assert_eq!(o["reloaded"], false, "round {round}: {o}");
+        assert_eq!(
+            answers(&nginx, &path),
+            (set(names), vec![]),
+            "round {round}: every worker uses the new set at once"
+        );
+        assert_eq!(worker_pids(&nginx), workers, "round {round}: same workers");
+        assert_eq!(nginx.reloads_seen(), reloads, "round {round}: no reload");
+        let file = fs::read_to_string(nginx.upstreams_dir().join("web.conf")).unwrap();
+        for n in names {
+            let port = nginx.backend_port(n);
+            assert!(file.contains(&format!("127.0.0.1:{port} ")), "{file}");
+        }
+    }
+    assert_eq!(
+        metric(&d, "tributary_changes_applied_total{path=\"live\"}"),
+        4.0
+    );
+    assert_eq!(
+        metric(&d, "tributary_changes_applied_total{path=\"reload\"}"),
+        1.0
+    );
+    let (ok, text) = d.cli_text(&["binding", "show", "web"]);
+    assert!(ok && text.contains("applied live (no reload)"), "{text}");
+
+    // A directive change: reload, and it says so.
+    let o = put_wait(
+        &d,
+        "web",
+        &binding(&targets(&nginx, &["b"]), &["keepalive 4;"]),
+    );
+    assert_eq!(o["applied"], "reload", "{o}");
+    assert!(
+        o["applied_reason"]
+            .as_str()
+            .unwrap()
+            .contains("directives changed"),
+        "{o}"
+    );
+    assert_eq!(o["reloaded"], true, "{o}");
+    assert!(nginx.reloads_seen() > reloads);
+    assert_eq!(answers(&nginx, &path), (set(&["b"]), vec![]));
+    // After the reload the zone holds what the file says, and server changes go live again.
+    nginx
+        .wait_settled(std::time::Duration::from_secs(10))
+        .unwrap();
+    let o = put_wait(
+        &d,
+        "web",
+        &binding(&targets(&nginx, &["c"]), &["keepalive 4;"]),
+    );
+    assert_eq!(o["applied"], "live", "{o}");
+    assert_eq!(answers(&nginx, &path), (set(&["c"]), vec![]));
+}
+
+/// The API answers `GET` but refuses the `PUT` (403 from `limit_except`): the change falls back
+/// to a reload, is applied, and the outcome says live failed and why.
+#[test]
+fn live_failure_falls_back_to_a_reload_with_the_reason() {
+    let root = tempfile::tempdir().unwrap();
+    let nginx = live_nginx("limit_except GET { deny all; }", &["a", "b"]);
+    let d = daemon(
+        root.path(),
+        &nginx,
+        &["--apply", "live", "--live-api", &nginx.live_api_address()],
+    );
+    let path = TestNginx::upstream_path("web");
+    let o = put_wait(&d, "web", &binding(&targets(&nginx, &["a"]), &[]));
+    assert_eq!(o["applied"], "reload", "{o}");
+    let reloads = nginx.reloads_seen();
+    let o = put_wait(&d, "web", &binding(&targets(&nginx, &["b"]), &[]));
+    assert_eq!(o["status"], "ok", "{o}");
+    assert_eq!(o["applied"], "reload", "{o}");
+    assert_eq!(o["reloaded"], true, "{o}");
+    let why = o["applied_reason"].as_str().unwrap();
+    assert!(
+        why.contains("live apply failed") && why.contains("HTTP 403"),
+        "{why}"
+    );
+    assert!(nginx.reloads_seen() > reloads);
+    assert_eq!(answers(&nginx, &path), (set(&["b"]), vec![]));
+    assert!(
+        fs::read_dir(nginx.upstreams_dir()).unwrap().all(|e| !e
+            .unwrap()
+            .file_name()
+            .to_string_lossy()
+            .contains(".conf.")),
+        "no journal left"
+    );
+}
+
+/// `auto` (the default) with an API that does not answer: reloads, with the reason; without
+/// `--live-api`: reloads and the file is the seed's exact render (no zone line).
+#[test]
+fn auto_mode_without_a_reachable_api_uses_reload() {
+    let root = tempfile::tempdir().unwrap();
+    let nginx = TestNginx::builder()
+        .workers(2)
+        .backend("a")
+        .backend("b")
+        .start();
+    let gone = root.path().join("no-such.sock");
+    let api = format!("unix:{}:/api/", gone.display());
+    let mut d = daemon(root.path(), &nginx, &["--live-api", &api]);
+    let path = TestNginx::upstream_path("web");
+    put_wait(&d, "web", &binding(&targets(&nginx, &["a"]), &[]));
+    let o = put_wait(&d, "web", &binding(&targets(&nginx, &["b"]), &[]));
+    assert_eq!(o["status"], "ok", "{o}");
+    assert_eq!(o["applied"], "reload", "{o}");
+    let why = o["applied_reason"].as_str().unwrap();
+    assert!(
+        why.contains("live API unavailable") && why.contains("cannot reach"),
+        "{why}"
+    );
+    assert_eq!(answers(&nginx, &path), (set(&["b"]), vec![]));
+    d.stop();
+
+    let root2 = tempfile::tempdir().unwrap();
+    let d = daemon(root2.path(), &nginx, &[]);
+    let o = put_wait(&d, "web", &binding(&targets(&nginx, &["a"]), &[]));
+    assert_eq!(o["applied"], "reload", "{o}");
+    assert!(
+        o["applied_reason"]
+            .as_str()
+            .unwrap()
+            .contains("no live API configured"),
+        "{o}"
+    );
+    let file = fs::read_to_string(nginx.upstreams_dir().join("web.conf")).unwrap();
+    assert!(!file.contains("zone"), "{file}");
+    assert_eq!(answers(&nginx, &path), (set(&["a"]), vec![]));
+}
+
+/// `--apply live` without `--live-api`, or with a remote address, is refused at start with a
+/// clear message.
+#[test]
+fn live_mode_needs_a_local_api() {
+    let bin = common::tributary_bin();
+    for (args, expect) in [
+        (&["--apply", "live"][..], "--apply live needs --live-api"),
+        (
+            &["--live-api", "http://10.1.2.3:8080/api/"][..],
+            "only a loopback address",
+        ),
+    ] {
+        let out = std::process::Command::new(&bin)
+            .arg("serve")
+            .args(["--conf-dir", "/nonexistent-tributary-conf"])
+            .args(args)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?}");
+        assert!(text.contains(expect), "{args:?}: {text}");
+    }
+}
