@@ -6,6 +6,8 @@
 const VERSION_CHECKS: &[(u64, &str)] = &[
     // `in_port_t port` before the request's bit fields (bindgen misplaces them, see set_error_page)
     (1_029_003, "nginx1_29_3"),
+    // upstream `keepalive` on by default, wrapping `peer.init` in its init_main_conf (live/probe.rs)
+    (1_029_007, "nginx1_29_7"),
 ];
 
 fn main() {

@@ -140,6 +140,13 @@ impl Generation {
                 )
             })
             .collect();
+        // The front talks to the members without keep-alive, on every nginx: from 1.29.7 nginx
+        // keeps upstream connections alive by default (HTTP/1.1, `keepalive` on), and as the
+        // backends are this nginx's own server blocks, every reload's retiring workers close the
+        // front's idle cached connections; a request that nginx sends on one at that moment
+        // fails and nginx retries it inside the member (`(u1) 502, 200`). That is nginx's
+        // documented keep-alive race, not the upstrand's; setting the pre-1.29.7 defaults
+        // explicitly keeps one strict classifier (any 502 inside a member is unexplained).
         format!(
             "map $host $generation {{ default {g}; }}
              log_format rl '$generation|$request_uri|$status|$upstrand_path|$upstrand_status';
@@ -153,6 +160,7 @@ impl Generation {
              {fillers}
              server {{ listen 127.0.0.1:{{P0}};
                        access_log {{PREFIX}}/logs/front.log rl;
+                       proxy_http_version 1.0; proxy_set_header Connection close;
                        location /s {{ proxy_pass http://$upstrand_us1; }}
                        location /d {{ dynamic_upstrand $dus $arg_u; proxy_pass http://$dus; }} }}
              server {{ listen 127.0.0.1:{{P5}}; access_log off; return 200 \"ok\"; }}

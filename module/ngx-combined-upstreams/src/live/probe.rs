@@ -6,6 +6,15 @@
 //! configuration also shows where its private configuration keeps the wrapped balancer's
 //! function (the offset of a marker value), so `keepalive` on top of round robin or least_conn is
 //! recognised as such.
+//!
+//! From nginx 1.29.7 (cfg `nginx1_29_7`) `keepalive` no longer replaces `init_upstream`: the
+//! directive only stores `max_cached`, and the keepalive module's own `init_main_conf` wraps
+//! `peer.init` of every explicit upstream whose `max_cached` is not 0 — which is every upstream
+//! without `keepalive 0;`, as keepalive is on by default there (32 connections, `local`). The
+//! probe then learns where the keepalive srv conf keeps `max_cached` (the directive's value in a
+//! scratch conf preset to `NGX_CONF_UNSET`), and an upstream is `+keepalive` when its
+//! `max_cached` is not 0. The module's own `init_main_conf` runs after the keepalive module's
+//! (dynamic modules come after the static ones), so the value is final when it classifies.
 
 use core::ffi::{c_char, c_void, CStr};
 use core::mem::{size_of, zeroed};
@@ -42,6 +51,9 @@ pub struct Balancer {
 pub struct Probes {
     known: Vec<(usize, &'static str)>,
     keepalive: Option<(usize, usize, usize)>,
+    /// nginx >= 1.29.7: (keepalive module ctx index, byte offset of `max_cached`).
+    #[cfg(nginx1_29_7)]
+    max_cached: Option<(usize, usize)>,
 }
 
 /// A marker init function whose address the keepalive probe looks for.
@@ -100,7 +112,7 @@ impl Probes {
                     "hash consistent",
                 ),
             ] {
-                if let Some((init, _)) = call(cf, module, cmd, args, None) {
+                if let Some((init, _)) = call(cf, module, cmd, args, None, 0) {
                     if init != 0 {
                         p.known.push((init, label));
                     }
@@ -112,6 +124,7 @@ impl Probes {
                 c"keepalive",
                 &[c"1"],
                 Some(marker),
+                0,
             ) {
                 let words = conf.len() / size_of::<usize>();
                 let off = (0..words).find(|i| {
@@ -125,6 +138,31 @@ impl Probes {
                     let idx = find_module(cf, "ngx_http_upstream_keepalive_module")
                         .map_or(usize::MAX, |m| (*m).ctx_index);
                     p.keepalive = Some((init, idx, off * size_of::<usize>()));
+                }
+            }
+            #[cfg(nginx1_29_7)]
+            {
+                // A value no other field of the scratch conf holds: they stay NGX_CONF_UNSET
+                // (all bits set), which the directive also needs to see to not say "is duplicate".
+                const PROBE: usize = 7;
+                if let Some((_, conf)) = call(
+                    cf,
+                    "ngx_http_upstream_keepalive_module",
+                    c"keepalive",
+                    &[c"7"],
+                    None,
+                    0xff,
+                ) {
+                    let words: Vec<usize> = conf
+                        .chunks_exact(size_of::<usize>())
+                        .map(|w| usize::from_ne_bytes(w.try_into().unwrap_or_default()))
+                        .collect();
+                    let mut hits = words.iter().enumerate().filter(|(_, w)| **w == PROBE);
+                    if let (Some((off, _)), None) = (hits.next(), hits.next()) {
+                        if let Some(m) = find_module(cf, "ngx_http_upstream_keepalive_module") {
+                            p.max_cached = Some(((*m).ctx_index, off * size_of::<usize>()));
+                        }
+                    }
                 }
             }
         }
@@ -149,6 +187,19 @@ impl Probes {
                         name: format!("{}+keepalive", b.name),
                         live: b.live,
                     };
+                }
+            }
+            #[cfg(nginx1_29_7)]
+            if let Some((idx, off)) = self.max_cached {
+                if !(*uscf).srv_conf.is_null() {
+                    let kcf = *(*uscf).srv_conf.add(idx) as *const u8;
+                    if !kcf.is_null() && ptr::read_unaligned(kcf.add(off) as *const usize) != 0 {
+                        let b = self.plain(init);
+                        return Balancer {
+                            name: format!("{}+keepalive", b.name),
+                            live: b.live,
+                        };
+                    }
                 }
             }
             self.plain(init)
@@ -202,17 +253,19 @@ unsafe fn find_module(cf: *mut ngx_conf_t, name: &str) -> Option<*mut ngx_module
 }
 
 /// Calls `module`'s directive `cmd` with `args` on a scratch upstream whose `init_upstream` is
-/// `preset`; returns the `init_upstream` it left and the scratch module configuration.
+/// `preset` and whose module configuration is `SCRATCH` bytes of `fill`; returns the
+/// `init_upstream` it left and the scratch module configuration.
 unsafe fn call(
     cf: *mut ngx_conf_t,
     module: &str,
     cmd: &CStr,
     args: &[&CStr],
     preset: ngx_http_upstream_init_pt,
+    fill: u8,
 ) -> Option<(usize, Vec<u8>)> {
     // SAFETY: the handler sees a copy of cf whose ctx points at scratch configurations that
     // live until it returns; the words it reads are in `words`, and the module conf it writes
-    // is `SCRATCH` zeroed bytes (larger than any balancer's srv conf).
+    // is `SCRATCH` bytes (larger than any balancer's srv conf).
     unsafe {
         let m = find_module(cf, module)?;
         let mut c = (*m).commands as *const ngx_command_t;
@@ -250,7 +303,7 @@ unsafe fn call(
         let mut scratch_cf = *cf;
         scratch_cf.ctx = ptr::addr_of_mut!(ctx).cast();
         scratch_cf.args = ptr::addr_of_mut!(arr);
-        let mut conf = vec![0u8; SCRATCH];
+        let mut conf = vec![fill; SCRATCH];
         let rv: *mut c_char = set(
             ptr::addr_of_mut!(scratch_cf),
             c.cast_mut(),
