@@ -874,8 +874,16 @@ fn set_changes_under_traffic_with_retries(up: &str) -> CaseResult {
             while !stop.load(Ordering::SeqCst) {
                 match http_request(port, "GET", "/", &[], b"") {
                     Ok(r) if r.status == 200 => {}
-                    _ => {
-                        bad.fetch_add(1, Ordering::SeqCst);
+                    other => {
+                        // What went wrong, for the failure message (a status and body, or the
+                        // client's error).
+                        let what = match other {
+                            Ok(r) => format!("HTTP {} {:?}", r.status, r.text()),
+                            Err(e) => format!("client error: {e:?}"),
+                        };
+                        if bad.fetch_add(1, Ordering::SeqCst) < 3 {
+                            eprintln!("not 200: {what}");
+                        }
                     }
                 }
                 total.fetch_add(1, Ordering::SeqCst);
