@@ -231,10 +231,13 @@ impl Engine {
             Ok(())
         };
         match tokio::time::timeout(Duration::from_secs(120), wait).await {
-            Ok(Ok(())) => lock(&slot.state)
-                .last
-                .clone()
-                .ok_or(EngineError::ShuttingDown),
+            Ok(Ok(())) => {
+                let last = lock(&slot.state).last.clone();
+                // The outcome is in the store's history before the caller hears of it (a page
+                // shown right after a refresh lists it).
+                self.flush_records().await;
+                last.ok_or(EngineError::ShuttingDown)
+            }
             Ok(Err(e)) => Err(e),
             Err(_) => Err(EngineError::Timeout(name.to_string())),
         }

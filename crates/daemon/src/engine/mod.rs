@@ -346,10 +346,15 @@ impl Engine {
         if self.inner.apply_tx.send(ApplyMsg::Stop(tx)).is_ok() {
             let _ = rx.await;
         }
+        self.flush_records().await;
+        self.inner.host.shutdown().await;
+    }
+
+    /// Returns once every outcome sent to the recorder before this call is written to the store.
+    pub(crate) async fn flush_records(&self) {
         let (tx, rx) = oneshot::channel();
         if self.inner.record_tx.send(RecordMsg::Flush(tx)).is_ok() {
             let _ = rx.await;
         }
-        self.inner.host.shutdown().await;
     }
 }
