@@ -166,6 +166,10 @@ struct Pending {
 /// Restores that failed: upstream name → why.
 type Unrestored = Vec<(UpstreamName, String)>;
 
+/// How a tested change is made live without a reload (the module's API); `Err(why)` sends it to
+/// the reload path.
+pub type Push<'a> = dyn FnMut(&Change) -> Result<(), String> + 'a;
+
 /// The serialised apply transaction over one `upstreams/` folder. Holds the lock file while alive.
 pub struct Applier {
     upstreams: PathBuf,
@@ -283,80 +287,9 @@ impl Applier {
     /// Returns one outcome per distinct name, in the order names first appear; when a name
     /// appears twice, its last change is used.
     pub fn apply_batch(&mut self, changes: &[Change]) -> Vec<(UpstreamName, ChangeOutcome)> {
-        let mut order: Vec<UpstreamName> = Vec::new();
-        let mut latest: HashMap<&UpstreamName, &Change> = HashMap::new();
-        for c in changes {
-            if latest.insert(&c.name, c).is_none() {
-                order.push(c.name.clone());
-            }
-        }
-        let mut outcomes: HashMap<UpstreamName, ChangeOutcome> = HashMap::new();
-        let stuck = self.retry_restores();
-        let mut pending = Vec::new();
-        for name in &order {
-            let change = latest[name];
-            if let Some(error) = stuck.iter().find(|(n, _)| n == name).map(|(_, e)| e) {
-                outcomes.insert(
-                    name.clone(),
-                    ChangeOutcome::RestoreFailed {
-                        cause: "an earlier failed change of this file is not undone yet".into(),
-                        error: error.clone(),
-                    },
-                );
-                continue;
-            }
-            match read_optional(&self.path_of(name)) {
-                Err(e) => {
-                    outcomes.insert(
-                        name.clone(),
-                        ChangeOutcome::WriteFailed {
-                            error: e.to_string(),
-                        },
-                    );
-                }
-                Ok(Some(current)) if current == change.bytes && self.is_live(name, &current) => {
-                    outcomes.insert(name.clone(), ChangeOutcome::Unchanged);
-                }
-                Ok(previous) => pending.push(Pending {
-                    name: name.clone(),
-                    previous,
-                    new: Some(change.bytes.clone()),
-                }),
-            }
-        }
-
-        let accepted = self.stage_and_isolate(pending, &mut outcomes, true);
-        if !accepted.is_empty() {
-            match self.reload_or_undo(&accepted) {
-                Ok(()) => {
-                    for p in &accepted {
-                        outcomes.insert(p.name.clone(), ChangeOutcome::Applied { reloaded: true });
-                    }
-                }
-                Err((error, unrestored)) => {
-                    for p in &accepted {
-                        let o = match unrestored.iter().find(|(n, _)| n == &p.name) {
-                            Some((_, e)) => ChangeOutcome::RestoreFailed {
-                                cause: error.clone(),
-                                error: e.clone(),
-                            },
-                            None => ChangeOutcome::ReloadFailed {
-                                error: error.clone(),
-                            },
-                        };
-                        outcomes.insert(p.name.clone(), o);
-                    }
-                }
-            }
-        }
-        order
+        self.apply_changes(changes, None)
             .into_iter()
-            .map(|n| {
-                let o = outcomes.remove(&n).unwrap_or(ChangeOutcome::WriteFailed {
-                    error: "internal: no outcome recorded".into(),
-                });
-                (n, o)
-            })
+            .map(|(n, o, _)| (n, o))
             .collect()
     }
 
@@ -369,7 +302,17 @@ impl Applier {
     pub fn apply_live_batch(
         &mut self,
         changes: &[Change],
-        push: &mut dyn FnMut(&Change) -> Result<(), String>,
+        push: &mut Push<'_>,
+    ) -> Vec<(UpstreamName, ChangeOutcome, Option<String>)> {
+        self.apply_changes(changes, Some(push))
+    }
+
+    /// The one body of [`Self::apply_batch`] (`push` = `None`: every tested change goes by reload)
+    /// and [`Self::apply_live_batch`].
+    fn apply_changes(
+        &mut self,
+        changes: &[Change],
+        mut push: Option<&mut Push<'_>>,
     ) -> Vec<(UpstreamName, ChangeOutcome, Option<String>)> {
         let mut order: Vec<UpstreamName> = Vec::new();
         let mut latest: HashMap<&UpstreamName, &Change> = HashMap::new();
@@ -414,34 +357,39 @@ impl Applier {
             }
         }
         let accepted = self.stage_and_isolate(pending, &mut outcomes, true);
-        let mut fallback = Vec::new();
+        let mut reload = Vec::new();
         let mut done = Vec::new();
         for p in accepted {
-            let change = latest[&p.name];
-            match push(change) {
+            let Some(push) = push.as_mut() else {
+                reload.push(p);
+                continue;
+            };
+            match push(latest[&p.name]) {
                 Ok(()) => {
                     outcomes.insert(p.name.clone(), ChangeOutcome::Applied { reloaded: false });
                     done.push(p);
                 }
                 Err(why) => {
                     why_reload.insert(p.name.clone(), why);
-                    fallback.push(p);
+                    reload.push(p);
                 }
             }
         }
-        self.drop_journals(&done);
-        for p in &done {
-            self.live.insert(p.name.clone(), p.new.clone());
+        if !done.is_empty() {
+            self.drop_journals(&done);
+            for p in &done {
+                self.live.insert(p.name.clone(), p.new.clone());
+            }
         }
-        if !fallback.is_empty() {
-            match self.reload_or_undo(&fallback) {
+        if !reload.is_empty() {
+            match self.reload_or_undo(&reload) {
                 Ok(()) => {
-                    for p in &fallback {
+                    for p in &reload {
                         outcomes.insert(p.name.clone(), ChangeOutcome::Applied { reloaded: true });
                     }
                 }
                 Err((error, unrestored)) => {
-                    for p in &fallback {
+                    for p in &reload {
                         let o = match unrestored.iter().find(|(n, _)| n == &p.name) {
                             Some((_, e)) => ChangeOutcome::RestoreFailed {
                                 cause: error.clone(),
