@@ -279,6 +279,30 @@ pub struct OutcomeRecord {
     pub applied_reason: Option<String>,
 }
 
+impl OutcomeRecord {
+    /// An outcome with `status` at `at_ms` and nothing else yet (no failure, targets or apply
+    /// facts): the start every producer of outcomes fills in.
+    pub fn new(at_ms: i64, status: OutcomeStatus) -> OutcomeRecord {
+        OutcomeRecord {
+            at_ms,
+            duration_ms: 0,
+            status,
+            failure: None,
+            why: None,
+            code: None,
+            field: None,
+            kept: Vec::new(),
+            dropped: Vec::new(),
+            ttl_seconds: None,
+            changed: false,
+            reloaded: false,
+            nginx_error: None,
+            applied: None,
+            applied_reason: None,
+        }
+    }
+}
+
 /// Options of [`Store::open_with`].
 #[derive(Debug, Clone)]
 pub struct StoreOptions {

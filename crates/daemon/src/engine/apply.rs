@@ -210,23 +210,7 @@ mod tests {
     use super::*;
 
     fn blank() -> OutcomeRecord {
-        OutcomeRecord {
-            at_ms: 0,
-            duration_ms: 0,
-            status: OutcomeStatus::Failed,
-            failure: None,
-            why: None,
-            code: None,
-            field: None,
-            kept: Vec::new(),
-            dropped: Vec::new(),
-            ttl_seconds: None,
-            changed: false,
-            reloaded: false,
-            nginx_error: None,
-            applied: None,
-            applied_reason: None,
-        }
+        OutcomeRecord::new(0, OutcomeStatus::Failed)
     }
 
     #[test]

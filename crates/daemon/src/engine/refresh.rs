@@ -123,23 +123,7 @@ pub(crate) async fn binding_task(
 /// went.
 async fn run_once(inner: &Inner, binding: &Binding) -> OutcomeRecord {
     let t0 = Instant::now();
-    let mut rec = OutcomeRecord {
-        at_ms: now_ms(),
-        duration_ms: 0,
-        status: OutcomeStatus::Failed,
-        failure: None,
-        why: None,
-        code: None,
-        field: None,
-        kept: Vec::new(),
-        dropped: Vec::new(),
-        ttl_seconds: None,
-        changed: false,
-        reloaded: false,
-        nginx_error: None,
-        applied: None,
-        applied_reason: None,
-    };
+    let mut rec = OutcomeRecord::new(now_ms(), OutcomeStatus::Failed);
     let params = ResolveParams {
         provider: binding.provider.clone(),
         config: binding.config.clone(),

@@ -420,21 +420,11 @@ mod tests {
 
     fn outcome(status: OutcomeStatus, ms: u64, code: Option<i64>) -> OutcomeRecord {
         OutcomeRecord {
-            at_ms: 1_000,
             duration_ms: ms,
-            status,
             failure: code.map(|_| Failure::PluginError),
             why: code.map(|_| "plugin \"x\": refused".to_string()),
             code,
-            field: None,
-            kept: vec![],
-            dropped: vec![],
-            ttl_seconds: None,
-            changed: false,
-            reloaded: false,
-            nginx_error: None,
-            applied: None,
-            applied_reason: None,
+            ..OutcomeRecord::new(1_000, status)
         }
     }
 
