@@ -106,6 +106,16 @@ echo "== nginx (prefix $PREFIX)"
 "${NGINX[@]}" -t -q
 "${NGINX[@]}" 2>>"$PREFIX/logs/stderr.log" &
 NGINX_PID=$!
+# The daemon confirms reloads from nginx's pid file and asks the live API at start: wait until nginx
+# has written its pid and listens (seconds on a loaded machine), or say why it did not start.
+for _ in $(seq 1 300); do
+  grep -qE '^[0-9]+$' "$PREFIX/logs/nginx.pid" 2>/dev/null && port_busy "$FRONT_PORT" && break
+  kill -0 "$NGINX_PID" 2>/dev/null || {
+    echo "run.sh: nginx exited; its errors: $PREFIX/logs/stderr.log" >&2
+    exit 1
+  }
+  sleep 0.1
+done
 
 echo "== tributary serve"
 "$BIN" serve \
