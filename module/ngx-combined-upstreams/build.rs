@@ -4,6 +4,9 @@
 
 /// (first nginx version, cfg name), as `nginx_version` numbers.
 const VERSION_CHECKS: &[(u64, &str)] = &[
+    // `server ... resolve`: the upstream zone module re-resolves names at run time and rewrites
+    // the peer lists itself; peers carry `refs` (live/peers.rs)
+    (1_027_003, "nginx1_27_3"),
     // `in_port_t port` before the request's bit fields (bindgen misplaces them, see set_error_page)
     (1_029_003, "nginx1_29_3"),
     // upstream `keepalive` on by default, wrapping `peer.init` in its init_main_conf (live/probe.rs)

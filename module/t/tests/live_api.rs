@@ -23,7 +23,9 @@ use std::time::{Duration, Instant};
 
 use helpers::*;
 use master::{Master, SlowBackend};
-use ngx_harness::{check, check_eq, emerg_trial, http_request, run_tests, CaseResult, Trial};
+use ngx_harness::{
+    check, check_eq, emerg_trial, http_request, run_tests, CaseResult, Completion, Failed, Trial,
+};
 
 /// `(major, minor, patch)` of the nginx under test (`nginx -v`).
 fn nginx_version() -> Result<(u32, u32, u32), String> {
@@ -851,6 +853,75 @@ fn case_least_conn_and_keepalive_take_live_changes() -> CaseResult {
     Ok(())
 }
 
+/// nginx 1.27.3+ resolves `server NAME resolve` names itself and rewrites the set from a timer:
+/// such an upstream is refused (409), left out of `GET /`, and keeps its set. The resolver is a
+/// port where nothing answers, so `localhost` never resolves and the upstream's servers stay the
+/// configured address (b1) plus a name without addresses.
+fn case_resolve_servers_are_refused() -> Result<Completion, Failed> {
+    let v = nginx_version()?;
+    if v < (1, 27, 3) {
+        let why = format!(
+            "nginx {}.{}.{} has no `server ... resolve` (open-source nginx has it from 1.27.3)",
+            v.0, v.1, v.2
+        );
+        eprintln!("skipped: {why}");
+        return Ok(Completion::ignored_with(why));
+    }
+    let conf = standard_for("rs").replace(
+        "upstream app {",
+        "upstream rs { zone rs 64k; resolver 127.0.0.1:{DEAD} valid=1s; resolver_timeout 1s;\n\
+         server 127.0.0.1:{P1}; server localhost:{P2} resolve; }\n\
+         upstream app {",
+    );
+    let mut m = Master::start(&conf)?;
+    let refused = "upstream \"rs\" has servers with the \"resolve\" parameter";
+    let check_refused = |what: &str, r: &ngx_harness::Response| -> CaseResult {
+        check_eq(r.status, 409, &format!("{what} status ({})", r.text()))?;
+        let msg = json(r)?["error"].as_str().unwrap_or("").to_string();
+        check(msg.starts_with(refused), || {
+            format!("{what}: error {msg:?} does not start with {refused:?}")
+        })
+    };
+    let names = |m: &Master| -> Result<Vec<String>, Failed> {
+        Ok(m.get_json("/")?["upstreams"]
+            .as_array()
+            .ok_or("no upstreams array")?
+            .iter()
+            .map(|u| u["name"].as_str().unwrap_or("").to_string())
+            .collect())
+    };
+    let listed = names(&m)?;
+    check(
+        listed.iter().any(|n| n == "app") && !listed.iter().any(|n| n == "rs"),
+        || format!("GET / lists {listed:?}: want app, not rs"),
+    )?;
+    both_workers_answer(&m, &["b1"], 3)?;
+    check_refused("PUT rs", &m.put("rs", &set_body(&m, &[2, 3], &[4]))?)?;
+    check_refused("GET rs", &m.api("GET", "/rs", "")?)?;
+    // Nothing changed: both workers still send every request to b1 only.
+    both_workers_answer(&m, &["b1"], 10)?;
+    // The other upstreams of the same configuration still take changes.
+    check_eq(
+        m.put("app", &set_body(&m, &[3], &[]))?.status,
+        200,
+        "PUT app",
+    )?;
+    // Still refused after a reload (the classification is made per configuration).
+    let http = m.http.clone();
+    m.reload(&http)?;
+    check_refused(
+        "PUT rs after a reload",
+        &m.put("rs", &set_body(&m, &[2], &[]))?,
+    )?;
+    both_workers_answer(&m, &["b1"], 3)?;
+    let log = m.error_log();
+    check(!log.contains("[alert]") && !log.contains("[crit]"), || {
+        format!("[alert] or [crit] in the error log:\n{log}")
+    })?;
+    m.check_workers_unchanged()?;
+    Ok(Completion::Completed)
+}
+
 fn case_set_changes_under_traffic_with_retries() -> CaseResult {
     for up in ["app", "lck"] {
         set_changes_under_traffic_with_retries(up)
@@ -863,7 +934,20 @@ fn set_changes_under_traffic_with_retries(up: &str) -> CaseResult {
     // Many dead servers force each request through several tries, so sets change between a
     // request's init and its later tries; the set grows past 64 servers (the size where
     // nginx's tried bitmap stops fitting in one word) and shrinks again.
-    let m = Master::start(&standard_for(up))?;
+    // A second access log of every request's status and tries, for the failure message.
+    let base = standard_for(up);
+    let plain_log = "access_log {PREFIX}/logs/up.log up;";
+    check(base.contains(plain_log), || {
+        "standard_for() changed: no up.log access_log".into()
+    })?;
+    let conf = base.replace(
+        plain_log,
+        &format!("{plain_log} access_log {{PREFIX}}/logs/tries.log tries;"),
+    );
+    let conf = format!(
+        "log_format tries '$status $msec $pid u=$upstream_addr s=$upstream_status t=$upstream_connect_time';\n{conf}"
+    );
+    let m = Master::start(&conf)?;
     let stop = Arc::new(AtomicBool::new(false));
     let bad = Arc::new(AtomicUsize::new(0));
     let total = Arc::new(AtomicUsize::new(0));
@@ -921,6 +1005,22 @@ fn set_changes_under_traffic_with_retries(up: &str) -> CaseResult {
     let (bad, total) = (bad.load(Ordering::SeqCst), total.load(Ordering::SeqCst));
     eprintln!("{total} requests during 60 set changes, {bad} not 200");
     check(total > 100, || format!("only {total} requests"))?;
+    if bad > 0 {
+        let tries = fs::read_to_string(m.dir.join("logs/tries.log")).unwrap_or_default();
+        for line in tries.lines().filter(|l| !l.starts_with("200 ")).take(3) {
+            eprintln!("access log of a request not answered 200: {line}");
+        }
+        let log = m.error_log();
+        let lines: Vec<&str> = log
+            .lines()
+            .filter(|l| !l.contains("connect() failed (111"))
+            .collect();
+        eprintln!(
+            "error log without the expected connection refusals (last 30 of {}):\n{}",
+            lines.len(),
+            lines[lines.len().saturating_sub(30)..].join("\n")
+        );
+    }
     check_eq(bad, 0, "requests that did not end in 200")?;
     m.check_workers_unchanged()
 }
@@ -988,6 +1088,10 @@ fn main() {
         Trial::test(
             "least_conn_and_keepalive_take_live_changes",
             case_least_conn_and_keepalive_take_live_changes,
+        ),
+        Trial::ignorable_test(
+            "resolve_servers_are_refused",
+            case_resolve_servers_are_refused,
         ),
         Trial::test(
             "set_changes_under_traffic_with_retries",

@@ -128,6 +128,9 @@ unsafe fn target(r: *mut ngx_http_request_t, name: &str) -> Result<Target, ApiEr
                 if e.balancer.live.is_none() {
                     return Err(ApiError::balancer_refused(name, &e.balancer.name));
                 }
+                if e.resolves_names {
+                    return Err(ApiError::resolves_names(name));
+                }
                 if e.shared.is_null() {
                     return Err(ApiError::new(
                         500,
@@ -161,6 +164,7 @@ unsafe fn list(r: *mut ngx_http_request_t) -> Answer {
                 continue;
             }
             let e = with_entry(u, |e| {
+                // Only what a PUT can change (`resolve` upstreams have no live state).
                 (e.zone.is_some() && e.balancer.live.is_some() && !e.shared.is_null()).then(|| {
                     ListEntry {
                         name: e.name.clone(),

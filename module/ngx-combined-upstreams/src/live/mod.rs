@@ -54,6 +54,9 @@ pub struct Entry {
     pub zone: Option<String>,
     /// Its balancer.
     pub balancer: probe::Balancer,
+    /// It has `server ... resolve` servers (nginx 1.27.3+), which nginx keeps up to date
+    /// itself: never live.
+    pub resolves_names: bool,
     /// The balancer's `peer.init` (wrapped by [`balancer::init_peer`] for live upstreams).
     orig_init: ngx_http_upstream_init_peer_pt,
     /// The zone's `init` (wrapped by [`zone_init`]).
@@ -143,6 +146,9 @@ pub unsafe fn init_main_conf(cf: *mut ngx_conf_t) -> Result<(), &'static str> {
             let zone = (!zone_ptr.is_null())
                 .then(|| String::from_utf8_lossy(bytes(&(*zone_ptr).shm.name)).into_owned());
             let balancer = probes.classify(uscf);
+            // Only round robin and least_conn are known to keep round-robin lists in peer.data.
+            let resolves_names =
+                balancer.live.is_some() && peers::resolves_names((*uscf).peer.data.cast());
             let mut e = Entry {
                 cycle,
                 uscf,
@@ -150,11 +156,16 @@ pub unsafe fn init_main_conf(cf: *mut ngx_conf_t) -> Result<(), &'static str> {
                 shm_zone: zone_ptr,
                 zone,
                 balancer,
+                resolves_names,
                 orig_init: (*uscf).peer.init,
                 orig_zone_init: None,
                 shared: ptr::null_mut(),
             };
-            if e.zone.is_some() && e.balancer.live.is_some() && e.orig_init.is_some() {
+            if e.zone.is_some()
+                && e.balancer.live.is_some()
+                && !e.resolves_names
+                && e.orig_init.is_some()
+            {
                 (*uscf).peer.init = Some(balancer::init_peer);
                 let already = reg.values().find(|o| {
                     o.cycle == cycle && (*o.uscf).shm_zone == zone_ptr && o.orig_zone_init.is_some()

@@ -11,12 +11,15 @@
 //! - list: `number`, `shpool`, `rwlock`, `total_weight`, `tries`, `single`, `weighted`,
 //!   `name`, `next` (the backup list), `peer`.
 //!
-//! For nginx 1.27.3+ (issue of version conditionals): those versions' zone module can resolve
-//! `server ... resolve` names itself and rewrites the lists from a timer (`peers->resolve`,
-//! `peer->host`, `peers->config`); upstreams with such servers must then be refused (409) — check
-//! `resolve` here. A peer's `refs` counts references by the resolver's host objects: a peer with
-//! `refs > 0` must not be freed either. Lists the API creates (the backup list) leave `config`
-//! null, which nginx's round robin treats as "no resolver".
+//! nginx 1.27.3+ (cfg `nginx1_27_3`): the zone module resolves `server NAME resolve` names
+//! itself and rewrites the lists from a timer in every worker (`peers->resolve` holds those
+//! servers, `peer->host`, `peers->config`), without the live API's gate. An upstream whose
+//! configured lists have a `resolve` server is therefore never made live ([`resolves_names`] at
+//! configuration time: no wrappers, no zone state, `PUT` answered 409). Peers also carry `refs`
+//! (taken by every balancer's `get` with `conns`, dropped by its `free`; nginx frees a `zombie`
+//! peer when its last reference goes): a peer is freed by the API only when both `conns` and
+//! `refs` are 0 ([`in_use`]). Lists the API creates (the backup list) leave `config` and
+//! `resolve` null, which nginx's round robin treats as "no resolver".
 //!
 //! Other nginx structures the live API reads or writes (stable from 1.22 to 1.30): the slab pool
 //! (`mutex`, `min_shift`, `stats`, `pfree`, `start`, `end`, `log_nomem`: `zone.rs`), the peer
@@ -165,13 +168,39 @@ pub unsafe fn name_and_state(p: *mut ngx_http_upstream_rr_peer_t) -> (String, Pe
     }
 }
 
-/// Connections in use on this peer.
+/// True while a request holds the peer: connections in use (`conns`), and from nginx 1.27.3
+/// the peer's references (`refs`).
 ///
 /// # Safety
 /// As [`current`].
-pub unsafe fn conns(p: *mut ngx_http_upstream_rr_peer_t) -> usize {
+pub unsafe fn in_use(p: *mut ngx_http_upstream_rr_peer_t) -> bool {
     // SAFETY: caller.
-    unsafe { (*p).conns }
+    unsafe {
+        #[cfg(nginx1_27_3)]
+        if (*p).refs > 0 {
+            return true;
+        }
+        (*p).conns > 0
+    }
+}
+
+/// True when the upstream's lists (`primary` and its backup list) have servers with the
+/// `resolve` parameter (always false before nginx 1.27.3, which has no such parameter).
+///
+/// # Safety
+/// `primary` is null or the round-robin peer list of a round-robin or least_conn upstream
+/// (`peer.data` after its `init_upstream`), not changed meanwhile.
+pub unsafe fn resolves_names(primary: *mut ngx_http_upstream_rr_peers_t) -> bool {
+    #[cfg(nginx1_27_3)]
+    // SAFETY: caller; `next` is null or the backup list.
+    unsafe {
+        if !primary.is_null() {
+            let b = (*primary).next;
+            return !(*primary).resolve.is_null() || (!b.is_null() && !(*b).resolve.is_null());
+        }
+    }
+    let _ = primary;
+    false
 }
 
 fn read_addr(sa: *const sockaddr, len: u32) -> Option<Addr> {

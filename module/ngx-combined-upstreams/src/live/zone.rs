@@ -356,7 +356,7 @@ pub unsafe fn apply(
             let _m = SlabLock::take(pool);
             for &i in &p.remove {
                 let old = cur_peers[i];
-                if peers::conns(old) == 0 {
+                if !peers::in_use(old) {
                     peers::free_peer_locked(pool, old);
                 } else {
                     peers::set_next(old, (*s).retired);
@@ -397,7 +397,7 @@ pub unsafe fn sweep(s: *mut Shared, primary: *mut ngx_http_upstream_rr_peers_t) 
         let mut freed = 0;
         while !(*link).is_null() {
             let p = *link;
-            if peers::conns(p) == 0 {
+            if !peers::in_use(p) {
                 *link = peers::next(p);
                 peers::free_peer_locked(pool, p);
                 freed += 1;
