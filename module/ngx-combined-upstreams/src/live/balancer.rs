@@ -7,13 +7,16 @@
 //! - the balancer's per-request data (the round-robin `tried` bitmap, sized by the peer count
 //!   when `init` ran) always matches the set it selects from: `init` and every `get` run with
 //!   the zone's gate read-held, and a `get` that finds the generation changed since the
-//!   request's `init` runs the balancer's `init` again before selecting (the request keeps its
-//!   remaining tries; servers it already tried may be tried again in the new set);
+//!   request's `init` runs the balancer's `init` again before selecting; the request then has
+//!   the tries a new request gets in the new set, within what `proxy_next_upstream_tries` still
+//!   allows, never fewer than it had left (`tries_in_new_set`); servers it already tried may be
+//!   tried again in the new set;
 //! - the peer's name and address that nginx keeps after `free` (`u->peer.name` for
 //!   `$upstream_addr` and error log lines, `u->peer.sockaddr`) are copies in the request pool, so
 //!   a retired peer can be freed as soon as its last connection ends;
-//! - a request whose set shrank to one server after its peer was selected keeps its remaining
-//!   tries (nginx's `free` would end them, reading the list's new `single` flag);
+//! - a request whose tries ran out in a `free` while the set changed (also because nginx's
+//!   `free` ends every retry on reading the new list's `single` flag) continues in the new set
+//!   by the same rule;
 //! - every `free` frees retired peers that became idle.
 //!
 //! The fence: the callbacks are safe `extern "C" fn`s whose first step turns nginx's pointers
@@ -32,6 +35,8 @@ use ngx::ffi::{
     ngx_palloc, ngx_peer_connection_t, ngx_pool_t, ngx_uint_t, sockaddr, NGX_DONE,
 };
 
+use upstrand_core::live::plan::tries_in_new_set;
+
 use super::zone::LiveUpstream;
 use super::InitPeer;
 use crate::ffi_util::{pool_copy, pool_new, NGX_ERROR, NGX_OK};
@@ -44,6 +49,10 @@ struct PeerCtx {
     live: LiveUpstream,
     orig_init: InitPeer,
     generation: u64,
+    /// `proxy_next_upstream_tries` (and the like) of the request's upstream (0: no limit).
+    cap: ngx_uint_t,
+    /// Tries ended so far (calls of `free`).
+    made: ngx_uint_t,
     get: ngx_event_get_peer_pt,
     free: ngx_event_free_peer_pt,
     set_session: ngx_event_set_peer_session_pt,
@@ -185,12 +194,18 @@ pub extern "C" fn init_peer(
     }
     // SAFETY: nginx calls peer.init with a live request whose upstream is set; no reference is
     // made.
-    let (pool, pc) = unsafe {
+    let (pool, pc, cap) = unsafe {
         let u = (*r).upstream;
         if u.is_null() {
             return NGX_ERROR;
         }
-        ((*r).pool, Pc::from_ptr(ptr::addr_of_mut!((*u).peer)))
+        let conf = (*u).conf;
+        let cap = if conf.is_null() {
+            0
+        } else {
+            (*conf).next_upstream_tries
+        };
+        ((*r).pool, Pc::from_ptr(ptr::addr_of_mut!((*u).peer)), cap)
     };
     let Some(pc) = pc else {
         return NGX_ERROR;
@@ -201,6 +216,8 @@ pub extern "C" fn init_peer(
         live,
         orig_init: orig,
         generation,
+        cap,
+        made: 0,
         get: None,
         free: None,
         set_session: None,
@@ -234,8 +251,10 @@ extern "C" fn get_peer(pc: *mut ngx_peer_connection_t, data: *mut c_void) -> ngx
         if unsafe { (c.orig_init)(c.r, c.us) } != NGX_OK {
             return NGX_ERROR;
         }
+        // The balancer's init gave the tries of a new request in the new set.
+        let fresh = pc.tries();
         pc.take_over(ctx);
-        pc.set_tries(tries);
+        pc.set_tries(tries_in_new_set(tries, fresh, c.cap, c.made));
         ctx.update(|c| c.generation = now);
         c.live.state().count_rebalanced();
     }
@@ -262,16 +281,17 @@ extern "C" fn free_peer(pc: *mut ngx_peer_connection_t, data: *mut c_void, state
         return;
     };
     let c = ctx.get();
-    let tries = pc.tries();
     if let Some(free) = c.free {
         // SAFETY: the balancer's own free, with the data its get used.
         unsafe { free(pc.as_ptr(), c.data, state) };
     }
-    // nginx's round-robin `free` ends every retry (tries = 0) when the list is `single` now;
-    // when the set became a single server after this request's peer was selected, the request
-    // still has its other tries (the next `get` makes new balancer data).
-    if pc.tries() == 0 && tries > 1 && c.live.state().generation() != c.generation {
-        pc.set_tries(tries - 1);
+    ctx.update(|c| c.made += 1);
+    // A request whose tries ran out (nginx's round-robin `free` also ends every retry when the
+    // list is `single` now) while the set changed since its balancer data was made continues in
+    // the new set with the tries a new request gets there (the next `get` makes new balancer
+    // data); it ends only when the new set has none for it either.
+    if pc.tries() == 0 && c.live.state().generation() != c.generation {
+        pc.set_tries(tries_in_new_set(0, c.live.fresh_tries(), c.cap, c.made + 1));
     }
     if c.live.state().has_retiring() {
         c.live.sweep();

@@ -159,6 +159,14 @@ impl ListRead {
     }
 }
 
+impl ListRead {
+    /// The list's `tries` (its servers not marked `down`).
+    pub fn tries(&self) -> usize {
+        // SAFETY: the list is live and its lock held (guard).
+        unsafe { (*self.0.raw()).tries }
+    }
+}
+
 impl Drop for ListRead {
     fn drop(&mut self) {
         // SAFETY: taken in `Peers::read` by this process.

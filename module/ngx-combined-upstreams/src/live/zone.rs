@@ -159,6 +159,13 @@ impl LiveUpstream {
         self.state
     }
 
+    /// The tries a new request gets now (nginx's `ngx_http_upstream_tries`: the `tries` of the
+    /// primary and the backup list).
+    pub fn fresh_tries(self) -> usize {
+        let primary = self.primary.read().tries();
+        primary + self.primary.backup().map_or(0, |b| b.read().tries())
+    }
+
     /// `GET <loc>/NAME`.
     pub fn view(self) -> UpstreamView {
         self.sweep();
