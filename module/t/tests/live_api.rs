@@ -865,6 +865,59 @@ fn case_zone_memory_does_not_grow() -> CaseResult {
     m.check_workers_unchanged()
 }
 
+fn case_servers_from_the_api_take_the_memory_of_configured_ones() -> CaseResult {
+    // A server the API adds takes exactly the zone memory a configured server takes (the zone
+    // module's layout: peer, address, name, server string and, in nginx builds with sticky
+    // sessions, a `sid` buffer), and freeing any of them returns all of it: otherwise the
+    // figures of `zone_memory_does_not_grow` could balance a leak against a smaller peer.
+    let conf = |servers: &[usize]| {
+        let list: String = servers
+            .iter()
+            .map(|i| format!(" server 127.0.0.1:{{P{i}}};"))
+            .collect();
+        format!(
+            "upstream solo {{ zone solo 64k;{list} }}\n{}",
+            front("solo", "")
+        )
+    };
+    let mut m = Master::start(&conf(&[1, 2, 3]))?;
+    let three = slab(&m, "solo")?;
+    m.reload(&conf(&[1, 2]))?;
+    let two = slab(&m, "solo")?;
+    let per_configured = three
+        .0
+        .checked_sub(two.0)
+        .ok_or("3 servers use fewer chunks than 2")?;
+    check(per_configured > 0, || {
+        "a configured server uses no chunk".into()
+    })?;
+    // Replace both configured servers by two others, then add a third.
+    check_eq(
+        m.put("solo", &set_body(&m, &[4, 5], &[]))?.status,
+        200,
+        "PUT b4 b5",
+    )?;
+    both_workers_answer(&m, &["b4", "b5"], 2)?;
+    let two_api = slab(&m, "solo")?;
+    check_eq(
+        two_api,
+        two,
+        "slab with 2 servers from the API vs 2 configured",
+    )?;
+    check_eq(
+        m.put("solo", &set_body(&m, &[3, 4, 5], &[]))?.status,
+        200,
+        "PUT b3 b4 b5",
+    )?;
+    let three_api = slab(&m, "solo")?;
+    check_eq(
+        three_api.0 - two_api.0,
+        per_configured,
+        "chunks of one server from the API vs one configured",
+    )?;
+    m.check_workers_unchanged()
+}
+
 fn case_least_conn_and_keepalive_take_live_changes() -> CaseResult {
     for up in ["lc", "rk", "lck"] {
         let m = Master::start(&format!(
@@ -1140,6 +1193,10 @@ fn main() {
             case_reload_restores_the_configured_set,
         ),
         Trial::test("zone_memory_does_not_grow", case_zone_memory_does_not_grow),
+        Trial::test(
+            "servers_from_the_api_take_the_memory_of_configured_ones",
+            case_servers_from_the_api_take_the_memory_of_configured_ones,
+        ),
         Trial::test(
             "least_conn_and_keepalive_take_live_changes",
             case_least_conn_and_keepalive_take_live_changes,

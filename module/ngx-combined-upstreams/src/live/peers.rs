@@ -41,7 +41,8 @@
 //!
 //! Memory: every peer of a zone is a slab allocation with its `sockaddr` (size of
 //! `ngx_sockaddr_t`), `name.data` (`NGX_SOCKADDR_STRLEN` bytes), `server.data` and, once an SSL
-//! session was saved, `ssl_session` as separate slab allocations — the layout
+//! session was saved, `ssl_session` (and in nginx builds with sticky sessions, 1.29.6+ by
+//! default, cfg `ngx_upstream_sid`: a `sid` buffer of 32 bytes) as separate slab allocations — the layout
 //! `ngx_http_upstream_zone_module` gives the peers it copies, so one [`SlabLocked::free_peer`]
 //! frees both kinds.
 
@@ -67,6 +68,10 @@ const AF_UNIX: u16 = 1;
 /// nginx's `NGX_SOCKADDR_STRLEN` with unix sockets (a macro, not in the bindings):
 /// `sizeof("unix:") - 1` + `NGX_UNIX_ADDRSTRLEN` (108 on Linux).
 const NGX_SOCKADDR_STRLEN: usize = 5 + 108;
+
+/// nginx's `NGX_HTTP_UPSTREAM_SID_LEN` (an md5 in hex; a macro, not in the bindings).
+#[cfg(ngx_upstream_sid)]
+const NGX_HTTP_UPSTREAM_SID_LEN: usize = 32;
 
 /// A round-robin peer list (`ngx_http_upstream_rr_peers_t`) of a round-robin or least_conn
 /// upstream: its primary list or its backup list.
@@ -527,6 +532,21 @@ impl SlabLocked {
             (*p).max_fails = s.max_fails as usize;
             (*p).fail_timeout = s.fail_timeout_s as _;
             (*p).down = usize::from(s.down);
+            // nginx builds with sticky sessions (cfg ngx_upstream_sid) give every zone peer a
+            // `sid` buffer; an empty one here (only `sticky`, which the API refuses, reads it).
+            #[cfg(ngx_upstream_sid)]
+            {
+                let sid = ngx_slab_calloc_locked(pool, NGX_HTTP_UPSTREAM_SID_LEN).cast::<u8>();
+                if sid.is_null() {
+                    for q in [sa.cast::<u8>(), nm, sv] {
+                        ngx_slab_free_locked(pool, q.cast());
+                    }
+                    ngx_slab_free_locked(pool, p.cast());
+                    return None;
+                }
+                (*p).sid.data = sid;
+                (*p).sid.len = 0;
+            }
             Some(Peer(NonNull::new_unchecked(p)))
         }
     }
@@ -561,6 +581,10 @@ impl SlabLocked {
             let p = p.raw();
             if !(*p).ssl_session.is_null() {
                 ngx_slab_free_locked(pool, (*p).ssl_session);
+            }
+            #[cfg(ngx_upstream_sid)]
+            if !(*p).sid.data.is_null() {
+                ngx_slab_free_locked(pool, (*p).sid.data.cast());
             }
             for q in [(*p).server.data, (*p).name.data, (*p).sockaddr.cast::<u8>()] {
                 if !q.is_null() {
