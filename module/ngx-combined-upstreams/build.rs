@@ -4,15 +4,37 @@
 
 /// (first nginx version, cfg name), as `nginx_version` numbers.
 const VERSION_CHECKS: &[(u64, &str)] = &[
+    // `server ... resolve`: the upstream zone module re-resolves names at run time and rewrites
+    // the peer lists itself; peers carry `refs` (live/peers.rs)
+    (1_027_003, "nginx1_27_3"),
     // `in_port_t port` before the request's bit fields (bindgen misplaces them, see set_error_page)
     (1_029_003, "nginx1_29_3"),
     // upstream `keepalive` on by default, wrapping `peer.init` in its init_main_conf (live/probe.rs)
     (1_029_007, "nginx1_29_7"),
 ];
 
+/// Set when the nginx build defines `NGX_HTTP_UPSTREAM_SID` (sticky sessions, nginx 1.29.6+,
+/// on by default): its zone module gives every peer a `sid` slab allocation (live/peers.rs).
+const SID_CFG: &str = "ngx_upstream_sid";
+
 fn main() {
     for (_, name) in VERSION_CHECKS {
         println!("cargo::rustc-check-cfg=cfg({name})");
+    }
+    println!("cargo::rustc-check-cfg=cfg({SID_CFG})");
+    println!("cargo::rerun-if-env-changed=DEP_NGINX_BUILD_DIR");
+    if let Ok(dir) = std::env::var("DEP_NGINX_BUILD_DIR") {
+        let header = std::path::Path::new(&dir).join("ngx_auto_config.h");
+        println!("cargo::rerun-if-changed={}", header.display());
+        let text = std::fs::read_to_string(&header)
+            .unwrap_or_else(|e| panic!("{}: {e}", header.display()));
+        if text.lines().any(|l| {
+            l.split_whitespace()
+                .take(2)
+                .eq(["#define", "NGX_HTTP_UPSTREAM_SID"])
+        }) {
+            println!("cargo::rustc-cfg={SID_CFG}");
+        }
     }
     println!("cargo::rerun-if-env-changed=DEP_NGINX_VERSION_NUMBER");
     let Ok(version) = std::env::var("DEP_NGINX_VERSION_NUMBER") else {

@@ -119,8 +119,9 @@ extern "C" fn postconfiguration(cf: *mut ngx_conf_t) -> ngx_int_t {
 extern "C" fn init_main_conf(cf: *mut ngx_conf_t, _conf: *mut c_void) -> *mut c_char {
     // SAFETY: nginx calls the hook with the configuration being parsed.
     extend_single_peers::check_after_init(unsafe { &*cf });
-    // SAFETY: as above; every upstream ran its init_upstream.
-    if let Err(msg) = unsafe { live::init_main_conf(cf) } {
+    // SAFETY: as above; every upstream ran its init_upstream, and nothing else refers to the
+    // configuration during the call.
+    if let Err(msg) = live::init_main_conf(unsafe { &mut *cf }) {
         // SAFETY: as above.
         unsafe { &*cf }.log(NGX_LOG_EMERG, msg.as_ref());
         return NGX_CONF_ERROR;

@@ -167,6 +167,38 @@ impl Upstream {
     pub fn set_peer_init(self, f: ngx_http_upstream_init_peer_pt) {
         self.with_mut(|u| u.peer.init = f);
     }
+
+    /// The balancer's data (`peer.data`: the round-robin peer list for nginx's own balancers).
+    pub fn peer_data(self) -> *mut c_void {
+        self.with(|u| u.peer.data)
+    }
+
+    /// The upstream's shared-memory zone (`zone NAME SIZE;`), when it has one.
+    pub fn shm_zone(self) -> Option<NonNull<ngx::ffi::ngx_shm_zone_t>> {
+        self.with(|u| NonNull::new(u.shm_zone))
+    }
+
+    /// True for an `upstream {}` block or singlet (an implicit upstream made by `proxy_pass
+    /// http://host` has no server configurations).
+    pub fn is_block(self) -> bool {
+        self.with(|u| !u.srv_conf.is_null())
+    }
+
+    /// The server configuration of the HTTP module `m` (null for an implicit upstream or a
+    /// module that is not an HTTP module).
+    pub fn module_srv_conf(self, m: &ngx::ffi::ngx_module_t) -> *mut c_void {
+        if m.type_ != NGX_HTTP_MODULE as usize {
+            return ptr::null_mut();
+        }
+        self.with(|u| {
+            if u.srv_conf.is_null() {
+                return ptr::null_mut();
+            }
+            // SAFETY: `srv_conf` has one slot per HTTP module (nginx creates them all for every
+            // upstream block), and m is an HTTP module of this configuration.
+            unsafe { *u.srv_conf.add(m.ctx_index) }
+        })
+    }
 }
 
 /// The upstream whose block is being parsed (inside `upstream {}`).

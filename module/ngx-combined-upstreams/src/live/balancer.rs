@@ -7,39 +7,52 @@
 //! - the balancer's per-request data (the round-robin `tried` bitmap, sized by the peer count
 //!   when `init` ran) always matches the set it selects from: `init` and every `get` run with
 //!   the zone's gate read-held, and a `get` that finds the generation changed since the
-//!   request's `init` runs the balancer's `init` again before selecting (the request keeps its
-//!   remaining tries; servers it already tried may be tried again in the new set);
+//!   request's `init` runs the balancer's `init` again before selecting; the request then has
+//!   the tries a new request gets in the new set, within what `proxy_next_upstream_tries` still
+//!   allows, never fewer than it had left (`tries_in_new_set`); servers it already tried may be
+//!   tried again in the new set;
 //! - the peer's name and address that nginx keeps after `free` (`u->peer.name` for
 //!   `$upstream_addr` and error log lines, `u->peer.sockaddr`) are copies in the request pool, so
 //!   a retired peer can be freed as soon as its last connection ends;
-//! - a request whose set shrank to one server after its peer was selected keeps its remaining
-//!   tries (nginx's `free` would end them, reading the list's new `single` flag);
+//! - a request whose tries ran out in a `free` while the set changed (also because nginx's
+//!   `free` ends every retry on reading the new list's `single` flag) continues in the new set
+//!   by the same rule;
 //! - every `free` frees retired peers that became idle.
+//!
+//! The fence: the callbacks are safe `extern "C" fn`s whose first step turns nginx's pointers
+//! into handles ([`Ctx`] on the wrapper's state, [`Pc`] on the request's peer connection); the
+//! handles' methods copy values in and out and hold no reference across a call into nginx (the
+//! balancer's own functions write the same peer connection). Calls of the balancer's functions
+//! are `unsafe` blocks at the call, forwarding nginx's arguments.
 
 use core::ffi::c_void;
 use core::mem::size_of;
-use core::ptr;
+use core::ptr::{self, NonNull};
 
 use ngx::ffi::{
     ngx_event_free_peer_pt, ngx_event_get_peer_pt, ngx_event_save_peer_session_pt,
-    ngx_event_set_peer_session_pt, ngx_http_request_t, ngx_http_upstream_rr_peers_t,
-    ngx_http_upstream_srv_conf_t, ngx_int_t, ngx_palloc, ngx_peer_connection_t, ngx_uint_t,
-    sockaddr, NGX_DONE,
+    ngx_event_set_peer_session_pt, ngx_http_request_t, ngx_http_upstream_srv_conf_t, ngx_int_t,
+    ngx_palloc, ngx_peer_connection_t, ngx_pool_t, ngx_uint_t, sockaddr, NGX_DONE,
 };
 
-use super::zone::{self, GateRead, Shared};
+use upstrand_core::live::plan::tries_in_new_set;
+
+use super::zone::LiveUpstream;
+use super::InitPeer;
 use crate::ffi_util::{pool_copy, pool_new, NGX_ERROR, NGX_OK};
 
 /// Per-request state of the wrapper (request pool; plain data).
+#[derive(Clone, Copy)]
 struct PeerCtx {
     r: *mut ngx_http_request_t,
     us: *mut ngx_http_upstream_srv_conf_t,
-    shared: *mut Shared,
-    orig_init: unsafe extern "C" fn(
-        *mut ngx_http_request_t,
-        *mut ngx_http_upstream_srv_conf_t,
-    ) -> ngx_int_t,
+    live: LiveUpstream,
+    orig_init: InitPeer,
     generation: u64,
+    /// `proxy_next_upstream_tries` (and the like) of the request's upstream (0: no limit).
+    cap: ngx_uint_t,
+    /// Tries ended so far (calls of `free`).
+    made: ngx_uint_t,
     get: ngx_event_get_peer_pt,
     free: ngx_event_free_peer_pt,
     set_session: ngx_event_set_peer_session_pt,
@@ -47,178 +60,265 @@ struct PeerCtx {
     data: *mut c_void,
 }
 
-/// The `peer.init` installed for live upstreams.
-///
-/// # Safety
-/// Called by nginx with a request and its upstream's configuration.
-pub unsafe extern "C" fn init_peer(
-    r: *mut ngx_http_request_t,
-    us: *mut ngx_http_upstream_srv_conf_t,
-) -> ngx_int_t {
-    let Some((orig, shared)) = super::lookup_peer_init(us) else {
-        return NGX_ERROR;
-    };
-    // SAFETY: nginx passes a live request with its upstream; orig is the balancer's init.
-    unsafe {
-        if shared.is_null() {
-            return orig(r, us);
-        }
-        let gate = GateRead::take(shared);
-        let generation = zone::generation(shared);
-        let rc = orig(r, us);
-        drop(gate);
-        if rc != NGX_OK {
-            return rc;
-        }
-        let u = (*r).upstream;
-        let ctx = PeerCtx {
-            r,
-            us,
-            shared,
-            orig_init: orig,
-            generation,
-            get: None,
-            free: None,
-            set_session: None,
-            save_session: None,
-            data: ptr::null_mut(),
-        };
-        let Some(ctx) = pool_new((*r).pool, ctx) else {
-            return NGX_ERROR;
-        };
-        take_over(ctx, ptr::addr_of_mut!((*u).peer));
-        NGX_OK
+/// The wrapper's state of one request: a [`PeerCtx`] in the request pool, installed as the peer
+/// connection's `data` by [`init_peer`].
+#[derive(Clone, Copy)]
+struct Ctx(NonNull<PeerCtx>);
+
+impl Ctx {
+    /// # Safety
+    /// `data` is null or the `data` nginx passes to a peer callback this wrapper installed (a
+    /// `PeerCtx` in the pool of a request that is alive for the call).
+    unsafe fn from_ptr(data: *mut c_void) -> Option<Ctx> {
+        NonNull::new(data.cast::<PeerCtx>()).map(Ctx)
+    }
+
+    /// A copy of the state.
+    fn get(self) -> PeerCtx {
+        // SAFETY: see `from_ptr`; plain data, copied out.
+        unsafe { self.0.as_ptr().read() }
+    }
+
+    /// Changes the state through `f`, which calls no nginx code.
+    fn update(self, f: impl FnOnce(&mut PeerCtx)) {
+        // SAFETY: see `from_ptr`; nginx is single-threaded and nothing else refers to the state
+        // while `f` runs.
+        f(unsafe { &mut *self.0.as_ptr() });
     }
 }
 
-/// Saves the balancer's callbacks from `pc` into `ctx` and installs the wrapper's.
-unsafe fn take_over(ctx: *mut PeerCtx, pc: *mut ngx_peer_connection_t) {
-    // SAFETY: both live (caller).
-    unsafe {
-        (*ctx).get = (*pc).get;
-        (*ctx).free = (*pc).free;
-        (*ctx).set_session = (*pc).set_session;
-        (*ctx).save_session = (*pc).save_session;
-        (*ctx).data = (*pc).data;
-        (*pc).get = Some(get_peer);
-        (*pc).free = Some(free_peer);
-        if (*ctx).set_session.is_some() {
-            (*pc).set_session = Some(set_session);
-        }
-        if (*ctx).save_session.is_some() {
-            (*pc).save_session = Some(save_session);
-        }
-        (*pc).data = ctx.cast();
-    }
-}
+/// The request's peer connection (`r->upstream->peer`).
+#[derive(Clone, Copy)]
+struct Pc(NonNull<ngx_peer_connection_t>);
 
-unsafe extern "C" fn get_peer(pc: *mut ngx_peer_connection_t, data: *mut c_void) -> ngx_int_t {
-    let ctx = data.cast::<PeerCtx>();
-    // SAFETY: data is the PeerCtx installed by init_peer for this request; pc is its upstream's
-    // peer connection. The gate is read-held from the generation check through the selection.
-    unsafe {
-        let gate = GateRead::take((*ctx).shared);
-        let now = zone::generation((*ctx).shared);
-        if now != (*ctx).generation {
-            // The set changed since this request's balancer data was made: make it again.
-            let u = (*(*ctx).r).upstream;
-            let tries = (*pc).tries;
-            (*u).peer.data = ptr::null_mut();
-            if ((*ctx).orig_init)((*ctx).r, (*ctx).us) != NGX_OK {
-                return NGX_ERROR;
+impl Pc {
+    /// # Safety
+    /// `pc` is null or the peer connection of a request's upstream that is alive for as long as
+    /// the handle is used (nginx's argument to a peer callback, or `&r->upstream->peer`).
+    unsafe fn from_ptr(pc: *mut ngx_peer_connection_t) -> Option<Pc> {
+        NonNull::new(pc).map(Pc)
+    }
+
+    fn as_ptr(self) -> *mut ngx_peer_connection_t {
+        self.0.as_ptr()
+    }
+
+    /// Runs `f` on the peer connection; `f` calls no nginx code.
+    fn with<T>(self, f: impl FnOnce(&mut ngx_peer_connection_t) -> T) -> T {
+        // SAFETY: see `from_ptr`; nginx is single-threaded and no other reference to the peer
+        // connection is used while `f` runs.
+        f(unsafe { &mut *self.as_ptr() })
+    }
+
+    fn tries(self) -> ngx_uint_t {
+        self.with(|pc| pc.tries)
+    }
+
+    fn set_tries(self, n: ngx_uint_t) {
+        self.with(|pc| pc.tries = n);
+    }
+
+    /// Saves the balancer's callbacks and data into `ctx` and installs the wrapper's.
+    fn take_over(self, ctx: Ctx) {
+        let (get, free, set_session, save_session, data) =
+            self.with(|pc| (pc.get, pc.free, pc.set_session, pc.save_session, pc.data));
+        ctx.update(|c| {
+            c.get = get;
+            c.free = free;
+            c.set_session = set_session;
+            c.save_session = save_session;
+            c.data = data;
+        });
+        self.with(|pc| {
+            pc.get = Some(get_peer);
+            pc.free = Some(free_peer);
+            if set_session.is_some() {
+                pc.set_session = Some(set_session_peer);
             }
-            take_over(ctx, pc);
-            (*pc).tries = tries;
-            (*ctx).generation = now;
-            zone::count_rebalanced((*ctx).shared);
-        }
-        let Some(get) = (*ctx).get else {
-            return NGX_ERROR;
-        };
-        let rc = get(pc, (*ctx).data);
-        drop(gate);
-        if (rc == NGX_OK || rc == NGX_DONE as ngx_int_t) && !detach_name(ctx, pc) {
-            return NGX_ERROR;
-        }
-        rc
-    }
-}
-
-/// Points `pc.name` and `pc.sockaddr` at copies in the request pool.
-unsafe fn detach_name(ctx: *mut PeerCtx, pc: *mut ngx_peer_connection_t) -> bool {
-    // SAFETY: pc was just filled by the balancer from a peer it holds (conns counted), so the
-    // peer's name and address are valid to copy here.
-    unsafe {
-        let pool = (*(*ctx).r).pool;
-        if !(*pc).name.is_null() {
-            let Some(copy) = pool_copy(pool, crate::ffi_util::bytes(&*(*pc).name)) else {
-                return false;
-            };
-            let Some(s) = pool_new(pool, copy) else {
-                return false;
-            };
-            (*pc).name = s;
-        }
-        if !(*pc).sockaddr.is_null() && (*pc).socklen > 0 {
-            let len = (*pc).socklen as usize;
-            let p = ngx_palloc(pool, len.max(size_of::<sockaddr>())).cast::<u8>();
-            if p.is_null() {
-                return false;
+            if save_session.is_some() {
+                pc.save_session = Some(save_session_peer);
             }
-            ptr::copy_nonoverlapping((*pc).sockaddr.cast::<u8>(), p, len);
-            (*pc).sockaddr = p.cast();
+            pc.data = ctx.0.as_ptr().cast();
+        });
+    }
+
+    /// Points `name` and `sockaddr` at copies in the request pool `pool` (just after the
+    /// balancer filled them from a peer it holds).
+    fn detach_name(self, pool: *mut ngx_pool_t) -> bool {
+        let (name, sa, socklen) = self.with(|pc| (pc.name, pc.sockaddr, pc.socklen));
+        // SAFETY: pool is the request's live pool; name and sockaddr were just set by the
+        // balancer from a peer it holds (conns counted), so they are valid to copy now.
+        unsafe {
+            if !name.is_null() {
+                let Some(copy) = pool_copy(pool, crate::ffi_util::bytes(&*name)) else {
+                    return false;
+                };
+                let Some(s) = pool_new(pool, copy) else {
+                    return false;
+                };
+                self.with(|pc| pc.name = s);
+            }
+            if !sa.is_null() && socklen > 0 {
+                let len = socklen as usize;
+                let p = ngx_palloc(pool, len.max(size_of::<sockaddr>())).cast::<u8>();
+                if p.is_null() {
+                    return false;
+                }
+                ptr::copy_nonoverlapping(sa.cast::<u8>(), p, len);
+                self.with(|pc| pc.sockaddr = p.cast());
+            }
         }
         true
     }
 }
 
-unsafe extern "C" fn free_peer(
-    pc: *mut ngx_peer_connection_t,
-    data: *mut c_void,
-    state: ngx_uint_t,
-) {
-    let ctx = data.cast::<PeerCtx>();
-    // SAFETY: as get_peer; the balancer's free gets the data its own get used.
-    unsafe {
-        let tries = (*pc).tries;
-        if let Some(free) = (*ctx).free {
-            free(pc, (*ctx).data, state);
+/// The `peer.init` installed for live upstreams.
+pub extern "C" fn init_peer(
+    r: *mut ngx_http_request_t,
+    us: *mut ngx_http_upstream_srv_conf_t,
+) -> ngx_int_t {
+    let Some((orig, live)) = super::lookup_peer_init(us) else {
+        return NGX_ERROR;
+    };
+    let Some(live) = live else {
+        // SAFETY: the balancer's own init, with nginx's arguments.
+        return unsafe { orig(r, us) };
+    };
+    let gate = live.state().gate_read();
+    let generation = live.state().generation();
+    // SAFETY: as above.
+    let rc = unsafe { orig(r, us) };
+    drop(gate);
+    if rc != NGX_OK {
+        return rc;
+    }
+    // SAFETY: nginx calls peer.init with a live request whose upstream is set; no reference is
+    // made.
+    let (pool, pc, cap) = unsafe {
+        let u = (*r).upstream;
+        if u.is_null() {
+            return NGX_ERROR;
         }
-        // nginx's round-robin `free` ends every retry (tries = 0) when the list is `single` now;
-        // when the set became a single server after this request's peer was selected, the
-        // request still has its other tries (the next `get` makes new balancer data).
-        if (*pc).tries == 0 && tries > 1 && zone::generation((*ctx).shared) != (*ctx).generation {
-            (*pc).tries = tries - 1;
+        let conf = (*u).conf;
+        let cap = if conf.is_null() {
+            0
+        } else {
+            (*conf).next_upstream_tries
+        };
+        ((*r).pool, Pc::from_ptr(ptr::addr_of_mut!((*u).peer)), cap)
+    };
+    let Some(pc) = pc else {
+        return NGX_ERROR;
+    };
+    let ctx = PeerCtx {
+        r,
+        us,
+        live,
+        orig_init: orig,
+        generation,
+        cap,
+        made: 0,
+        get: None,
+        free: None,
+        set_session: None,
+        save_session: None,
+        data: ptr::null_mut(),
+    };
+    // SAFETY: the request's pool is live.
+    let Some(ctx) = (unsafe { pool_new(pool, ctx) }).and_then(NonNull::new) else {
+        return NGX_ERROR;
+    };
+    pc.take_over(Ctx(ctx));
+    NGX_OK
+}
+
+extern "C" fn get_peer(pc: *mut ngx_peer_connection_t, data: *mut c_void) -> ngx_int_t {
+    // SAFETY: nginx calls `get` with the request's peer connection and the data init_peer
+    // installed with it.
+    let (Some(ctx), Some(pc)) = (unsafe { (Ctx::from_ptr(data), Pc::from_ptr(pc)) }) else {
+        return NGX_ERROR;
+    };
+    let c = ctx.get();
+    // The gate is read-held from the generation check through the selection.
+    let gate = c.live.state().gate_read();
+    let now = c.live.state().generation();
+    if now != c.generation {
+        // The set changed since this request's balancer data was made: make it again.
+        let tries = pc.tries();
+        pc.with(|p| p.data = ptr::null_mut());
+        // SAFETY: the balancer's own init, with the request and upstream nginx gave init_peer
+        // (alive while the request's balancer callbacks run).
+        if unsafe { (c.orig_init)(c.r, c.us) } != NGX_OK {
+            return NGX_ERROR;
         }
-        if zone::has_retiring((*ctx).shared) {
-            zone::sweep(
-                (*ctx).shared,
-                (*(*ctx).us)
-                    .peer
-                    .data
-                    .cast::<ngx_http_upstream_rr_peers_t>(),
-            );
+        // The balancer's init gave the tries of a new request in the new set.
+        let fresh = pc.tries();
+        pc.take_over(ctx);
+        pc.set_tries(tries_in_new_set(tries, fresh, c.cap, c.made));
+        ctx.update(|c| c.generation = now);
+        c.live.state().count_rebalanced();
+    }
+    let c = ctx.get();
+    let Some(get) = c.get else {
+        return NGX_ERROR;
+    };
+    // SAFETY: the balancer's own get, with its own data.
+    let rc = unsafe { get(pc.as_ptr(), c.data) };
+    drop(gate);
+    if rc == NGX_OK || rc == NGX_DONE as ngx_int_t {
+        // SAFETY: c.r is the live request (see above).
+        let pool = unsafe { (*c.r).pool };
+        if !pc.detach_name(pool) {
+            return NGX_ERROR;
         }
+    }
+    rc
+}
+
+extern "C" fn free_peer(pc: *mut ngx_peer_connection_t, data: *mut c_void, state: ngx_uint_t) {
+    // SAFETY: as in get_peer.
+    let (Some(ctx), Some(pc)) = (unsafe { (Ctx::from_ptr(data), Pc::from_ptr(pc)) }) else {
+        return;
+    };
+    let c = ctx.get();
+    if let Some(free) = c.free {
+        // SAFETY: the balancer's own free, with the data its get used.
+        unsafe { free(pc.as_ptr(), c.data, state) };
+    }
+    ctx.update(|c| c.made += 1);
+    // A request whose tries ran out (nginx's round-robin `free` also ends every retry when the
+    // list is `single` now) while the set changed since its balancer data was made continues in
+    // the new set with the tries a new request gets there (the next `get` makes new balancer
+    // data); it ends only when the new set has none for it either.
+    if pc.tries() == 0 && c.live.state().generation() != c.generation {
+        pc.set_tries(tries_in_new_set(0, c.live.fresh_tries(), c.cap, c.made + 1));
+    }
+    if c.live.state().has_retiring() {
+        c.live.sweep();
     }
 }
 
-unsafe extern "C" fn set_session(pc: *mut ngx_peer_connection_t, data: *mut c_void) -> ngx_int_t {
-    let ctx = data.cast::<PeerCtx>();
-    // SAFETY: as get_peer.
-    unsafe {
-        match (*ctx).set_session {
-            Some(f) => f(pc, (*ctx).data),
-            None => NGX_OK,
-        }
+extern "C" fn set_session_peer(pc: *mut ngx_peer_connection_t, data: *mut c_void) -> ngx_int_t {
+    // SAFETY: as in get_peer.
+    let Some(ctx) = (unsafe { Ctx::from_ptr(data) }) else {
+        return NGX_ERROR;
+    };
+    let c = ctx.get();
+    match c.set_session {
+        // SAFETY: the balancer's own set_session, with nginx's peer connection and its data.
+        Some(f) => unsafe { f(pc, c.data) },
+        None => NGX_OK,
     }
 }
 
-unsafe extern "C" fn save_session(pc: *mut ngx_peer_connection_t, data: *mut c_void) {
-    let ctx = data.cast::<PeerCtx>();
-    // SAFETY: as get_peer.
-    unsafe {
-        if let Some(f) = (*ctx).save_session {
-            f(pc, (*ctx).data);
-        }
+extern "C" fn save_session_peer(pc: *mut ngx_peer_connection_t, data: *mut c_void) {
+    // SAFETY: as in get_peer.
+    let Some(ctx) = (unsafe { Ctx::from_ptr(data) }) else {
+        return;
+    };
+    let c = ctx.get();
+    if let Some(f) = c.save_session {
+        // SAFETY: the balancer's own save_session, with nginx's peer connection and its data.
+        unsafe { f(pc, c.data) };
     }
 }

@@ -19,18 +19,21 @@ pub mod probe;
 pub mod zone;
 
 use core::ffi::{c_char, c_void};
-use core::ptr;
+use core::ptr::NonNull;
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
 use ngx::ffi::{
-    ngx_command_t, ngx_conf_t, ngx_cycle_t, ngx_http_conf_ctx_t, ngx_http_core_loc_conf_t,
-    ngx_http_core_module, ngx_http_upstream_init_peer_pt, ngx_http_upstream_srv_conf_t, ngx_int_t,
-    ngx_pool_cleanup_add, ngx_shm_zone_init_pt, ngx_shm_zone_t, ngx_slab_pool_t, NGX_CONF_NOARGS,
-    NGX_HTTP_LOC_CONF, NGX_HTTP_LOC_CONF_OFFSET,
+    ngx_command_t, ngx_conf_t, ngx_cycle_t, ngx_http_request_t, ngx_http_upstream_init_peer_pt,
+    ngx_http_upstream_srv_conf_t, ngx_int_t, ngx_pool_cleanup_add, ngx_shm_zone_init_pt,
+    ngx_shm_zone_t, NGX_CONF_NOARGS, NGX_HTTP_LOC_CONF, NGX_HTTP_LOC_CONF_OFFSET,
 };
+use ngx::http::{HttpModuleLocationConf, NgxHttpCoreModule};
 
 use crate::ffi_util::{bytes, command, NGX_ERROR, NGX_OK};
+use crate::upstreams::Upstream;
+use peers::{Peers, Slab};
+use zone::{LiveState, LiveUpstream};
 
 /// `upstreams_api;` in a `location`.
 pub const COMMAND: ngx_command_t = command(
@@ -40,30 +43,99 @@ pub const COMMAND: ngx_command_t = command(
     NGX_HTTP_LOC_CONF_OFFSET,
 );
 
+/// A balancer's `peer.init`.
+pub type InitPeer =
+    unsafe extern "C" fn(*mut ngx_http_request_t, *mut ngx_http_upstream_srv_conf_t) -> ngx_int_t;
+
+/// A handle on an upstream's shared-memory zone (`ngx_shm_zone_t`), valid as long as the
+/// configuration (cycle) it belongs to.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct ShmZone(NonNull<ngx_shm_zone_t>);
+
+impl ShmZone {
+    /// The zone of `up`, when it has one.
+    pub fn of(up: Upstream) -> Option<ShmZone> {
+        up.shm_zone().map(ShmZone)
+    }
+
+    /// # Safety
+    /// `z` is null or a shared-memory zone of a live configuration (nginx's argument to a
+    /// zone's `init`).
+    unsafe fn from_ptr(z: *mut ngx_shm_zone_t) -> Option<ShmZone> {
+        NonNull::new(z).map(ShmZone)
+    }
+
+    fn raw(self) -> *mut ngx_shm_zone_t {
+        self.0.as_ptr()
+    }
+
+    /// The zone's name.
+    pub fn name(self) -> String {
+        // SAFETY: the zone and its name live as long as the configuration (handle).
+        String::from_utf8_lossy(unsafe { bytes(&(*self.raw()).shm.name) }).into_owned()
+    }
+
+    fn init(self) -> ngx_shm_zone_init_pt {
+        // SAFETY: the zone is live (handle); `init` is read and written only while the
+        // configuration is parsed and the zone made, on nginx's thread.
+        unsafe { (*self.raw()).init }
+    }
+
+    fn set_init(self, f: ngx_shm_zone_init_pt) {
+        // SAFETY: as in `init`.
+        unsafe { (*self.raw()).init = f };
+    }
+
+    /// The zone's slab pool, once the zone is mapped (`shm.addr`).
+    fn slab(self) -> Option<Slab> {
+        // SAFETY: the zone is live (handle); once mapped, `shm.addr` is the slab pool nginx
+        // initialised at the start of the zone.
+        unsafe { Slab::from_ptr((*self.raw()).shm.addr.cast()) }
+    }
+}
+
 /// What the registry knows about one `upstream {}` block of a configuration.
 pub struct Entry {
-    /// The configuration (cycle) it belongs to.
+    /// The configuration (cycle) it belongs to (compared only).
     cycle: *mut ngx_cycle_t,
     /// The upstream.
-    pub uscf: *mut ngx_http_upstream_srv_conf_t,
+    pub up: Upstream,
     /// Its name.
     pub name: String,
-    /// Its zone (null without one).
-    shm_zone: *mut ngx_shm_zone_t,
+    /// Its zone, when it has one.
+    shm_zone: Option<ShmZone>,
     /// Its zone's name, when it has one.
     pub zone: Option<String>,
     /// Its balancer.
     pub balancer: probe::Balancer,
+    /// It has `server ... resolve` servers (nginx 1.27.3+), which nginx keeps up to date
+    /// itself: never live.
+    pub resolves_names: bool,
     /// The balancer's `peer.init` (wrapped by [`balancer::init_peer`] for live upstreams).
     orig_init: ngx_http_upstream_init_peer_pt,
     /// The zone's `init` (wrapped by [`zone_init`]).
     orig_zone_init: ngx_shm_zone_init_pt,
-    /// Live state in the zone, once the zone exists.
-    pub shared: *mut zone::Shared,
+    /// Live state in the zone, once the zone exists (live upstreams only).
+    pub state: Option<LiveState>,
 }
 
-// SAFETY: nginx runs each process single-threaded; the pointers are only used on that thread.
+// SAFETY: nginx runs each process single-threaded; the handles are only used on that thread.
 unsafe impl Send for Entry {}
+
+impl Entry {
+    /// The live upstream (state and zone list), for upstreams the API can change once their zone
+    /// exists.
+    pub fn live(&self) -> Option<LiveUpstream> {
+        let state = self.state?;
+        // SAFETY: state exists only for an upstream whose `peer.init` this module wrapped (round
+        // robin or least_conn with a zone); it is made after nginx's zone `init` copied the
+        // peers into the zone and pointed `peer.data` at the zone's list, in this zone.
+        unsafe {
+            let primary = Peers::from_ptr(self.up.peer_data().cast())?;
+            LiveUpstream::new(state, primary)
+        }
+    }
+}
 
 /// Entries by the address of their `ngx_http_upstream_srv_conf_t`.
 static REGISTRY: Mutex<BTreeMap<usize, Entry>> = Mutex::new(BTreeMap::new());
@@ -83,128 +155,127 @@ pub fn with_entry<T>(
     registry().get(&(uscf as usize)).map(f)
 }
 
-/// The balancer's `peer.init` and the live state for `uscf`.
+/// The balancer's `peer.init` and the live upstream for `uscf`.
 pub fn lookup_peer_init(
     uscf: *mut ngx_http_upstream_srv_conf_t,
-) -> Option<(
-    unsafe extern "C" fn(
-        *mut ngx::ffi::ngx_http_request_t,
-        *mut ngx_http_upstream_srv_conf_t,
-    ) -> ngx_int_t,
-    *mut zone::Shared,
-)> {
-    with_entry(uscf, |e| e.orig_init.map(|f| (f, e.shared))).flatten()
+) -> Option<(InitPeer, Option<LiveUpstream>)> {
+    with_entry(uscf, |e| e.orig_init.map(|f| (f, e.live()))).flatten()
 }
 
-unsafe extern "C" fn set_upstreams_api(
+extern "C" fn set_upstreams_api(
     cf: *mut ngx_conf_t,
     _cmd: *mut ngx_command_t,
     _conf: *mut c_void,
 ) -> *mut c_char {
-    // SAFETY: called by nginx inside a location; its core loc conf is at the core module's index.
-    unsafe {
-        let ctx = (*cf).ctx as *mut ngx_http_conf_ctx_t;
-        let idx = (*ptr::addr_of!(ngx_http_core_module)).ctx_index;
-        let clcf = *(*ctx).loc_conf.add(idx) as *mut ngx_http_core_loc_conf_t;
-        (*clcf).handler = Some(handler::handle);
-        *API_CYCLE.lock().unwrap_or_else(|e| e.into_inner()) = (*cf).cycle as usize;
-    }
+    // SAFETY: nginx calls the handler with the configuration being parsed, inside a location;
+    // nothing else refers to it during the call.
+    let cf = unsafe { &mut *cf };
+    let Some(clcf) = NgxHttpCoreModule::location_conf_mut(cf) else {
+        return ngx::core::NGX_CONF_ERROR;
+    };
+    clcf.handler = Some(handler::handle);
+    *API_CYCLE.lock().unwrap_or_else(|e| e.into_inner()) = cf.cycle as usize;
     ngx::core::NGX_CONF_OK
 }
 
 /// From the module's `init_main_conf` (after every upstream ran its `init_upstream`): when the
 /// configuration has an `upstreams_api` location, records every `upstream {}` block and wraps
 /// the `peer.init` and zone `init` of those the API can change.
-///
-/// # Safety
-/// `cf` is the configuration nginx is parsing, at the end of `http {}`.
-pub unsafe fn init_main_conf(cf: *mut ngx_conf_t) -> Result<(), &'static str> {
-    // SAFETY: forwarded; the upstreams are the configuration's own.
+pub fn init_main_conf(cf: &mut ngx_conf_t) -> Result<(), &'static str> {
+    let cycle = cf.cycle;
+    if *API_CYCLE.lock().unwrap_or_else(|e| e.into_inner()) != cycle as usize {
+        return Ok(());
+    }
+    // SAFETY: cf.pool is the live configuration pool; the cleanup nginx returns is ours to fill.
     unsafe {
-        let cycle = (*cf).cycle;
-        if *API_CYCLE.lock().unwrap_or_else(|e| e.into_inner()) != cycle as usize {
-            return Ok(());
-        }
-        let cln = ngx_pool_cleanup_add((*cf).pool, 0);
+        let cln = ngx_pool_cleanup_add(cf.pool, 0);
         if cln.is_null() {
             return Err("out of memory");
         }
         (*cln).handler = Some(forget_cycle);
         (*cln).data = cycle.cast();
-        let probes = probe::Probes::run(cf);
-        let mut reg = registry();
-        for up in crate::upstreams::all(&*cf) {
-            let uscf = up.as_ptr();
-            if (*uscf).srv_conf.is_null() {
-                continue; // an implicit upstream (proxy_pass http://host)
-            }
-            let name = String::from_utf8_lossy(bytes(&(*uscf).host)).into_owned();
-            let zone_ptr = (*uscf).shm_zone;
-            let zone = (!zone_ptr.is_null())
-                .then(|| String::from_utf8_lossy(bytes(&(*zone_ptr).shm.name)).into_owned());
-            let balancer = probes.classify(uscf);
-            let mut e = Entry {
-                cycle,
-                uscf,
-                name,
-                shm_zone: zone_ptr,
-                zone,
-                balancer,
-                orig_init: (*uscf).peer.init,
-                orig_zone_init: None,
-                shared: ptr::null_mut(),
-            };
-            if e.zone.is_some() && e.balancer.live.is_some() && e.orig_init.is_some() {
-                (*uscf).peer.init = Some(balancer::init_peer);
-                let already = reg.values().find(|o| {
-                    o.cycle == cycle && (*o.uscf).shm_zone == zone_ptr && o.orig_zone_init.is_some()
-                });
-                match already {
-                    Some(o) => e.orig_zone_init = o.orig_zone_init,
-                    None => {
-                        e.orig_zone_init = (*zone_ptr).init;
-                        (*zone_ptr).init = Some(zone_init);
-                    }
+    }
+    let probes = probe::Probes::run(cf);
+    let mut reg = registry();
+    for up in crate::upstreams::all(cf) {
+        if !up.is_block() {
+            continue; // an implicit upstream (proxy_pass http://host)
+        }
+        let shm_zone = ShmZone::of(up);
+        let balancer = probes.classify(up);
+        // Only round robin and least_conn are known to keep a round-robin list in peer.data.
+        let resolves_names = balancer.live.is_some()
+            // SAFETY: for those, peer.data is the list their init_upstream made (in the
+            // configuration pool; the zone is not made yet).
+            && unsafe { Peers::from_ptr(up.peer_data().cast()) }.is_some_and(Peers::resolves_names);
+        let mut e = Entry {
+            cycle,
+            up,
+            name: String::from_utf8_lossy(up.host()).into_owned(),
+            shm_zone,
+            zone: shm_zone.map(ShmZone::name),
+            balancer,
+            resolves_names,
+            orig_init: up.peer_init(),
+            orig_zone_init: None,
+            state: None,
+        };
+        if let (Some(z), Some(_), false, Some(_)) =
+            (shm_zone, e.balancer.live, e.resolves_names, e.orig_init)
+        {
+            up.set_peer_init(Some(balancer::init_peer));
+            let already = reg
+                .values()
+                .find(|o| o.cycle == cycle && o.shm_zone == Some(z) && o.orig_zone_init.is_some());
+            match already {
+                Some(o) => e.orig_zone_init = o.orig_zone_init,
+                None => {
+                    e.orig_zone_init = z.init();
+                    z.set_init(Some(zone_init));
                 }
             }
-            reg.insert(uscf as usize, e);
         }
-        Ok(())
+        reg.insert(up.as_ptr() as usize, e);
     }
+    Ok(())
 }
 
-unsafe extern "C" fn forget_cycle(data: *mut c_void) {
+extern "C" fn forget_cycle(data: *mut c_void) {
     let cycle = data.cast::<ngx_cycle_t>();
     registry().retain(|_, e| e.cycle != cycle);
 }
 
 /// The zone `init` installed for zones of live upstreams: runs nginx's (which copies the peers
 /// into the zone), then allocates each live upstream's state in the zone.
-unsafe extern "C" fn zone_init(shm_zone: *mut ngx_shm_zone_t, data: *mut c_void) -> ngx_int_t {
+extern "C" fn zone_init(shm_zone: *mut ngx_shm_zone_t, data: *mut c_void) -> ngx_int_t {
+    // SAFETY: nginx passes the zone it is creating, of the configuration being started.
+    let Some(z) = (unsafe { ShmZone::from_ptr(shm_zone) }) else {
+        return NGX_ERROR;
+    };
     let mut reg = registry();
     let Some(orig) = reg
         .values()
-        .find(|e| e.shm_zone == shm_zone && e.orig_zone_init.is_some())
+        .find(|e| e.shm_zone == Some(z) && e.orig_zone_init.is_some())
         .and_then(|e| e.orig_zone_init)
     else {
         return NGX_ERROR;
     };
-    // SAFETY: nginx passes the zone it is creating; orig is the upstream zone module's init.
-    unsafe {
-        let rc = orig(shm_zone, data);
-        if rc != NGX_OK {
-            return rc;
-        }
-        let pool = (*shm_zone).shm.addr.cast::<ngx_slab_pool_t>();
-        let now_ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(1, |d| d.as_millis() as u64);
-        for e in reg.values_mut() {
-            if e.shm_zone == shm_zone && e.orig_zone_init.is_some() {
-                e.shared = zone::create(pool, now_ms);
-                if e.shared.is_null() {
-                    return NGX_ERROR;
-                }
+    // SAFETY: orig is the upstream zone module's init, called with nginx's own arguments.
+    let rc = unsafe { orig(shm_zone, data) };
+    if rc != NGX_OK {
+        return rc;
+    }
+    let Some(slab) = z.slab() else {
+        return NGX_ERROR;
+    };
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(1, |d| d.as_millis() as u64);
+    for e in reg.values_mut() {
+        if e.shm_zone == Some(z) && e.orig_zone_init.is_some() {
+            e.state = LiveState::create(slab, now_ms);
+            if e.state.is_none() {
+                return NGX_ERROR;
             }
         }
     }

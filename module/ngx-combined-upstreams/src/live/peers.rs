@@ -11,35 +11,53 @@
 //! - list: `number`, `shpool`, `rwlock`, `total_weight`, `tries`, `single`, `weighted`,
 //!   `name`, `next` (the backup list), `peer`.
 //!
-//! For nginx 1.27.3+ (issue of version conditionals): those versions' zone module can resolve
-//! `server ... resolve` names itself and rewrites the lists from a timer (`peers->resolve`,
-//! `peer->host`, `peers->config`); upstreams with such servers must then be refused (409) — check
-//! `resolve` here. A peer's `refs` counts references by the resolver's host objects: a peer with
-//! `refs > 0` must not be freed either. Lists the API creates (the backup list) leave `config`
-//! null, which nginx's round robin treats as "no resolver".
+//! nginx 1.27.3+ (cfg `nginx1_27_3`): the zone module resolves `server NAME resolve` names
+//! itself and rewrites the lists from a timer in every worker (`peers->resolve` holds those
+//! servers, `peer->host`, `peers->config`), without the live API's gate. An upstream whose
+//! configured lists have a `resolve` server is therefore never made live ([`resolves_names`] at
+//! configuration time: no wrappers, no zone state, `PUT` answered 409). Peers also carry `refs`
+//! (taken by every balancer's `get` with `conns`, dropped by its `free`; nginx frees a `zombie`
+//! peer when its last reference goes): a peer is freed by the API only when both `conns` and
+//! `refs` are 0 ([`in_use`]). Lists the API creates (the backup list) leave `config` and
+//! `resolve` null, which nginx's round robin treats as "no resolver".
 //!
 //! Other nginx structures the live API reads or writes (stable from 1.22 to 1.30): the slab pool
-//! (`mutex`, `min_shift`, `stats`, `pfree`, `start`, `end`, `log_nomem`: `zone.rs`), the peer
+//! (`mutex`, `min_shift`, `stats`, `pfree`, `start`, `end`, `log_nomem`: [`Slab`] here), the peer
 //! connection (`get`, `free`, `data`, `set_session`, `save_session`, `tries`, `name`, `sockaddr`,
 //! `socklen`: `balancer.rs`), the upstream (`peer`, `shm_zone`, `host`, `srv_conf`) and zone
 //! (`init`, `shm.name`, `shm.addr`) configurations (`mod.rs`), modules' `name`/`commands`
 //! (`probe.rs`).
 //!
+//! The fence: [`Peers`] (a list), [`Peer`] (a peer) and [`Slab`] (the zone's slab pool) are
+//! copyable handles whose safe methods read or write nginx's structure for the duration of the
+//! call, with raw place accesses (no Rust reference into the zone, which other workers write).
+//! The handles are made by an `unsafe` constructor ([`Peers::from_ptr`], [`Slab::from_ptr`]) or
+//! by another handle, and are valid while the zone lives (the configuration's cycle). What a
+//! method needs held is a guard it takes as an argument: [`ListRead`] (a list's read lock),
+//! [`ListsWrite`] (both lists' write locks), [`SlabLocked`] (the slab mutex). A [`Peer`] is used
+//! only while it cannot be freed: under its list's lock, under the gate's write side (`PUT`), or,
+//! for retired peers, under [`ListsWrite`]. [`SlabLocked::free_peer`] is the one method here that
+//! stays `unsafe`: only its caller knows that nobody uses the peer any more.
+//!
 //! Memory: every peer of a zone is a slab allocation with its `sockaddr` (size of
 //! `ngx_sockaddr_t`), `name.data` (`NGX_SOCKADDR_STRLEN` bytes), `server.data` and, once an SSL
-//! session was saved, `ssl_session` as separate slab allocations — the layout
-//! `ngx_http_upstream_zone_module` gives the peers it copies, so one [`free_peer_locked`] frees
-//! both kinds.
+//! session was saved, `ssl_session` (and in nginx builds with sticky sessions, 1.29.6+ by
+//! default, cfg `ngx_upstream_sid`: a `sid` buffer of 32 bytes) as separate slab allocations — the layout
+//! `ngx_http_upstream_zone_module` gives the peers it copies, so one [`SlabLocked::free_peer`]
+//! frees both kinds.
 
 use core::mem::size_of;
-use core::ptr;
+use core::ptr::{self, NonNull};
 
 use ngx::ffi::{
-    ngx_http_upstream_rr_peer_t, ngx_http_upstream_rr_peers_t, ngx_rwlock_rlock, ngx_rwlock_unlock,
-    ngx_rwlock_wlock, ngx_slab_calloc_locked, ngx_slab_free_locked, ngx_slab_pool_t,
-    ngx_sockaddr_t, sockaddr, sockaddr_in, sockaddr_in6, sockaddr_un,
+    ngx_http_upstream_rr_peer_t, ngx_http_upstream_rr_peers_t, ngx_pagesize, ngx_pagesize_shift,
+    ngx_rwlock_rlock, ngx_rwlock_unlock, ngx_rwlock_wlock, ngx_shmtx_lock, ngx_shmtx_unlock,
+    ngx_slab_calloc, ngx_slab_calloc_locked, ngx_slab_free_locked, ngx_slab_pool_t,
+    ngx_slab_stat_t, ngx_sockaddr_t, sockaddr_in, sockaddr_in6, sockaddr_un,
 };
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+use upstrand_core::live::plan::ListTotals;
+use upstrand_core::live::render::SlabView;
 use upstrand_core::live::{Addr, Current, Server};
 
 /// `AF_INET`, `AF_INET6`, `AF_UNIX` as the socket structures store them.
@@ -51,74 +69,247 @@ const AF_UNIX: u16 = 1;
 /// `sizeof("unix:") - 1` + `NGX_UNIX_ADDRSTRLEN` (108 on Linux).
 const NGX_SOCKADDR_STRLEN: usize = 5 + 108;
 
-/// Takes the list's read lock.
-///
-/// # Safety
-/// `peers` is a zone list (its `shpool` set).
-pub unsafe fn rlock(peers: *mut ngx_http_upstream_rr_peers_t) {
-    // SAFETY: the rwlock lives in the zone with the list (caller).
-    unsafe { ngx_rwlock_rlock(ptr::addr_of_mut!((*peers).rwlock)) }
-}
+/// nginx's `NGX_HTTP_UPSTREAM_SID_LEN` (an md5 in hex; a macro, not in the bindings).
+#[cfg(ngx_upstream_sid)]
+const NGX_HTTP_UPSTREAM_SID_LEN: usize = 32;
 
-/// Takes the list's write lock.
-///
-/// # Safety
-/// As [`rlock`].
-pub unsafe fn wlock(peers: *mut ngx_http_upstream_rr_peers_t) {
-    // SAFETY: as rlock.
-    unsafe { ngx_rwlock_wlock(ptr::addr_of_mut!((*peers).rwlock)) }
-}
+/// A round-robin peer list (`ngx_http_upstream_rr_peers_t`) of a round-robin or least_conn
+/// upstream: its primary list or its backup list.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct Peers(NonNull<ngx_http_upstream_rr_peers_t>);
 
-/// Releases the list's lock.
-///
-/// # Safety
-/// As [`rlock`], and the lock is held by this process.
-pub unsafe fn unlock(peers: *mut ngx_http_upstream_rr_peers_t) {
-    // SAFETY: as rlock.
-    unsafe { ngx_rwlock_unlock(ptr::addr_of_mut!((*peers).rwlock)) }
-}
-
-/// The slab pool of a zone list (null for a list outside any zone).
-///
-/// # Safety
-/// `peers` is a live list.
-pub unsafe fn shpool(peers: *mut ngx_http_upstream_rr_peers_t) -> *mut ngx_slab_pool_t {
-    // SAFETY: caller.
-    unsafe { (*peers).shpool }
-}
-
-/// The backup list (null when there is none).
-///
-/// # Safety
-/// `peers` is a live list.
-pub unsafe fn backup(
-    peers: *mut ngx_http_upstream_rr_peers_t,
-) -> *mut ngx_http_upstream_rr_peers_t {
-    // SAFETY: caller.
-    unsafe { (*peers).next }
-}
-
-/// The peers of a list, in order.
-///
-/// # Safety
-/// `peers` is a live list (null: empty) and its lock is held.
-pub unsafe fn list(
-    peers: *mut ngx_http_upstream_rr_peers_t,
-) -> Vec<*mut ngx_http_upstream_rr_peer_t> {
-    let mut v = Vec::new();
-    if peers.is_null() {
-        return v;
+impl Peers {
+    /// # Safety
+    /// `p` is null or the round-robin list of a round-robin or least_conn upstream of a
+    /// configuration (`peer.data` after its `init_upstream`; the zone's copy once the zone
+    /// exists), alive as long as the handle is used (the configuration's cycle), used from
+    /// nginx's thread.
+    pub unsafe fn from_ptr(p: *mut ngx_http_upstream_rr_peers_t) -> Option<Peers> {
+        NonNull::new(p).map(Peers)
     }
-    // SAFETY: the list is stable under its lock (caller); `next` links end with null.
-    unsafe {
-        let mut p = (*peers).peer;
-        while !p.is_null() {
-            v.push(p);
-            p = (*p).next;
+
+    fn raw(self) -> *mut ngx_http_upstream_rr_peers_t {
+        self.0.as_ptr()
+    }
+
+    /// The zone's slab pool (None for a list outside any zone: before the zone is made).
+    pub fn slab(self) -> Option<Slab> {
+        // SAFETY: the list is live (handle); `shpool` is set once by the zone module.
+        NonNull::new(unsafe { (*self.raw()).shpool }).map(Slab)
+    }
+
+    /// The backup list, when there is one. Read under the primary list's lock or the gate:
+    /// only a `PUT` sets it (with both).
+    pub fn backup(self) -> Option<Peers> {
+        // SAFETY: the list is live (handle); `next` is null or the upstream's backup list,
+        // which lives as long as the primary.
+        NonNull::new(unsafe { (*self.raw()).next }).map(Peers)
+    }
+
+    /// True when this list or its backup list has servers with the `resolve` parameter (never
+    /// before nginx 1.27.3, which has no such parameter).
+    pub fn resolves_names(self) -> bool {
+        #[cfg(nginx1_27_3)]
+        {
+            // SAFETY: the lists are live (handle); `resolve` is set when nginx builds a list.
+            let has = |l: Peers| unsafe { !(*l.raw()).resolve.is_null() };
+            has(self) || self.backup().is_some_and(has)
+        }
+        #[cfg(not(nginx1_27_3))]
+        false
+    }
+
+    /// Takes the list's read lock (nginx's `rwlock` of the list), released by the guard.
+    pub fn read(self) -> ListRead {
+        // SAFETY: the lock word lives in the list (handle), in the zone shared by the workers.
+        unsafe { ngx_rwlock_rlock(ptr::addr_of_mut!((*self.raw()).rwlock)) };
+        ListRead(self)
+    }
+
+    /// Takes the write locks of this (primary) list and of its backup list, in that order.
+    pub fn write_both(self) -> ListsWrite {
+        let wlock = |l: Peers| {
+            // SAFETY: as in `read`.
+            unsafe { ngx_rwlock_wlock(ptr::addr_of_mut!((*l.raw()).rwlock)) }
+        };
+        wlock(self);
+        // Read under the primary's write lock (see `backup`).
+        let backup = self.backup();
+        if let Some(b) = backup {
+            wlock(b);
+        }
+        ListsWrite {
+            primary: self,
+            backup,
         }
     }
-    v
 }
+
+/// A held read lock of one list.
+pub struct ListRead(Peers);
+
+impl ListRead {
+    /// The peers of the list, in order.
+    pub fn peers(&self) -> Vec<Peer> {
+        let mut v = Vec::new();
+        // SAFETY: the list and its `next` chain of peers are stable under its lock (held); the
+        // chain ends with null.
+        let mut p = unsafe { (*self.0.raw()).peer };
+        while let Some(peer) = NonNull::new(p) {
+            v.push(Peer(peer));
+            // SAFETY: as above; peer is a live member of the list.
+            p = unsafe { (*peer.as_ptr()).next };
+        }
+        v
+    }
+}
+
+impl ListRead {
+    /// The list's `tries` (its servers not marked `down`).
+    pub fn tries(&self) -> usize {
+        // SAFETY: the list is live and its lock held (guard).
+        unsafe { (*self.0.raw()).tries }
+    }
+}
+
+impl Drop for ListRead {
+    fn drop(&mut self) {
+        // SAFETY: taken in `Peers::read` by this process.
+        unsafe { ngx_rwlock_unlock(ptr::addr_of_mut!((*self.0.raw()).rwlock)) };
+    }
+}
+
+/// The held write locks of a primary list and of the backup list it had when they were taken.
+pub struct ListsWrite {
+    primary: Peers,
+    backup: Option<Peers>,
+}
+
+impl ListsWrite {
+    /// Links `b` as the primary list's backup list (a list made while these locks are held is not
+    /// locked by them: the caller keeps every selection out by holding the gate's write side).
+    pub fn set_backup(&self, b: Peers) {
+        // SAFETY: the primary's write lock is held (guard).
+        unsafe { (*self.primary.raw()).next = b.raw() };
+    }
+
+    /// Replaces the peers of `list` (the primary or its backup list) and its totals, as
+    /// `ngx_http_upstream_init_round_robin` computes them; each member is in no other list.
+    pub fn set_list(&self, list: Peers, members: &[Peer], t: ListTotals) {
+        debug_assert!(list == self.primary || self.primary.backup() == Some(list));
+        // SAFETY: the list's write lock is held (guard; or the gate's write side for a backup
+        // list made after it was taken); the members are live peers of this zone, so writing
+        // their `next` links and the list's fields races with no reader.
+        unsafe {
+            for w in members.windows(2) {
+                (*w[0].raw()).next = w[1].raw();
+            }
+            if let Some(last) = members.last() {
+                (*last.raw()).next = ptr::null_mut();
+            }
+            let l = list.raw();
+            (*l).peer = members.first().map_or(ptr::null_mut(), |p| p.raw());
+            (*l).number = t.number;
+            (*l).total_weight = t.total_weight as usize;
+            (*l).tries = t.tries;
+            (*l).set_single(u32::from(t.single));
+            (*l).set_weighted(u32::from(t.weighted));
+        }
+    }
+
+    /// Puts `p` (just removed from these lists, still in use) on the retired chain `chain` of
+    /// these lists' upstream.
+    pub fn retire(&self, chain: RetiredChain, p: Peer) {
+        // SAFETY: the chain's head lives in the zone (handle) and, like the `next` links of
+        // retired peers, changes only with these locks held; p is live (handle).
+        unsafe {
+            let head = ptr::addr_of_mut!((*chain.0.as_ptr()).0);
+            (*p.raw()).next = *head;
+            *head = p.raw();
+        }
+    }
+
+    /// Frees the retired peers of `chain` (these lists' upstream's) that are no longer in use;
+    /// returns how many.
+    pub fn free_idle_retired(&self, chain: RetiredChain, m: &SlabLocked) -> u64 {
+        let mut freed = 0;
+        // SAFETY: `link` is the chain's head or the `next` field of a retired peer; every
+        // non-null link is a retired peer of this zone; the chain changes only with these
+        // locks held. With them held no balancer's `free` is inside its locked section, so a
+        // peer not in use is referenced by no request any more (the balancer wrapper copied
+        // the peer's name and address into the request).
+        unsafe {
+            let mut link = ptr::addr_of_mut!((*chain.0.as_ptr()).0);
+            while let Some(p) = NonNull::new(*link).map(Peer) {
+                if p.in_use() {
+                    link = ptr::addr_of_mut!((*p.raw()).next);
+                } else {
+                    *link = (*p.raw()).next;
+                    // Unlinked from the chain (and in no list), not in use, locks held.
+                    m.free_peer(p);
+                    freed += 1;
+                }
+            }
+        }
+        freed
+    }
+
+    /// Applies the settings of `s` to a peer of these lists (weights restart when the weight
+    /// changes).
+    pub fn set_settings(&self, p: Peer, s: &Server) {
+        // SAFETY: p is live (handle); its list's write lock is held, so no balancer reads or
+        // writes these fields meanwhile.
+        unsafe {
+            let p = p.raw();
+            let w = s.weight as isize;
+            if (*p).weight != w {
+                (*p).weight = w;
+                (*p).effective_weight = w;
+                (*p).current_weight = 0;
+            }
+            (*p).max_fails = s.max_fails as usize;
+            (*p).fail_timeout = s.fail_timeout_s as _;
+            (*p).down = usize::from(s.down);
+        }
+    }
+}
+
+impl Drop for ListsWrite {
+    fn drop(&mut self) {
+        // SAFETY: both taken in `Peers::write_both` by this process; the backup first released.
+        unsafe {
+            if let Some(b) = self.backup {
+                ngx_rwlock_unlock(ptr::addr_of_mut!((*b.raw()).rwlock));
+            }
+            ngx_rwlock_unlock(ptr::addr_of_mut!((*self.primary.raw()).rwlock));
+        }
+    }
+}
+
+/// The head of an upstream's chain of retired peers (out of every list, still in use), chained
+/// through their `next` links; it lives in the upstream's zone, in its live state, and is used
+/// only with both list write locks of that upstream held ([`ListsWrite::retire`],
+/// [`ListsWrite::free_idle_retired`]). Zeroed memory is an empty chain.
+#[repr(transparent)]
+pub struct Retired(*mut ngx_http_upstream_rr_peer_t);
+
+/// A handle on the [`Retired`] head in an upstream's live state.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct RetiredChain(NonNull<Retired>);
+
+impl RetiredChain {
+    /// The handle of the head at `head`, a field of a live state block in a zone (never
+    /// dereferenced here: only [`ListsWrite`]'s methods use it, with the locks held).
+    pub fn new(head: NonNull<Retired>) -> RetiredChain {
+        RetiredChain(head)
+    }
+}
+
+/// One peer (`ngx_http_upstream_rr_peer_t`) of a zone: a member of a list or a retired peer.
+/// Made only from a list under its lock or by [`SlabLocked::alloc_peer`]; used only while it
+/// cannot be freed (see the module comment).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct Peer(NonNull<ngx_http_upstream_rr_peer_t>);
 
 /// Run-time figures of one peer.
 pub struct PeerState {
@@ -128,286 +319,313 @@ pub struct PeerState {
     pub fails: u64,
 }
 
-/// A peer's settings as the pure crate sees them; `None` for an address family the API cannot
-/// express.
-///
-/// # Safety
-/// `p` is a live peer and its list's lock is held.
-pub unsafe fn current(p: *mut ngx_http_upstream_rr_peer_t, backup: bool) -> Option<Current> {
-    // SAFETY: caller.
-    unsafe {
-        Some(Current {
-            addr: read_addr((*p).sockaddr, (*p).socklen)?,
-            weight: u32::try_from((*p).weight).unwrap_or(u32::MAX),
-            max_fails: u32::try_from((*p).max_fails).unwrap_or(u32::MAX),
-            fail_timeout_s: u32::try_from((*p).fail_timeout).unwrap_or(u32::MAX),
-            backup,
-            down: (*p).down != 0,
-        })
+impl Peer {
+    fn raw(self) -> *mut ngx_http_upstream_rr_peer_t {
+        self.0.as_ptr()
     }
-}
 
-/// The peer's name (as nginx wrote it) and its run-time figures.
-///
-/// # Safety
-/// As [`current`].
-pub unsafe fn name_and_state(p: *mut ngx_http_upstream_rr_peer_t) -> (String, PeerState) {
-    // SAFETY: caller; name.data holds name.len bytes.
-    unsafe {
-        let name = crate::ffi_util::bytes(&(*p).name);
-        (
-            String::from_utf8_lossy(name).into_owned(),
-            PeerState {
-                conns: (*p).conns as u64,
-                fails: (*p).fails as u64,
-            },
-        )
-    }
-}
-
-/// Connections in use on this peer.
-///
-/// # Safety
-/// As [`current`].
-pub unsafe fn conns(p: *mut ngx_http_upstream_rr_peer_t) -> usize {
-    // SAFETY: caller.
-    unsafe { (*p).conns }
-}
-
-fn read_addr(sa: *const sockaddr, len: u32) -> Option<Addr> {
-    if sa.is_null() {
-        return None;
-    }
-    // SAFETY: sa points to a socket address of `len` bytes written by nginx or by this file;
-    // the family field comes first in every variant.
-    unsafe {
-        match (*sa).sa_family {
-            AF_INET if len as usize >= size_of::<sockaddr_in>() => {
-                let s = &*(sa as *const sockaddr_in);
-                let ip = Ipv4Addr::from(u32::from_be(s.sin_addr.s_addr));
-                Some(Addr::Inet(SocketAddr::V4(SocketAddrV4::new(
-                    ip,
-                    u16::from_be(s.sin_port),
-                ))))
-            }
-            AF_INET6 if len as usize >= size_of::<sockaddr_in6>() => {
-                let s = &*(sa as *const sockaddr_in6);
-                let ip = Ipv6Addr::from(s.sin6_addr.__in6_u.__u6_addr8);
-                Some(Addr::Inet(SocketAddr::V6(SocketAddrV6::new(
-                    ip,
-                    u16::from_be(s.sin6_port),
-                    0,
-                    s.sin6_scope_id,
-                ))))
-            }
-            AF_UNIX => {
-                let s = &*(sa as *const sockaddr_un);
-                let max = (len as usize).saturating_sub(2).min(s.sun_path.len());
-                let raw: Vec<u8> = s.sun_path[..max]
-                    .iter()
-                    .map(|c| *c as u8)
-                    .take_while(|c| *c != 0)
-                    .collect();
-                Some(Addr::Unix(String::from_utf8_lossy(&raw).into_owned()))
-            }
-            _ => None,
-        }
-    }
-}
-
-/// Writes `addr` into `out` (room for an `ngx_sockaddr_t`); returns the socket length.
-///
-/// # Safety
-/// `out` points to zeroed memory of `size_of::<ngx_sockaddr_t>()` bytes.
-unsafe fn write_addr(addr: &Addr, out: *mut u8) -> u32 {
-    // SAFETY: every variant fits in ngx_sockaddr_t (a union of them); out is zeroed (caller).
-    unsafe {
-        match addr {
-            Addr::Inet(SocketAddr::V4(a)) => {
-                let s = &mut *(out as *mut sockaddr_in);
-                s.sin_family = AF_INET;
-                s.sin_port = a.port().to_be();
-                s.sin_addr.s_addr = u32::from(*a.ip()).to_be();
-                size_of::<sockaddr_in>() as u32
-            }
-            Addr::Inet(SocketAddr::V6(a)) => {
-                let s = &mut *(out as *mut sockaddr_in6);
-                s.sin6_family = AF_INET6;
-                s.sin6_port = a.port().to_be();
-                s.sin6_addr.__in6_u.__u6_addr8 = a.ip().octets();
-                size_of::<sockaddr_in6>() as u32
-            }
-            Addr::Unix(path) => {
-                let s = &mut *(out as *mut sockaddr_un);
-                s.sun_family = AF_UNIX;
-                for (d, b) in s.sun_path.iter_mut().zip(path.as_bytes()) {
-                    *d = *b as _;
-                }
-                size_of::<sockaddr_un>() as u32
-            }
-        }
-    }
-}
-
-/// Allocates a new peer for `s` in the zone, laid out like the zone module's copies.
-/// `None` when the zone is full (everything allocated so far is freed again).
-///
-/// # Safety
-/// The slab pool's mutex is held by this process.
-pub unsafe fn alloc_peer_locked(
-    pool: *mut ngx_slab_pool_t,
-    s: &Server,
-) -> Option<*mut ngx_http_upstream_rr_peer_t> {
-    let name = s.addr.name();
-    let name_len = name.len().min(NGX_SOCKADDR_STRLEN);
-    // SAFETY: the mutex is held (caller); every allocation is checked before use and freed on
-    // failure; the peer is zeroed, so unset fields (lock, conns, fails, next...) start at 0.
-    unsafe {
-        let p = ngx_slab_calloc_locked(pool, size_of::<ngx_http_upstream_rr_peer_t>())
-            .cast::<ngx_http_upstream_rr_peer_t>();
-        if p.is_null() {
+    /// The peer's address; `None` for an address family the API cannot express.
+    fn addr(self) -> Option<Addr> {
+        // SAFETY: p is live (handle); its `sockaddr` is null or a socket address of `socklen`
+        // bytes written by nginx or by `SlabLocked::alloc_peer` (set once, never changed).
+        let (sa, len) = unsafe { ((*self.raw()).sockaddr, (*self.raw()).socklen) };
+        if sa.is_null() {
             return None;
         }
-        let sa = ngx_slab_calloc_locked(pool, size_of::<ngx_sockaddr_t>()).cast::<u8>();
-        let nm = ngx_slab_calloc_locked(pool, NGX_SOCKADDR_STRLEN).cast::<u8>();
-        let sv = ngx_slab_calloc_locked(pool, name_len.max(1)).cast::<u8>();
-        if sa.is_null() || nm.is_null() || sv.is_null() {
-            for q in [sa, nm, sv] {
+        // SAFETY: as above; the family field comes first in every variant, and each variant is
+        // read only when `len` covers it (a unix address up to `len`).
+        unsafe {
+            match (*sa).sa_family {
+                AF_INET if len as usize >= size_of::<sockaddr_in>() => {
+                    let s = &*(sa as *const sockaddr_in);
+                    let ip = Ipv4Addr::from(u32::from_be(s.sin_addr.s_addr));
+                    Some(Addr::Inet(SocketAddr::V4(SocketAddrV4::new(
+                        ip,
+                        u16::from_be(s.sin_port),
+                    ))))
+                }
+                AF_INET6 if len as usize >= size_of::<sockaddr_in6>() => {
+                    let s = &*(sa as *const sockaddr_in6);
+                    let ip = Ipv6Addr::from(s.sin6_addr.__in6_u.__u6_addr8);
+                    Some(Addr::Inet(SocketAddr::V6(SocketAddrV6::new(
+                        ip,
+                        u16::from_be(s.sin6_port),
+                        0,
+                        s.sin6_scope_id,
+                    ))))
+                }
+                AF_UNIX => {
+                    let path = ptr::addr_of!((*(sa as *const sockaddr_un)).sun_path).cast::<u8>();
+                    let max = (len as usize).saturating_sub(2).min(108);
+                    let raw: Vec<u8> = core::slice::from_raw_parts(path, max)
+                        .iter()
+                        .copied()
+                        .take_while(|c| *c != 0)
+                        .collect();
+                    Some(Addr::Unix(String::from_utf8_lossy(&raw).into_owned()))
+                }
+                _ => None,
+            }
+        }
+    }
+
+    /// The peer's settings as the pure crate sees them; `None` for an address family the API
+    /// cannot express. Read under its list's lock or the gate.
+    pub fn current(self, backup: bool) -> Option<Current> {
+        // SAFETY: p is live (handle); the settings change only under the list's write lock.
+        unsafe {
+            let p = self.raw();
+            Some(Current {
+                addr: self.addr()?,
+                weight: u32::try_from((*p).weight).unwrap_or(u32::MAX),
+                max_fails: u32::try_from((*p).max_fails).unwrap_or(u32::MAX),
+                fail_timeout_s: u32::try_from((*p).fail_timeout).unwrap_or(u32::MAX),
+                backup,
+                down: (*p).down != 0,
+            })
+        }
+    }
+
+    /// The peer's name (as nginx wrote it) and its run-time figures (read under its list's read
+    /// lock, as nginx's balancers update them under theirs or the peer's lock: a snapshot).
+    pub fn name_and_state(self) -> (String, PeerState) {
+        // SAFETY: p is live (handle); name.data holds name.len bytes in the zone.
+        unsafe {
+            let p = self.raw();
+            let name = crate::ffi_util::bytes(&(*p).name);
+            (
+                String::from_utf8_lossy(name).into_owned(),
+                PeerState {
+                    conns: (*p).conns as u64,
+                    fails: (*p).fails as u64,
+                },
+            )
+        }
+    }
+
+    /// True while a request holds the peer: connections in use (`conns`), and from nginx 1.27.3
+    /// the peer's references (`refs`). Read under both list write locks, so no balancer is
+    /// between taking and dropping them.
+    pub fn in_use(self) -> bool {
+        // SAFETY: p is live (handle).
+        unsafe {
+            #[cfg(nginx1_27_3)]
+            if (*self.raw()).refs > 0 {
+                return true;
+            }
+            (*self.raw()).conns > 0
+        }
+    }
+}
+
+/// The slab pool of a zone.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct Slab(NonNull<ngx_slab_pool_t>);
+
+impl Slab {
+    /// # Safety
+    /// `p` is null or the slab pool at the start of a live shared-memory zone (`shm.addr`),
+    /// alive as long as the handle is used (the configuration's cycle).
+    pub unsafe fn from_ptr(p: *mut ngx_slab_pool_t) -> Option<Slab> {
+        NonNull::new(p).map(Slab)
+    }
+
+    fn raw(self) -> *mut ngx_slab_pool_t {
+        self.0.as_ptr()
+    }
+
+    /// Allocates zeroed memory for a `T` (plain data that zeroed bytes make valid) in the zone;
+    /// None when the zone is full. Takes the pool's mutex itself.
+    pub fn calloc<T>(self) -> Option<NonNull<T>> {
+        // SAFETY: the pool is live (handle); ngx_slab_calloc locks it and returns zeroed memory
+        // aligned for any structure or null.
+        NonNull::new(unsafe { ngx_slab_calloc(self.raw(), size_of::<T>()) }.cast::<T>())
+    }
+
+    /// Takes the pool's mutex, released by the guard.
+    pub fn lock(self) -> SlabLocked {
+        // SAFETY: the mutex lives in the pool (handle).
+        unsafe { ngx_shmtx_lock(ptr::addr_of_mut!((*self.raw()).mutex)) };
+        SlabLocked(self)
+    }
+
+    /// The pool's figures, read under its mutex.
+    pub fn figures(self, zone: &str) -> SlabView {
+        let _m = self.lock();
+        // SAFETY: the pool is live and locked; `stats` has one entry per size class,
+        // `ngx_pagesize_shift - min_shift` of them (as ngx_slab_init makes it).
+        unsafe {
+            let pool = self.raw();
+            let classes = ngx_pagesize_shift.saturating_sub((*pool).min_shift);
+            let stats =
+                core::slice::from_raw_parts((*pool).stats as *const ngx_slab_stat_t, classes);
+            let page = ngx_pagesize as u64;
+            let total = ((*pool).end as usize - (*pool).start as usize) as u64 / page.max(1);
+            SlabView {
+                zone: zone.to_string(),
+                page_size: page,
+                pages_total: total,
+                pages_free: (*pool).pfree as u64,
+                chunks_used: stats.iter().map(|x| x.used as u64).sum(),
+                alloc_failures: stats.iter().map(|x| x.fails as u64).sum(),
+            }
+        }
+    }
+}
+
+/// A held slab mutex.
+pub struct SlabLocked(Slab);
+
+impl SlabLocked {
+    /// Turns nginx's `[crit] ngx_slab_alloc() failed: no memory` line on or off; returns the
+    /// previous setting.
+    pub fn set_log_nomem(&self, on: bool) -> bool {
+        // SAFETY: the pool is live and its mutex held (guard).
+        unsafe {
+            let pool = self.0.raw();
+            let was = (*pool).log_nomem() != 0;
+            (*pool).set_log_nomem(u32::from(on));
+            was
+        }
+    }
+
+    /// Allocates a new peer for `s` in the zone, laid out like the zone module's copies.
+    /// `None` when the zone is full (everything allocated so far is freed again).
+    pub fn alloc_peer(&self, s: &Server) -> Option<Peer> {
+        let pool = self.0.raw();
+        let name = s.addr.name();
+        let name_len = name.len().min(NGX_SOCKADDR_STRLEN);
+        // SAFETY: the mutex is held (guard); every allocation is checked before use and freed on
+        // failure; the peer is zeroed, so unset fields (lock, conns, fails, refs, next...) start
+        // at 0.
+        unsafe {
+            let p = ngx_slab_calloc_locked(pool, size_of::<ngx_http_upstream_rr_peer_t>())
+                .cast::<ngx_http_upstream_rr_peer_t>();
+            if p.is_null() {
+                return None;
+            }
+            let sa =
+                ngx_slab_calloc_locked(pool, size_of::<ngx_sockaddr_t>()).cast::<ngx_sockaddr_t>();
+            let nm = ngx_slab_calloc_locked(pool, NGX_SOCKADDR_STRLEN).cast::<u8>();
+            let sv = ngx_slab_calloc_locked(pool, name_len.max(1)).cast::<u8>();
+            if sa.is_null() || nm.is_null() || sv.is_null() {
+                for q in [sa.cast::<u8>(), nm, sv] {
+                    if !q.is_null() {
+                        ngx_slab_free_locked(pool, q.cast());
+                    }
+                }
+                ngx_slab_free_locked(pool, p.cast());
+                return None;
+            }
+            (*p).socklen = write_addr(&s.addr, &mut *sa);
+            (*p).sockaddr = sa.cast();
+            ptr::copy_nonoverlapping(name.as_ptr(), nm, name_len);
+            (*p).name.data = nm;
+            (*p).name.len = name_len;
+            ptr::copy_nonoverlapping(name.as_ptr(), sv, name_len);
+            (*p).server.data = sv;
+            (*p).server.len = name_len;
+            let w = s.weight as isize;
+            (*p).weight = w;
+            (*p).effective_weight = w;
+            (*p).current_weight = 0;
+            (*p).max_fails = s.max_fails as usize;
+            (*p).fail_timeout = s.fail_timeout_s as _;
+            (*p).down = usize::from(s.down);
+            // nginx builds with sticky sessions (cfg ngx_upstream_sid) give every zone peer a
+            // `sid` buffer; an empty one here (only `sticky`, which the API refuses, reads it).
+            #[cfg(ngx_upstream_sid)]
+            {
+                let sid = ngx_slab_calloc_locked(pool, NGX_HTTP_UPSTREAM_SID_LEN).cast::<u8>();
+                if sid.is_null() {
+                    for q in [sa.cast::<u8>(), nm, sv] {
+                        ngx_slab_free_locked(pool, q.cast());
+                    }
+                    ngx_slab_free_locked(pool, p.cast());
+                    return None;
+                }
+                (*p).sid.data = sid;
+                (*p).sid.len = 0;
+            }
+            Some(Peer(NonNull::new_unchecked(p)))
+        }
+    }
+
+    /// A new, empty backup list sharing `primary`'s zone and name.
+    pub fn alloc_list(&self, primary: Peers) -> Option<Peers> {
+        let pool = self.0.raw();
+        // SAFETY: the mutex is held (guard); zeroed memory is a valid empty list (rwlock 0:
+        // unlocked); primary is live (handle).
+        unsafe {
+            let b = ngx_slab_calloc_locked(pool, size_of::<ngx_http_upstream_rr_peers_t>())
+                .cast::<ngx_http_upstream_rr_peers_t>();
+            if b.is_null() {
+                return None;
+            }
+            (*b).shpool = pool;
+            (*b).name = (*primary.raw()).name;
+            Some(Peers(NonNull::new_unchecked(b)))
+        }
+    }
+
+    /// Frees a peer and the slab allocations it owns.
+    ///
+    /// # Safety
+    /// `p` belongs to this zone and nobody uses it any more: it is in no list, not in use
+    /// ([`Peer::in_use`] false), the write locks of every list it was in are held by this
+    /// process, and the caller drops every copy of the handle.
+    pub unsafe fn free_peer(&self, p: Peer) {
+        let pool = self.0.raw();
+        // SAFETY: caller; each pointer is a slab allocation of this pool or null.
+        unsafe {
+            let p = p.raw();
+            if !(*p).ssl_session.is_null() {
+                ngx_slab_free_locked(pool, (*p).ssl_session);
+            }
+            #[cfg(ngx_upstream_sid)]
+            if !(*p).sid.data.is_null() {
+                ngx_slab_free_locked(pool, (*p).sid.data.cast());
+            }
+            for q in [(*p).server.data, (*p).name.data, (*p).sockaddr.cast::<u8>()] {
                 if !q.is_null() {
                     ngx_slab_free_locked(pool, q.cast());
                 }
             }
             ngx_slab_free_locked(pool, p.cast());
-            return None;
         }
-        (*p).socklen = write_addr(&s.addr, sa);
-        (*p).sockaddr = sa.cast();
-        ptr::copy_nonoverlapping(name.as_ptr(), nm, name_len);
-        (*p).name.data = nm;
-        (*p).name.len = name_len;
-        ptr::copy_nonoverlapping(name.as_ptr(), sv, name_len);
-        (*p).server.data = sv;
-        (*p).server.len = name_len;
-        set_settings(p, s);
-        (*p).effective_weight = (*p).weight;
-        (*p).current_weight = 0;
-        Some(p)
     }
 }
 
-/// Applies the settings of `s` to a peer (weights restart when the weight changes).
-///
-/// # Safety
-/// `p` is live and the write locks of its list are held.
-pub unsafe fn set_settings(p: *mut ngx_http_upstream_rr_peer_t, s: &Server) {
-    // SAFETY: caller.
-    unsafe {
-        let w = s.weight as isize;
-        if (*p).weight != w {
-            (*p).weight = w;
-            (*p).effective_weight = w;
-            (*p).current_weight = 0;
-        }
-        (*p).max_fails = s.max_fails as usize;
-        (*p).fail_timeout = s.fail_timeout_s as _;
-        (*p).down = usize::from(s.down);
+impl Drop for SlabLocked {
+    fn drop(&mut self) {
+        // SAFETY: taken in `Slab::lock` by this process.
+        unsafe { ngx_shmtx_unlock(ptr::addr_of_mut!((*self.0.raw()).mutex)) };
     }
 }
 
-/// Frees a peer and the slab allocations it owns.
-///
-/// # Safety
-/// The slab mutex is held; nobody uses the peer any more (it is in no list and has no
-/// connections, and the write locks of every list it was in are held by this process).
-pub unsafe fn free_peer_locked(pool: *mut ngx_slab_pool_t, p: *mut ngx_http_upstream_rr_peer_t) {
-    // SAFETY: caller; each pointer is a slab allocation of this pool or null.
-    unsafe {
-        if !(*p).ssl_session.is_null() {
-            ngx_slab_free_locked(pool, (*p).ssl_session);
+/// Writes `addr` into `out` (zeroed); returns the socket length.
+fn write_addr(addr: &Addr, out: &mut ngx_sockaddr_t) -> u32 {
+    match addr {
+        Addr::Inet(SocketAddr::V4(a)) => {
+            out.sockaddr_in.sin_family = AF_INET;
+            out.sockaddr_in.sin_port = a.port().to_be();
+            out.sockaddr_in.sin_addr.s_addr = u32::from(*a.ip()).to_be();
+            size_of::<sockaddr_in>() as u32
         }
-        for q in [(*p).server.data, (*p).name.data, (*p).sockaddr.cast::<u8>()] {
-            if !q.is_null() {
-                ngx_slab_free_locked(pool, q.cast());
+        Addr::Inet(SocketAddr::V6(a)) => {
+            out.sockaddr_in6.sin6_family = AF_INET6;
+            out.sockaddr_in6.sin6_port = a.port().to_be();
+            out.sockaddr_in6.sin6_addr.__in6_u.__u6_addr8 = a.ip().octets();
+            size_of::<sockaddr_in6>() as u32
+        }
+        Addr::Unix(path) => {
+            out.sockaddr_un.sun_family = AF_UNIX;
+            let mut p = [0; 108];
+            for (d, b) in p.iter_mut().zip(path.as_bytes()) {
+                *d = *b as _;
             }
+            out.sockaddr_un.sun_path = p;
+            size_of::<sockaddr_un>() as u32
         }
-        ngx_slab_free_locked(pool, p.cast());
-    }
-}
-
-/// Next peer in the retired chain (retired peers are chained through `next`).
-///
-/// # Safety
-/// `p` is live and the retired chain's lock is held.
-pub unsafe fn next(p: *mut ngx_http_upstream_rr_peer_t) -> *mut ngx_http_upstream_rr_peer_t {
-    // SAFETY: caller.
-    unsafe { (*p).next }
-}
-
-/// Sets a peer's `next` link.
-///
-/// # Safety
-/// As [`next`].
-pub unsafe fn set_next(p: *mut ngx_http_upstream_rr_peer_t, n: *mut ngx_http_upstream_rr_peer_t) {
-    // SAFETY: caller.
-    unsafe { (*p).next = n }
-}
-
-/// A new, empty backup list sharing `primary`'s zone and name.
-///
-/// # Safety
-/// The slab mutex is held.
-pub unsafe fn alloc_list_locked(
-    pool: *mut ngx_slab_pool_t,
-    primary: *mut ngx_http_upstream_rr_peers_t,
-) -> Option<*mut ngx_http_upstream_rr_peers_t> {
-    // SAFETY: caller; zeroed memory is a valid empty list (rwlock 0: unlocked).
-    unsafe {
-        let b = ngx_slab_calloc_locked(pool, size_of::<ngx_http_upstream_rr_peers_t>())
-            .cast::<ngx_http_upstream_rr_peers_t>();
-        if b.is_null() {
-            return None;
-        }
-        (*b).shpool = pool;
-        (*b).name = (*primary).name;
-        Some(b)
-    }
-}
-
-/// Links `b` as `primary`'s backup list.
-///
-/// # Safety
-/// The write lock of `primary` is held.
-pub unsafe fn set_backup(
-    primary: *mut ngx_http_upstream_rr_peers_t,
-    b: *mut ngx_http_upstream_rr_peers_t,
-) {
-    // SAFETY: caller.
-    unsafe { (*primary).next = b }
-}
-
-/// Replaces the peers of a list and its totals (as `ngx_http_upstream_init_round_robin`
-/// computes them).
-///
-/// # Safety
-/// The list's write lock is held; every peer is live and in no other list.
-pub unsafe fn set_list(
-    peers: *mut ngx_http_upstream_rr_peers_t,
-    members: &[*mut ngx_http_upstream_rr_peer_t],
-    t: upstrand_core::live::plan::ListTotals,
-) {
-    // SAFETY: caller.
-    unsafe {
-        for w in members.windows(2) {
-            (*w[0]).next = w[1];
-        }
-        if let Some(last) = members.last() {
-            (**last).next = ptr::null_mut();
-        }
-        (*peers).peer = members.first().copied().unwrap_or(ptr::null_mut());
-        (*peers).number = t.number;
-        (*peers).total_weight = t.total_weight as usize;
-        (*peers).tries = t.tries;
-        (*peers).set_single(u32::from(t.single));
-        (*peers).set_weighted(u32::from(t.weighted));
     }
 }

@@ -27,6 +27,7 @@ use ngx::ffi::{
 };
 
 use crate::ffi_util::borrowed;
+use crate::upstreams::Upstream;
 
 /// A balancer the live API can change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,17 +51,16 @@ pub struct Balancer {
 #[derive(Default)]
 pub struct Probes {
     known: Vec<(usize, &'static str)>,
-    keepalive: Option<(usize, usize, usize)>,
-    /// nginx >= 1.29.7: (keepalive module ctx index, byte offset of `max_cached`).
+    /// (keepalive's `init_upstream`, the keepalive module, byte offset of the wrapped balancer's
+    /// `init_upstream` in its srv conf).
+    keepalive: Option<(usize, &'static ngx_module_t, usize)>,
+    /// nginx >= 1.29.7: (the keepalive module, byte offset of `max_cached` in its srv conf).
     #[cfg(nginx1_29_7)]
-    max_cached: Option<(usize, usize)>,
+    max_cached: Option<(&'static ngx_module_t, usize)>,
 }
 
 /// A marker init function whose address the keepalive probe looks for.
-unsafe extern "C" fn marker(
-    _cf: *mut ngx_conf_t,
-    _us: *mut ngx_http_upstream_srv_conf_t,
-) -> ngx_int_t {
+extern "C" fn marker(_cf: *mut ngx_conf_t, _us: *mut ngx_http_upstream_srv_conf_t) -> ngx_int_t {
     0
 }
 
@@ -72,14 +72,10 @@ fn addr(f: ngx_http_upstream_init_pt) -> usize {
 const SCRATCH: usize = 512;
 
 impl Probes {
-    /// Runs the probes against the modules of the configuration being parsed.
-    ///
-    /// # Safety
-    /// `cf` is the configuration nginx is parsing (inside `http {}`).
-    pub unsafe fn run(cf: *mut ngx_conf_t) -> Probes {
+    /// Runs the probes against the modules of the configuration being parsed (inside `http {}`).
+    pub fn run(cf: &ngx_conf_t) -> Probes {
         let mut p = Probes::default();
-        // SAFETY: forwarded; every call gets a scratch upstream and scratch module conf.
-        unsafe {
+        {
             for (module, cmd, args, label) in [
                 (
                     "ngx_http_upstream_least_conn_module",
@@ -135,9 +131,9 @@ impl Probes {
                     ) == marker as *const () as usize
                 });
                 if let (Some(off), true) = (off, init != 0) {
-                    let idx = find_module(cf, "ngx_http_upstream_keepalive_module")
-                        .map_or(usize::MAX, |m| (*m).ctx_index);
-                    p.keepalive = Some((init, idx, off * size_of::<usize>()));
+                    if let Some(m) = find_module(cf, "ngx_http_upstream_keepalive_module") {
+                        p.keepalive = Some((init, m, off * size_of::<usize>()));
+                    }
                 }
             }
             #[cfg(nginx1_29_7)]
@@ -160,7 +156,7 @@ impl Probes {
                     let mut hits = words.iter().enumerate().filter(|(_, w)| **w == PROBE);
                     if let (Some((off, _)), None) = (hits.next(), hits.next()) {
                         if let Some(m) = find_module(cf, "ngx_http_upstream_keepalive_module") {
-                            p.max_cached = Some(((*m).ctx_index, off * size_of::<usize>()));
+                            p.max_cached = Some((m, off * size_of::<usize>()));
                         }
                     }
                 }
@@ -170,40 +166,34 @@ impl Probes {
     }
 
     /// Classifies an upstream by its `peer.init_upstream`.
-    ///
-    /// # Safety
-    /// `uscf` is an upstream of the configuration the probes ran on.
-    pub unsafe fn classify(&self, uscf: *mut ngx_http_upstream_srv_conf_t) -> Balancer {
-        // SAFETY: caller; the keepalive srv conf exists for every upstream block (nginx creates
-        // every HTTP module's srv conf for it).
-        unsafe {
-            let init = addr((*uscf).peer.init_upstream);
-            if let Some((ka, idx, off)) = self.keepalive {
-                if init == ka && !(*uscf).srv_conf.is_null() && idx != usize::MAX {
-                    let kcf = *(*uscf).srv_conf.add(idx) as *const u8;
-                    let inner = ptr::read_unaligned(kcf.add(off) as *const usize);
-                    let b = self.plain(inner);
-                    return Balancer {
-                        name: format!("{}+keepalive", b.name),
-                        live: b.live,
-                    };
-                }
+    pub fn classify(&self, up: Upstream) -> Balancer {
+        let init = addr(up.init_upstream());
+        if let Some((ka, m, off)) = self.keepalive {
+            let kcf = up.module_srv_conf(m).cast::<u8>();
+            if init == ka && !kcf.is_null() {
+                // SAFETY: kcf is keepalive's srv conf of this upstream, larger than `off` plus a
+                // word (the probe found the marker there in a conf of the same type).
+                let inner = unsafe { ptr::read_unaligned(kcf.add(off) as *const usize) };
+                let b = self.plain(inner);
+                return Balancer {
+                    name: format!("{}+keepalive", b.name),
+                    live: b.live,
+                };
             }
-            #[cfg(nginx1_29_7)]
-            if let Some((idx, off)) = self.max_cached {
-                if !(*uscf).srv_conf.is_null() {
-                    let kcf = *(*uscf).srv_conf.add(idx) as *const u8;
-                    if !kcf.is_null() && ptr::read_unaligned(kcf.add(off) as *const usize) != 0 {
-                        let b = self.plain(init);
-                        return Balancer {
-                            name: format!("{}+keepalive", b.name),
-                            live: b.live,
-                        };
-                    }
-                }
-            }
-            self.plain(init)
         }
+        #[cfg(nginx1_29_7)]
+        if let Some((m, off)) = self.max_cached {
+            let kcf = up.module_srv_conf(m).cast::<u8>();
+            // SAFETY: as above, for `max_cached`.
+            if !kcf.is_null() && unsafe { ptr::read_unaligned(kcf.add(off) as *const usize) } != 0 {
+                let b = self.plain(init);
+                return Balancer {
+                    name: format!("{}+keepalive", b.name),
+                    live: b.live,
+                };
+            }
+        }
+        self.plain(init)
     }
 
     fn plain(&self, init: usize) -> Balancer {
@@ -231,10 +221,13 @@ impl Probes {
     }
 }
 
-unsafe fn find_module(cf: *mut ngx_conf_t, name: &str) -> Option<*mut ngx_module_t> {
-    // SAFETY: cycle->modules is a null-terminated array of loaded modules with their names.
+/// The loaded module called `name`.
+fn find_module(cf: &ngx_conf_t, name: &str) -> Option<&'static ngx_module_t> {
+    // SAFETY: cf->cycle->modules is the cycle's null-terminated array of loaded modules (static
+    // module objects, or those of loaded .so files, which stay loaded with the cycle) with
+    // their names.
     unsafe {
-        let cycle = (*cf).cycle;
+        let cycle = cf.cycle;
         if cycle.is_null() || (*cycle).modules.is_null() {
             return None;
         }
@@ -245,7 +238,7 @@ unsafe fn find_module(cf: *mut ngx_conf_t, name: &str) -> Option<*mut ngx_module
                 return None;
             }
             if !(*m).name.is_null() && CStr::from_ptr((*m).name).to_bytes() == name.as_bytes() {
-                return Some(m);
+                return Some(&*m);
             }
             i += 1;
         }
@@ -255,8 +248,8 @@ unsafe fn find_module(cf: *mut ngx_conf_t, name: &str) -> Option<*mut ngx_module
 /// Calls `module`'s directive `cmd` with `args` on a scratch upstream whose `init_upstream` is
 /// `preset` and whose module configuration is `SCRATCH` bytes of `fill`; returns the
 /// `init_upstream` it left and the scratch module configuration.
-unsafe fn call(
-    cf: *mut ngx_conf_t,
+fn call(
+    cf: &ngx_conf_t,
     module: &str,
     cmd: &CStr,
     args: &[&CStr],
@@ -268,7 +261,7 @@ unsafe fn call(
     // is `SCRATCH` bytes (larger than any balancer's srv conf).
     unsafe {
         let m = find_module(cf, module)?;
-        let mut c = (*m).commands as *const ngx_command_t;
+        let mut c = m.commands as *const ngx_command_t;
         if c.is_null() {
             return None;
         }
@@ -285,9 +278,9 @@ unsafe fn call(
         let mut srv: Vec<*mut c_void> = vec![ptr::null_mut(); up_idx + 1];
         srv[up_idx] = ptr::addr_of_mut!(scratch_uscf).cast();
         let mut ctx = ngx_http_conf_ctx_t {
-            main_conf: (*((*cf).ctx as *mut ngx_http_conf_ctx_t)).main_conf,
+            main_conf: (*(cf.ctx as *mut ngx_http_conf_ctx_t)).main_conf,
             srv_conf: srv.as_mut_ptr(),
-            loc_conf: (*((*cf).ctx as *mut ngx_http_conf_ctx_t)).loc_conf,
+            loc_conf: (*(cf.ctx as *mut ngx_http_conf_ctx_t)).loc_conf,
         };
         let mut words: Vec<ngx_str_t> = Vec::with_capacity(args.len() + 1);
         // C strings: handlers may compare with ngx_strcmp, which needs the terminating zero.
@@ -298,7 +291,7 @@ unsafe fn call(
             nelts: words.len(),
             size: size_of::<ngx_str_t>(),
             nalloc: words.len(),
-            pool: (*cf).pool,
+            pool: cf.pool,
         };
         let mut scratch_cf = *cf;
         scratch_cf.ctx = ptr::addr_of_mut!(ctx).cast();

@@ -12,21 +12,21 @@
 //!
 //! Order: gate → primary list → backup list → slab mutex. nginx's balancers never hold both
 //! lists at once, and take the slab mutex only inside a list lock.
+//!
+//! The fence: [`LiveState`] is a handle on the [`Shared`] block (made by [`LiveState::create`]
+//! in the zone); [`LiveUpstream`] pairs it with the upstream's primary list (`unsafe`
+//! constructor: they must be the same upstream's). Their methods are safe; the guards
+//! ([`GateRead`], `GateWrite`, and `peers`' list and slab guards) release what they hold on drop.
 
-use core::mem::size_of;
-use core::ptr;
+use core::ptr::{self, NonNull};
 use core::sync::atomic::{AtomicU64, Ordering};
 
-use ngx::ffi::{
-    ngx_atomic_t, ngx_http_upstream_rr_peer_t, ngx_http_upstream_rr_peers_t, ngx_pagesize,
-    ngx_pagesize_shift, ngx_rwlock_rlock, ngx_rwlock_unlock, ngx_rwlock_wlock, ngx_shmtx_lock,
-    ngx_shmtx_unlock, ngx_slab_calloc, ngx_slab_pool_t, ngx_slab_stat_t,
-};
+use ngx::ffi::{ngx_atomic_t, ngx_rwlock_rlock, ngx_rwlock_unlock, ngx_rwlock_wlock};
 use upstrand_core::live::plan::totals;
 use upstrand_core::live::render::{PutView, ServerView, SlabView, UpstreamView};
 use upstrand_core::live::{plan, ApiError, PutRequest};
 
-use super::peers;
+use super::peers::{Peer, Peers, Retired, RetiredChain, Slab};
 
 /// Per-upstream live state, allocated in the upstream's zone when the zone is created.
 #[repr(C)]
@@ -36,9 +36,9 @@ pub struct Shared {
     /// Changes with every applied change; starts at the zone's creation time in milliseconds so
     /// a zone made by a reload never repeats an earlier generation.
     generation: AtomicU64,
-    /// Retired peers (out of every list, connections still open), chained through `next`.
-    /// Changed only with both list write locks held.
-    retired: *mut ngx_http_upstream_rr_peer_t,
+    /// Retired peers (out of every list, connections still open). Used only with both list
+    /// write locks held.
+    retired: Retired,
     /// Number of peers in `retired` (read without lock as a hint).
     retiring: AtomicU64,
     /// Selections that found the set changed since their request's balancer data was made and
@@ -46,156 +46,139 @@ pub struct Shared {
     rebalanced: AtomicU64,
 }
 
-/// Allocates the state in the zone.
-///
-/// # Safety
-/// `pool` is the zone's slab pool (called while nginx creates the zone).
-pub unsafe fn create(pool: *mut ngx_slab_pool_t, now_ms: u64) -> *mut Shared {
-    // SAFETY: ngx_slab_calloc takes the pool's mutex and returns zeroed memory or null; zeroed
-    // memory is a valid Shared (lock free, no retired peers).
-    unsafe {
-        let s = ngx_slab_calloc(pool, size_of::<Shared>()).cast::<Shared>();
-        if !s.is_null() {
-            (*s).generation.store(now_ms.max(1), Ordering::SeqCst);
-        }
-        s
+/// A handle on one upstream's [`Shared`] block in its zone (valid as long as the zone: the
+/// configuration's cycle).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct LiveState(NonNull<Shared>);
+
+impl LiveState {
+    /// Allocates the state in the zone (while nginx creates the zone); None when it is full.
+    pub fn create(slab: Slab, now_ms: u64) -> Option<LiveState> {
+        // Zeroed memory is a valid Shared (lock free, no retired peers).
+        let s = slab.calloc::<Shared>()?;
+        let st = LiveState(s);
+        st.shared()
+            .generation
+            .store(now_ms.max(1), Ordering::SeqCst);
+        Some(st)
+    }
+
+    /// The atomics of the block (a shared reference: every field a worker changes without a
+    /// lock is an atomic; `gate` is used only through nginx's lock functions and `retired` only
+    /// through [`LiveUpstream`] with the list locks held, both by raw pointer).
+    fn shared(&self) -> &Shared {
+        // SAFETY: the block lives as long as the zone (handle); see above.
+        unsafe { self.0.as_ref() }
+    }
+
+    fn gate(self) -> *mut ngx_atomic_t {
+        // SAFETY: the block is live (handle); no reference is made.
+        unsafe { ptr::addr_of_mut!((*self.0.as_ptr()).gate) }
+    }
+
+    /// The current generation.
+    pub fn generation(self) -> u64 {
+        self.shared().generation.load(Ordering::SeqCst)
+    }
+
+    /// Counts one request whose balancer data was made again after a change.
+    pub fn count_rebalanced(self) {
+        self.shared().rebalanced.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Whether retired peers wait to be freed (a hint read without lock).
+    pub fn has_retiring(self) -> bool {
+        self.shared().retiring.load(Ordering::Relaxed) > 0
+    }
+
+    /// Takes the gate for reading.
+    pub fn gate_read(self) -> GateRead {
+        // SAFETY: the lock word lives in the zone (handle).
+        unsafe { ngx_rwlock_rlock(self.gate()) };
+        GateRead(self)
+    }
+
+    fn gate_write(self) -> GateWrite {
+        // SAFETY: as in gate_read.
+        unsafe { ngx_rwlock_wlock(self.gate()) };
+        GateWrite(self)
     }
 }
 
 /// A held read side of the gate, released on drop.
-pub struct GateRead(*mut Shared);
-
-impl GateRead {
-    /// Takes the gate for reading.
-    ///
-    /// # Safety
-    /// `s` is a live [`Shared`].
-    pub unsafe fn take(s: *mut Shared) -> GateRead {
-        // SAFETY: caller; the lock word lives in the zone.
-        unsafe { ngx_rwlock_rlock(ptr::addr_of_mut!((*s).gate)) };
-        GateRead(s)
-    }
-}
+pub struct GateRead(LiveState);
 
 impl Drop for GateRead {
     fn drop(&mut self) {
-        // SAFETY: taken in `take` by this process.
-        unsafe { ngx_rwlock_unlock(ptr::addr_of_mut!((*self.0).gate)) };
+        // SAFETY: taken in `gate_read` by this process.
+        unsafe { ngx_rwlock_unlock(self.0.gate()) };
     }
 }
 
-struct GateWrite(*mut Shared);
-
-impl GateWrite {
-    unsafe fn take(s: *mut Shared) -> GateWrite {
-        // SAFETY: caller.
-        unsafe { ngx_rwlock_wlock(ptr::addr_of_mut!((*s).gate)) };
-        GateWrite(s)
-    }
-}
+/// A held write side of the gate, released on drop.
+struct GateWrite(LiveState);
 
 impl Drop for GateWrite {
     fn drop(&mut self) {
-        // SAFETY: taken in `take` by this process.
-        unsafe { ngx_rwlock_unlock(ptr::addr_of_mut!((*self.0).gate)) };
+        // SAFETY: taken in `gate_write` by this process.
+        unsafe { ngx_rwlock_unlock(self.0.gate()) };
     }
 }
 
-/// Both list write locks (primary, then backup when there is one), released on drop.
-struct ListsWrite(
-    *mut ngx_http_upstream_rr_peers_t,
-    *mut ngx_http_upstream_rr_peers_t,
-);
+/// One live upstream: its state and its primary list (in the zone, with its slab pool).
+#[derive(Clone, Copy, Debug)]
+pub struct LiveUpstream {
+    state: LiveState,
+    primary: Peers,
+    slab: Slab,
+}
 
-impl ListsWrite {
-    unsafe fn take(primary: *mut ngx_http_upstream_rr_peers_t) -> ListsWrite {
-        // SAFETY: caller passes a zone list; its backup (if any) is a zone list too.
-        unsafe {
-            peers::wlock(primary);
-            let b = peers::backup(primary);
-            if !b.is_null() {
-                peers::wlock(b);
-            }
-            ListsWrite(primary, b)
-        }
+impl LiveUpstream {
+    /// # Safety
+    /// `state` was made in the zone of the upstream whose zone list `primary` is (the lists'
+    /// locks and the retired chain of `state` then belong together).
+    pub unsafe fn new(state: LiveState, primary: Peers) -> Option<LiveUpstream> {
+        Some(LiveUpstream {
+            state,
+            primary,
+            slab: primary.slab()?,
+        })
     }
-}
 
-impl Drop for ListsWrite {
-    fn drop(&mut self) {
-        // SAFETY: both taken in `take` by this process (backup first released).
-        unsafe {
-            if !self.1.is_null() {
-                peers::unlock(self.1);
-            }
-            peers::unlock(self.0);
-        }
+    /// The retired chain (used by [`ListsWrite`]'s methods with the locks held).
+    fn retired(self) -> RetiredChain {
+        // SAFETY: the block is live and not null (handle): the address of one of its fields is
+        // not null either; no reference is made.
+        let head =
+            unsafe { NonNull::new_unchecked(ptr::addr_of_mut!((*self.state.0.as_ptr()).retired)) };
+        RetiredChain::new(head)
     }
-}
 
-struct SlabLock(*mut ngx_slab_pool_t);
-
-impl SlabLock {
-    unsafe fn take(pool: *mut ngx_slab_pool_t) -> SlabLock {
-        // SAFETY: caller passes a live slab pool.
-        unsafe { ngx_shmtx_lock(ptr::addr_of_mut!((*pool).mutex)) };
-        SlabLock(pool)
+    /// The upstream's live state.
+    pub fn state(self) -> LiveState {
+        self.state
     }
-}
 
-impl Drop for SlabLock {
-    fn drop(&mut self) {
-        // SAFETY: taken in `take` by this process.
-        unsafe { ngx_shmtx_unlock(ptr::addr_of_mut!((*self.0).mutex)) };
+    /// The tries a new request gets now (nginx's `ngx_http_upstream_tries`: the `tries` of the
+    /// primary and the backup list).
+    pub fn fresh_tries(self) -> usize {
+        let primary = self.primary.read().tries();
+        primary + self.primary.backup().map_or(0, |b| b.read().tries())
     }
-}
 
-/// The current generation.
-///
-/// # Safety
-/// `s` is a live [`Shared`].
-pub unsafe fn generation(s: *mut Shared) -> u64 {
-    // SAFETY: caller.
-    unsafe { (*s).generation.load(Ordering::SeqCst) }
-}
-
-/// Counts one request whose balancer data was made again after a change.
-///
-/// # Safety
-/// `s` is a live [`Shared`].
-pub unsafe fn count_rebalanced(s: *mut Shared) {
-    // SAFETY: caller.
-    unsafe { (*s).rebalanced.fetch_add(1, Ordering::Relaxed) };
-}
-
-/// Whether retired peers wait to be freed (a hint read without lock).
-///
-/// # Safety
-/// `s` is a live [`Shared`].
-pub unsafe fn has_retiring(s: *mut Shared) -> bool {
-    // SAFETY: caller.
-    unsafe { (*s).retiring.load(Ordering::Relaxed) > 0 }
-}
-
-/// `GET <loc>/NAME`.
-///
-/// # Safety
-/// `s` and `primary` belong to the same upstream's zone.
-pub unsafe fn view(s: *mut Shared, primary: *mut ngx_http_upstream_rr_peers_t) -> UpstreamView {
-    // SAFETY: caller; the gate keeps the lists and the generation still while they are read,
-    // the list locks keep the per-peer figures consistent.
-    unsafe {
-        sweep(s, primary);
-        let _g = GateRead::take(s);
+    /// `GET <loc>/NAME`.
+    pub fn view(self) -> UpstreamView {
+        self.sweep();
+        // The gate keeps the lists and the generation still while they are read, the list
+        // locks keep the per-peer figures consistent.
+        let _g = self.state.gate_read();
         let mut servers = Vec::new();
-        for (list, backup) in [(primary, false), (peers::backup(primary), true)] {
-            if list.is_null() {
-                continue;
-            }
-            peers::rlock(list);
-            for p in peers::list(list) {
-                let (name, st) = peers::name_and_state(p);
-                let c = peers::current(p, backup);
+        for (list, backup) in [(Some(self.primary), false), (self.primary.backup(), true)] {
+            let Some(list) = list else { continue };
+            let lock = list.read();
+            for p in lock.peers() {
+                let (name, st) = p.name_and_state();
+                let c = p.current(backup);
                 servers.push(ServerView {
                     address: name,
                     weight: c.as_ref().map_or(0, |c| u64::from(c.weight)),
@@ -207,63 +190,50 @@ pub unsafe fn view(s: *mut Shared, primary: *mut ngx_http_upstream_rr_peers_t) -
                     fails: st.fails,
                 });
             }
-            peers::unlock(list);
         }
+        let sh = self.state.shared();
         UpstreamView {
-            generation: generation(s),
+            generation: self.state.generation(),
             servers,
-            retiring: (*s).retiring.load(Ordering::SeqCst),
-            rebalanced: (*s).rebalanced.load(Ordering::Relaxed),
+            retiring: sh.retiring.load(Ordering::SeqCst),
+            rebalanced: sh.rebalanced.load(Ordering::Relaxed),
         }
     }
-}
 
-/// Applies a `PUT` (see `docs/live-api.md` for the semantics).
-///
-/// # Safety
-/// `s` and `primary` belong to the same upstream's zone; `zone` and `name` name them.
-pub unsafe fn apply(
-    s: *mut Shared,
-    primary: *mut ngx_http_upstream_rr_peers_t,
-    name: &str,
-    zone: &str,
-    req: &PutRequest,
-) -> Result<PutView, ApiError> {
-    // SAFETY: caller; see the lock order in the module comment. Lists and the generation change
-    // only under the gate's write side, which this function holds throughout.
-    unsafe {
-        let _g = GateWrite::take(s);
-        let pool = peers::shpool(primary);
-        let now = generation(s);
+    /// `GET <loc>/NAME?slab`: the zone's slab figures.
+    pub fn slab(self, zone: &str) -> SlabView {
+        self.slab.figures(zone)
+    }
+
+    /// Applies a `PUT` (see `docs/live-api.md` for the semantics); `zone` and `name` name the
+    /// upstream in error messages.
+    pub fn apply(self, name: &str, zone: &str, req: &PutRequest) -> Result<PutView, ApiError> {
+        // Lists and the generation change only under the gate's write side, held throughout:
+        // the peers read below stay members of their lists until this function changes them.
+        let _g = self.state.gate_write();
+        let sh = self.state.shared();
+        let now = self.state.generation();
         if let Some(want) = req.generation {
             if want != now {
                 return Err(ApiError::generation_conflict(want, now));
             }
         }
         // The current set, primary first (its order is the plan's current index order).
-        let mut cur_peers = Vec::new();
+        let mut cur_peers: Vec<Peer> = Vec::new();
         let mut current = Vec::new();
-        for (list, backup) in [(primary, false), (peers::backup(primary), true)] {
-            if list.is_null() {
-                continue;
+        for (list, backup) in [(Some(self.primary), false), (self.primary.backup(), true)] {
+            let Some(list) = list else { continue };
+            let lock = list.read();
+            for p in lock.peers() {
+                let Some(c) = p.current(backup) else {
+                    return Err(ApiError::new(
+                        409,
+                        format!("upstream \"{name}\" has a server with an address family the API cannot handle"),
+                    ));
+                };
+                cur_peers.push(p);
+                current.push(c);
             }
-            peers::rlock(list);
-            for p in peers::list(list) {
-                match peers::current(p, backup) {
-                    Some(c) => {
-                        cur_peers.push(p);
-                        current.push(c);
-                    }
-                    None => {
-                        peers::unlock(list);
-                        return Err(ApiError::new(
-                            409,
-                            format!("upstream \"{name}\" has a server with an address family the API cannot handle"),
-                        ));
-                    }
-                }
-            }
-            peers::unlock(list);
         }
         let p = plan(&current, &req.servers);
         if p.unchanged {
@@ -272,25 +242,23 @@ pub unsafe fn apply(
                 changed: false,
                 added: 0,
                 removed: 0,
-                retiring: (*s).retiring.load(Ordering::SeqCst),
+                retiring: sh.retiring.load(Ordering::SeqCst),
             });
         }
 
         // Allocate everything new first: a full zone changes nothing.
         let need_backup_list =
-            req.servers.iter().any(|x| x.backup) && peers::backup(primary).is_null();
-        let mut fresh: Vec<Option<*mut ngx_http_upstream_rr_peer_t>> =
-            vec![None; req.servers.len()];
-        let mut new_backup = ptr::null_mut();
+            req.servers.iter().any(|x| x.backup) && self.primary.backup().is_none();
+        let mut fresh: Vec<Option<Peer>> = vec![None; req.servers.len()];
+        let mut new_backup = None;
         {
-            let _m = SlabLock::take(pool);
+            let m = self.slab.lock();
             // A full zone is answered with 507; nginx's "[crit] ngx_slab_alloc() failed: no
             // memory" line for it would only repeat that, so it is off while these allocate.
-            let log_nomem = (*pool).log_nomem();
-            (*pool).set_log_nomem(0);
+            let log_nomem = m.set_log_nomem(false);
             let mut failed = false;
             for &j in &p.add {
-                match peers::alloc_peer_locked(pool, &req.servers[j]) {
+                match m.alloc_peer(&req.servers[j]) {
                     Some(np) => fresh[j] = Some(np),
                     None => {
                         failed = true;
@@ -299,74 +267,69 @@ pub unsafe fn apply(
                 }
             }
             if !failed && need_backup_list {
-                match peers::alloc_list_locked(pool, primary) {
-                    Some(b) => new_backup = b,
+                match m.alloc_list(self.primary) {
+                    Some(b) => new_backup = Some(b),
                     None => failed = true,
                 }
             }
-            (*pool).set_log_nomem(log_nomem);
+            m.set_log_nomem(log_nomem);
             if failed {
                 for np in fresh.iter().flatten() {
-                    peers::free_peer_locked(pool, *np);
+                    // SAFETY: allocated just above and never linked anywhere.
+                    unsafe { m.free_peer(*np) };
                 }
                 return Err(ApiError::zone_full(name, zone));
             }
         }
 
         // Swap under the list write locks.
-        let lists = ListsWrite::take(primary);
-        if !new_backup.is_null() {
-            peers::set_backup(primary, new_backup);
+        let lists = self.primary.write_both();
+        if let Some(b) = new_backup {
+            // A backup list made by this process after the locks were taken is not locked by
+            // them, but nobody can use it before the generation changes below, and the gate
+            // keeps every selection out until then.
+            lists.set_backup(b);
         }
-        let mut member: Vec<*mut ngx_http_upstream_rr_peer_t> =
-            vec![ptr::null_mut(); req.servers.len()];
+        let mut member: Vec<Option<Peer>> = vec![None; req.servers.len()];
         for &(i, j) in &p.keep {
-            peers::set_settings(cur_peers[i], &req.servers[j]);
-            member[j] = cur_peers[i];
+            lists.set_settings(cur_peers[i], &req.servers[j]);
+            member[j] = Some(cur_peers[i]);
         }
         for (j, np) in fresh.iter().enumerate() {
-            if let Some(np) = np {
+            if np.is_some() {
                 member[j] = *np;
             }
         }
-        let primary_members: Vec<_> = req
-            .servers
-            .iter()
-            .zip(&member)
-            .filter(|(x, _)| !x.backup)
-            .map(|(_, m)| *m)
-            .collect();
-        let backup_members: Vec<_> = req
-            .servers
-            .iter()
-            .zip(&member)
-            .filter(|(x, _)| x.backup)
-            .map(|(_, m)| *m)
-            .collect();
-        peers::set_list(primary, &primary_members, totals(&req.servers, false));
-        let b = peers::backup(primary);
-        if !b.is_null() {
-            // A backup list made by this process after ListsWrite was taken is not locked by it,
-            // but nobody can use it before the generation changes below, and the gate keeps
-            // every selection out until then.
-            peers::set_list(b, &backup_members, totals(&req.servers, true));
+        let members = |backup: bool| -> Vec<Peer> {
+            req.servers
+                .iter()
+                .zip(&member)
+                .filter(|(x, _)| x.backup == backup)
+                .filter_map(|(_, m)| *m)
+                .collect()
+        };
+        lists.set_list(self.primary, &members(false), totals(&req.servers, false));
+        if let Some(b) = self.primary.backup() {
+            lists.set_list(b, &members(true), totals(&req.servers, true));
         }
         let mut retired = 0u64;
         {
-            let _m = SlabLock::take(pool);
+            let m = self.slab.lock();
+            let chain = self.retired();
             for &i in &p.remove {
                 let old = cur_peers[i];
-                if peers::conns(old) == 0 {
-                    peers::free_peer_locked(pool, old);
-                } else {
-                    peers::set_next(old, (*s).retired);
-                    (*s).retired = old;
+                if old.in_use() {
+                    lists.retire(chain, old);
                     retired += 1;
+                } else {
+                    // SAFETY: removed from every list above (the lists were rebuilt without
+                    // it), not in use, both list write locks held; `old` is not used again.
+                    unsafe { m.free_peer(old) };
                 }
             }
         }
-        let retiring = (*s).retiring.fetch_add(retired, Ordering::SeqCst) + retired;
-        let g = (*s).generation.fetch_add(1, Ordering::SeqCst) + 1;
+        let retiring = sh.retiring.fetch_add(retired, Ordering::SeqCst) + retired;
+        let g = sh.generation.fetch_add(1, Ordering::SeqCst) + 1;
         drop(lists);
         Ok(PutView {
             generation: g,
@@ -376,59 +339,19 @@ pub unsafe fn apply(
             retiring,
         })
     }
-}
 
-/// Frees retired peers whose last connection ended.
-///
-/// # Safety
-/// `s` and `primary` belong to the same upstream's zone.
-pub unsafe fn sweep(s: *mut Shared, primary: *mut ngx_http_upstream_rr_peers_t) {
-    // SAFETY: caller. With both list write locks held no `free` of a balancer is inside its
-    // locked section, so a peer whose `conns` is 0 is referenced by no request any more (the
-    // balancer wrapper copied the peer's name and address into the request).
-    unsafe {
-        if !has_retiring(s) {
+    /// Frees retired peers whose last connection ended.
+    pub fn sweep(self) {
+        if !self.state.has_retiring() {
             return;
         }
-        let _lists = ListsWrite::take(primary);
-        let pool = peers::shpool(primary);
-        let _m = SlabLock::take(pool);
-        let mut link: *mut *mut ngx_http_upstream_rr_peer_t = ptr::addr_of_mut!((*s).retired);
-        let mut freed = 0;
-        while !(*link).is_null() {
-            let p = *link;
-            if peers::conns(p) == 0 {
-                *link = peers::next(p);
-                peers::free_peer_locked(pool, p);
-                freed += 1;
-            } else {
-                link = ptr::addr_of_mut!((*p).next);
-            }
-        }
-        (*s).retiring.fetch_sub(freed, Ordering::SeqCst);
-    }
-}
-
-/// The zone's slab figures.
-///
-/// # Safety
-/// `pool` is a live slab pool.
-pub unsafe fn slab(pool: *mut ngx_slab_pool_t, zone: &str) -> SlabView {
-    // SAFETY: caller; the figures are read under the pool's mutex; `stats` has one entry per
-    // size class, `ngx_pagesize_shift - min_shift` of them (as ngx_slab_init makes it).
-    unsafe {
-        let _m = SlabLock::take(pool);
-        let classes = ngx_pagesize_shift.saturating_sub((*pool).min_shift);
-        let stats = core::slice::from_raw_parts((*pool).stats as *const ngx_slab_stat_t, classes);
-        let page = ngx_pagesize as u64;
-        let total = ((*pool).end as usize - (*pool).start as usize) as u64 / page.max(1);
-        SlabView {
-            zone: zone.to_string(),
-            page_size: page,
-            pages_total: total,
-            pages_free: (*pool).pfree as u64,
-            chunks_used: stats.iter().map(|x| x.used as u64).sum(),
-            alloc_failures: stats.iter().map(|x| x.fails as u64).sum(),
-        }
+        let lists = self.primary.write_both();
+        let m = self.slab.lock();
+        let freed = lists.free_idle_retired(self.retired(), &m);
+        drop(m);
+        self.state
+            .shared()
+            .retiring
+            .fetch_sub(freed, Ordering::SeqCst);
     }
 }

@@ -73,6 +73,17 @@ impl ApiError {
         )
     }
 
+    /// 409: the upstream has `server ... resolve` servers (nginx 1.27.3+): nginx's upstream zone
+    /// module resolves their names at run time and rewrites the server set itself.
+    pub fn resolves_names(name: &str) -> Self {
+        Self::new(
+            409,
+            format!(
+                "upstream \"{name}\" has servers with the \"resolve\" parameter: nginx re-resolves their names at run time and rewrites the set itself, so it cannot take live changes (change it by a reload)"
+            ),
+        )
+    }
+
     /// 409: the compare-and-set guard did not match.
     pub fn generation_conflict(wanted: u64, current: u64) -> Self {
         Self::new(

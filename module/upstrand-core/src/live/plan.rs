@@ -111,3 +111,18 @@ pub fn totals(wanted: &[Server], backup: bool) -> ListTotals {
     t.weighted = t.total_weight != t.number as u64;
     t
 }
+
+/// The tries a request continues with once its next try is made in a set other than the one its
+/// balancer data was made for: as many as a new request gets in the current set (`fresh`,
+/// nginx's `ngx_http_upstream_tries`: servers not `down` in both lists), limited by what
+/// `proxy_next_upstream_tries` (`cap`; 0: no limit) still allows after the `made` tries already
+/// made, and never fewer than it had left (`left`). Keeping only `left` would end a request
+/// whose set grew after one failed try with a 502 while the new set has working servers.
+pub fn tries_in_new_set(left: usize, fresh: usize, cap: usize, made: usize) -> usize {
+    let allowed = if cap == 0 {
+        fresh
+    } else {
+        fresh.min(cap.saturating_sub(made))
+    };
+    left.max(allowed)
+}
