@@ -495,11 +495,17 @@ impl Nginx {
             "nginx master {pid} did not exit within {:?} after SIGQUIT (workers left: {left:?}); killed",
             self.opts.stop_timeout
         ));
-        for w in left {
+        for &w in &left {
             procfs::signal(w, Sig::Kill);
         }
         let _ = child.kill();
         let _ = child.wait();
+        // A SIGKILLed worker dies when the kernel next schedules it (later on a loaded machine)
+        // and is then reaped by whoever inherited it: return once none is alive, bounded.
+        let deadline = Instant::now() + Duration::from_secs(3);
+        while left.iter().any(|&w| procfs::alive(w)) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
         problems
     }
 }
