@@ -17,7 +17,7 @@ use hyper::Method;
 use serde_json::Value;
 use tributary_apply::{Applier, ApplyOptions, CommandNginx, ReloadConfirm};
 use tributary_plugin_host::{HostOptions, PluginHost};
-use tributary_store::{Applied, OutcomeRecord, OutcomeStatus, Store, StoreOptions};
+use tributary_store::{Applied, OutcomeRecord, OutcomeStatus, SqliteStore, StoreOptions};
 
 use crate::api::ApiState;
 use crate::client::{ApiFailure, Client};
@@ -288,6 +288,15 @@ pub fn main() -> ExitCode {
     }
 }
 
+/// This host's id in a fleet (`--host-id`'s default): the kernel's host name, else `localhost`.
+fn default_host_id() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".to_string())
+}
+
 fn env_path(flag: Option<PathBuf>, var: &str, default: &str) -> PathBuf {
     flag.or_else(|| std::env::var_os(var).map(PathBuf::from))
         .unwrap_or_else(|| PathBuf::from(default))
@@ -528,11 +537,12 @@ async fn serve(a: ServeArgs) -> anyhow::Result<()> {
             .with_context(|| format!("creating data folder {}", data_dir.display()))?;
     }
     let token = crate::token::load_or_create(&data_dir)?;
-    let store = Store::open_with(
+    let store = SqliteStore::open(
         &data_dir.join("tributary.db"),
         StoreOptions {
             history_per_binding: a.history.max(1),
         },
+        &default_host_id(),
     )?;
     let conf_dir = match a.conf_dir {
         Some(d) => d,
@@ -584,7 +594,7 @@ async fn serve(a: ServeArgs) -> anyhow::Result<()> {
     let names: Vec<String> = host.plugins().into_iter().map(|p| p.name).collect();
     tracing::info!(plugins_dir = %plugins_dir.display(), plugins = ?names, "plugins loaded");
     let engine = Engine::start(
-        store,
+        Arc::new(store),
         Arc::new(host),
         applier,
         EngineOptions {
