@@ -27,8 +27,21 @@ pub struct EtcdCluster {
 
 impl EtcdCluster {
     /// Starts `n` members on free ports and waits until each answers a linearizable read (a
-    /// leader is elected).
+    /// leader is elected). A port taken by another process between its choice and etcd's bind
+    /// (tests run in parallel) makes a member exit: the cluster is started anew on new ports, up
+    /// to 5 times.
     pub fn start(n: usize) -> EtcdCluster {
+        let mut last = String::new();
+        for _ in 0..5 {
+            match EtcdCluster::try_start(n) {
+                Ok(c) => return c,
+                Err(why) => last = why,
+            }
+        }
+        panic!("etcd cluster did not start: {last}");
+    }
+
+    fn try_start(n: usize) -> Result<EtcdCluster, String> {
         let mut c = EtcdCluster {
             dir: tempfile::tempdir().unwrap(),
             members: (0..n)
@@ -44,9 +57,9 @@ impl EtcdCluster {
             c.spawn(i);
         }
         for i in 0..n {
-            c.wait_ready(i, Duration::from_secs(30));
+            c.try_wait_ready(i, Duration::from_secs(30))?;
         }
-        c
+        Ok(c)
     }
 
     fn initial_cluster(&self) -> String {
@@ -103,22 +116,33 @@ impl EtcdCluster {
     }
 
     fn wait_ready(&mut self, i: usize, limit: Duration) {
+        if let Err(why) = self.try_wait_ready(i, limit) {
+            panic!("{why}");
+        }
+    }
+
+    fn try_wait_ready(&mut self, i: usize, limit: Duration) -> Result<(), String> {
         let deadline = Instant::now() + limit;
         loop {
             if let Some(status) = self.members[i].child.as_mut().unwrap().try_wait().unwrap() {
-                panic!("etcd member {i} exited with {status}: {}", self.log_text(i));
+                self.members[i].child = None;
+                return Err(format!(
+                    "etcd member {i} exited with {status}: {}",
+                    self.log_text(i)
+                ));
             }
             let port = self.members[i].client_port;
             if crate::etcd::post_json(port, "/v3/kv/range", &json!({"key": "AA=="}), None)
                 .is_ok_and(|v| v.get("header").is_some())
             {
-                return;
+                return Ok(());
             }
-            assert!(
-                Instant::now() < deadline,
-                "etcd member {i} did not answer: {}",
-                self.log_text(i)
-            );
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "etcd member {i} did not answer: {}",
+                    self.log_text(i)
+                ));
+            }
             std::thread::sleep(Duration::from_millis(50));
         }
     }

@@ -317,8 +317,14 @@ async fn losing_etcd_keeps_the_mirror_fails_writes_clearly_and_catches_up() {
         .await
         .unwrap();
 
-    // One member dies: the others keep the fleet going.
-    blocking(|| cluster.kill(0));
+    // The member A talks to dies: A moves to another one, the fleet goes on.
+    let loc = a.store.status().location;
+    let member = cluster
+        .endpoints()
+        .iter()
+        .position(|e| loc.contains(&format!("connected to {e}")))
+        .unwrap_or_else(|| panic!("no member named in {loc}"));
+    blocking(|| cluster.kill(member));
     let t0 = Instant::now();
     loop {
         match a.store.insert_binding(&binding("one-down", "x")).await {
@@ -329,11 +335,20 @@ async fn losing_etcd_keeps_the_mirror_fails_writes_clearly_and_catches_up() {
             Err(e) => panic!("write with one member down: {e}"),
         }
     }
+    let t1 = Instant::now();
     until(Duration::from_secs(10), "one-down on B", || {
+        if t1.elapsed() > Duration::from_secs(9) {
+            eprintln!("B: {:?}", b.store.status());
+        }
         b.store.get_binding("one-down").unwrap().is_some()
     })
     .await;
-    blocking(|| cluster.restart(0));
+    eprintln!(
+        "one member down: write took {:?}, seen on B after {:?}",
+        t1 - t0,
+        t1.elapsed()
+    );
+    blocking(|| cluster.restart(member));
 
     // All members die: reads answer from the mirror, writes fail at once and name the store.
     blocking(|| cluster.kill_all());
@@ -445,4 +460,59 @@ async fn losing_etcd_keeps_the_mirror_fails_writes_clearly_and_catches_up() {
             .any(|h| h.outcome.host == "host-a" && h.outcome.state == HostState::Applied && h.alive)
     })
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_that_closes_hands_its_bindings_over_at_once() {
+    let cluster = blocking(|| EtcdCluster::start(3));
+    let h1 = host(&cluster, "h1").await;
+    let h2 = host(&cluster, "h2").await;
+    h1.store.insert_binding(&binding("api", "s")).await.unwrap();
+    until(Duration::from_secs(5), "api on h2", || {
+        h2.store.get_binding("api").unwrap().is_some()
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let holder_is_h1 = h1.store.claim_resolver("api").await.unwrap();
+    let (closing, other) = if holder_is_h1 { (&h1, &h2) } else { (&h2, &h1) };
+    assert!(closing.store.claim_resolver("api").await.unwrap());
+    assert!(!other.store.claim_resolver("api").await.unwrap());
+    // Both see the claim before the close (so the event below is the release, not the claim).
+    let holder = closing.store.host_id().to_string();
+    until(
+        Duration::from_secs(5),
+        "the claim seen by the other host",
+        || other.store.fleet_view("api").resolver.as_deref() == Some(holder.as_str()),
+    )
+    .await;
+    let mut ev = other.store.subscribe();
+    let t0 = Instant::now();
+    closing.store.close().await;
+    wait_event(&mut ev, Duration::from_secs(5), |e| {
+        *e == StoreEvent::Resolver("api".into())
+    })
+    .await;
+    // Under a loaded machine the release may still be on its way: ask until it is taken.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !other.store.claim_resolver("api").await.unwrap() {
+        assert!(
+            Instant::now() < deadline,
+            "not taken over: {:?} {:?}",
+            other.store.fleet_view("api"),
+            other.store.status()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let took = t0.elapsed();
+    // Well under the 2 s lease TTL: the lease was revoked, not left to expire.
+    assert!(
+        took < Duration::from_millis(1500),
+        "hand-over took {took:?}"
+    );
+    // The closed store refuses writes and still reads its mirror.
+    assert!(matches!(
+        closing.store.insert_binding(&binding("x", "s")).await,
+        Err(StoreError::Unavailable { .. })
+    ));
+    assert!(closing.store.get_binding("api").unwrap().is_some());
 }

@@ -113,6 +113,8 @@ impl EtcdOptions {
 #[derive(Default)]
 pub(crate) struct Conn {
     pub client: Option<Client>,
+    /// The member the session talks to.
+    pub member: Option<String>,
     pub lease: Option<i64>,
     pub unreachable_since_ms: Option<i64>,
     pub last_error: Option<String>,
@@ -268,7 +270,10 @@ impl BindingStore for EtcdStore {
             connected: c.client.is_some(),
             unreachable_since_ms: c.unreachable_since_ms,
             last_error: c.last_error.clone(),
-            location: self.shared.location.clone(),
+            location: match (&c.client, &c.member) {
+                (Some(_), Some(m)) => format!("{} (connected to {m})", self.shared.location),
+                _ => self.shared.location.clone(),
+            },
         }
     }
 
@@ -535,6 +540,21 @@ impl BindingStore for EtcdStore {
             self.shared.flush.notify_one();
         }
         Ok(())
+    }
+
+    async fn close(&self) {
+        self.task.abort();
+        let (client, lease) = {
+            let mut c = lock(&self.shared.conn);
+            (c.client.take(), c.lease.take())
+        };
+        if let (Some(mut client), Some(lease)) = (client, lease) {
+            let _ =
+                tokio::time::timeout(self.shared.opts.op_timeout, client.lease_revoke(lease)).await;
+        }
+        let mut c = lock(&self.shared.conn);
+        c.unreachable_since_ms.get_or_insert_with(now_ms);
+        c.last_error = Some("the store was closed".into());
     }
 
     fn fleet_view(&self, name: &str) -> FleetView {

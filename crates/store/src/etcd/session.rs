@@ -25,22 +25,31 @@ pub async fn run(shared: Arc<Shared>) {
     let started_ms = now_ms();
     let mut lease: Option<i64> = None;
     let mut backoff = Duration::from_millis(100);
+    // One member per session, the next one after a failure (tonic's balanced channel keeps
+    // sending to a member that is down); hosts start on different members.
+    let n = shared.opts.endpoints.len();
+    let mut member = (super::mirror::score(&shared.opts.host_id, "") % n as u64) as usize;
     loop {
         let t0 = Instant::now();
-        let err = session(&shared, &mut lease, started_ms).await;
+        let endpoint = shared.opts.endpoints[member].clone();
+        member = (member + 1) % n;
+        let err = session(&shared, &endpoint, &mut lease, started_ms).await;
         {
             let mut c = lock(&shared.conn);
             c.client = None;
             c.unreachable_since_ms.get_or_insert_with(now_ms);
             c.last_error = Some(err.clone());
         }
-        tracing::warn!(store = %shared.location, error = %err, "etcd session ended; serving the local mirror, reconnecting");
+        tracing::warn!(store = %shared.location, member = %endpoint, error = %err, "etcd session ended; serving the local mirror, reconnecting");
         let _ = shared.events.send(StoreEvent::Status);
         if t0.elapsed() > Duration::from_secs(10) {
             backoff = Duration::from_millis(100);
         }
-        tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(MAX_BACKOFF);
+        // Every member once quickly, then back off.
+        if member == 0 || n == 1 {
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(MAX_BACKOFF);
+        }
     }
 }
 
@@ -91,8 +100,13 @@ async fn bounded<T, E: std::fmt::Display>(
 }
 
 /// One session; returns why it ended.
-async fn session(shared: &Arc<Shared>, lease_slot: &mut Option<i64>, started_ms: i64) -> String {
-    match session_inner(shared, lease_slot, started_ms).await {
+async fn session(
+    shared: &Arc<Shared>,
+    endpoint: &str,
+    lease_slot: &mut Option<i64>,
+    started_ms: i64,
+) -> String {
+    match session_inner(shared, endpoint, lease_slot, started_ms).await {
         Ok(never) => match never {},
         Err(e) => e,
     }
@@ -102,18 +116,14 @@ enum Never {}
 
 async fn session_inner(
     shared: &Arc<Shared>,
+    endpoint: &str,
     lease_slot: &mut Option<i64>,
     started_ms: i64,
 ) -> Result<Never, String> {
     let o = &shared.opts;
     let keys = &shared.keys;
     let opts = connect_options(shared)?;
-    let mut client = bounded(
-        shared,
-        "connect",
-        Client::connect(o.endpoints.clone(), Some(opts)),
-    )
-    .await?;
+    let mut client = bounded(shared, "connect", Client::connect([endpoint], Some(opts))).await?;
 
     // This host's lease: the old one while it lives (its claims with it), else a new one.
     let ttl = o.lease_ttl.as_secs().max(2) as i64;
@@ -197,6 +207,7 @@ async fn session_inner(
     {
         let mut c = lock(&shared.conn);
         c.client = Some(client.clone());
+        c.member = Some(endpoint.to_string());
         c.lease = Some(lease);
         c.unreachable_since_ms = None;
         c.last_error = None;
