@@ -305,16 +305,17 @@ mod tests {
     use super::*;
     use tributary_apply::{Applier, ApplyOptions, CommandNginx};
     use tributary_plugin_host::{HostOptions, PluginHost};
-    use tributary_store::Store;
+    use tributary_store::SqliteStore;
 
     async fn state(dir: &std::path::Path) -> ApiState {
-        let store = Store::open(&dir.join("db")).unwrap();
+        let store = SqliteStore::open(&dir.join("db"), Default::default(), "test").unwrap();
         std::fs::create_dir_all(dir.join("plugins")).unwrap();
         let (host, _) = PluginHost::load(&dir.join("plugins"), HostOptions::default());
         let nginx = CommandNginx::new(vec!["true".into()], vec!["true".into()]);
         let applier =
             Applier::open(&dir.join("conf"), Box::new(nginx), ApplyOptions::default()).unwrap();
-        let engine = Engine::start(store, Arc::new(host), applier, Default::default()).unwrap();
+        let engine =
+            Engine::start(Arc::new(store), Arc::new(host), applier, Default::default()).unwrap();
         ApiState {
             engine,
             token: Arc::from("t".repeat(32)),

@@ -2,7 +2,7 @@ use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
 
 use tributary_store::{
-    Applied, BindingRecord, DroppedRecord, Failure, OutcomeRecord, OutcomeStatus, Store,
+    Applied, BindingRecord, DroppedRecord, Failure, OutcomeRecord, OutcomeStatus, SqliteFile,
     StoreError, StoreOptions, Upsert, SCHEMA_VERSION,
 };
 
@@ -53,7 +53,7 @@ fn round_trip_survives_reopen_and_file_is_0600() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("data").join("tributary.db");
     {
-        let mut s = Store::open(&path).unwrap();
+        let mut s = SqliteFile::open(&path).unwrap();
         s.insert_binding(&binding("api", "127.0.0.1:8080")).unwrap();
         s.insert_binding(&binding("web", "127.0.0.1:8081:5"))
             .unwrap();
@@ -67,7 +67,7 @@ fn round_trip_survives_reopen_and_file_is_0600() {
             assert_eq!(mode(&side), 0o600, "{suffix} mode");
         }
     }
-    let s = Store::open(&path).unwrap();
+    let s = SqliteFile::open(&path).unwrap();
     let list = s.list_bindings().unwrap();
     assert_eq!(
         list.iter()
@@ -89,14 +89,14 @@ fn existing_file_with_wide_mode_is_tightened() {
     let path = dir.path().join("t.db");
     std::fs::write(&path, b"").unwrap();
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
-    let _s = Store::open(&path).unwrap();
+    let _s = SqliteFile::open(&path).unwrap();
     assert_eq!(mode(&path), 0o600);
 }
 
 #[test]
 fn duplicate_and_missing_names_are_clear_errors_and_change_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    let mut s = Store::open(&dir.path().join("t.db")).unwrap();
+    let mut s = SqliteFile::open(&dir.path().join("t.db")).unwrap();
     s.insert_binding(&binding("api", "127.0.0.1:1")).unwrap();
     let err = s
         .insert_binding(&binding("api", "127.0.0.1:2"))
@@ -118,7 +118,7 @@ fn duplicate_and_missing_names_are_clear_errors_and_change_nothing() {
 #[test]
 fn binding_names_are_unique_regardless_of_case() {
     let dir = tempfile::tempdir().unwrap();
-    let mut s = Store::open(&dir.path().join("t.db")).unwrap();
+    let mut s = SqliteFile::open(&dir.path().join("t.db")).unwrap();
     s.insert_binding(&binding("api", "127.0.0.1:1")).unwrap();
     let err = s
         .insert_binding(&binding("API", "127.0.0.1:2"))
@@ -152,12 +152,12 @@ fn a_store_holding_names_that_differ_in_case_still_opens() {
     // Written before the rule: the index cannot be built; the store opens and works.
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("t.db");
-    drop(Store::open(&path).unwrap());
+    drop(SqliteFile::open(&path).unwrap());
     {
         let c = rusqlite::Connection::open(&path).unwrap();
         c.execute_batch("DROP INDEX bindings_name_nocase").unwrap();
     }
-    let mut s = Store::open(&path).unwrap();
+    let mut s = SqliteFile::open(&path).unwrap();
     s.insert_binding(&binding("api", "127.0.0.1:1")).unwrap();
     {
         let c = rusqlite::Connection::open(&path).unwrap();
@@ -165,14 +165,14 @@ fn a_store_holding_names_that_differ_in_case_still_opens() {
     }
     s.insert_binding(&binding("API", "127.0.0.1:2")).unwrap();
     drop(s);
-    let s = Store::open(&path).unwrap();
+    let s = SqliteFile::open(&path).unwrap();
     assert_eq!(s.list_bindings().unwrap().len(), 2);
 }
 
 #[test]
 fn upsert_reports_created_updated_unchanged() {
     let dir = tempfile::tempdir().unwrap();
-    let mut s = Store::open(&dir.path().join("t.db")).unwrap();
+    let mut s = SqliteFile::open(&dir.path().join("t.db")).unwrap();
     let r = s
         .upsert_bindings(&[binding("a", "127.0.0.1:1"), binding("b", "127.0.0.1:2")])
         .unwrap();
@@ -190,7 +190,7 @@ fn upsert_reports_created_updated_unchanged() {
 #[test]
 fn history_is_trimmed_newest_first_and_removed_with_binding() {
     let dir = tempfile::tempdir().unwrap();
-    let mut s = Store::open_with(
+    let mut s = SqliteFile::open_with(
         &dir.path().join("t.db"),
         StoreOptions {
             history_per_binding: 3,
@@ -243,7 +243,7 @@ fn debug_never_prints_config_values() {
 fn failure_kind_is_stored_as_a_tag_and_read_back() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("t.db");
-    let mut s = Store::open(&path).unwrap();
+    let mut s = SqliteFile::open(&path).unwrap();
     s.insert_binding(&binding("api", "127.0.0.1:8080")).unwrap();
     let mut written = Vec::new();
     for (i, kind) in Failure::ALL.into_iter().enumerate() {
@@ -282,7 +282,7 @@ fn failure_kind_is_stored_as_a_tag_and_read_back() {
     }
     drop(conn);
 
-    let s = Store::open(&path).unwrap();
+    let s = SqliteFile::open(&path).unwrap();
     let mut back = s.recent_outcomes("api", 100).unwrap();
     back.reverse();
     assert_eq!(back, written);
@@ -292,7 +292,7 @@ fn failure_kind_is_stored_as_a_tag_and_read_back() {
 fn unknown_failure_tag_is_reported_as_corrupt() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("t.db");
-    let mut s = Store::open(&path).unwrap();
+    let mut s = SqliteFile::open(&path).unwrap();
     s.insert_binding(&binding("api", "127.0.0.1:8080")).unwrap();
     s.record_outcome("api", &outcome(1, OutcomeStatus::Failed))
         .unwrap();
@@ -301,7 +301,7 @@ fn unknown_failure_tag_is_reported_as_corrupt() {
     conn.execute("UPDATE outcomes SET failure = 'exploded'", [])
         .unwrap();
     drop(conn);
-    let s = Store::open(&path).unwrap();
+    let s = SqliteFile::open(&path).unwrap();
     let err = s.recent_outcomes("api", 10).unwrap_err();
     assert!(
         matches!(
@@ -392,7 +392,7 @@ fn schema_1_store_is_migrated_with_failure_kinds() {
             .unwrap();
         }
     }
-    let s = Store::open_with(
+    let s = SqliteFile::open_with(
         &path,
         StoreOptions {
             history_per_binding: 100,
@@ -429,7 +429,7 @@ fn schema_1_store_is_migrated_with_failure_kinds() {
     assert_eq!(v, SCHEMA_VERSION);
     // Opening again does not run the migration twice.
     drop(conn);
-    Store::open(&path).unwrap();
+    SqliteFile::open(&path).unwrap();
 }
 
 /// The applied path and its reason round-trip; a schema-2 file gets `reload` for the outcomes
@@ -439,7 +439,7 @@ fn applied_path_round_trips_and_schema_2_reloads_become_reload() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("s.db");
     {
-        let mut s = Store::open(&path).unwrap();
+        let mut s = SqliteFile::open(&path).unwrap();
         s.insert_binding(&binding("api", "127.0.0.1:8080")).unwrap();
         let mut live = outcome(1, OutcomeStatus::Ok);
         live.reloaded = false;
@@ -463,7 +463,7 @@ fn applied_path_round_trips_and_schema_2_reloads_become_reload() {
         )
         .unwrap();
     }
-    let s = Store::open(&path).unwrap();
+    let s = SqliteFile::open(&path).unwrap();
     let got: Vec<Option<Applied>> = s
         .recent_outcomes("api", 10)
         .unwrap()

@@ -26,8 +26,10 @@ impl Engine {
         if let Some(taken) = taken {
             return Err(case_clash(&taken, &record.name));
         }
-        lock(&self.inner.store)
+        self.inner
+            .store
             .insert_binding(&record)
+            .await
             .map_err(|e| match e {
                 tributary_store::StoreError::Duplicate(n) => EngineError::Duplicate(n),
                 e => e.into(),
@@ -44,7 +46,7 @@ impl Engine {
         input: &BindingInput,
     ) -> Result<(Upsert, BindingView), EngineError> {
         let _admin = self.inner.admin.lock().await;
-        let results = self.put_many_locked(&[(Some(name), input)])?;
+        let results = self.put_many_locked(&[(Some(name), input)]).await?;
         let (upsert, slot) = results.into_iter().next().expect("one result per input");
         Ok((upsert, self.view_of(&slot)))
     }
@@ -76,7 +78,7 @@ impl Engine {
             }
         }
         let list: Vec<(Option<&str>, &BindingInput)> = inputs.iter().map(|i| (None, i)).collect();
-        let results = self.put_many_locked(&list)?;
+        let results = self.put_many_locked(&list).await?;
         Ok(results
             .into_iter()
             .map(|(u, slot)| BulkItem {
@@ -86,7 +88,7 @@ impl Engine {
             .collect())
     }
 
-    fn put_many_locked(
+    async fn put_many_locked(
         &self,
         inputs: &[(Option<&str>, &BindingInput)],
     ) -> Result<Vec<(Upsert, Arc<Slot>)>, EngineError> {
@@ -120,7 +122,7 @@ impl Engine {
             prepared.push((binding, record));
         }
         let records: Vec<BindingRecord> = prepared.iter().map(|(_, r)| r.clone()).collect();
-        let upserts = lock(&self.inner.store).upsert_bindings(&records)?;
+        let upserts = self.inner.store.upsert_bindings(&records).await?;
         let mut out = Vec::with_capacity(prepared.len());
         for ((binding, record), upsert) in prepared.into_iter().zip(upserts) {
             let existing = lock(&self.inner.slots).get(&record.name).cloned();
@@ -178,7 +180,7 @@ impl Engine {
                 return Err(EngineError::Conflict(e));
             }
         };
-        lock(&self.inner.store).remove_binding(name)?;
+        self.inner.store.remove_binding(name).await?;
         lock(&self.inner.slots).remove(name);
         Ok(RemoveResponse {
             name: name.to_string(),
@@ -259,8 +261,10 @@ impl Engine {
             .get(name)
             .cloned()
             .ok_or_else(|| EngineError::NotFound(name.to_string()))?;
-        let history =
-            lock(&self.inner.store).recent_outcomes(name, self.inner.opts.history_limit)?;
+        let history = self
+            .inner
+            .store
+            .recent_outcomes(name, self.inner.opts.history_limit)?;
         Ok(BindingDetail {
             binding: self.view_of(&slot),
             history,

@@ -11,6 +11,7 @@
 //!   `nginx -t`, one reload) on a blocking thread. Removals go through the same task, so every
 //!   write, test and reload is serialised.
 //! - Outcomes go to a recorder task that writes them to the store in one transaction per burst.
+//! - The store is an `Arc<dyn BindingStore>` (SQLite or etcd): reads are local, writes are awaited.
 //!
 //! Files: this one holds the handle ([`Engine`]), its options, errors and events; `admin` the
 //! requests of people (save, remove, refresh, views), `prepare` the validation of an input into a
@@ -37,7 +38,7 @@ use tokio::task::AbortHandle;
 use tributary_apply::Applier;
 use tributary_core::{Binding, FieldError};
 use tributary_plugin_host::PluginHost;
-use tributary_store::{BindingRecord, OutcomeRecord, OutcomeStatus, Store};
+use tributary_store::{BindingRecord, BindingStore, OutcomeRecord, OutcomeStatus};
 
 use apply::ApplyMsg;
 use batch::BatchRules;
@@ -139,7 +140,8 @@ pub(crate) struct Slot {
 
 pub(crate) struct Inner {
     pub(crate) host: Arc<PluginHost>,
-    pub(crate) store: Arc<Mutex<Store>>,
+    /// The store (SQLite or etcd: the engine does not know which; see `BindingStore`).
+    pub(crate) store: Arc<dyn BindingStore>,
     pub(crate) apply_tx: mpsc::UnboundedSender<ApplyMsg>,
     pub(crate) record_tx: mpsc::UnboundedSender<RecordMsg>,
     pub(crate) slots: Mutex<HashMap<String, Arc<Slot>>>,
@@ -186,7 +188,7 @@ impl Engine {
     /// Starts the engine on the bindings in `store`: every binding resolves once right away (so
     /// a restart brings stale files up to date in one batch), then on its schedule.
     pub fn start(
-        store: Store,
+        store: Arc<dyn BindingStore>,
         host: Arc<PluginHost>,
         applier: Applier,
         opts: EngineOptions,
@@ -213,7 +215,6 @@ impl Engine {
             seeds.push((binding, rec, last, servers));
         }
 
-        let store = Arc::new(Mutex::new(store));
         let (apply_tx, apply_rx) = mpsc::unbounded_channel();
         let (record_tx, record_rx) = mpsc::unbounded_channel();
         let inner = Arc::new(Inner {
@@ -307,6 +308,11 @@ impl Engine {
         self.inner.events.subscribe()
     }
 
+    /// The store the engine runs on.
+    pub fn store(&self) -> &Arc<dyn BindingStore> {
+        &self.inner.store
+    }
+
     /// The plugin host.
     pub fn host(&self) -> &Arc<PluginHost> {
         &self.inner.host
@@ -348,6 +354,8 @@ impl Engine {
         }
         self.flush_records().await;
         self.inner.host.shutdown().await;
+        // Fleet: other hosts take this host's bindings over now rather than after the lease TTL.
+        self.inner.store.close().await;
     }
 
     /// Returns once every outcome sent to the recorder before this call is written to the store.

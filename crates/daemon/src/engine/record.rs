@@ -1,11 +1,9 @@
 //! The recorder task: writes outcomes to the store in one transaction per burst.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use tokio::sync::{mpsc, oneshot};
-use tributary_store::{OutcomeRecord, Store};
-
-use super::lock;
+use tributary_store::{BindingStore, OutcomeRecord};
 
 pub(crate) enum RecordMsg {
     /// Boxed: an outcome is large next to a flush request.
@@ -14,7 +12,7 @@ pub(crate) enum RecordMsg {
 }
 
 pub(crate) async fn record_task(
-    store: Arc<Mutex<Store>>,
+    store: Arc<dyn BindingStore>,
     mut rx: mpsc::UnboundedReceiver<RecordMsg>,
 ) {
     while let Some(first) = rx.recv().await {
@@ -31,13 +29,8 @@ pub(crate) async fn record_task(
             }
         }
         if !batch.is_empty() {
-            let store = store.clone();
-            let res =
-                tokio::task::spawn_blocking(move || lock(&store).record_outcomes(&batch)).await;
-            match res {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => tracing::error!(error = %e, "recording outcomes failed"),
-                Err(e) => tracing::error!(error = %e, "recording outcomes panicked"),
+            if let Err(e) = store.record_outcomes(&batch).await {
+                tracing::error!(error = %e, "recording outcomes failed");
             }
         }
         for f in flushes {
