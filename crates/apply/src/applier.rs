@@ -170,6 +170,20 @@ type Unrestored = Vec<(UpstreamName, String)>;
 /// the reload path.
 pub type Push<'a> = dyn FnMut(&Change) -> Result<(), String> + 'a;
 
+/// How long the steps of the last [`Applier::apply_batch`] / [`Applier::apply_live_batch`] took
+/// (for logs and the live benchmark).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StepTimes {
+    /// Writing journals and new files, with their fsyncs (summed over the batch's stagings).
+    pub write: Duration,
+    /// Running the test command (summed; more than one run when a failure is bisected).
+    pub test: Duration,
+    /// How many times the test command ran.
+    pub tests: u32,
+    /// From the call until the tested changes were ready for the push or the reload.
+    pub ready: Duration,
+}
+
 /// The serialised apply transaction over one `upstreams/` folder. Holds the lock file while alive.
 pub struct Applier {
     upstreams: PathBuf,
@@ -184,6 +198,8 @@ pub struct Applier {
     live: HashMap<UpstreamName, Option<Vec<u8>>>,
     /// Changes whose restore failed; their journals are on disk. Retried before each operation.
     unrestored: Vec<Pending>,
+    /// The step times of the last batch.
+    steps: StepTimes,
 }
 
 impl std::fmt::Debug for Applier {
@@ -243,6 +259,7 @@ impl Applier {
             recovery: RecoveryReport::default(),
             live: HashMap::new(),
             unrestored: Vec::new(),
+            steps: StepTimes::default(),
         };
         applier.recover()?;
         applier.live = applier.files_on_disk()?;
@@ -276,6 +293,16 @@ impl Applier {
     /// upstream in it, or the file found at open).
     pub fn is_live(&self, name: &UpstreamName, bytes: &[u8]) -> bool {
         matches!(self.live.get(name), Some(Some(b)) if b == bytes)
+    }
+
+    /// The bytes nginx has confirmed live for `name` (`None`: unknown, or confirmed without a file).
+    pub fn live_bytes(&self, name: &UpstreamName) -> Option<&[u8]> {
+        self.live.get(name).and_then(|b| b.as_deref())
+    }
+
+    /// How long the steps of the last batch took.
+    pub fn last_steps(&self) -> StepTimes {
+        self.steps
     }
 
     /// Applies a batch: files whose bytes are on disk and confirmed live are left alone; the
@@ -314,6 +341,8 @@ impl Applier {
         changes: &[Change],
         mut push: Option<&mut Push<'_>>,
     ) -> Vec<(UpstreamName, ChangeOutcome, Option<String>)> {
+        let started = Instant::now();
+        self.steps = StepTimes::default();
         let mut order: Vec<UpstreamName> = Vec::new();
         let mut latest: HashMap<&UpstreamName, &Change> = HashMap::new();
         for c in changes {
@@ -357,6 +386,7 @@ impl Applier {
             }
         }
         let accepted = self.stage_and_isolate(pending, &mut outcomes, true);
+        self.steps.ready = started.elapsed();
         let mut reload = Vec::new();
         let mut done = Vec::new();
         for p in accepted {
@@ -493,7 +523,7 @@ impl Applier {
         if staged.is_empty() {
             return staged;
         }
-        let err = match self.nginx.test() {
+        let err = match self.timed_test() {
             Ok(()) => return staged,
             Err(e) => e,
         };
@@ -533,7 +563,7 @@ impl Applier {
         // Does nginx pass without any of them? If not, the fault is not in this batch. (Deeper
         // levels need not ask: what is staged there has passed a test already.)
         if let Err(base) = if check_baseline {
-            self.nginx.test()
+            self.timed_test()
         } else {
             Ok(())
         } {
@@ -551,6 +581,15 @@ impl Applier {
         let mut accepted = self.stage_and_isolate(staged, outcomes, false);
         accepted.extend(self.stage_and_isolate(right, outcomes, false));
         accepted
+    }
+
+    /// The test command, its time added to [`StepTimes::test`].
+    fn timed_test(&mut self) -> Result<(), crate::CommandError> {
+        let t0 = Instant::now();
+        let r = self.nginx.test();
+        self.steps.test += t0.elapsed();
+        self.steps.tests += 1;
+        r
     }
 
     /// Like [`Self::stage`], recording write (and restore) failures as outcomes.
@@ -597,6 +636,7 @@ impl Applier {
         &mut self,
         pending: Vec<Pending>,
     ) -> Result<Vec<Pending>, (Vec<Pending>, io::Error, Unrestored)> {
+        let t0 = Instant::now();
         let dir = self.upstreams.clone();
         let result = (|| -> Result<(), (usize, io::Error)> {
             // 1. journals: the previous bytes, or an empty ".none" marker. Durable before step 2.
@@ -634,6 +674,7 @@ impl Applier {
             write_many(&dir, &writes).map_err(|(k, e)| (write_index[k], e))?;
             sync_dir(&dir).map_err(|e| (0, e))
         })();
+        self.steps.write += t0.elapsed();
         match result {
             Ok(()) => Ok(pending),
             Err((failing, e)) => {

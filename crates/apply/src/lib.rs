@@ -27,7 +27,7 @@ mod nginx;
 
 pub use applier::{
     Applier, ApplyError, ApplyOptions, Change, ChangeOutcome, RecoveryReport, RemoveOutcome,
-    LOCK_FILE,
+    StepTimes, LOCK_FILE,
 };
 pub use live::{NotLive, ReloadConfirm, DEFAULT_CONFIRM_TIMEOUT};
 pub use nginx::{

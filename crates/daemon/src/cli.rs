@@ -116,6 +116,13 @@ struct ServeArgs {
     /// ...or this many ms after its first change.
     #[arg(long, default_value_t = 1000)]
     batch_max_ms: u64,
+    /// A batch whose changes can all go live (live mode: no reload to share) closes after this
+    /// many ms without a new change...
+    #[arg(long, default_value_t = 2)]
+    batch_live_quiet_ms: u64,
+    /// ...or this many ms after its first change (at most --batch-max-ms).
+    #[arg(long, default_value_t = 10)]
+    batch_live_max_ms: u64,
     /// Outcomes kept per binding.
     #[arg(long, default_value_t = 20)]
     history: usize,
@@ -591,6 +598,8 @@ async fn serve(a: ServeArgs) -> anyhow::Result<()> {
             conf_dir: conf_dir.clone(),
             batch_quiet: Duration::from_millis(a.batch_quiet_ms),
             batch_max: Duration::from_millis(a.batch_max_ms.max(a.batch_quiet_ms)),
+            batch_live_quiet: Duration::from_millis(a.batch_live_quiet_ms),
+            batch_live_max: Duration::from_millis(a.batch_live_max_ms.max(a.batch_live_quiet_ms)),
             history_limit: a.history.max(1),
             refresh_jitter_pct: a.refresh_jitter_pct,
             live,

@@ -54,6 +54,10 @@ pub struct EngineOptions {
     pub batch_quiet: Duration,
     /// ...or this long after its first change, whichever comes first.
     pub batch_max: Duration,
+    /// `batch_quiet` of a batch whose changes can all go live (no reload to share).
+    pub batch_live_quiet: Duration,
+    /// `batch_max` of such a batch (never more than `batch_max`).
+    pub batch_live_max: Duration,
     /// Outcomes returned by [`Engine::show`].
     pub history_limit: usize,
     /// Refresh jitter in percent (0–50; default [`refresh::DEFAULT_JITTER_PCT`]): see
@@ -69,6 +73,8 @@ impl Default for EngineOptions {
             conf_dir: PathBuf::new(),
             batch_quiet: Duration::from_millis(100),
             batch_max: Duration::from_secs(1),
+            batch_live_quiet: Duration::from_millis(2),
+            batch_live_max: Duration::from_millis(10),
             history_limit: 20,
             refresh_jitter_pct: refresh::DEFAULT_JITTER_PCT,
             live: LiveOptions::default(),
@@ -235,6 +241,8 @@ impl Engine {
             BatchRules {
                 quiet: inner.opts.batch_quiet,
                 max: inner.opts.batch_max,
+                live_quiet: inner.opts.batch_live_quiet,
+                live_max: inner.opts.batch_live_max,
             },
             inner.opts.live.clone(),
         ));
