@@ -256,6 +256,13 @@ struct ResolveArgs {
     /// How long the plugin may take, in seconds.
     #[arg(long, default_value_t = 30)]
     timeout_secs: u64,
+    /// Show the file as `serve --apply MODE` writes it (with `--live-api`, live and auto add
+    /// the `zone` line); nothing is contacted.
+    #[arg(long = "apply", value_enum, default_value_t = ApplyMode::Auto)]
+    apply_mode: ApplyMode,
+    /// As `serve --live-api` (only whether it is given matters here; it is not contacted).
+    #[arg(long)]
+    live_api: Option<String>,
 }
 
 /// Entry point of the binary.
@@ -1096,6 +1103,19 @@ async fn resolve(a: ResolveArgs) -> ExitCode {
             return print_failure(&f, a.json);
         }
     };
+    let api = match a.live_api.as_deref().map(LiveApi::parse).transpose() {
+        Ok(api) => api,
+        Err(e) => {
+            let f = crate::dry_run::DryRunFailure {
+                error: crate::dry_run::DryRunError {
+                    code: tributary_protocol::ERR_INVALID_PARAMS,
+                    message: format!("--live-api: {e}"),
+                    field: Some("live_api".into()),
+                },
+            };
+            return print_failure(&f, a.json);
+        }
+    };
     let args = crate::dry_run::DryRun {
         plugins_dir: a.plugins_dir,
         plugin: a.plugin,
@@ -1107,6 +1127,10 @@ async fn resolve(a: ResolveArgs) -> ExitCode {
         host_options: HostOptions {
             timeout: Duration::from_secs(a.timeout_secs.max(1)),
             ..HostOptions::default()
+        },
+        live: LiveOptions {
+            mode: a.apply_mode,
+            api,
         },
     };
     match crate::dry_run::run(args).await {

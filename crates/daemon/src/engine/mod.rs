@@ -320,6 +320,11 @@ impl Engine {
         &self.inner.host
     }
 
+    /// `--apply` and `--live-api`: how files are written ([`LiveOptions::file_text`]).
+    pub fn live_options(&self) -> &LiveOptions {
+        &self.inner.opts.live
+    }
+
     /// The long-lived tasks that have ended (`apply`: no change reaches nginx any more;
     /// `record`: no outcome is stored any more). Empty while the engine is healthy.
     pub fn dead_tasks(&self) -> Vec<&'static str> {
