@@ -25,7 +25,8 @@ seconds of nginx (master, workers, reaped workers), of the daemon and of the com
 - decided→visible (daemon): from the daemon's decision (the new bytes rendered from a validated
   answer, handed to the apply task) to the `PUT` answered by nginx (every worker selects from the
   new set from then on); decided→confirmed adds the read-back `GET`; and where the time went:
-  waited (queue + batch window), list, write (journal + file + fsyncs), test (`nginx -t`), put,
+  waited (queue + batch window), write (journal + file + fsyncs), test (`nginx -t`), list_wait
+  (the API's list, asked while writing and testing, still awaited), put,
   readback. From the daemon's "applied live" log lines.
 - decided→seen (outside): from the decision (its wall-clock time, logged) to the first answer from
   the new set seen by the prober (a new connection every ~2 ms): what a client sees.
@@ -401,12 +402,20 @@ def summarize(mode, segs, lines):
     for sent, seen in probes:
         if seen is None:
             unseen += 1
-            continue
-        save_seen.append((seen - sent) * 1000)
-        # The decision of this change: the last one between the save and the answer seen.
-        ds = [d for d in decided if sent <= d <= seen]
-        if ds:
-            decided_seen.append((seen - ds[-1]) * 1000)
+        else:
+            save_seen.append((seen - sent) * 1000)
+    # A decision carries the bytes of the newest save sent before it (saves that arrive while a
+    # change is applied are coalesced: the newer bytes win). Its change is seen when that save's
+    # prober first got an answer from the new set, if that happened before the next decision
+    # (else a later change with the same backend may have been what the prober saw).
+    sent_times = sorted(p[0] for p in probes)
+    seen_by_sent = {p[0]: p[1] for p in probes}
+    for j, d in enumerate(decided):
+        k = max((t for t in sent_times if t <= d), default=None)
+        seen = seen_by_sent.get(k) if k is not None else None
+        nxt = decided[j + 1] if j + 1 < len(decided) else float("inf")
+        if seen is not None and d <= seen < nxt:
+            decided_seen.append((seen - d) * 1000)
     err = [sum(s["errors"][i] for s in segs) for i in range(5)]
     r = {
         "mode": mode, "segments": len(segs), "seconds": seconds,
@@ -505,7 +514,7 @@ def main():
                   f"decided→confirmed {fmt3(col('decided_to_confirmed_ms'))}")
             print("    components p50/p99/max: " + ", ".join(
                 f"{k[:-3]} {fmt3(col(k), 2)}" for k in
-                ["waited_ms", "list_ms", "write_ms", "test_ms", "put_ms", "readback_ms"]))
+                ["waited_ms", "write_ms", "test_ms", "list_wait_ms", "put_ms", "readback_ms"]))
             vis = col("decided_to_visible_ms")
             print(f"    decided→visible under 50 ms: {sum(1 for v in vis if v < 50)}/{len(vis)}")
     base = results.get("none")

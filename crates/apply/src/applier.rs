@@ -4,8 +4,10 @@
 //! never sees them):
 //! - `.tributary.lock` — `flock`ed for the Applier's lifetime; holds the owner's pid for messages.
 //! - `.<name>.conf.prev` / `.<name>.conf.none` — the journal of a change in flight: the previous
-//!   bytes (with the file's permissions), or "there was no file". Written (atomically, fsynced)
-//!   *before* `<name>.conf` changes. Undoing a change renames `.prev` back over the file (no new
+//!   bytes (with the file's permissions), or "there was no file". `.prev` is a hard link to the
+//!   file as it was (the new bytes go to a new file renamed over it, so the old one is never
+//!   written again), else a copy written atomically and fsynced; either is durable (folder
+//!   fsynced) *before* `<name>.conf` changes. Undoing a change renames `.prev` back over the file (no new
 //!   write, so it works on a full disk) or removes the new file; `.none` is removed only once that is
 //!   durable (folder fsynced). A journal found at open means a crash between write and the end of
 //!   the transaction: [`Applier::open`] tests nginx and restores every journaled file when the test
@@ -23,7 +25,9 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use tributary_core::UpstreamName;
 
-use crate::fsutil::{is_temp_name, read_optional, remove_if_exists, sync_dir, write_many, Item};
+use crate::fsutil::{
+    is_temp_name, link_replace, read_optional, remove_if_exists, sync_dir, write_many, Item,
+};
 use crate::live::ReloadConfirm;
 use crate::nginx::Nginx;
 
@@ -640,7 +644,10 @@ impl Applier {
         let dir = self.upstreams.clone();
         let result = (|| -> Result<(), (usize, io::Error)> {
             // 1. journals: the previous bytes, or an empty ".none" marker. Durable before step 2.
+            // The previous bytes are the file itself, so the journal is a hard link to it: no copy
+            // to write and fsync, one disk flush less per change (the copy where linking fails).
             let mut journals: Vec<Item<'_>> = Vec::with_capacity(pending.len());
+            let mut journal_index: Vec<usize> = Vec::with_capacity(pending.len());
             for (i, p) in pending.iter().enumerate() {
                 let (prev, none) = self.journal_paths(&p.name);
                 let (stale, entry) = match &p.previous {
@@ -655,9 +662,15 @@ impl Applier {
                     None => (prev, Item::new(file_name(&none), &b""[..])),
                 };
                 remove_if_exists(&stale).map_err(|e| (i, e))?;
+                if p.previous.is_some()
+                    && link_replace(&dir, &p.name.file_name(), &entry.name).is_ok()
+                {
+                    continue;
+                }
                 journals.push(entry);
+                journal_index.push(i);
             }
-            write_many(&dir, &journals)?;
+            write_many(&dir, &journals).map_err(|(k, e)| (journal_index[k], e))?;
             sync_dir(&dir).map_err(|e| (0, e))?;
             // 2. the new contents (or the removal).
             let mut writes: Vec<Item<'_>> = Vec::new();

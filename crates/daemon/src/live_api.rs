@@ -206,8 +206,8 @@ impl LiveApi {
         Ok((set.generation, set.servers))
     }
 
-    /// Replaces the set of `name` guarded by `generation` (read before the file was written: a
-    /// reload or another change since then makes the `PUT` fail with 409), then reads it back and
+    /// Replaces the set of `name` guarded by `generation` (from [`Self::listing`]: a reload or
+    /// another change since then makes the `PUT` fail with 409), then reads it back and
     /// compares (address, weight, max_fails, fail_timeout_ms, backup, down; order does not
     /// matter): only an equal set read back counts as applied. Every failure says which step
     /// failed.

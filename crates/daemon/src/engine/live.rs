@@ -214,36 +214,16 @@ pub(crate) fn apply_batch(
             Err(why) => reload.push((c.clone(), why)),
         }
     }
-    let mut generations: HashMap<String, u64> = HashMap::new();
-    let list_started = Instant::now();
-    if !live.is_empty() {
-        match rt.block_on(api.listing()) {
-            Ok(listed) => {
-                generations = listed;
-                let (ok, not): (Vec<_>, Vec<_>) = live
-                    .into_iter()
-                    .partition(|(c, _)| generations.contains_key(c.name.as_str()));
-                live = ok;
-                reload.extend(not.into_iter().map(|(c, _)| {
-                    (
-                        c,
-                        "the live API does not list this upstream (no zone, or a balancer that \
-                         cannot change live): needs a reload"
-                            .to_string(),
-                    )
-                }));
-            }
-            Err(e) => {
-                reload.extend(
-                    live.drain(..)
-                        .map(|(c, _)| (c, format!("live API unavailable: {e}"))),
-                );
-            }
-        }
-    }
-    let list_ms = ms(list_started.elapsed());
     let mut out = Vec::new();
     if !live.is_empty() {
+        // The API's list (which upstreams can go live, and their generations for the PUT's guard)
+        // is asked while the files are written and tested: it is only needed for the push.
+        let mut listing = Some({
+            let api = api.clone();
+            rt.spawn(async move { api.listing().await })
+        });
+        let mut listed: Option<Result<HashMap<String, u64>, String>> = None;
+        let mut list_wait = Duration::ZERO;
         let sets: HashMap<String, Vec<LiveServer>> = live
             .iter()
             .map(|(c, s)| (c.name.as_str().to_string(), s.clone()))
@@ -252,7 +232,26 @@ pub(crate) fn apply_batch(
         let mut pushed: Vec<(tributary_core::UpstreamName, usize, PushTimes)> = Vec::new();
         let mut push = |c: &Change| -> Result<(), String> {
             let set = &sets[c.name.as_str()];
-            let generation = generations.get(c.name.as_str()).copied().unwrap_or(0);
+            if let Some(task) = listing.take() {
+                let t0 = Instant::now();
+                listed = Some(rt.block_on(task).unwrap_or_else(|e| Err(e.to_string())));
+                list_wait = t0.elapsed();
+            }
+            let generation = match listed
+                .as_ref()
+                .map(|l| l.as_ref().map(|g| g.get(c.name.as_str())))
+            {
+                Some(Ok(Some(g))) => *g,
+                Some(Ok(None)) => {
+                    return Err(
+                        "the live API does not list this upstream (no zone, or a balancer \
+                                that cannot change live): needs a reload"
+                            .to_string(),
+                    )
+                }
+                Some(Err(e)) => return Err(format!("live API unavailable: {e}")),
+                None => return Err("live API unavailable: no list".to_string()),
+            };
             let t0 = Instant::now();
             let r = rt
                 .block_on(api.replace_confirmed(c.name.as_str(), set, generation))
@@ -270,7 +269,7 @@ pub(crate) fn apply_batch(
             }
         };
         let results = a.apply_live_batch(&batch, &mut push);
-        log_live(&pushed, &decided, started, list_ms, a.last_steps());
+        log_live(&pushed, &decided, started, ms(list_wait), a.last_steps());
         for (n, o, why) in results {
             out.push((n, ApplyResult::new(o, why)));
         }
@@ -297,14 +296,15 @@ fn ms(d: Duration) -> f64 {
 /// `decided_to_visible_ms` from the decision (bytes rendered from a validated answer, handed to
 /// the apply task) to the `PUT` answered, `decided_to_confirmed_ms` to the set read back equal;
 /// `waited_ms` from the decision to the batch's start (queue and batch window), then the batch's
-/// `list_ms` (the API's list), `write_ms` (journal + file, fsyncs), `test_ms` (`nginx -t`), and
-/// this change's `put_ms` and `readback_ms`. `decided_unix_ms` places the decision on the wall
+/// `write_ms` (journal + file, fsyncs), `test_ms` (`nginx -t`), `list_wait_ms` (how long the push
+/// still waited for the API's list, asked while writing and testing), and this change's `put_ms`
+/// and `readback_ms`. `decided_unix_ms` places the decision on the wall
 /// clock, for comparing with what a client of nginx sees.
 fn log_live(
     pushed: &[(tributary_core::UpstreamName, usize, PushTimes)],
     decided: &HashMap<String, Instant>,
     started: Instant,
-    list_ms: f64,
+    list_wait_ms: f64,
     steps: tributary_apply::StepTimes,
 ) {
     let (now, wall) = (Instant::now(), std::time::SystemTime::now());
@@ -323,7 +323,7 @@ fn log_live(
             decided_to_visible_ms = ms(t.visible_at - d),
             decided_to_confirmed_ms = ms(t.visible_at + t.readback - d),
             waited_ms = ms(started.saturating_duration_since(d)),
-            list_ms,
+            list_wait_ms,
             write_ms = ms(steps.write),
             test_ms = ms(steps.test),
             put_ms = ms(t.put),
