@@ -334,7 +334,7 @@ def run_segment(stack, seconds, interval_ms, connections, lua, change):
                     put_errors[0] += 1
             except OSError:
                 put_errors[0] += 1
-            slot = [t0, None]
+            slot = [t0, None, stack.sets[i % 4][0]]
             probes_out.append(slot)
             p = threading.Thread(target=probe, args=(t0, stack.sets[i % 4][1], slot))
             p.start()
@@ -385,8 +385,11 @@ def live_lines(path):
     for line in open(path):
         if "applied live" not in line:
             continue
-        fields = dict(re.findall(r"(\w+)=([\d.]+)", line))
-        out.append({k: float(v) for k, v in fields.items()})
+        fields = {k: float(v) for k, v in re.findall(r"(\w+)=([\d.]+)(?=\s|$)", line)}
+        m = re.search(r"first_server=(\S+)", line)
+        if m:
+            fields["first_server"] = m.group(1).strip('"')
+        out.append(fields)
     return out
 
 
@@ -397,25 +400,23 @@ def summarize(mode, segs, lines):
             hist[v] = hist.get(v, 0) + n
     seconds = sum(s["seconds"] for s in segs)
     probes = [p for s in segs for p in s["probes"]]
-    decided = sorted(l["decided_unix_ms"] / 1000.0 for l in lines if "decided_unix_ms" in l)
     save_seen, decided_seen, unseen = [], [], 0
-    for sent, seen in probes:
+    for sent, seen, _addr in probes:
         if seen is None:
             unseen += 1
         else:
             save_seen.append((seen - sent) * 1000)
-    # A decision carries the bytes of the newest save sent before it (saves that arrive while a
-    # change is applied are coalesced: the newer bytes win). Its change is seen when that save's
-    # prober first got an answer from the new set, if that happened before the next decision
-    # (else a later change with the same backend may have been what the prober saw).
-    sent_times = sorted(p[0] for p in probes)
-    seen_by_sent = {p[0]: p[1] for p in probes}
-    for j, d in enumerate(decided):
-        k = max((t for t in sent_times if t <= d), default=None)
-        seen = seen_by_sent.get(k) if k is not None else None
-        nxt = decided[j + 1] if j + 1 < len(decided) else float("inf")
-        if seen is not None and d <= seen < nxt:
-            decided_seen.append((seen - d) * 1000)
+    # A decision carries the bytes of the newest save of its set sent before it (saves that
+    # arrive while a change is applied are coalesced: the newer bytes win); that save's prober
+    # saw the change when it first got an answer from the set.
+    for l in lines:
+        d = l.get("decided_unix_ms", 0) / 1000.0
+        addr = l.get("first_server")
+        match = [p for p in probes if p[2] == addr and p[0] <= d]
+        if match:
+            seen = max(match, key=lambda p: p[0])[1]
+            if seen is not None and seen >= d:
+                decided_seen.append((seen - d) * 1000)
     err = [sum(s["errors"][i] for s in segs) for i in range(5)]
     r = {
         "mode": mode, "segments": len(segs), "seconds": seconds,
@@ -531,8 +532,6 @@ def main():
     with open("/proc/loadavg") as f:
         print(f"load average at end: {f.read().split()[:3]}")
     if a.json:
-        for r in results.values():
-            r.pop("live", None)
         json.dump(results, open(a.json, "w"), indent=1)
 
 

@@ -229,7 +229,7 @@ pub(crate) fn apply_batch(
             .map(|(c, s)| (c.name.as_str().to_string(), s.clone()))
             .collect();
         let batch: Vec<Change> = live.into_iter().map(|(c, _)| c).collect();
-        let mut pushed: Vec<(tributary_core::UpstreamName, usize, PushTimes)> = Vec::new();
+        let mut pushed: Vec<(tributary_core::UpstreamName, &[LiveServer], PushTimes)> = Vec::new();
         let mut push = |c: &Change| -> Result<(), String> {
             let set = &sets[c.name.as_str()];
             if let Some(task) = listing.take() {
@@ -258,7 +258,7 @@ pub(crate) fn apply_batch(
                 .map_err(|e| format!("live apply failed, fell back to a reload: {e}"));
             match r {
                 Ok(times) => {
-                    pushed.push((c.name.clone(), set.len(), times));
+                    pushed.push((c.name.clone(), set, times));
                     Ok(())
                 }
                 Err(e) => {
@@ -299,9 +299,9 @@ fn ms(d: Duration) -> f64 {
 /// `write_ms` (journal + file, fsyncs), `test_ms` (`nginx -t`), `list_wait_ms` (how long the push
 /// still waited for the API's list, asked while writing and testing), and this change's `put_ms`
 /// and `readback_ms`. `decided_unix_ms` places the decision on the wall
-/// clock, for comparing with what a client of nginx sees.
+/// clock, for comparing with what a client of nginx sees (`first_server` tells which set it was).
 fn log_live(
-    pushed: &[(tributary_core::UpstreamName, usize, PushTimes)],
+    pushed: &[(tributary_core::UpstreamName, &[LiveServer], PushTimes)],
     decided: &HashMap<String, Instant>,
     started: Instant,
     list_wait_ms: f64,
@@ -313,13 +313,14 @@ fn log_live(
             .map(|d| ms(d) - ms(now - at))
             .unwrap_or(0.0)
     };
-    for (name, servers, t) in pushed {
+    for (name, set, t) in pushed {
         let Some(&d) = decided.get(name.as_str()) else {
             continue;
         };
         tracing::info!(
             upstream = %name,
-            servers,
+            servers = set.len(),
+            first_server = set.first().map_or("", |s| s.address.as_str()),
             decided_to_visible_ms = ms(t.visible_at - d),
             decided_to_confirmed_ms = ms(t.visible_at + t.readback - d),
             waited_ms = ms(started.saturating_duration_since(d)),
