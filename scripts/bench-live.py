@@ -4,13 +4,14 @@
     cargo build -p tributary -p tributary-plugin-static
     cargo build --release -p ngx-combined-upstreams
     python3 scripts/bench-live.py [--seconds 60] [--segment-seconds 10] [--interval-ms 100]
-                                  [--modes none,live,reload] [--json FILE]
+                                  [--modes none,live,reload[,weights]] [--no-probe] [--json FILE]
 
 One stack per mode, all started first and kept up for the whole run: a fresh nginx (master + 2
 workers, the combined-upstreams module loaded, its upstreams API on a unix socket) with 4 backends
 and a front server proxying to the upstream `bench` (keepalive 16), and a fresh `tributary serve`
 (static plugin) managing it with `--apply live` or `--apply reload` (`none`: live mode, no changes:
-the baseline). The modes then take turns in segments of `--segment-seconds` (order rotated every
+the baseline; `weights`, not run by default: live mode, each change only flips the one server's
+weight between 1 and 2 — all the work of a live change, no traffic moved, no prober). The modes then take turns in segments of `--segment-seconds` (order rotated every
 round, so each mode runs as often in each position) until each had `--seconds`: drift of a shared
 machine hits every mode alike. In a segment `wrk -c32` keeps keep-alive connections on the mode's
 front server while (live, reload) a driver saves the binding every `--interval-ms` (rotating over
@@ -266,8 +267,12 @@ http {{
         wait_for(lambda: get(self.front)[1] in self.sets[0][1], 10, "first set")
 
     def body(self, i):
+        # `weights`: the same server, its weight alternating 1/2: every step of a live change
+        # (save, plugin, write, nginx -t, PUT, read back) without moving any traffic.
+        targets = (f"{self.sets[0][0]}:{1 + i % 2}" if self.mode == "weights"
+                   else self.sets[i % 4][0])
         return {"plugin": "static", "provider": "static", "service": "bench",
-                "config": {"targets": self.sets[i % 4][0]}, "directives": ["keepalive 16;"]}
+                "config": {"targets": targets}, "directives": ["keepalive 16;"]}
 
     def log_counts(self):
         log = open(os.path.join(self.prefix, "logs/error.log")).read()
@@ -295,7 +300,7 @@ http {{
         shutil.rmtree(self.tmp, ignore_errors=True)
 
 
-def run_segment(stack, seconds, interval_ms, connections, lua, change):
+def run_segment(stack, seconds, interval_ms, connections, lua, change, probing=True):
     started0, reloads0 = stack.log_counts()
     cpu0 = stack.cpu()
     stop = threading.Event()
@@ -318,7 +323,7 @@ def run_segment(stack, seconds, interval_ms, connections, lua, change):
                 pass
             time.sleep(0.002)
 
-    put_errors = [0]
+    put_errors, sent = [0], [0]
 
     def drive():
         t_next = time.time()
@@ -334,11 +339,13 @@ def run_segment(stack, seconds, interval_ms, connections, lua, change):
                     put_errors[0] += 1
             except OSError:
                 put_errors[0] += 1
-            slot = [t0, None, stack.sets[i % 4][0]]
-            probes_out.append(slot)
-            p = threading.Thread(target=probe, args=(t0, stack.sets[i % 4][1], slot))
-            p.start()
-            probes.append(p)
+            sent[0] += 1
+            if stack.mode != "weights" and probing:
+                slot = [t0, None, stack.sets[i % 4][0]]
+                probes_out.append(slot)
+                p = threading.Thread(target=probe, args=(t0, stack.sets[i % 4][1], slot))
+                p.start()
+                probes.append(p)
             pause = t_next - time.time()
             if pause > 0:
                 time.sleep(pause)
@@ -370,7 +377,7 @@ def run_segment(stack, seconds, interval_ms, connections, lua, change):
     res.update({
         "seconds": t_end - t_start, "t_start": t_start, "t_end": t_end,
         "workers_started": started - started0, "reloads": reloads - reloads0,
-        "rss_peak_kib": rss_peak[0], "changes_sent": len(probes_out), "put_errors": put_errors[0],
+        "rss_peak_kib": rss_peak[0], "changes_sent": sent[0], "put_errors": put_errors[0],
         "probes": probes_out,
         "cpu_nginx_s": cpu1[0] - cpu0[0], "cpu_daemon_s": cpu1[1] - cpu0[1],
         "cpu_commands_s": cpu1[2] - cpu0[2],
@@ -452,8 +459,11 @@ def main():
     ap.add_argument("--segment-seconds", type=int, default=10)
     ap.add_argument("--interval-ms", type=int, default=100)
     ap.add_argument("--connections", type=int, default=32)
-    ap.add_argument("--modes", default="none,live,reload")
+    ap.add_argument("--modes", default="none,live,reload",
+                    help="none, live, reload, weights (live changes of one server's weight)")
     ap.add_argument("--json", help="also write the results to this file")
+    ap.add_argument("--no-probe", action="store_true",
+                    help="no prober (its new connections are load too); no save→seen figures")
     a = ap.parse_args()
     for need in [SO, TRIBUTARY, os.path.join(TARGET, "debug/tributary-plugin-static")]:
         if not os.path.exists(need):
@@ -479,7 +489,7 @@ def main():
             order = modes[r % len(modes):] + modes[:r % len(modes)]
             for m in order:
                 s = run_segment(stacks[m], a.segment_seconds, a.interval_ms, a.connections, lua,
-                                change=(m != "none"))
+                                change=(m != "none"), probing=not a.no_probe)
                 segs[m].append(s)
                 print(f"  round {r + 1} {m}: p99 {hist_pct(s['hist'], .99) / 1000:.2f} ms, "
                       f"{s['requests'] / s['seconds']:.0f} req/s, {s['reloads']} reloads", flush=True)
