@@ -57,7 +57,8 @@ SO = os.environ.get(
     "COMBINED_UPSTREAMS_MODULE",
     os.path.join(TARGET, "release/libngx_http_combined_upstreams_module.so"),
 )
-TRIBUTARY = os.path.join(TARGET, "debug/tributary")
+# TRIBUTARY_BIN: another build of the daemon (e.g. target/release/tributary).
+TRIBUTARY = os.environ.get("TRIBUTARY_BIN", os.path.join(TARGET, "debug/tributary"))
 CLK = os.sysconf("SC_CLK_TCK")
 
 # wrk's latency histogram (µs value, count per distinct value), written at the end of a run.
