@@ -128,6 +128,18 @@ pub(crate) fn write_many(dir: &Path, items: &[Item<'_>]) -> Result<(), (usize, i
     Ok(())
 }
 
+/// Makes `dir/<dest>` another name of the file `dir/<src>` (a hard link), replacing `dest`
+/// atomically (linked under a temp name, then renamed over it); the folder is not synced. No byte
+/// is copied, so only the folder needs an fsync to make it durable.
+pub(crate) fn link_replace(dir: &Path, src: &str, dest: &str) -> io::Result<()> {
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let tmp = dir.join(format!(".{dest}{TMP_MARKER}{}-{n}", std::process::id()));
+    fs::hard_link(dir.join(src), &tmp)?;
+    fs::rename(&tmp, dir.join(dest)).inspect_err(|_| {
+        let _ = fs::remove_file(&tmp);
+    })
+}
+
 /// Flushes the filesystem holding `dir` (`syncfs`).
 fn sync_fs(dir: &Path) -> io::Result<()> {
     let d = File::open(dir)?;

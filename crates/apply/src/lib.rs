@@ -13,7 +13,7 @@
 //!   the culprits are isolated by bisection and the rest is applied.
 //! - Reloads keep a minimum gap ([`ApplyOptions::min_reload_gap`], default 2 s).
 //! - A lock file (`upstreams/.tributary.lock`, `flock`) keeps a second [`Applier`] out.
-//! - A journal of the previous bytes is written before each change; at [`Applier::open`] a change
+//! - A journal of the previous bytes (a hard link to the old file) is made before each change; at [`Applier::open`] a change
 //!   left in flight by a crash is tested and restored if nginx fails with it.
 //! - Removing a file is refused when nginx fails without it ("remove the include line first").
 //!
@@ -27,7 +27,7 @@ mod nginx;
 
 pub use applier::{
     Applier, ApplyError, ApplyOptions, Change, ChangeOutcome, RecoveryReport, RemoveOutcome,
-    LOCK_FILE,
+    StepTimes, LOCK_FILE,
 };
 pub use live::{NotLive, ReloadConfirm, DEFAULT_CONFIRM_TIMEOUT};
 pub use nginx::{

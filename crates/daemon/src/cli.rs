@@ -116,6 +116,13 @@ struct ServeArgs {
     /// ...or this many ms after its first change.
     #[arg(long, default_value_t = 1000)]
     batch_max_ms: u64,
+    /// A batch whose changes can all go live (live mode: no reload to share) closes after this
+    /// many ms without a new change...
+    #[arg(long, default_value_t = 2)]
+    batch_live_quiet_ms: u64,
+    /// ...or this many ms after its first change (at most --batch-max-ms).
+    #[arg(long, default_value_t = 10)]
+    batch_live_max_ms: u64,
     /// Outcomes kept per binding.
     #[arg(long, default_value_t = 20)]
     history: usize,
@@ -251,6 +258,13 @@ struct ResolveArgs {
     /// How long the plugin may take, in seconds.
     #[arg(long, default_value_t = 30)]
     timeout_secs: u64,
+    /// Show the file as `serve --apply MODE` writes it (with `--live-api`, live and auto add
+    /// the `zone` line); nothing is contacted.
+    #[arg(long = "apply", value_enum, default_value_t = ApplyMode::Auto)]
+    apply_mode: ApplyMode,
+    /// As `serve --live-api` (only whether it is given matters here; it is not contacted).
+    #[arg(long)]
+    live_api: Option<String>,
 }
 
 /// Entry point of the binary.
@@ -588,6 +602,8 @@ async fn serve(a: ServeArgs) -> anyhow::Result<()> {
             conf_dir: conf_dir.clone(),
             batch_quiet: Duration::from_millis(a.batch_quiet_ms),
             batch_max: Duration::from_millis(a.batch_max_ms.max(a.batch_quiet_ms)),
+            batch_live_quiet: Duration::from_millis(a.batch_live_quiet_ms),
+            batch_live_max: Duration::from_millis(a.batch_live_max_ms.max(a.batch_live_quiet_ms)),
             history_limit: a.history.max(1),
             refresh_jitter_pct: a.refresh_jitter_pct,
             live,
@@ -1084,6 +1100,19 @@ async fn resolve(a: ResolveArgs) -> ExitCode {
             return print_failure(&f, a.json);
         }
     };
+    let api = match a.live_api.as_deref().map(LiveApi::parse).transpose() {
+        Ok(api) => api,
+        Err(e) => {
+            let f = crate::dry_run::DryRunFailure {
+                error: crate::dry_run::DryRunError {
+                    code: tributary_protocol::ERR_INVALID_PARAMS,
+                    message: format!("--live-api: {e}"),
+                    field: Some("live_api".into()),
+                },
+            };
+            return print_failure(&f, a.json);
+        }
+    };
     let args = crate::dry_run::DryRun {
         plugins_dir: a.plugins_dir,
         plugin: a.plugin,
@@ -1095,6 +1124,10 @@ async fn resolve(a: ResolveArgs) -> ExitCode {
         host_options: HostOptions {
             timeout: Duration::from_secs(a.timeout_secs.max(1)),
             ..HostOptions::default()
+        },
+        live: LiveOptions {
+            mode: a.apply_mode,
+            api,
         },
     };
     match crate::dry_run::run(args).await {

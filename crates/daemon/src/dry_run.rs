@@ -35,6 +35,8 @@ pub struct DryRun {
     pub upstream: Option<String>,
     pub directives: Vec<String>,
     pub host_options: HostOptions,
+    /// `--apply` / `--live-api`: the rendered file is shown as `serve` with these writes it.
+    pub live: crate::engine::LiveOptions,
 }
 
 /// The success answer.
@@ -163,6 +165,6 @@ pub async fn run(args: DryRun) -> Result<DryRunOk, DryRunFailure> {
         targets: r.targets,
         dropped: r.dropped,
         ttl_seconds: r.ttl_seconds,
-        rendered,
+        rendered: args.live.file_text(rendered),
     })
 }

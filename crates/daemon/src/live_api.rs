@@ -78,6 +78,18 @@ struct ListAnswer {
 #[derive(Debug, Deserialize)]
 struct ListEntry {
     name: String,
+    generation: u64,
+}
+
+/// How long the steps of [`LiveApi::replace_confirmed`] took.
+#[derive(Debug, Clone, Copy)]
+pub struct PushTimes {
+    /// The `PUT` (sent until answered 200: from then on every worker selects from the new set).
+    pub put: Duration,
+    /// When the `PUT` was answered: the change is visible.
+    pub visible_at: std::time::Instant,
+    /// The `GET` that reads the set back for the comparison.
+    pub readback: Duration,
 }
 
 #[derive(Debug, Deserialize)]
@@ -172,9 +184,18 @@ impl LiveApi {
 
     /// The names of the upstreams the API can change (`GET <loc>/`).
     pub async fn list(&self) -> Result<Vec<String>, String> {
+        Ok(self.listing().await?.into_keys().collect())
+    }
+
+    /// The upstreams the API can change with their generations (`GET <loc>/`).
+    pub async fn listing(&self) -> Result<std::collections::HashMap<String, u64>, String> {
         let (status, body) = self.request(Method::GET, &self.prefix, None).await?;
         let list: ListAnswer = parse_answer(status, &body, "GET /")?;
-        Ok(list.upstreams.into_iter().map(|u| u.name).collect())
+        Ok(list
+            .upstreams
+            .into_iter()
+            .map(|u| (u.name, u.generation))
+            .collect())
     }
 
     /// The generation and servers of one upstream (`GET <loc>/NAME`).
@@ -185,15 +206,18 @@ impl LiveApi {
         Ok((set.generation, set.servers))
     }
 
-    /// Replaces the set of `name` guarded by `generation`, then reads it back and compares
-    /// (address, weight, max_fails, fail_timeout_ms, backup, down; order does not matter): only
-    /// an equal set read back counts as applied. Every failure says which step failed.
+    /// Replaces the set of `name` guarded by `generation` (from [`Self::listing`]: a reload or
+    /// another change since then makes the `PUT` fail with 409), then reads it back and
+    /// compares (address, weight, max_fails, fail_timeout_ms, backup, down; order does not
+    /// matter): only an equal set read back counts as applied. Every failure says which step
+    /// failed.
     pub async fn replace_confirmed(
         &self,
         name: &str,
         servers: &[LiveServer],
-    ) -> Result<(), String> {
-        let (generation, _) = self.get(name).await?;
+        generation: u64,
+    ) -> Result<PushTimes, String> {
+        let t0 = std::time::Instant::now();
         let path = format!("{}{name}", self.prefix);
         let body = serde_json::to_vec(&PutBody {
             servers,
@@ -202,9 +226,14 @@ impl LiveApi {
         .map_err(|e| format!("encoding the set: {e}"))?;
         let (status, answer) = self.request(Method::PUT, &path, Some(body)).await?;
         let _: serde_json::Value = parse_answer(status, &answer, &format!("PUT {name}"))?;
+        let visible_at = std::time::Instant::now();
         let (_, now) = self.get(name).await?;
         if same_set(&now, servers) {
-            Ok(())
+            Ok(PushTimes {
+                put: visible_at - t0,
+                visible_at,
+                readback: visible_at.elapsed(),
+            })
         } else {
             Err(format!(
                 "GET {name} after the PUT shows a different set ({} servers, {} expected)",

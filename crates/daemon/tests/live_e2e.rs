@@ -107,6 +107,12 @@ fn server_changes_go_live_on_every_worker_without_a_reload_and_the_rest_by_reloa
     let file = fs::read_to_string(nginx.upstreams_dir().join("web.conf")).unwrap();
     assert!(file.contains("\n    zone web 64k;\n"), "{file}");
     assert_eq!(answers(&nginx, &path), (set(&["a"]), vec![]));
+    // A test resolution shows the exact bytes this mode writes, zone line included.
+    let mut preview = binding(&targets(&nginx, &["a"]), &[]);
+    preview["name"] = json!("web");
+    let (status, p) = d.api("POST", "/api/v1/resolve", Some(&preview.to_string()));
+    assert_eq!(status, 200, "{p}");
+    assert_eq!(p["rendered"], file.as_str(), "{p}");
     nginx
         .wait_settled(std::time::Duration::from_secs(10))
         .unwrap();

@@ -16,11 +16,26 @@ use super::live::{ApplyResult, LiveOptions};
 use super::{now_ms, EngineEvent, Inner};
 
 /// A message for the apply task.
-pub(crate) type ApplyMsg = Queued<
-    oneshot::Sender<ApplyResult>,
-    oneshot::Sender<Result<RemoveOutcome, String>>,
-    oneshot::Sender<()>,
->;
+pub(crate) type ApplyMsg =
+    Queued<Waiter, oneshot::Sender<Result<RemoveOutcome, String>>, oneshot::Sender<()>>;
+
+/// Who waits for a change's outcome, and when the change was decided: the moment its bytes were
+/// rendered from a validated answer and handed to the apply task (the start of "decision →
+/// visible", docs/live-api.md).
+pub(crate) struct Waiter {
+    pub reply: oneshot::Sender<ApplyResult>,
+    pub decided: std::time::Instant,
+}
+
+impl Waiter {
+    /// A waiter for a change decided now.
+    pub fn new(reply: oneshot::Sender<ApplyResult>) -> Waiter {
+        Waiter {
+            reply,
+            decided: std::time::Instant::now(),
+        }
+    }
+}
 
 pub(crate) async fn apply_task(
     applier: Applier,
@@ -34,13 +49,22 @@ pub(crate) async fn apply_task(
     while let Some(first) = rx.recv().await {
         // Collect what becomes ready close together into one batch.
         let opened = Instant::now();
+        let goes_live = |m: &ApplyMsg| match (m, &applier) {
+            (Queued::Change(c, _), Some(a)) => live.goes_live(a, c),
+            _ => false,
+        };
+        let mut all_live = goes_live(&first);
         let mut msgs = vec![first];
-        while let Next::WaitUntil(until) = rules.next(&msgs, opened, Instant::now()) {
+        while let Next::WaitUntil(until) = rules.next(&msgs, opened, Instant::now(), all_live) {
             match tokio::time::timeout_at(until, rx.recv()).await {
-                Ok(Some(m)) => msgs.push(m),
+                Ok(Some(m)) => {
+                    all_live &= goes_live(&m);
+                    msgs.push(m);
+                }
                 Ok(None) | Err(_) => break,
             }
         }
+        let window_ms = opened.elapsed().as_secs_f64() * 1000.0;
         let Batch {
             changes,
             replies: change_replies,
@@ -57,6 +81,11 @@ pub(crate) async fn apply_task(
         }
         let n = changes.len();
         let changes_names: Vec<UpstreamName> = changes.iter().map(|c| c.name.clone()).collect();
+        // The newest message of a name carries its bytes, so its decision time is the one.
+        let decided: Vec<std::time::Instant> = change_replies
+            .iter()
+            .map(|w| w.last().map_or_else(std::time::Instant::now, |w| w.decided))
+            .collect();
         let names: Vec<UpstreamName> = removes.iter().map(|(n, _)| n.clone()).collect();
         let (rt, live) = (rt.clone(), live.clone());
         let joined = tokio::task::spawn_blocking(move || {
@@ -64,7 +93,7 @@ pub(crate) async fn apply_task(
             let outcomes = if changes.is_empty() {
                 Vec::new()
             } else {
-                super::live::apply_batch(&mut a, &live, &changes, &rt)
+                super::live::apply_batch(&mut a, &live, &changes, &decided, &rt)
             };
             if !changes.is_empty() {
                 let changed = outcomes
@@ -72,8 +101,18 @@ pub(crate) async fn apply_task(
                     .filter(|(_, o)| !matches!(o.outcome, ChangeOutcome::Unchanged))
                     .count();
                 let took_ms = started.elapsed().as_millis() as u64;
+                let steps = a.last_steps();
                 if changed > 0 {
-                    tracing::info!(changes = n, changed, took_ms, "batch applied");
+                    tracing::info!(
+                        changes = n,
+                        changed,
+                        took_ms,
+                        window_ms,
+                        write_ms = steps.write.as_secs_f64() * 1000.0,
+                        test_ms = steps.test.as_secs_f64() * 1000.0,
+                        tests = steps.tests,
+                        "batch applied"
+                    );
                 } else {
                     tracing::debug!(changes = n, took_ms, "batch unchanged");
                 }
@@ -114,8 +153,8 @@ pub(crate) async fn apply_task(
                             None,
                         )
                     });
-                    for r in replies {
-                        let _ = r.send(outcome.clone());
+                    for w in replies {
+                        let _ = w.reply.send(outcome.clone());
                     }
                 }
                 for ((_, reply), res) in removes.into_iter().zip(removed) {

@@ -4,6 +4,12 @@
 //!
 //! Rules: a batch opens with a change (a removal or a stop is handled alone, at once). It closes
 //! when no new message arrived for `quiet`, or `max` after it opened, or when a stop arrives.
+//! While every change of the batch can go live (live mode, issue 11: no reload to share, only
+//! the `nginx -t`), `live_quiet` and `live_max` (at most `max`) take their place: changes that
+//! arrive together still share one test, and a lone change is not held back for a grouping
+//! that buys nothing. A change that needs a reload joining such a batch brings back `quiet` and
+//! `max` (counted from the batch's opening). Which changes can go live is the caller's guess
+//! (`all_live`); a wrong guess only changes how long the batch waits.
 //! The same binding twice in one batch: the newer bytes win and every caller gets the outcome of
 //! the newer one.
 
@@ -21,6 +27,10 @@ pub(crate) struct BatchRules {
     pub quiet: Duration,
     /// ...or this long after it opened, whichever comes first.
     pub max: Duration,
+    /// `quiet` of a batch whose changes can all go live.
+    pub live_quiet: Duration,
+    /// `max` of a batch whose changes can all go live (never more than `max`).
+    pub live_max: Duration,
 }
 
 /// A message for the apply task. `R`, `M`, `S` are the reply channels of a change, a removal and
@@ -58,19 +68,31 @@ pub(crate) enum Next {
 }
 
 impl BatchRules {
-    /// The step after the batch `msgs` (opened at `opened`, last message at `now`) grew.
-    pub fn next<R, M, S>(&self, msgs: &[Queued<R, M, S>], opened: Instant, now: Instant) -> Next {
+    /// The step after the batch `msgs` (opened at `opened`, last message at `now`) grew;
+    /// `all_live`: every message so far is a change that can go live.
+    pub fn next<R, M, S>(
+        &self,
+        msgs: &[Queued<R, M, S>],
+        opened: Instant,
+        now: Instant,
+        all_live: bool,
+    ) -> Next {
         let (Some(first), Some(last)) = (msgs.first(), msgs.last()) else {
             return Next::Close;
         };
         if first.kind() != Kind::Change || last.kind() == Kind::Stop {
             return Next::Close;
         }
-        let hard = opened + self.max;
+        let (quiet, max) = if all_live {
+            (self.live_quiet, self.live_max.min(self.max))
+        } else {
+            (self.quiet, self.max)
+        };
+        let hard = opened + max;
         if now >= hard {
             return Next::Close;
         }
-        Next::WaitUntil((now + self.quiet).min(hard))
+        Next::WaitUntil((now + quiet).min(hard))
     }
 }
 
@@ -124,7 +146,14 @@ mod tests {
     const RULES: BatchRules = BatchRules {
         quiet: Duration::from_millis(100),
         max: Duration::from_secs(1),
+        live_quiet: Duration::from_millis(2),
+        live_max: Duration::from_millis(10),
     };
+
+    /// In these tests a change can go live when its bytes start with "live".
+    fn goes_live(m: &Msg) -> bool {
+        matches!(m, Queued::Change(c, _) if c.bytes.starts_with(b"live"))
+    }
 
     fn change(name: &str, bytes: &str, reply: u32) -> Msg {
         Queued::Change(
@@ -149,6 +178,7 @@ mod tests {
         while i < arrivals.len() {
             let opened = t0 + ms(arrivals[i].0);
             let mut batch: Vec<&Msg> = vec![&arrivals[i].1];
+            let mut all_live = goes_live(&arrivals[i].1);
             let mut now = opened;
             i += 1;
             loop {
@@ -160,11 +190,12 @@ mod tests {
                         Queued::Stop(_) => Queued::Stop(()),
                     })
                     .collect();
-                match rules.next(&view, opened, now) {
+                match rules.next(&view, opened, now, all_live) {
                     Next::Close => break,
                     Next::WaitUntil(until) => match arrivals.get(i) {
                         Some((at, m)) if t0 + ms(*at) <= until => {
                             now = t0 + ms(*at);
+                            all_live &= goes_live(m);
                             batch.push(m);
                             i += 1;
                         }
@@ -213,29 +244,32 @@ mod tests {
     fn wait_never_passes_max() {
         let t0 = Instant::now();
         let msgs = vec![change("a", "1", 1)];
-        assert_eq!(RULES.next(&msgs, t0, t0), Next::WaitUntil(t0 + ms(100)));
         assert_eq!(
-            RULES.next(&msgs, t0, t0 + ms(950)),
+            RULES.next(&msgs, t0, t0, false),
+            Next::WaitUntil(t0 + ms(100))
+        );
+        assert_eq!(
+            RULES.next(&msgs, t0, t0 + ms(950), false),
             Next::WaitUntil(t0 + ms(1000))
         );
-        assert_eq!(RULES.next(&msgs, t0, t0 + ms(1000)), Next::Close);
+        assert_eq!(RULES.next(&msgs, t0, t0 + ms(1000), false), Next::Close);
     }
 
     #[test]
     fn a_stop_closes_the_batch_at_once() {
         let t0 = Instant::now();
         let msgs = vec![change("a", "1", 1), Queued::Stop(9)];
-        assert_eq!(RULES.next(&msgs, t0, t0 + ms(10)), Next::Close);
+        assert_eq!(RULES.next(&msgs, t0, t0 + ms(10), false), Next::Close);
     }
 
     #[test]
     fn removals_and_stops_are_not_batched() {
         let t0 = Instant::now();
         let remove: Vec<Msg> = vec![Queued::Remove(UpstreamName::parse("a").unwrap(), 1)];
-        assert_eq!(RULES.next(&remove, t0, t0), Next::Close);
+        assert_eq!(RULES.next(&remove, t0, t0, false), Next::Close);
         let stop: Vec<Msg> = vec![Queued::Stop(1)];
-        assert_eq!(RULES.next(&stop, t0, t0), Next::Close);
-        assert_eq!(RULES.next::<u32, u32, u32>(&[], t0, t0), Next::Close);
+        assert_eq!(RULES.next(&stop, t0, t0, true), Next::Close);
+        assert_eq!(RULES.next::<u32, u32, u32>(&[], t0, t0, true), Next::Close);
     }
 
     #[test]
@@ -251,11 +285,65 @@ mod tests {
     #[test]
     fn zero_max_means_no_batching() {
         let rules = BatchRules {
-            quiet: ms(100),
             max: Duration::ZERO,
+            ..RULES
         };
         let arrivals = [(0, change("a", "1", 1)), (0, change("b", "1", 2))];
         assert_eq!(batch_sizes(rules, &arrivals), vec![1, 1]);
+        // Live batches never outlast `max` either.
+        let arrivals = [(0, change("a", "live", 1)), (0, change("b", "live", 2))];
+        assert_eq!(batch_sizes(rules, &arrivals), vec![1, 1]);
+    }
+
+    #[test]
+    fn live_changes_close_after_the_live_quiet_time() {
+        // 3 ms apart: more than live_quiet (2 ms), far less than quiet (100 ms).
+        let live: Vec<(u64, Msg)> = (0..3)
+            .map(|i| (i * 3, change(&format!("u{i}"), "live", i as u32)))
+            .collect();
+        assert_eq!(batch_sizes(RULES, &live), vec![1, 1, 1]);
+        let reload: Vec<(u64, Msg)> = (0..3)
+            .map(|i| (i * 3, change(&format!("u{i}"), "1", i as u32)))
+            .collect();
+        assert_eq!(batch_sizes(RULES, &reload), vec![3]);
+        let t0 = Instant::now();
+        let one = vec![change("a", "live", 1)];
+        assert_eq!(RULES.next(&one, t0, t0, true), Next::WaitUntil(t0 + ms(2)));
+    }
+
+    #[test]
+    fn live_changes_arriving_together_share_a_batch_up_to_live_max() {
+        // One every millisecond: never 2 ms quiet, so the batch closes 10 ms after it opened.
+        let arrivals: Vec<(u64, Msg)> = (0..15)
+            .map(|i| (i, change(&format!("u{i}"), "live", i as u32)))
+            .collect();
+        assert_eq!(batch_sizes(RULES, &arrivals), vec![11, 4]);
+        let t0 = Instant::now();
+        let one = vec![change("a", "live", 1)];
+        assert_eq!(
+            RULES.next(&one, t0, t0 + ms(9), true),
+            Next::WaitUntil(t0 + ms(10))
+        );
+        assert_eq!(RULES.next(&one, t0, t0 + ms(10), true), Next::Close);
+    }
+
+    #[test]
+    fn a_change_that_needs_a_reload_brings_back_the_full_window() {
+        // Live, then one that needs a reload 1 ms later: the batch now waits `quiet` (100 ms)
+        // and takes the live change at 60 ms too.
+        let arrivals = [
+            (0, change("a", "live", 1)),
+            (1, change("b", "1", 2)),
+            (60, change("c", "live", 3)),
+            (300, change("d", "live", 4)),
+        ];
+        assert_eq!(batch_sizes(RULES, &arrivals), vec![3, 1]);
+        let t0 = Instant::now();
+        let mixed = vec![change("a", "live", 1), change("b", "1", 2)];
+        assert_eq!(
+            RULES.next(&mixed, t0, t0 + ms(1), false),
+            Next::WaitUntil(t0 + ms(101))
+        );
     }
 
     #[test]

@@ -9,12 +9,13 @@
 //! names, an API that is unreachable or does not list the upstream — and any live failure, which
 //! falls back to one confirmed reload for the batch's refused changes.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
 
 use tributary_apply::{Applier, Change, ChangeOutcome};
 use tributary_store::Applied;
 
-use crate::live_api::{LiveApi, LiveServer};
+use crate::live_api::{LiveApi, LiveServer, PushTimes};
 
 /// `--apply`: how changes are made live.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
@@ -39,6 +40,23 @@ impl LiveOptions {
     /// Whether files carry the `zone` line (live or auto with an API).
     pub fn zoned(&self) -> bool {
         self.mode != ApplyMode::Reload && self.api.is_some()
+    }
+
+    /// Whether `c` looks like a change that goes live: zoned, and only the servers differ from
+    /// the bytes nginx has confirmed live. A guess for batching ([`super::batch`]); the batch
+    /// itself decides with the file on disk and the API's list.
+    pub(crate) fn goes_live(&self, a: &Applier, c: &Change) -> bool {
+        self.zoned() && live_plan(a.live_bytes(&c.name), &self.file_bytes(c.bytes.clone())).is_ok()
+    }
+
+    /// [`Self::file_bytes`] of a text: what previews show (the test resolution, the UI form, the
+    /// `resolve` dry run), so that they show the exact bytes this mode writes.
+    pub fn file_text(&self, rendered: String) -> String {
+        if self.zoned() {
+            tributary_core::add_zone(&rendered)
+        } else {
+            rendered
+        }
     }
 
     /// The bytes the applier gets: the rendered file, plus the `zone` line when zoned.
@@ -151,8 +169,15 @@ pub(crate) fn apply_batch(
     a: &mut Applier,
     opts: &LiveOptions,
     changes: &[Change],
+    decided: &[Instant],
     rt: &tokio::runtime::Handle,
 ) -> Vec<(tributary_core::UpstreamName, ApplyResult)> {
+    let started = Instant::now();
+    let decided: HashMap<String, Instant> = changes
+        .iter()
+        .zip(decided)
+        .map(|(c, d)| (c.name.as_str().to_string(), *d))
+        .collect();
     let changes: Vec<Change> = changes
         .iter()
         .map(|c| Change {
@@ -189,56 +214,63 @@ pub(crate) fn apply_batch(
             Err(why) => reload.push((c.clone(), why)),
         }
     }
-    if !live.is_empty() {
-        match rt.block_on(api.list()) {
-            Ok(names) => {
-                let names: HashSet<String> = names.into_iter().collect();
-                let (ok, not): (Vec<_>, Vec<_>) = live
-                    .into_iter()
-                    .partition(|(c, _)| names.contains(c.name.as_str()));
-                live = ok;
-                reload.extend(not.into_iter().map(|(c, _)| {
-                    (
-                        c,
-                        "the live API does not list this upstream (no zone, or a balancer that \
-                         cannot change live): needs a reload"
-                            .to_string(),
-                    )
-                }));
-            }
-            Err(e) => {
-                reload.extend(
-                    live.drain(..)
-                        .map(|(c, _)| (c, format!("live API unavailable: {e}"))),
-                );
-            }
-        }
-    }
     let mut out = Vec::new();
     if !live.is_empty() {
-        let sets: std::collections::HashMap<String, Vec<LiveServer>> = live
+        // The API's list (which upstreams can go live, and their generations for the PUT's guard)
+        // is asked while the files are written and tested: it is only needed for the push.
+        let mut listing = Some({
+            let api = api.clone();
+            rt.spawn(async move { api.listing().await })
+        });
+        let mut listed: Option<Result<HashMap<String, u64>, String>> = None;
+        let mut list_wait = Duration::ZERO;
+        let sets: HashMap<String, Vec<LiveServer>> = live
             .iter()
             .map(|(c, s)| (c.name.as_str().to_string(), s.clone()))
             .collect();
         let batch: Vec<Change> = live.into_iter().map(|(c, _)| c).collect();
+        let mut pushed: Vec<(tributary_core::UpstreamName, &[LiveServer], PushTimes)> = Vec::new();
         let mut push = |c: &Change| -> Result<(), String> {
             let set = &sets[c.name.as_str()];
-            let t0 = std::time::Instant::now();
+            if let Some(task) = listing.take() {
+                let t0 = Instant::now();
+                listed = Some(rt.block_on(task).unwrap_or_else(|e| Err(e.to_string())));
+                list_wait = t0.elapsed();
+            }
+            let generation = match listed
+                .as_ref()
+                .map(|l| l.as_ref().map(|g| g.get(c.name.as_str())))
+            {
+                Some(Ok(Some(g))) => *g,
+                Some(Ok(None)) => {
+                    return Err(
+                        "the live API does not list this upstream (no zone, or a balancer \
+                                that cannot change live): needs a reload"
+                            .to_string(),
+                    )
+                }
+                Some(Err(e)) => return Err(format!("live API unavailable: {e}")),
+                None => return Err("live API unavailable: no list".to_string()),
+            };
+            let t0 = Instant::now();
             let r = rt
-                .block_on(api.replace_confirmed(c.name.as_str(), set))
+                .block_on(api.replace_confirmed(c.name.as_str(), set, generation))
                 .map_err(|e| format!("live apply failed, fell back to a reload: {e}"));
-            let push_ms = t0.elapsed().as_secs_f64() * 1000.0;
-            match &r {
-                Ok(()) => {
-                    tracing::info!(upstream = %c.name, servers = set.len(), push_ms, "applied live")
+            match r {
+                Ok(times) => {
+                    pushed.push((c.name.clone(), set, times));
+                    Ok(())
                 }
                 Err(e) => {
-                    tracing::warn!(upstream = %c.name, push_ms, error = %e, "live apply failed")
+                    let push_ms = ms(t0.elapsed());
+                    tracing::warn!(upstream = %c.name, push_ms, error = %e, "live apply failed");
+                    Err(e)
                 }
             }
-            r
         };
-        for (n, o, why) in a.apply_live_batch(&batch, &mut push) {
+        let results = a.apply_live_batch(&batch, &mut push);
+        log_live(&pushed, &decided, started, ms(list_wait), a.last_steps());
+        for (n, o, why) in results {
             out.push((n, ApplyResult::new(o, why)));
         }
     }
@@ -254,6 +286,53 @@ pub(crate) fn apply_batch(
         }
     }
     out
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+/// One log line per change made live, with where its time went (the benchmark reads these):
+/// `decided_to_visible_ms` from the decision (bytes rendered from a validated answer, handed to
+/// the apply task) to the `PUT` answered, `decided_to_confirmed_ms` to the set read back equal;
+/// `waited_ms` from the decision to the batch's start (queue and batch window), then the batch's
+/// `write_ms` (journal + file, fsyncs), `test_ms` (`nginx -t`), `list_wait_ms` (how long the push
+/// still waited for the API's list, asked while writing and testing), and this change's `put_ms`
+/// and `readback_ms`. `decided_unix_ms` places the decision on the wall
+/// clock, for comparing with what a client of nginx sees (`first_server` tells which set it was).
+fn log_live(
+    pushed: &[(tributary_core::UpstreamName, &[LiveServer], PushTimes)],
+    decided: &HashMap<String, Instant>,
+    started: Instant,
+    list_wait_ms: f64,
+    steps: tributary_apply::StepTimes,
+) {
+    let (now, wall) = (Instant::now(), std::time::SystemTime::now());
+    let unix_ms = |at: Instant| {
+        wall.duration_since(std::time::UNIX_EPOCH)
+            .map(|d| ms(d) - ms(now - at))
+            .unwrap_or(0.0)
+    };
+    for (name, set, t) in pushed {
+        let Some(&d) = decided.get(name.as_str()) else {
+            continue;
+        };
+        tracing::info!(
+            upstream = %name,
+            servers = set.len(),
+            first_server = set.first().map_or("", |s| s.address.as_str()),
+            decided_to_visible_ms = ms(t.visible_at - d),
+            decided_to_confirmed_ms = ms(t.visible_at + t.readback - d),
+            waited_ms = ms(started.saturating_duration_since(d)),
+            list_wait_ms,
+            write_ms = ms(steps.write),
+            test_ms = ms(steps.test),
+            put_ms = ms(t.put),
+            readback_ms = ms(t.readback),
+            decided_unix_ms = %format!("{:.3}", unix_ms(d)),
+            "applied live"
+        );
+    }
 }
 
 #[cfg(test)]
@@ -301,6 +380,42 @@ mod tests {
             let e = live_plan(old.map(str::as_bytes), new.as_bytes()).unwrap_err();
             assert!(e.contains(why), "{why}: {e}");
         }
+    }
+
+    #[test]
+    fn the_batching_guess_follows_the_bytes_nginx_runs() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("upstreams")).unwrap();
+        // The file found at open is taken as live. The guess adds the zone line as the batch does.
+        let file = |servers: &str| {
+            format!("# generated by tributary\nupstream api {{\n{servers}    keepalive 8;\n}}\n")
+        };
+        let running = tributary_core::add_zone(&file("    server 10.0.0.1:80 weight=1;\n"));
+        std::fs::write(dir.path().join("upstreams/api.conf"), running).unwrap();
+        let nginx = tributary_apply::CommandNginx::new(vec!["true".into()], vec!["true".into()]);
+        let a = Applier::open(dir.path(), Box::new(nginx), Default::default()).unwrap();
+        let change = |text: String| Change {
+            name: tributary_core::UpstreamName::parse("api").unwrap(),
+            bytes: text.into_bytes(),
+        };
+        let live = LiveOptions {
+            mode: ApplyMode::Live,
+            api: Some(LiveApi::parse("unix:/run/x.sock").unwrap()),
+        };
+        let moved = change(file("    server 10.0.0.2:80 weight=1;\n"));
+        assert!(live.goes_live(&a, &moved));
+        let other = change(file("    server 10.0.0.2:80 weight=1;\n").replace("8;", "9;"));
+        assert!(!live.goes_live(&a, &other));
+        let unknown = Change {
+            name: tributary_core::UpstreamName::parse("new").unwrap(),
+            ..moved.clone()
+        };
+        assert!(!live.goes_live(&a, &unknown));
+        let reload = LiveOptions {
+            mode: ApplyMode::Reload,
+            ..live
+        };
+        assert!(!reload.goes_live(&a, &moved));
     }
 
     #[test]

@@ -55,6 +55,10 @@ pub struct EngineOptions {
     pub batch_quiet: Duration,
     /// ...or this long after its first change, whichever comes first.
     pub batch_max: Duration,
+    /// `batch_quiet` of a batch whose changes can all go live (no reload to share).
+    pub batch_live_quiet: Duration,
+    /// `batch_max` of such a batch (never more than `batch_max`).
+    pub batch_live_max: Duration,
     /// Outcomes returned by [`Engine::show`].
     pub history_limit: usize,
     /// Refresh jitter in percent (0–50; default [`refresh::DEFAULT_JITTER_PCT`]): see
@@ -70,6 +74,8 @@ impl Default for EngineOptions {
             conf_dir: PathBuf::new(),
             batch_quiet: Duration::from_millis(100),
             batch_max: Duration::from_secs(1),
+            batch_live_quiet: Duration::from_millis(2),
+            batch_live_max: Duration::from_millis(10),
             history_limit: 20,
             refresh_jitter_pct: refresh::DEFAULT_JITTER_PCT,
             live: LiveOptions::default(),
@@ -236,6 +242,8 @@ impl Engine {
             BatchRules {
                 quiet: inner.opts.batch_quiet,
                 max: inner.opts.batch_max,
+                live_quiet: inner.opts.batch_live_quiet,
+                live_max: inner.opts.batch_live_max,
             },
             inner.opts.live.clone(),
         ));
@@ -316,6 +324,11 @@ impl Engine {
     /// The plugin host.
     pub fn host(&self) -> &Arc<PluginHost> {
         &self.inner.host
+    }
+
+    /// `--apply` and `--live-api`: how files are written ([`LiveOptions::file_text`]).
+    pub fn live_options(&self) -> &LiveOptions {
+        &self.inner.opts.live
     }
 
     /// The long-lived tasks that have ended (`apply`: no change reaches nginx any more;

@@ -153,7 +153,10 @@ async fn run_once(inner: &Inner, binding: &Binding) -> OutcomeRecord {
                     name: binding.name.clone(),
                     bytes: text.clone().into_bytes(),
                 };
-                let result = match inner.apply_tx.send(ApplyMsg::Change(change, tx)) {
+                let result = match inner
+                    .apply_tx
+                    .send(ApplyMsg::Change(change, super::apply::Waiter::new(tx)))
+                {
                     Ok(()) => rx.await.ok(),
                     Err(_) => None,
                 };

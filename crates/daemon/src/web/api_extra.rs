@@ -109,7 +109,8 @@ pub async fn preview(
                     .no_target_reason()
                     .map(|reason| format!("{reason}: nothing would be written"));
             }
-            p.rendered = r.rendered;
+            // The exact bytes this daemon would write (live mode adds the `zone` line).
+            p.rendered = r.rendered.map(|t| engine.live_options().file_text(t));
         }
     }
     Ok(p)
