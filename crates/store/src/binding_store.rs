@@ -20,7 +20,8 @@
 //!
 //! **Events are about others.** [`BindingStore::subscribe`] delivers [`StoreEvent`]s for changes
 //! made through *another* store instance (another host's daemon) and for fleet state; a change
-//! made through this instance is not echoed. Events are level-triggered: they name what to
+//! made through this instance is not echoed, except when etcd's watch delivers it before the
+//! write's own answer (a spurious event, harmless). Events are level-triggered: they name what to
 //! re-read, never carry the state, so a late or repeated event cannot roll anything back. A
 //! receiver that lags (`RecvError::Lagged`) treats it as [`StoreEvent::Resync`]: re-read all.
 //! The SQLite store emits no binding, target or fleet events (there is no one else).
