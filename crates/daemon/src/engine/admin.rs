@@ -34,7 +34,8 @@ impl Engine {
                 tributary_store::StoreError::Duplicate(n) => EngineError::Duplicate(n),
                 e => e.into(),
             })?;
-        let slot = self.new_slot(binding, record);
+        let updated_at_ms = self.updated_at(&record.name);
+        let slot = self.new_slot(binding, record, updated_at_ms);
         self.spawn(&slot);
         Ok(self.view_of(&slot))
     }
@@ -129,16 +130,19 @@ impl Engine {
             let slot = match (existing, upsert) {
                 (Some(slot), Upsert::Unchanged) => slot,
                 (Some(slot), _) => {
+                    let updated_at_ms = self.updated_at(&record.name);
                     {
                         let mut st = lock(&slot.state);
                         st.binding = Arc::new(binding);
                         st.record = record;
+                        st.updated_at_ms = updated_at_ms;
                     }
                     self.spawn(&slot);
                     slot
                 }
                 (None, _) => {
-                    let slot = self.new_slot(binding, record);
+                    let updated_at_ms = self.updated_at(&record.name);
+                    let slot = self.new_slot(binding, record, updated_at_ms);
                     self.spawn(&slot);
                     slot
                 }
@@ -146,6 +150,18 @@ impl Engine {
             out.push((upsert, slot));
         }
         Ok(out)
+    }
+
+    /// The stored binding's `updated_at_ms` (read your writes: right after a save, the saved one).
+    pub(crate) fn updated_at(&self, name: &str) -> i64 {
+        match self.inner.store.get_binding(name) {
+            Ok(Some(sb)) => sb.updated_at_ms,
+            Ok(None) => 0,
+            Err(e) => {
+                tracing::warn!(binding = %name, error = %e, "reading the stored binding failed");
+                0
+            }
+        }
     }
 
     /// Removes a binding: its file is deleted only if nginx still passes the test without it;
