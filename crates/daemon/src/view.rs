@@ -6,7 +6,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tributary_store::OutcomeRecord;
+use tributary_store::{FleetView, HostState, OutcomeRecord, StoreStatus};
 
 /// A binding as a person submits it (`POST /api/v1/bindings`, `PUT /api/v1/bindings/{name}`).
 /// Config values may be JSON strings, booleans or numbers; strings are converted to the type the
@@ -67,6 +67,111 @@ pub struct BindingView {
     /// When the next refresh is due (ms since the Unix epoch), while the binding is scheduled.
     pub next_refresh_ms: Option<i64>,
     pub consecutive_failures: u32,
+    /// Every host's state of the binding (with the SQLite store: this host alone).
+    #[serde(default)]
+    pub fleet: BindingFleet,
+}
+
+/// The fleet view of one binding: who resolves it, the newest published target set, and each
+/// host's state.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct BindingFleet {
+    /// The host that holds the resolver claim now (`null`: none yet, or it is being taken over).
+    pub resolver: Option<String>,
+    /// Generation of the newest published target set (0: none yet).
+    pub generation: i64,
+    /// By host id.
+    pub hosts: Vec<FleetHostView>,
+}
+
+/// One host's state of a binding.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FleetHostView {
+    pub host: String,
+    /// `applied`, `failed` or `stale`.
+    pub state: HostState,
+    /// The host is live (its heartbeat in the store); a host that stopped or lost the store
+    /// keeps its last state with `alive: false`.
+    pub alive: bool,
+    /// When it reached this state, ms since the Unix epoch.
+    pub at_ms: i64,
+    /// Generation of the target set it applied or attempted.
+    pub generation: i64,
+    /// Servers it serves for the binding now.
+    pub servers: usize,
+    /// Why, when failed (nginx's message) or stale.
+    pub message: Option<String>,
+}
+
+impl From<FleetView> for BindingFleet {
+    fn from(v: FleetView) -> BindingFleet {
+        BindingFleet {
+            resolver: v.resolver,
+            generation: v.generation,
+            hosts: v
+                .hosts
+                .into_iter()
+                .map(|h| FleetHostView {
+                    host: h.outcome.host,
+                    state: h.outcome.state,
+                    alive: h.alive,
+                    at_ms: h.outcome.at_ms,
+                    generation: h.outcome.generation,
+                    servers: h.outcome.servers,
+                    message: h.outcome.message,
+                })
+                .collect(),
+        }
+    }
+}
+
+/// `GET /api/v1/store`: the store's connection state.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StoreView {
+    /// `sqlite` or `etcd`.
+    pub kind: String,
+    /// This host's id in the fleet.
+    pub host_id: String,
+    /// The store answers now.
+    pub connected: bool,
+    /// Since when it does not answer (ms since the Unix epoch).
+    pub unreachable_since_ms: Option<i64>,
+    /// The last connection error while not connected.
+    pub last_error: Option<String>,
+    /// The SQLite path, or the etcd endpoints and prefix.
+    pub location: String,
+}
+
+impl From<StoreStatus> for StoreView {
+    fn from(s: StoreStatus) -> StoreView {
+        StoreView {
+            kind: s.kind.to_string(),
+            host_id: s.host_id,
+            connected: s.connected,
+            unreachable_since_ms: s.unreachable_since_ms,
+            last_error: s.last_error,
+            location: s.location,
+        }
+    }
+}
+
+impl StoreView {
+    /// One sentence for a person when the store is unreachable (`None` while connected).
+    pub fn unreachable_note(&self) -> Option<String> {
+        if self.connected {
+            return None;
+        }
+        let why = self
+            .last_error
+            .as_deref()
+            .map(|e| format!(" ({e})"))
+            .unwrap_or_default();
+        Some(format!(
+            "the {} store is unreachable{why}: this host keeps serving its last applied servers; \
+             changes of bindings and new target sets reach it when the store answers again",
+            self.kind
+        ))
+    }
 }
 
 /// `GET /api/v1/bindings/{name}`: the binding plus its recent history (newest first).

@@ -261,6 +261,11 @@ impl Engine {
         }
     }
 
+    /// The store's connection state.
+    pub fn store_status(&self) -> crate::view::StoreView {
+        self.inner.store.status().into()
+    }
+
     /// All bindings, by name.
     pub fn list(&self) -> Vec<BindingView> {
         let mut slots: Vec<(String, Arc<Slot>)> = lock(&self.inner.slots)
@@ -338,6 +343,7 @@ impl Engine {
             servers: st.servers.clone(),
             next_refresh_ms: st.next_ms,
             consecutive_failures: st.failures,
+            fleet: self.inner.store.fleet_view(&rec.name).into(),
         }
     }
 }

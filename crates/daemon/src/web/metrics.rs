@@ -451,6 +451,7 @@ mod tests {
             servers: vec![serde_json::json!({}); servers],
             next_refresh_ms: None,
             consecutive_failures: 0,
+            fleet: Default::default(),
         }
     }
 

@@ -146,6 +146,7 @@ mod tests {
             servers: vec![],
             next_refresh_ms: None,
             consecutive_failures: 0,
+            fleet: Default::default(),
         }
     }
 
