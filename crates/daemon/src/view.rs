@@ -125,6 +125,46 @@ impl From<FleetView> for BindingFleet {
     }
 }
 
+impl BindingFleet {
+    /// The lines `tributary binding show` prints (indented by two spaces): nothing for one host
+    /// on the SQLite store (no fleet); else who resolves and one line per host. `store` (when
+    /// known) adds a line while it is unreachable.
+    pub fn text_lines(&self, store: Option<&StoreView>) -> Vec<String> {
+        let mut out = Vec::new();
+        if let Some(note) = store.and_then(StoreView::unreachable_note) {
+            out.push(format!("  store: {note}"));
+        }
+        let single = store.is_none_or(|s| s.kind == "sqlite") && self.hosts.len() <= 1;
+        if single {
+            return out;
+        }
+        let by = self.resolver.as_deref().unwrap_or("no host right now");
+        out.push(format!(
+            "  fleet: resolved by {by}, target set generation {}",
+            self.generation
+        ));
+        let width = self.hosts.iter().map(|h| h.host.len()).max().unwrap_or(4);
+        for h in &self.hosts {
+            let mut line = format!(
+                "    {:width$}  {:7}  {} servers  generation {}  since {}",
+                h.host,
+                h.state.as_str(),
+                h.servers,
+                h.generation,
+                crate::cli::format_time(h.at_ms),
+            );
+            if !h.alive {
+                line.push_str("  (not live)");
+            }
+            if let Some(m) = &h.message {
+                line.push_str(&format!(": {}", m.trim().replace('\n', " / ")));
+            }
+            out.push(line);
+        }
+        out
+    }
+}
+
 /// `GET /api/v1/store`: the store's connection state.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StoreView {
@@ -257,4 +297,80 @@ pub struct ErrorDetail {
     pub message: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub field: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn host(id: &str, state: HostState, alive: bool, message: Option<&str>) -> FleetHostView {
+        FleetHostView {
+            host: id.into(),
+            state,
+            alive,
+            at_ms: 0,
+            generation: 4,
+            servers: 2,
+            message: message.map(str::to_string),
+        }
+    }
+
+    fn store(kind: &str, connected: bool) -> StoreView {
+        StoreView {
+            kind: kind.into(),
+            host_id: "a".into(),
+            connected,
+            unreachable_since_ms: None,
+            last_error: None,
+            location: String::new(),
+        }
+    }
+
+    #[test]
+    fn binding_show_prints_no_fleet_for_one_sqlite_host() {
+        let f = BindingFleet {
+            resolver: Some("a".into()),
+            generation: 1,
+            hosts: vec![host("a", HostState::Applied, true, None)],
+        };
+        assert!(f.text_lines(Some(&store("sqlite", true))).is_empty());
+        assert!(f.text_lines(None).is_empty());
+    }
+
+    #[test]
+    fn binding_show_prints_every_host_of_a_fleet_and_an_unreachable_store() {
+        let f = BindingFleet {
+            resolver: Some("b".into()),
+            generation: 4,
+            hosts: vec![
+                host("a", HostState::Applied, true, None),
+                host(
+                    "bb",
+                    HostState::Failed,
+                    true,
+                    Some("[emerg] no\nsecond line"),
+                ),
+                host("c", HostState::Stale, false, Some("store unreachable")),
+            ],
+        };
+        let lines = f.text_lines(Some(&store("etcd", false)));
+        assert!(
+            lines[0].starts_with("  store: the etcd store is unreachable"),
+            "{lines:?}"
+        );
+        assert_eq!(lines[1], "  fleet: resolved by b, target set generation 4");
+        assert!(
+            lines[2].starts_with("    a   applied  2 servers  generation 4  since "),
+            "{lines:?}"
+        );
+        assert!(
+            lines[3].contains("bb  failed ") && lines[3].ends_with(": [emerg] no / second line"),
+            "{lines:?}"
+        );
+        assert!(
+            lines[4].contains("(not live): store unreachable"),
+            "{lines:?}"
+        );
+        assert_eq!(lines.len(), 5);
+    }
 }
