@@ -196,6 +196,16 @@ async fn a_binding_saved_on_one_host_is_resolved_once_and_applied_by_every_host(
     .await;
     let view = hosts[2].engine.store().fleet_view("web");
     assert_eq!(view.resolver.as_deref(), Some(resolver.as_str()));
+    // The API's binding view carries it.
+    let api = hosts[2].engine.get("web").unwrap().fleet;
+    assert_eq!(api.resolver.as_deref(), Some(resolver.as_str()));
+    assert_eq!(
+        api.hosts
+            .iter()
+            .map(|h| h.host.as_str())
+            .collect::<Vec<_>>(),
+        ["a", "b", "c"]
+    );
     assert!(
         view.hosts
             .iter()
