@@ -12,6 +12,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::Deserialize;
 use tributary_core::FieldError;
+use tributary_store::StoreError;
 use tributary_store::Upsert;
 
 use crate::engine::{Engine, EngineError};
@@ -80,6 +81,11 @@ impl EngineError {
             EngineError::Duplicate(_) | EngineError::Conflict(_) => StatusCode::CONFLICT,
             EngineError::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
             EngineError::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
+            // The store cannot be reached (etcd down): nothing was written, try again later.
+            EngineError::Store(StoreError::Unavailable { .. }) => StatusCode::SERVICE_UNAVAILABLE,
+            EngineError::Store(StoreError::Conflict(_) | StoreError::Duplicate(_)) => {
+                StatusCode::CONFLICT
+            }
             EngineError::Store(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -458,6 +464,14 @@ mod tests {
             (EngineError::Conflict("nginx -t".into()), 409),
             (EngineError::ShuttingDown, 503),
             (EngineError::Timeout("a".into()), 504),
+            (
+                EngineError::Store(StoreError::Unavailable {
+                    store: "etcd".into(),
+                    why: "down".into(),
+                }),
+                503,
+            ),
+            (EngineError::Store(StoreError::Conflict("a".into())), 409),
         ];
         for (e, status) in cases {
             assert_eq!(e.http_status().as_u16(), status, "{e:?}");

@@ -343,6 +343,22 @@ async fn an_unreachable_store_keeps_every_upstream_and_the_hosts_catch_up_when_i
         assert_eq!(v.servers.len(), 1, "{v:?}");
         assert_eq!(states(h, "web").get(&h.id), Some(&HostState::Stale));
     }
+    // Saves and removals need the store: refused, nothing changed.
+    let e = hosts[0]
+        .engine
+        .put("web", &input("web", &["keepalive 4;"]))
+        .await;
+    assert!(
+        matches!(&e, Err(e) if e.http_status() == 503 && e.to_string().contains("unreachable")),
+        "{:?}",
+        e.err()
+    );
+    let e = hosts[1].engine.remove("web").await;
+    assert!(
+        matches!(&e, Err(e) if e.http_status() == 503),
+        "{:?}",
+        e.err()
+    );
     let after: Vec<Option<String>> = hosts.iter().map(|h| h.file("web")).collect();
     assert_eq!(
         before, after,

@@ -173,6 +173,18 @@ impl Engine {
             .cloned()
             .ok_or_else(|| EngineError::NotFound(name.to_string()))?;
         let uname = lock(&slot.state).binding.name.clone();
+        // The removal must reach the store (every host): refused before anything changes here
+        // while the store is unreachable.
+        let status = self.inner.store.status();
+        if !status.connected {
+            return Err(tributary_store::StoreError::Unavailable {
+                store: format!("{} {}", status.kind, status.location),
+                why: status
+                    .last_error
+                    .unwrap_or_else(|| "not connected".to_string()),
+            }
+            .into());
+        }
         // Stop refreshing first, so no change of this binding is queued after the removal.
         if let Some(t) = lock(&slot.state).task.take() {
             t.abort();
@@ -196,7 +208,12 @@ impl Engine {
                 return Err(EngineError::Conflict(e));
             }
         };
-        self.inner.store.remove_binding(name).await?;
+        if let Err(e) = self.inner.store.remove_binding(name).await {
+            // Still stored (on every host): the binding goes on here too, and its file comes
+            // back with its next apply.
+            self.spawn(&slot);
+            return Err(e.into());
+        }
         lock(&self.inner.slots).remove(name);
         Ok(RemoveResponse {
             name: name.to_string(),
