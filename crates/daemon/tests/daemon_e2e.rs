@@ -249,7 +249,12 @@ fn api_needs_the_token_but_health_is_open() {
     let (status, body) = http(daemon.port, "GET", "/api/v1/health", None, None);
     assert_eq!(status, 200, "{body}");
     assert!(body.contains("ok"));
-    for path in ["/api/v1/bindings", "/api/v1/plugins", "/api/v1/bindings/x"] {
+    for path in [
+        "/api/v1/bindings",
+        "/api/v1/plugins",
+        "/api/v1/bindings/x",
+        "/api/v1/store",
+    ] {
         let (status, body) = http(daemon.port, "GET", path, None, None);
         assert_eq!(status, 401, "{path}: {body}");
         assert!(!body.contains(&token));
@@ -269,6 +274,20 @@ fn api_needs_the_token_but_health_is_open() {
     let (status, body) = http(daemon.port, "GET", "/api/v1/plugins", Some(&token), None);
     assert_eq!(status, 200, "{body}");
     assert!(body.contains("\"static\""), "{body}");
+    // One host on SQLite: the store always answers, and says where it is only behind the token.
+    let (status, body) = http(daemon.port, "GET", "/api/v1/store", Some(&token), None);
+    assert_eq!(status, 200, "{body}");
+    let store: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        (&store["kind"], &store["connected"]),
+        (&"sqlite".into(), &true.into()),
+        "{body}"
+    );
+    let (_, health) = http(daemon.port, "GET", "/api/v1/health", None, None);
+    assert!(
+        !health.contains("location") && health.contains("\"connected\":true"),
+        "{health}"
+    );
     // The CLI without a usable token says so.
     let out = std::process::Command::new(common::tributary_bin())
         .args(["binding", "list", "--api"])
