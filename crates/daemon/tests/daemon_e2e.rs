@@ -56,6 +56,19 @@ fn binding_add_writes_file_reloads_and_traffic_flows_then_failure_keeps_servers_
     assert!(ok, "{show}");
     let last = &show["binding"]["last_outcome"];
     assert_eq!(last["status"], "ok", "{show}");
+    // One host on SQLite: the fleet is this host, applied; the text output shows no fleet.
+    let fleet = &show["binding"]["fleet"];
+    assert_eq!(fleet["hosts"].as_array().map(Vec::len), Some(1), "{show}");
+    assert_eq!(fleet["hosts"][0]["state"], "applied", "{show}");
+    assert_eq!(fleet["hosts"][0]["servers"], 1, "{show}");
+    assert_eq!(fleet["resolver"], fleet["hosts"][0]["host"], "{show}");
+    let out = daemon.cli(&["binding", "show", "api"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        !text.contains("fleet:") && !text.contains("store:"),
+        "{text}"
+    );
     assert_eq!(last["changed"], true);
     assert_eq!(last["reloaded"], true);
     assert_eq!(show["binding"]["servers"][0]["port"], alpha);
