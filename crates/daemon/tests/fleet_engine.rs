@@ -432,3 +432,36 @@ async fn a_host_whose_nginx_refuses_the_set_shows_failed_with_nginx_message() {
         h.engine.shutdown().await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_removal_elsewhere_keeps_the_file_a_hosts_nginx_still_needs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let targets = tmp.path().join("targets.json");
+    set_targets(&targets, &["10.0.0.1"]);
+    let fleet = Fleet::new();
+    // Host b's nginx still includes the file: its test fails without it.
+    let needed = tmp.path().join("b/conf/upstreams/web.conf");
+    let check = format!("test -f '{}'", needed.display());
+    let hosts = vec![
+        start_host(&fleet, "a", tmp.path(), &targets, &["true"]),
+        start_host(&fleet, "b", tmp.path(), &targets, &["sh", "-c", &check]),
+    ];
+    hosts[0].engine.add(&input("web", &[])).await.unwrap();
+    until("both hosts wrote web.conf", || {
+        hosts.iter().all(|h| has(h.file("web"), "10.0.0.1"))
+    })
+    .await;
+    hosts[0].engine.remove("web").await.unwrap();
+    until("b dropped the binding", || {
+        hosts[1].engine.get("web").is_none()
+    })
+    .await;
+    assert!(hosts[0].file("web").is_none());
+    assert!(
+        has(hosts[1].file("web"), "10.0.0.1"),
+        "b's nginx needs the file: kept"
+    );
+    for h in &hosts {
+        h.engine.shutdown().await;
+    }
+}
