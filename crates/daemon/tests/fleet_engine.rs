@@ -308,10 +308,21 @@ async fn when_the_resolver_dies_another_host_takes_the_binding_over() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_store_keeps_every_upstream_and_the_hosts_catch_up_when_it_returns() {
+    unreachable_then_back(true).await;
+}
+
+/// The same with a store that says only `Status` when it is back (no `Resync`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_hosts_catch_up_on_the_status_event_alone() {
+    unreachable_then_back(false).await;
+}
+
+async fn unreachable_then_back(resync: bool) {
     let tmp = tempfile::tempdir().unwrap();
     let targets = tmp.path().join("targets.json");
     set_targets(&targets, &["10.0.0.1"]);
     let fleet = Fleet::new();
+    fleet.resync_on_return(resync);
     let hosts = three(&fleet, tmp.path(), &targets);
     hosts[0].engine.add(&input("web", &[])).await.unwrap();
     until("every host wrote web.conf", || {
@@ -373,10 +384,17 @@ async fn an_unreachable_store_keeps_every_upstream_and_the_hosts_catch_up_when_i
     for h in &hosts {
         fleet.set_reachable(&h.id, true);
     }
+    let back = Instant::now();
     until("every host caught up", || {
         hosts.iter().all(|h| has(h.file("web"), "10.0.0.4"))
     })
     .await;
+    // At once, not at the next retry of the failure back-off (10 s at least).
+    assert!(
+        back.elapsed() < Duration::from_secs(5),
+        "caught up after {:?}",
+        back.elapsed()
+    );
     until("the fleet view shows three applied hosts again", || {
         states(&hosts[0], "web")
             .values()

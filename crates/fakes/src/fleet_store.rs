@@ -60,6 +60,8 @@ struct Shared {
     fallback: Duration,
     /// Claim calls per member (for the tests).
     claims_asked: HashMap<String, u64>,
+    /// A member that is back gets `Resync` after `Status` (default: yes).
+    resync_on_return: bool,
 }
 
 /// The shared state of a simulated fleet. Cheap to clone.
@@ -151,6 +153,7 @@ impl Fleet {
                 last_ms: 0,
                 fallback: Duration::from_secs(3600),
                 claims_asked: HashMap::new(),
+                resync_on_return: true,
             })),
         }
     }
@@ -163,6 +166,12 @@ impl Fleet {
     /// (default: one hour, i.e. only the preferred member claims).
     pub fn fallback(&self, d: Duration) {
         self.lock().fallback = d;
+    }
+
+    /// Whether a member that is back gets `Resync` after `Status` (a store may send only
+    /// `Status` and the per-key events of what changed meanwhile).
+    pub fn resync_on_return(&self, yes: bool) {
+        self.lock().resync_on_return = yes;
     }
 
     /// A new member (host) of the fleet, live and reachable.
@@ -188,6 +197,7 @@ impl Fleet {
     /// Back: its pending host outcomes are written and it gets `Resync`.
     pub fn set_reachable(&self, host: &str, reachable: bool) {
         let mut s = self.lock();
+        let resync = s.resync_on_return;
         let data = s.data.clone();
         let now = now_ms();
         let Some(m) = s.members.get_mut(host) else {
@@ -204,7 +214,7 @@ impl Fleet {
             BTreeMap::new()
         };
         let _ = m.events.send(StoreEvent::Status);
-        if reachable {
+        if reachable && resync {
             let _ = m.events.send(StoreEvent::Resync);
         }
         for (name, o) in pending {

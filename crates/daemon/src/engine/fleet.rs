@@ -182,6 +182,9 @@ pub(crate) async fn store_task(
     inner: std::sync::Weak<Inner>,
     mut rx: broadcast::Receiver<StoreEvent>,
 ) {
+    // The store was unreachable at the last `Status` event: when it answers again every binding
+    // asks for its claim and applies newer sets (whether or not the store also sends `Resync`).
+    let mut was_down = false;
     loop {
         let ev = match rx.recv().await {
             Ok(ev) => ev,
@@ -216,7 +219,24 @@ pub(crate) async fn store_task(
                     s.claim.notify_one();
                 }
             }
-            StoreEvent::Fleet(_) | StoreEvent::Status => {}
+            StoreEvent::Status => {
+                let connected = engine.inner.store.status().connected;
+                if connected && was_down {
+                    tracing::info!("the store answers again; catching up");
+                    let slots: Vec<Arc<Slot>> =
+                        lock(&engine.inner.slots).values().cloned().collect();
+                    for s in slots {
+                        s.follow.notify_one();
+                        s.claim.notify_one();
+                    }
+                } else if !connected && !was_down {
+                    tracing::warn!(
+                        "the store is unreachable; serving the last applied servers until it answers"
+                    );
+                }
+                was_down = !connected;
+            }
+            StoreEvent::Fleet(_) => {}
         }
     }
 }
