@@ -17,7 +17,7 @@ use hyper::Method;
 use serde_json::Value;
 use tributary_apply::{Applier, ApplyOptions, CommandNginx, ReloadConfirm};
 use tributary_plugin_host::{HostOptions, PluginHost};
-use tributary_store::{Applied, OutcomeRecord, OutcomeStatus, SqliteStore, StoreOptions};
+use tributary_store::{Applied, OutcomeRecord, OutcomeStatus};
 
 use crate::api::ApiState;
 use crate::client::{ApiFailure, Client};
@@ -47,7 +47,7 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Cmd {
     /// Run the daemon: the engine and the JSON API.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Manage bindings of a running daemon (through its API).
     Binding {
         #[command(flatten)]
@@ -143,6 +143,8 @@ struct ServeArgs {
     /// `http://127.0.0.1:PORT/location/` (loopback only).
     #[arg(long)]
     live_api: Option<String>,
+    #[command(flatten)]
+    store: crate::store_args::StoreArgs,
 }
 
 #[derive(Debug, Args)]
@@ -273,7 +275,7 @@ pub fn main() -> ExitCode {
     };
     let result = rt.block_on(async move {
         match cli.cmd {
-            Cmd::Serve(a) => serve(a).await.map(|_| ExitCode::SUCCESS),
+            Cmd::Serve(a) => serve(*a).await.map(|_| ExitCode::SUCCESS),
             Cmd::Binding { api, cmd } => binding(api, cmd).await,
             Cmd::Plugin { cmd } => plugin(cmd).await,
             Cmd::Resolve(a) => Ok(resolve(a).await),
@@ -286,15 +288,6 @@ pub fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
-}
-
-/// This host's id in a fleet (`--host-id`'s default): the kernel's host name, else `localhost`.
-fn default_host_id() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .ok()
-        .map(|h| h.trim().to_string())
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "localhost".to_string())
 }
 
 fn env_path(flag: Option<PathBuf>, var: &str, default: &str) -> PathBuf {
@@ -537,13 +530,7 @@ async fn serve(a: ServeArgs) -> anyhow::Result<()> {
             .with_context(|| format!("creating data folder {}", data_dir.display()))?;
     }
     let token = crate::token::load_or_create(&data_dir)?;
-    let store = SqliteStore::open(
-        &data_dir.join("tributary.db"),
-        StoreOptions {
-            history_per_binding: a.history.max(1),
-        },
-        &default_host_id(),
-    )?;
+    let store = a.store.open(&data_dir, a.history).await?;
     let conf_dir = match a.conf_dir {
         Some(d) => d,
         None => tributary_apply::conf_dir_from_nginx_v(&a.nginx).with_context(|| {
@@ -594,7 +581,7 @@ async fn serve(a: ServeArgs) -> anyhow::Result<()> {
     let names: Vec<String> = host.plugins().into_iter().map(|p| p.name).collect();
     tracing::info!(plugins_dir = %plugins_dir.display(), plugins = ?names, "plugins loaded");
     let engine = Engine::start(
-        Arc::new(store),
+        store,
         Arc::new(host),
         applier,
         EngineOptions {
@@ -1243,6 +1230,6 @@ mod tests {
         Cli::command().debug_assert();
         // settings.rs puts the configuration file's options first: a later option must win.
         let cli = Cli::parse_from(["tributary", "serve", "--history", "5", "--history", "7"]);
-        assert!(matches!(cli.cmd, Cmd::Serve(ServeArgs { history: 7, .. })));
+        assert!(matches!(cli.cmd, Cmd::Serve(a) if a.history == 7));
     }
 }

@@ -17,6 +17,7 @@
 //! - [`resolution`]: a plugin answer validated and rendered, shared by refreshes, test
 //!   resolutions and the dry run.
 //! - [`settings`]: `serve --config-file`, the TOML file of serve's options.
+//! - [`store_args`]: `serve --store sqlite|etcd` and the etcd options; opens the chosen store.
 //! - [`token`]: API token creation and lookup (file mode 0600).
 //! - [`web`]: the web UI (login, sessions, CSRF), `/metrics`, the OpenAPI document and more
 //!   `/api/v1` endpoints; [`web::router`] merges them with [`api::router`].
@@ -30,6 +31,7 @@ pub mod engine;
 pub mod live_api;
 pub mod resolution;
 pub mod settings;
+pub mod store_args;
 pub mod tags;
 pub mod token;
 pub mod view;

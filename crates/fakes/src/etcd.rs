@@ -156,30 +156,7 @@ impl Etcd {
     /// A plain-HTTP POST of JSON to the client port (not for the TLS variant).
     fn try_post(&self, path: &str, body: &Value, token: Option<&str>) -> std::io::Result<Value> {
         assert!(self.tls.is_none(), "the test client speaks plain HTTP only");
-        let mut s = TcpStream::connect(("127.0.0.1", self.client_port))?;
-        s.set_read_timeout(Some(Duration::from_secs(10)))?;
-        let body = body.to_string();
-        let auth = token
-            .map(|t| format!("Authorization: {t}\r\n"))
-            .unwrap_or_default();
-        write!(
-            s,
-            "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n{auth}Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-            body.len()
-        )?;
-        let mut raw = Vec::new();
-        s.read_to_end(&mut raw)?;
-        let text = String::from_utf8_lossy(&raw);
-        let (head, rest) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-        let body = if head
-            .to_ascii_lowercase()
-            .contains("transfer-encoding: chunked")
-        {
-            dechunk(rest)
-        } else {
-            rest.to_string()
-        };
-        serde_json::from_str(body.trim()).map_err(|e| std::io::Error::other(format!("{e}: {text}")))
+        post_json(self.client_port, path, body, token)
     }
 
     fn post(&self, path: &str, body: Value) -> Value {
@@ -250,6 +227,39 @@ impl Etcd {
         );
         self.post("/v3/auth/user/grant", json!({"user": user, "role": role}));
     }
+}
+
+/// A plain-HTTP POST of JSON to etcd's v3 JSON gateway on `port`.
+pub(crate) fn post_json(
+    port: u16,
+    path: &str,
+    body: &Value,
+    token: Option<&str>,
+) -> std::io::Result<Value> {
+    let mut s = TcpStream::connect(("127.0.0.1", port))?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    let body = body.to_string();
+    let auth = token
+        .map(|t| format!("Authorization: {t}\r\n"))
+        .unwrap_or_default();
+    write!(
+        s,
+        "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n{auth}Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw)?;
+    let text = String::from_utf8_lossy(&raw);
+    let (head, rest) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let body = if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        dechunk(rest)
+    } else {
+        rest.to_string()
+    };
+    serde_json::from_str(body.trim()).map_err(|e| std::io::Error::other(format!("{e}: {text}")))
 }
 
 fn dechunk(s: &str) -> String {

@@ -29,6 +29,7 @@ pub mod consul;
 pub mod daemon;
 pub mod dnsmasq;
 pub mod etcd;
+pub mod etcd_cluster;
 pub mod fleet_store;
 pub mod host;
 pub mod http;

@@ -249,4 +249,9 @@ pub trait BindingStore: Send + Sync + fmt::Debug {
 
     /// Every host's state for `name` (local read). SQLite: this host only.
     fn fleet_view(&self, name: &str) -> FleetView;
+
+    /// A graceful stop: ends the connection and gives up this host's claims at once, so other
+    /// hosts take its bindings over without waiting for the lease TTL (bounded by the operation
+    /// timeout). Reads keep answering from the mirror; writes fail afterwards. SQLite: nothing.
+    async fn close(&self) {}
 }

@@ -23,6 +23,7 @@
 #![forbid(unsafe_code)]
 
 mod binding_store;
+pub mod etcd;
 mod outcome;
 mod sqlite;
 
@@ -36,6 +37,7 @@ use serde::{Deserialize, Serialize};
 pub use binding_store::{
     BindingStore, FleetHost, FleetView, HostOutcome, HostState, StoreEvent, StoreStatus, TargetSet,
 };
+pub use etcd::{EtcdOptions, EtcdStore, EtcdTls, SecretKeys};
 pub use outcome::{Applied, DroppedRecord, Failure, OutcomeRecord, OutcomeStatus};
 pub use sqlite::{SqliteFile, SqliteStore, StoreOptions, DEFAULT_HISTORY, SCHEMA_VERSION};
 

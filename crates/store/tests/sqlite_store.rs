@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use tributary_store::{
-    BindingRecord, BindingStore, HostOutcome, HostState, OutcomeRecord, OutcomeStatus,
-    SqliteStore, StoreError, TargetSet, Upsert,
+    BindingRecord, BindingStore, HostOutcome, HostState, OutcomeRecord, OutcomeStatus, SqliteStore,
+    StoreError, TargetSet, Upsert,
 };
 
 fn binding(name: &str) -> BindingRecord {
@@ -90,7 +90,10 @@ async fn this_host_is_the_whole_fleet() {
     let mut again = set("10.0.0.1");
     again.at_ms = 99;
     s.publish_targets("api", &again).await.unwrap();
-    assert_eq!(s.published_targets("api").unwrap().generation, first.generation);
+    assert_eq!(
+        s.published_targets("api").unwrap().generation,
+        first.generation
+    );
     s.publish_targets("api", &set("10.0.0.2")).await.unwrap();
     let second = s.published_targets("api").unwrap();
     assert!(second.generation > first.generation);

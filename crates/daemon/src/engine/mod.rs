@@ -387,6 +387,8 @@ impl Engine {
         }
         self.flush_records().await;
         self.inner.host.shutdown().await;
+        // Fleet: other hosts take this host's bindings over now rather than after the lease TTL.
+        self.inner.store.close().await;
     }
 
     /// Returns once every outcome sent to the recorder before this call is written to the store.

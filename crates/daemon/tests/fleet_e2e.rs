@@ -1,0 +1,206 @@
+//! `tributary serve --store etcd` end to end: real daemons, real nginx, a real 3-member etcd
+//! cluster. What the store layer guarantees on its own: bindings saved through one host's CLI live
+//! in etcd sealed, a host that starts later (or restarts) runs them from etcd, and the settings
+//! are checked before anything starts.
+
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use common::{assert_ok, Daemon};
+use tributary_fakes::etcd_cluster::EtcdCluster;
+use tributary_testkit::TestNginx;
+
+const WAIT: Duration = Duration::from_secs(20);
+const PREFIX: &str = "/e2e/";
+
+fn key_file(dir: &Path) -> PathBuf {
+    let f = dir.join("secrets.key");
+    std::fs::write(&f, [5u8; 32]).unwrap();
+    std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o600)).unwrap();
+    f
+}
+
+fn fleet_args(cluster: &EtcdCluster, key: &Path, host: &str) -> Vec<String> {
+    vec![
+        "--store".into(),
+        "etcd".into(),
+        "--etcd-endpoints".into(),
+        cluster.endpoints().join(","),
+        "--etcd-prefix".into(),
+        PREFIX.into(),
+        "--secrets-key".into(),
+        key.display().to_string(),
+        "--host-id".into(),
+        host.into(),
+        "--etcd-lease-ttl-secs".into(),
+        "2".into(),
+    ]
+}
+
+fn start(root: &Path, nginx: &TestNginx, args: &[String]) -> Daemon {
+    let mut extra: Vec<&str> = tributary_fakes::daemon::FAST.to_vec();
+    extra.extend(args.iter().map(String::as_str));
+    Daemon::start_with(root, nginx, &extra)
+}
+
+#[test]
+fn bindings_saved_on_one_host_live_in_etcd_sealed_and_run_on_a_host_started_later() {
+    let cluster = EtcdCluster::start(3);
+    let shared = tempfile::tempdir().unwrap();
+    let key = key_file(shared.path());
+
+    let root_a = tempfile::tempdir().unwrap();
+    let nginx_a = TestNginx::builder().backend("alpha").start();
+    let alpha = nginx_a.backend_port("alpha");
+    let a = start(
+        root_a.path(),
+        &nginx_a,
+        &fleet_args(&cluster, &key, "host-a"),
+    );
+    let secret_like = format!("127.0.0.1:{alpha}");
+    let out = a.binding_add(
+        "api",
+        "static",
+        "static",
+        "demo",
+        &[&format!("targets={secret_like}")],
+        &[],
+    );
+    assert_ok(&out, "binding add on A");
+    nginx_a
+        .wait_for_body(&TestNginx::upstream_path("api"), "alpha", WAIT)
+        .unwrap();
+
+    // In etcd: the binding, sealed; no config value or key in any value under the prefix.
+    let dump = cluster.dump(PREFIX);
+    assert!(
+        dump.iter().any(|(k, _)| k == "/e2e/bindings/api"),
+        "{dump:?}"
+    );
+    for (k, v) in &dump {
+        assert!(
+            !v.contains(&secret_like) && !v.contains("\"targets\""),
+            "{k}: {v}"
+        );
+    }
+
+    // Host B starts later with its own nginx: it runs the binding from etcd.
+    let root_b = tempfile::tempdir().unwrap();
+    let nginx_b = TestNginx::builder().backend("alpha").start();
+    let b = start(
+        root_b.path(),
+        &nginx_b,
+        &fleet_args(&cluster, &key, "host-b"),
+    );
+    let (ok, show) = b.cli_json(&["binding", "show", "api"]);
+    assert!(ok, "{show}");
+    assert_eq!(show["binding"]["service"], "demo", "{show}");
+    // Its file holds the same server (the static plugin resolves to A's backend address).
+    b.wait_for("api", |v| v["binding"]["last_outcome"]["status"] == "ok");
+    let file_b = std::fs::read_to_string(nginx_b.upstreams_dir().join("api.conf")).unwrap();
+    assert!(file_b.contains(&secret_like), "{file_b}");
+    drop(b);
+
+    // A restarts: the binding comes back from etcd (its SQLite file is not used).
+    let mut a = a;
+    a.stop();
+    assert!(!a.data_dir.join("tributary.db").exists());
+    a.spawn();
+    let (ok, list) = a.cli_json(&["binding", "list"]);
+    assert!(ok, "{list}");
+    assert!(list.to_string().contains("\"api\""), "{list}");
+}
+
+#[test]
+fn wrong_fleet_settings_stop_the_daemon_with_a_message() {
+    let cluster = EtcdCluster::start(1);
+    let root = tempfile::tempdir().unwrap();
+    let nginx = TestNginx::builder().start();
+    let open_key = root.path().join("open.key");
+    std::fs::write(&open_key, [1u8; 32]).unwrap();
+    std::fs::set_permissions(&open_key, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let short_key = root.path().join("short.key");
+    std::fs::write(&short_key, [1u8; 8]).unwrap();
+    std::fs::set_permissions(&short_key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let endpoints = cluster.endpoints().join(",");
+    let cases: Vec<(Vec<String>, &str)> = vec![
+        (
+            vec![
+                "--store".into(),
+                "etcd".into(),
+                "--secrets-key".into(),
+                short_key.display().to_string(),
+            ],
+            "--etcd-endpoints",
+        ),
+        (
+            vec![
+                "--store".into(),
+                "etcd".into(),
+                "--etcd-endpoints".into(),
+                endpoints.clone(),
+            ],
+            "--secrets-key",
+        ),
+        (
+            vec![
+                "--store".into(),
+                "etcd".into(),
+                "--etcd-endpoints".into(),
+                endpoints.clone(),
+                "--secrets-key".into(),
+                open_key.display().to_string(),
+            ],
+            "chmod 600",
+        ),
+        (
+            vec![
+                "--store".into(),
+                "etcd".into(),
+                "--etcd-endpoints".into(),
+                endpoints.clone(),
+                "--secrets-key".into(),
+                short_key.display().to_string(),
+            ],
+            "holds 8 bytes",
+        ),
+        (
+            vec![
+                "--store".into(),
+                "etcd".into(),
+                "--etcd-endpoints".into(),
+                endpoints,
+                "--secrets-key".into(),
+                key_file(root.path()).display().to_string(),
+                "--host-id".into(),
+                "a/b".into(),
+            ],
+            "host id",
+        ),
+    ];
+    let bin = common::tributary_bin();
+    for (args, want) in cases {
+        let out = std::process::Command::new(&bin)
+            .arg("serve")
+            .args(["--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(root.path().join("data"))
+            .arg("--conf-dir")
+            .arg(nginx.conf_dir())
+            .args([
+                "--test-cmd",
+                "true",
+                "--reload-cmd",
+                "true",
+                "--no-reload-confirm",
+            ])
+            .args(&args)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} started");
+        assert!(text.contains(want), "{args:?}: {text}");
+    }
+}

@@ -1,0 +1,233 @@
+//! A real 3-member (or n-member) etcd cluster (Debian's `etcd-server`) on free 127.0.0.1 client
+//! and peer ports with temporary data dirs, for the fleet store's tests: kill one member with
+//! SIGKILL and restart it on its data, kill them all, restart them all, dump every key under a
+//! prefix (through the v3 JSON gateway, as an operator's `etcdctl get --prefix` would see it).
+//! Every member is stopped on drop.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use base64::engine::general_purpose::STANDARD as B64;
+use base64::Engine as _;
+use serde_json::json;
+
+struct Member {
+    name: String,
+    client_port: u16,
+    peer_port: u16,
+    child: Option<Child>,
+}
+
+/// A running etcd cluster.
+pub struct EtcdCluster {
+    dir: tempfile::TempDir,
+    members: Vec<Member>,
+}
+
+impl EtcdCluster {
+    /// Starts `n` members on free ports and waits until each answers a linearizable read (a
+    /// leader is elected). A port taken by another process between its choice and etcd's bind
+    /// (tests run in parallel) makes a member exit: the cluster is started anew on new ports, up
+    /// to 5 times.
+    pub fn start(n: usize) -> EtcdCluster {
+        let mut last = String::new();
+        for _ in 0..5 {
+            match EtcdCluster::try_start(n) {
+                Ok(c) => return c,
+                Err(why) => last = why,
+            }
+        }
+        panic!("etcd cluster did not start: {last}");
+    }
+
+    fn try_start(n: usize) -> Result<EtcdCluster, String> {
+        let mut c = EtcdCluster {
+            dir: tempfile::tempdir().unwrap(),
+            members: (0..n)
+                .map(|i| Member {
+                    name: format!("m{i}"),
+                    client_port: tributary_testkit::free_port(),
+                    peer_port: tributary_testkit::free_port(),
+                    child: None,
+                })
+                .collect(),
+        };
+        for i in 0..n {
+            c.spawn(i);
+        }
+        for i in 0..n {
+            c.try_wait_ready(i, Duration::from_secs(30))?;
+        }
+        Ok(c)
+    }
+
+    fn initial_cluster(&self) -> String {
+        self.members
+            .iter()
+            .map(|m| format!("{}=http://127.0.0.1:{}", m.name, m.peer_port))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    fn data_dir(&self, i: usize) -> PathBuf {
+        self.dir.path().join(&self.members[i].name)
+    }
+
+    fn log_path(&self, i: usize) -> PathBuf {
+        self.dir
+            .path()
+            .join(format!("{}.log", self.members[i].name))
+    }
+
+    fn spawn(&mut self, i: usize) {
+        let cluster = self.initial_cluster();
+        let data = self.data_dir(i);
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.log_path(i))
+            .unwrap();
+        let m = &self.members[i];
+        let client = format!("http://127.0.0.1:{}", m.client_port);
+        let peer = format!("http://127.0.0.1:{}", m.peer_port);
+        let child = Command::new(crate::etcd::binary())
+            .arg("--name")
+            .arg(&m.name)
+            .arg("--data-dir")
+            .arg(&data)
+            .args(["--listen-client-urls", &client])
+            .args(["--advertise-client-urls", &client])
+            .args(["--listen-peer-urls", &peer])
+            .args(["--initial-advertise-peer-urls", &peer])
+            .args(["--initial-cluster", &cluster])
+            .args(["--initial-cluster-state", "new"])
+            .args(["--initial-cluster-token", "tributary-test"])
+            // Quick elections on loopback: a killed leader is replaced within a second.
+            .args(["--heartbeat-interval", "50", "--election-timeout", "500"])
+            .args(["--log-level", "warn"])
+            .env_remove("ETCDCTL_API")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(log))
+            .spawn()
+            .expect("spawn etcd");
+        self.members[i].child = Some(child);
+    }
+
+    fn wait_ready(&mut self, i: usize, limit: Duration) {
+        if let Err(why) = self.try_wait_ready(i, limit) {
+            panic!("{why}");
+        }
+    }
+
+    fn try_wait_ready(&mut self, i: usize, limit: Duration) -> Result<(), String> {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(status) = self.members[i].child.as_mut().unwrap().try_wait().unwrap() {
+                self.members[i].child = None;
+                return Err(format!(
+                    "etcd member {i} exited with {status}: {}",
+                    self.log_text(i)
+                ));
+            }
+            let port = self.members[i].client_port;
+            if crate::etcd::post_json(port, "/v3/kv/range", &json!({"key": "AA=="}), None)
+                .is_ok_and(|v| v.get("header").is_some())
+            {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "etcd member {i} did not answer: {}",
+                    self.log_text(i)
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    pub fn log_text(&self, i: usize) -> String {
+        std::fs::read_to_string(self.log_path(i)).unwrap_or_default()
+    }
+
+    /// Client URLs of every member.
+    pub fn endpoints(&self) -> Vec<String> {
+        self.members
+            .iter()
+            .map(|m| format!("http://127.0.0.1:{}", m.client_port))
+            .collect()
+    }
+
+    /// SIGKILLs member `i` (its data dir stays). Idempotent.
+    pub fn kill(&mut self, i: usize) {
+        if let Some(mut c) = self.members[i].child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// SIGKILLs every member.
+    pub fn kill_all(&mut self) {
+        for i in 0..self.members.len() {
+            self.kill(i);
+        }
+    }
+
+    /// Starts member `i` again on its ports and data (it rejoins the cluster).
+    pub fn restart(&mut self, i: usize) {
+        self.kill(i);
+        self.spawn(i);
+    }
+
+    /// Starts every stopped member again and waits until each answers.
+    pub fn restart_all(&mut self) {
+        let stopped: Vec<usize> = (0..self.members.len())
+            .filter(|i| self.members[*i].child.is_none())
+            .collect();
+        for &i in &stopped {
+            self.spawn(i);
+        }
+        for i in 0..self.members.len() {
+            self.wait_ready(i, Duration::from_secs(30));
+        }
+    }
+
+    /// Every key and value under `prefix`, read from any live member (values as text, lossy).
+    pub fn dump(&self, prefix: &str) -> Vec<(String, String)> {
+        let mut end = prefix.as_bytes().to_vec();
+        *end.last_mut().expect("non-empty prefix") += 1;
+        let body = json!({"key": B64.encode(prefix), "range_end": B64.encode(&end)});
+        for m in &self.members {
+            if m.child.is_none() {
+                continue;
+            }
+            let Ok(v) = crate::etcd::post_json(m.client_port, "/v3/kv/range", &body, None) else {
+                continue;
+            };
+            if v.get("header").is_none() {
+                continue;
+            }
+            let kvs = v["kvs"].as_array().cloned().unwrap_or_default();
+            return kvs
+                .iter()
+                .map(|kv| {
+                    let dec = |f: &str| {
+                        String::from_utf8_lossy(
+                            &B64.decode(kv[f].as_str().unwrap_or("")).unwrap_or_default(),
+                        )
+                        .into_owned()
+                    };
+                    (dec("key"), dec("value"))
+                })
+                .collect();
+        }
+        panic!("no etcd member answered the dump");
+    }
+}
+
+impl Drop for EtcdCluster {
+    fn drop(&mut self) {
+        self.kill_all();
+    }
+}

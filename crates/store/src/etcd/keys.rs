@@ -1,0 +1,231 @@
+//! The key layout under the prefix (`docs/fleet.md` is the reference) and the binding value.
+//!
+//! ```text
+//! PREFIX/bindings/NAME            binding JSON, config sealed           (no lease)
+//! PREFIX/hosts/HOST               heartbeat JSON                        (HOST's lease)
+//! PREFIX/resolvers/NAME           HOST resolving NAME                   (HOST's lease)
+//! PREFIX/targets/NAME             TargetSet JSON of the last resolution (no lease)
+//! PREFIX/outcomes/NAME/HOST       HostOutcome JSON of HOST for NAME     (no lease)
+//! ```
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::SecretKeys;
+use crate::{BindingRecord, StoreError, StoredBinding};
+
+/// The keys of one prefix.
+#[derive(Debug, Clone)]
+pub struct Keys {
+    /// Ends with `/`.
+    pub prefix: String,
+}
+
+/// What a key under the prefix is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Kind {
+    Binding(String),
+    Host(String),
+    Resolver(String),
+    Targets(String),
+    Outcome { binding: String, host: String },
+}
+
+impl Keys {
+    pub fn new(prefix: &str) -> Result<Keys, StoreError> {
+        if prefix.is_empty() || prefix.contains('\0') {
+            return Err(StoreError::Settings(
+                "the etcd prefix must not be empty (e.g. /tributary/)".into(),
+            ));
+        }
+        let mut prefix = prefix.to_string();
+        if !prefix.ends_with('/') {
+            prefix.push('/');
+        }
+        Ok(Keys { prefix })
+    }
+
+    pub fn binding(&self, name: &str) -> String {
+        format!("{}bindings/{name}", self.prefix)
+    }
+    pub fn host(&self, host: &str) -> String {
+        format!("{}hosts/{host}", self.prefix)
+    }
+    pub fn resolver(&self, name: &str) -> String {
+        format!("{}resolvers/{name}", self.prefix)
+    }
+    pub fn targets(&self, name: &str) -> String {
+        format!("{}targets/{name}", self.prefix)
+    }
+    pub fn outcome(&self, name: &str, host: &str) -> String {
+        format!("{}outcomes/{name}/{host}", self.prefix)
+    }
+    /// The prefix of every host's outcome for `name`.
+    pub fn outcomes_of(&self, name: &str) -> String {
+        format!("{}outcomes/{name}/", self.prefix)
+    }
+
+    /// What `key` is; `None` for a key this build does not know (ignored).
+    pub fn parse(&self, key: &[u8]) -> Option<Kind> {
+        let key = std::str::from_utf8(key).ok()?;
+        let rest = key.strip_prefix(&self.prefix)?;
+        let (kind, name) = rest.split_once('/')?;
+        if name.is_empty() {
+            return None;
+        }
+        Some(match kind {
+            "bindings" => Kind::Binding(name.to_string()),
+            "hosts" => Kind::Host(name.to_string()),
+            "resolvers" => Kind::Resolver(name.to_string()),
+            "targets" => Kind::Targets(name.to_string()),
+            "outcomes" => {
+                let (binding, host) = name.rsplit_once('/')?;
+                Kind::Outcome {
+                    binding: binding.to_string(),
+                    host: host.to_string(),
+                }
+            }
+            _ => return None,
+        })
+    }
+}
+
+/// A host id: non-empty, at most 253 bytes, no `/`, no control characters.
+pub fn check_host_id(id: &str) -> Result<(), StoreError> {
+    if id.is_empty() || id.len() > 253 || id.contains('/') || id.chars().any(char::is_control) {
+        return Err(StoreError::Settings(format!(
+            "host id {id:?}: it must be 1-253 characters without '/' or control characters"
+        )));
+    }
+    Ok(())
+}
+
+/// The stored form of a binding: everything plain but `config`, which is one ciphertext of the
+/// whole config map (keys included).
+#[derive(Serialize, Deserialize)]
+struct BindingValue {
+    plugin: String,
+    provider: String,
+    service: String,
+    interval_secs: u64,
+    directives: Vec<String>,
+    config: String,
+    created_at_ms: i64,
+    updated_at_ms: i64,
+}
+
+/// The heartbeat of a host.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct HostBeat {
+    pub started_ms: i64,
+}
+
+pub fn encode_binding(sb: &StoredBinding, secrets: &SecretKeys) -> Vec<u8> {
+    let b = &sb.binding;
+    let config = serde_json::to_vec(&b.config).unwrap_or_else(|_| b"{}".to_vec());
+    let v = BindingValue {
+        plugin: b.plugin.clone(),
+        provider: b.provider.clone(),
+        service: b.service.clone(),
+        interval_secs: b.interval_secs,
+        directives: b.directives.clone(),
+        config: secrets.seal(&b.name, &config),
+        created_at_ms: sb.created_at_ms,
+        updated_at_ms: sb.updated_at_ms,
+    };
+    serde_json::to_vec(&v).unwrap_or_default()
+}
+
+/// The binding `name` from its stored value, and the id of the key that sealed its config.
+pub fn decode_binding(
+    name: &str,
+    value: &[u8],
+    secrets: &SecretKeys,
+) -> Result<(StoredBinding, String), StoreError> {
+    let corrupt = || StoreError::Corrupt {
+        binding: name.to_string(),
+        what: "etcd value",
+    };
+    let v: BindingValue = serde_json::from_slice(value).map_err(|_| corrupt())?;
+    let plain = secrets.open(name, &v.config)?;
+    let config: BTreeMap<String, serde_json::Value> =
+        serde_json::from_slice(&plain).map_err(|_| corrupt())?;
+    let key_id = SecretKeys::key_id_of(&v.config)
+        .unwrap_or_default()
+        .to_string();
+    Ok((
+        StoredBinding {
+            binding: BindingRecord {
+                name: name.to_string(),
+                plugin: v.plugin,
+                provider: v.provider,
+                config,
+                service: v.service,
+                interval_secs: v.interval_secs,
+                directives: v.directives,
+            },
+            created_at_ms: v.created_at_ms,
+            updated_at_ms: v.updated_at_ms,
+        },
+        key_id,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_round_trip_through_parse() {
+        let k = Keys::new("/t").unwrap();
+        assert_eq!(k.prefix, "/t/");
+        assert_eq!(
+            k.parse(k.binding("api").as_bytes()),
+            Some(Kind::Binding("api".into()))
+        );
+        assert_eq!(
+            k.parse(k.outcome("api", "h1").as_bytes()),
+            Some(Kind::Outcome {
+                binding: "api".into(),
+                host: "h1".into()
+            })
+        );
+        assert_eq!(
+            k.parse(k.host("h1").as_bytes()),
+            Some(Kind::Host("h1".into()))
+        );
+        assert_eq!(k.parse(b"/t/unknown/x"), None);
+        assert_eq!(k.parse(b"/other/bindings/x"), None);
+        assert!(check_host_id("a/b").is_err());
+        assert!(check_host_id("").is_err());
+        assert!(check_host_id("web-1.example").is_ok());
+    }
+
+    #[test]
+    fn a_binding_value_holds_no_config_in_clear() {
+        let secrets = SecretKeys::from_bytes(&[&[9u8; 32]]).unwrap();
+        let sb = StoredBinding {
+            binding: BindingRecord {
+                name: "api".into(),
+                plugin: "consul".into(),
+                provider: "consul".into(),
+                config: BTreeMap::from([("acl_token".to_string(), serde_json::json!("s3cr3t"))]),
+                service: "web".into(),
+                interval_secs: 30,
+                directives: vec![],
+            },
+            created_at_ms: 1,
+            updated_at_ms: 2,
+        };
+        let v = encode_binding(&sb, &secrets);
+        let text = String::from_utf8(v.clone()).unwrap();
+        assert!(
+            !text.contains("s3cr3t") && !text.contains("acl_token"),
+            "{text}"
+        );
+        let (back, id) = decode_binding("api", &v, &secrets).unwrap();
+        assert_eq!(back, sb);
+        assert_eq!(id, secrets.active_id());
+    }
+}

@@ -1,0 +1,578 @@
+//! The fleet store: bindings and fleet state in etcd under a prefix, served from a local mirror.
+//!
+//! - `EtcdStore::open` opens the local mirror (a [`SqliteFile`] in the data dir: bindings as last
+//!   seen, and this host's outcome history) and starts the session task (`session.rs`), which
+//!   connects, copies the prefix into the mirror, keeps this host's lease and heartbeat alive and
+//!   follows a watch of the prefix. When etcd cannot be reached the mirror stays as it was and
+//!   the task retries; on return it re-reads the prefix (events for what changed) and writes the
+//!   host outcomes published meanwhile.
+//! - Reads answer from the mirror; writes are etcd transactions bounded by
+//!   [`EtcdOptions::op_timeout`], applied to the mirror as soon as etcd confirmed them (their
+//!   revision is recorded, so the watch's echo of the same write is recognised and not reported).
+//! - Key layout under the prefix, values and the resolver protocol: `docs/fleet.md` and
+//!   [`keys`].
+//! - Every binding's config map is sealed as one ciphertext ([`SecretKeys`]); nothing else in a
+//!   binding is secret.
+
+mod crypto;
+pub mod keys;
+mod mirror;
+mod session;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use etcd_client::{Client, Compare, CompareOp, DeleteOptions, Txn, TxnOp};
+use tokio::sync::broadcast;
+
+pub use crypto::{SecretKeys, KEY_LEN};
+use mirror::{Mirror, Update};
+
+use crate::sqlite::same_targets;
+use crate::{
+    now_ms, BindingRecord, BindingStore, FleetView, HostOutcome, OutcomeRecord, SqliteFile,
+    StoreError, StoreEvent, StoreOptions, StoreStatus, StoredBinding, TargetSet, Upsert,
+};
+
+/// Default resolver/heartbeat lease TTL.
+pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(10);
+/// Default bound of one etcd operation.
+pub const DEFAULT_OP_TIMEOUT: Duration = Duration::from_secs(5);
+/// Bindings per etcd transaction in `upsert_bindings` (etcd's default `--max-txn-ops` is 128).
+pub const TXN_CHUNK: usize = 100;
+
+/// TLS of the etcd client: PEM files.
+#[derive(Debug, Clone, Default)]
+pub struct EtcdTls {
+    /// CA certificate that signed the members' certificates.
+    pub ca: Option<PathBuf>,
+    /// Client certificate and key (mutual TLS), both or neither.
+    pub cert: Option<PathBuf>,
+    pub key: Option<PathBuf>,
+}
+
+/// How to reach etcd and behave in the fleet.
+#[derive(Clone)]
+pub struct EtcdOptions {
+    /// Client URLs (`http://host:2379`, `https://...`).
+    pub endpoints: Vec<String>,
+    /// Key prefix (a `/` is added at the end when missing).
+    pub prefix: String,
+    /// This host's id: unique in the fleet, no `/`.
+    pub host_id: String,
+    /// Lease TTL of the heartbeat and resolver claims: a dead resolver's bindings are taken over
+    /// within it.
+    pub lease_ttl: Duration,
+    /// Bound of one etcd operation (a write fails with `Unavailable` after it).
+    pub op_timeout: Duration,
+    pub tls: Option<EtcdTls>,
+    /// etcd user and password (read from a file by the caller; never on a command line).
+    pub user: Option<(String, String)>,
+    /// Outcome history of this host, and where the mirror lives.
+    pub history: StoreOptions,
+    pub mirror_path: PathBuf,
+}
+
+impl fmt::Debug for EtcdOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EtcdOptions")
+            .field("endpoints", &self.endpoints)
+            .field("prefix", &self.prefix)
+            .field("host_id", &self.host_id)
+            .field("lease_ttl", &self.lease_ttl)
+            .field("op_timeout", &self.op_timeout)
+            .field("tls", &self.tls)
+            .field("user", &self.user.as_ref().map(|(u, _)| u))
+            .field("mirror_path", &self.mirror_path)
+            .finish()
+    }
+}
+
+impl EtcdOptions {
+    /// Options with the defaults for everything but where etcd is and who this host is.
+    pub fn new(endpoints: Vec<String>, prefix: &str, host_id: &str, mirror_path: &Path) -> Self {
+        EtcdOptions {
+            endpoints,
+            prefix: prefix.to_string(),
+            host_id: host_id.to_string(),
+            lease_ttl: DEFAULT_LEASE_TTL,
+            op_timeout: DEFAULT_OP_TIMEOUT,
+            tls: None,
+            user: None,
+            history: StoreOptions::default(),
+            mirror_path: mirror_path.to_path_buf(),
+        }
+    }
+}
+
+/// Connection state shared by the session task and the store.
+#[derive(Default)]
+pub(crate) struct Conn {
+    pub client: Option<Client>,
+    /// The member the session talks to.
+    pub member: Option<String>,
+    pub lease: Option<i64>,
+    pub unreachable_since_ms: Option<i64>,
+    pub last_error: Option<String>,
+}
+
+pub(crate) struct Shared {
+    pub opts: EtcdOptions,
+    pub keys: keys::Keys,
+    pub secrets: SecretKeys,
+    pub location: String,
+    pub mirror: Mutex<Mirror>,
+    pub conn: Mutex<Conn>,
+    pub events: broadcast::Sender<StoreEvent>,
+    /// This host's newest outcome per binding not yet written to etcd.
+    pub pending: Mutex<HashMap<String, HostOutcome>>,
+    /// Wakes the session task to flush `pending`.
+    pub flush: tokio::sync::Notify,
+}
+
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The fleet's [`BindingStore`] on etcd. See the module docs.
+pub struct EtcdStore {
+    shared: Arc<Shared>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl fmt::Debug for EtcdStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EtcdStore")
+            .field("location", &self.shared.location)
+            .field("host_id", &self.shared.opts.host_id)
+            .finish()
+    }
+}
+
+impl Drop for EtcdStore {
+    fn drop(&mut self) {
+        // Keep-alives stop: this host's claims end when its lease expires.
+        self.task.abort();
+    }
+}
+
+impl EtcdStore {
+    /// Opens the mirror and starts the session task (in the current tokio runtime). Does not
+    /// wait for etcd: while it cannot be reached the store serves the mirror and `status()` says
+    /// so. Fails only on wrong settings (no endpoint, a bad host id, the mirror file).
+    pub fn open(opts: EtcdOptions, secrets: SecretKeys) -> Result<EtcdStore, StoreError> {
+        if opts.endpoints.is_empty() {
+            return Err(StoreError::Settings("no etcd endpoint given".into()));
+        }
+        keys::check_host_id(&opts.host_id)?;
+        let keys = keys::Keys::new(&opts.prefix)?;
+        let file = SqliteFile::open_with(&opts.mirror_path, opts.history.clone())?;
+        let location = format!("etcd {} prefix {}", opts.endpoints.join(","), keys.prefix);
+        let shared = Arc::new(Shared {
+            mirror: Mutex::new(Mirror::new(file)),
+            conn: Mutex::new(Conn {
+                unreachable_since_ms: Some(now_ms()),
+                last_error: Some("not connected yet".into()),
+                ..Conn::default()
+            }),
+            events: broadcast::channel(16_384).0,
+            pending: Mutex::new(HashMap::new()),
+            flush: tokio::sync::Notify::new(),
+            location,
+            keys,
+            secrets,
+            opts,
+        });
+        let task = tokio::spawn(session::run(shared.clone()));
+        Ok(EtcdStore { shared, task })
+    }
+
+    /// Waits until the store is connected and its mirror synced, at most `limit`.
+    pub async fn wait_connected(&self, limit: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            if self.status().connected {
+                return true;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    fn unavailable(&self, why: impl Into<String>) -> StoreError {
+        StoreError::Unavailable {
+            store: self.shared.location.clone(),
+            why: why.into(),
+        }
+    }
+
+    /// The client, or `Unavailable` at once when there is no connection.
+    fn client(&self) -> Result<Client, StoreError> {
+        let c = lock(&self.shared.conn);
+        match &c.client {
+            Some(client) => Ok(client.clone()),
+            None => Err(self.unavailable(
+                c.last_error
+                    .clone()
+                    .unwrap_or_else(|| "not connected".into()),
+            )),
+        }
+    }
+
+    /// One transaction, bounded by the operation timeout.
+    async fn txn(&self, txn: Txn) -> Result<etcd_client::TxnResponse, StoreError> {
+        let mut client = self.client()?;
+        match tokio::time::timeout(self.shared.opts.op_timeout, client.txn(txn)).await {
+            Ok(Ok(r)) => Ok(r),
+            Ok(Err(e)) => Err(self.unavailable(e.to_string())),
+            Err(_) => Err(self.unavailable(format!(
+                "no answer within {:?}",
+                self.shared.opts.op_timeout
+            ))),
+        }
+    }
+
+    /// Applies confirmed writes to the mirror (on a blocking thread: the mirror is a SQLite file).
+    async fn apply_own(&self, updates: Vec<Update>) -> Result<(), StoreError> {
+        let shared = self.shared.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut m = lock(&shared.mirror);
+            // Our own writes: no events.
+            m.apply(updates, &shared.keys, &shared.secrets, &shared.opts.host_id)
+                .map(|_| ())
+        })
+        .await
+        .map_err(|e| self.unavailable(format!("mirror thread: {e}")))?
+    }
+
+    fn binding_value(&self, sb: &StoredBinding) -> Vec<u8> {
+        keys::encode_binding(sb, &self.shared.secrets)
+    }
+}
+
+fn revision(r: &etcd_client::TxnResponse) -> i64 {
+    r.header().map_or(0, |h| h.revision())
+}
+
+#[async_trait]
+impl BindingStore for EtcdStore {
+    fn status(&self) -> StoreStatus {
+        let c = lock(&self.shared.conn);
+        StoreStatus {
+            kind: "etcd",
+            host_id: self.shared.opts.host_id.clone(),
+            connected: c.client.is_some(),
+            unreachable_since_ms: c.unreachable_since_ms,
+            last_error: c.last_error.clone(),
+            location: match (&c.client, &c.member) {
+                (Some(_), Some(m)) => format!("{} (connected to {m})", self.shared.location),
+                _ => self.shared.location.clone(),
+            },
+        }
+    }
+
+    fn host_id(&self) -> &str {
+        &self.shared.opts.host_id
+    }
+
+    fn list_bindings(&self) -> Result<Vec<StoredBinding>, StoreError> {
+        lock(&self.shared.mirror).file.list_bindings()
+    }
+
+    fn get_binding(&self, name: &str) -> Result<Option<StoredBinding>, StoreError> {
+        lock(&self.shared.mirror).file.get_binding(name)
+    }
+
+    async fn insert_binding(&self, b: &BindingRecord) -> Result<(), StoreError> {
+        let now = now_ms();
+        let sb = StoredBinding {
+            binding: b.clone(),
+            created_at_ms: now,
+            updated_at_ms: now,
+        };
+        let key = self.shared.keys.binding(&b.name);
+        let txn = Txn::new()
+            .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
+            .and_then([TxnOp::put(key, self.binding_value(&sb), None)]);
+        let r = self.txn(txn).await?;
+        if !r.succeeded() {
+            return Err(StoreError::Duplicate(b.name.clone()));
+        }
+        self.apply_own(vec![Update::Binding {
+            name: b.name.clone(),
+            rev: revision(&r),
+            value: Some(sb),
+        }])
+        .await
+    }
+
+    async fn upsert_bindings(&self, list: &[BindingRecord]) -> Result<Vec<Upsert>, StoreError> {
+        let now = now_ms();
+        let mut out = Vec::with_capacity(list.len());
+        for chunk in list.chunks(TXN_CHUNK) {
+            let mut cmps = Vec::new();
+            let mut ops = Vec::new();
+            let mut written = Vec::new();
+            {
+                let m = lock(&self.shared.mirror);
+                for b in chunk {
+                    let key = self.shared.keys.binding(&b.name);
+                    let existing = m.file.get_binding(&b.name)?;
+                    let rev = m.rev_of(&key);
+                    match existing {
+                        Some(old) if old.binding == *b => {
+                            out.push(Upsert::Unchanged);
+                            continue;
+                        }
+                        Some(old) => {
+                            cmps.push(Compare::mod_revision(key.clone(), CompareOp::Equal, rev));
+                            let sb = StoredBinding {
+                                binding: b.clone(),
+                                created_at_ms: old.created_at_ms,
+                                updated_at_ms: now,
+                            };
+                            ops.push(TxnOp::put(key, self.binding_value(&sb), None));
+                            written.push(sb);
+                            out.push(Upsert::Updated);
+                        }
+                        None => {
+                            cmps.push(Compare::create_revision(key.clone(), CompareOp::Equal, 0));
+                            let sb = StoredBinding {
+                                binding: b.clone(),
+                                created_at_ms: now,
+                                updated_at_ms: now,
+                            };
+                            ops.push(TxnOp::put(key, self.binding_value(&sb), None));
+                            written.push(sb);
+                            out.push(Upsert::Created);
+                        }
+                    }
+                }
+            }
+            if ops.is_empty() {
+                continue;
+            }
+            let r = self.txn(Txn::new().when(cmps).and_then(ops)).await?;
+            if !r.succeeded() {
+                let names: Vec<&str> = written.iter().map(|s| s.binding.name.as_str()).collect();
+                return Err(StoreError::Conflict(names.join(", ")));
+            }
+            let rev = revision(&r);
+            self.apply_own(
+                written
+                    .into_iter()
+                    .map(|sb| Update::Binding {
+                        name: sb.binding.name.clone(),
+                        rev,
+                        value: Some(sb),
+                    })
+                    .collect(),
+            )
+            .await?;
+        }
+        Ok(out)
+    }
+
+    async fn remove_binding(&self, name: &str) -> Result<bool, StoreError> {
+        let k = &self.shared.keys;
+        let bkey = k.binding(name);
+        let txn = Txn::new()
+            .when([Compare::create_revision(
+                bkey.clone(),
+                CompareOp::Greater,
+                0,
+            )])
+            .and_then([
+                TxnOp::delete(bkey, None),
+                TxnOp::delete(k.targets(name), None),
+                TxnOp::delete(k.resolver(name), None),
+                TxnOp::delete(
+                    k.outcomes_of(name),
+                    Some(DeleteOptions::new().with_prefix()),
+                ),
+            ]);
+        let r = self.txn(txn).await?;
+        let rev = revision(&r);
+        lock(&self.shared.pending).remove(name);
+        self.apply_own(vec![Update::Binding {
+            name: name.to_string(),
+            rev,
+            value: None,
+        }])
+        .await?;
+        Ok(r.succeeded())
+    }
+
+    async fn record_outcomes(&self, list: &[(String, OutcomeRecord)]) -> Result<(), StoreError> {
+        let shared = self.shared.clone();
+        let list = list.to_vec();
+        tokio::task::spawn_blocking(move || lock(&shared.mirror).file.record_outcomes(&list))
+            .await
+            .map_err(|e| self.unavailable(format!("mirror thread: {e}")))?
+    }
+
+    fn recent_outcomes(&self, name: &str, limit: usize) -> Result<Vec<OutcomeRecord>, StoreError> {
+        lock(&self.shared.mirror).file.recent_outcomes(name, limit)
+    }
+
+    fn last_outcomes(&self) -> Result<HashMap<String, OutcomeRecord>, StoreError> {
+        lock(&self.shared.mirror).file.last_outcomes()
+    }
+
+    fn subscribe(&self) -> broadcast::Receiver<StoreEvent> {
+        self.shared.events.subscribe()
+    }
+
+    async fn claim_resolver(&self, name: &str) -> Result<bool, StoreError> {
+        let me = &self.shared.opts.host_id;
+        let lease = {
+            let c = lock(&self.shared.conn);
+            c.lease.filter(|_| c.client.is_some())
+        };
+        let Some(lease) = lease else {
+            return Err(self.unavailable("no session with etcd"));
+        };
+        let key = self.shared.keys.resolver(name);
+        let decision =
+            lock(&self.shared.mirror).claim_decision(name, me, lease, self.shared.opts.lease_ttl);
+        match decision {
+            mirror::Claim::Mine => Ok(true),
+            mirror::Claim::Other => Ok(false),
+            mirror::Claim::Release => {
+                // A better-placed host is live: hand the binding over (it claims on the event).
+                let txn = Txn::new()
+                    .when([
+                        Compare::value(key.clone(), CompareOp::Equal, me.as_bytes()),
+                        Compare::lease(key.clone(), CompareOp::Equal, lease),
+                    ])
+                    .and_then([TxnOp::delete(key, None)]);
+                let r = self.txn(txn).await?;
+                if r.succeeded() {
+                    self.apply_own(vec![Update::Resolver {
+                        name: name.to_string(),
+                        rev: revision(&r),
+                        holder: None,
+                    }])
+                    .await?;
+                }
+                Ok(false)
+            }
+            mirror::Claim::Take => {
+                let txn = Txn::new()
+                    .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
+                    .and_then([TxnOp::put(
+                        key,
+                        me.as_bytes(),
+                        Some(etcd_client::PutOptions::new().with_lease(lease)),
+                    )]);
+                let r = self.txn(txn).await?;
+                if !r.succeeded() {
+                    return Ok(false);
+                }
+                self.apply_own(vec![Update::Resolver {
+                    name: name.to_string(),
+                    rev: revision(&r),
+                    holder: Some((me.clone(), lease)),
+                }])
+                .await?;
+                Ok(true)
+            }
+        }
+    }
+
+    async fn publish_targets(&self, name: &str, set: &TargetSet) -> Result<(), StoreError> {
+        let me = &self.shared.opts.host_id;
+        if lock(&self.shared.mirror)
+            .targets
+            .get(name)
+            .is_some_and(|old| same_targets(old, set))
+        {
+            return Ok(());
+        }
+        let mut set = set.clone();
+        set.resolved_by = me.clone();
+        let value = serde_json::to_vec(&set).unwrap_or_default();
+        let k = &self.shared.keys;
+        // Only the resolver publishes, and only for a binding that still exists.
+        let txn = Txn::new()
+            .when([
+                Compare::value(k.resolver(name), CompareOp::Equal, me.as_bytes()),
+                Compare::create_revision(k.binding(name), CompareOp::Greater, 0),
+            ])
+            .and_then([TxnOp::put(k.targets(name), value, None)]);
+        let r = self.txn(txn).await?;
+        if !r.succeeded() {
+            return Err(StoreError::Conflict(name.to_string()));
+        }
+        self.apply_own(vec![Update::Targets {
+            name: name.to_string(),
+            rev: revision(&r),
+            value: Some(set),
+        }])
+        .await
+    }
+
+    fn published_targets(&self, name: &str) -> Option<TargetSet> {
+        lock(&self.shared.mirror).targets.get(name).cloned()
+    }
+
+    async fn publish_host_outcome(
+        &self,
+        name: &str,
+        outcome: &HostOutcome,
+    ) -> Result<(), StoreError> {
+        let me = &self.shared.opts.host_id;
+        let mut o = outcome.clone();
+        o.host = me.clone();
+        let published = lock(&self.shared.mirror).outcome_of(name, me);
+        if published.is_some_and(|p| mirror::same_outcome(&p, &o)) {
+            lock(&self.shared.pending).remove(name);
+            return Ok(());
+        }
+        lock(&self.shared.pending).insert(name.to_string(), o);
+        if lock(&self.shared.conn).client.is_some() {
+            self.shared.flush.notify_one();
+        }
+        Ok(())
+    }
+
+    async fn close(&self) {
+        self.task.abort();
+        let (client, lease) = {
+            let mut c = lock(&self.shared.conn);
+            (c.client.take(), c.lease.take())
+        };
+        if let (Some(mut client), Some(lease)) = (client, lease) {
+            let _ =
+                tokio::time::timeout(self.shared.opts.op_timeout, client.lease_revoke(lease)).await;
+        }
+        let mut c = lock(&self.shared.conn);
+        c.unreachable_since_ms.get_or_insert_with(now_ms);
+        c.last_error = Some("the store was closed".into());
+    }
+
+    fn fleet_view(&self, name: &str) -> FleetView {
+        let mut view = lock(&self.shared.mirror).fleet_view(name);
+        // This host's newest state even before etcd has it.
+        if let Some(mine) = lock(&self.shared.pending).get(name).cloned() {
+            match view.hosts.iter_mut().find(|h| h.outcome.host == mine.host) {
+                Some(h) => h.outcome = mine,
+                None => {
+                    view.hosts.push(crate::FleetHost {
+                        outcome: mine,
+                        alive: true,
+                    });
+                    view.hosts
+                        .sort_by(|a, b| a.outcome.host.cmp(&b.outcome.host));
+                }
+            }
+        }
+        view
+    }
+}

@@ -1,0 +1,394 @@
+//! The session task: connect, read the prefix into the mirror, keep this host's lease and
+//! heartbeat alive, follow the watch, write pending host outcomes. Any failure ends the session:
+//! the store says unreachable (the mirror stays as it was) and the task reconnects with a
+//! back-off, reusing its lease when it is still alive (claims survive a short outage).
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use etcd_client::{
+    Certificate, Client, ConnectOptions, EventType, GetOptions, Identity, PutOptions, TlsOptions,
+    Txn, TxnOp, WatchOptions,
+};
+use tokio::time::{timeout, Instant};
+
+use super::keys::{encode_binding, HostBeat};
+use super::mirror::Update;
+use super::{lock, Shared};
+use crate::{now_ms, StoreEvent};
+
+const PAGE: i64 = 1000;
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+pub async fn run(shared: Arc<Shared>) {
+    let started_ms = now_ms();
+    let mut lease: Option<i64> = None;
+    let mut backoff = Duration::from_millis(100);
+    // One member per session, the next one after a failure (tonic's balanced channel keeps
+    // sending to a member that is down); hosts start on different members.
+    let n = shared.opts.endpoints.len();
+    let mut member = (super::mirror::score(&shared.opts.host_id, "") % n as u64) as usize;
+    loop {
+        let t0 = Instant::now();
+        let endpoint = shared.opts.endpoints[member].clone();
+        member = (member + 1) % n;
+        let err = session(&shared, &endpoint, &mut lease, started_ms).await;
+        {
+            let mut c = lock(&shared.conn);
+            c.client = None;
+            c.unreachable_since_ms.get_or_insert_with(now_ms);
+            c.last_error = Some(err.clone());
+        }
+        tracing::warn!(store = %shared.location, member = %endpoint, error = %err, "etcd session ended; serving the local mirror, reconnecting");
+        let _ = shared.events.send(StoreEvent::Status);
+        if t0.elapsed() > Duration::from_secs(10) {
+            backoff = Duration::from_millis(100);
+        }
+        // Every member once quickly, then back off.
+        if member == 0 || n == 1 {
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(MAX_BACKOFF);
+        }
+    }
+}
+
+fn connect_options(shared: &Shared) -> Result<ConnectOptions, String> {
+    let o = &shared.opts;
+    let mut opts = ConnectOptions::new()
+        .with_connect_timeout(o.op_timeout)
+        .with_keep_alive(Duration::from_secs(2), o.op_timeout)
+        .with_keep_alive_while_idle(true)
+        .with_require_leader(true);
+    if let Some((user, password)) = &o.user {
+        opts = opts.with_user(user.clone(), password.clone());
+    }
+    if let Some(tls) = &o.tls {
+        let mut t = TlsOptions::new();
+        if let Some(ca) = &tls.ca {
+            let pem = std::fs::read(ca).map_err(|e| format!("etcd CA {}: {e}", ca.display()))?;
+            t = t.ca_certificate(Certificate::from_pem(pem));
+        }
+        match (&tls.cert, &tls.key) {
+            (Some(c), Some(k)) => {
+                let cert =
+                    std::fs::read(c).map_err(|e| format!("etcd cert {}: {e}", c.display()))?;
+                let key = std::fs::read(k).map_err(|e| format!("etcd key {}: {e}", k.display()))?;
+                t = t.identity(Identity::from_pem(cert, key));
+            }
+            (None, None) => {}
+            _ => return Err("etcd client certificate and key go together".into()),
+        }
+        opts = opts.with_tls(t);
+    }
+    Ok(opts)
+}
+
+async fn bounded<T, E: std::fmt::Display>(
+    shared: &Shared,
+    what: &str,
+    f: impl std::future::Future<Output = Result<T, E>>,
+) -> Result<T, String> {
+    match timeout(shared.opts.op_timeout, f).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(format!("{what}: {e}")),
+        Err(_) => Err(format!(
+            "{what}: no answer within {:?}",
+            shared.opts.op_timeout
+        )),
+    }
+}
+
+/// One session; returns why it ended.
+async fn session(
+    shared: &Arc<Shared>,
+    endpoint: &str,
+    lease_slot: &mut Option<i64>,
+    started_ms: i64,
+) -> String {
+    match session_inner(shared, endpoint, lease_slot, started_ms).await {
+        Ok(never) => match never {},
+        Err(e) => e,
+    }
+}
+
+enum Never {}
+
+async fn session_inner(
+    shared: &Arc<Shared>,
+    endpoint: &str,
+    lease_slot: &mut Option<i64>,
+    started_ms: i64,
+) -> Result<Never, String> {
+    let o = &shared.opts;
+    let keys = &shared.keys;
+    let opts = connect_options(shared)?;
+    let mut client = bounded(shared, "connect", Client::connect([endpoint], Some(opts))).await?;
+
+    // This host's lease: the old one while it lives (its claims with it), else a new one.
+    let ttl = o.lease_ttl.as_secs().max(2) as i64;
+    let mut lease = None;
+    if let Some(old) = *lease_slot {
+        let r = bounded(shared, "lease ttl", client.lease_time_to_live(old, None)).await?;
+        if r.ttl() > 0 {
+            lease = Some(old);
+        }
+    }
+    let lease = match lease {
+        Some(l) => l,
+        None => bounded(shared, "lease grant", client.lease_grant(ttl, None))
+            .await?
+            .id(),
+    };
+    *lease_slot = Some(lease);
+    let (mut keeper, mut ka) =
+        bounded(shared, "lease keep-alive", client.lease_keep_alive(lease)).await?;
+    let beat = serde_json::to_vec(&HostBeat { started_ms }).unwrap_or_default();
+    bounded(
+        shared,
+        "heartbeat",
+        client.put(
+            keys.host(&o.host_id),
+            beat,
+            Some(PutOptions::new().with_lease(lease)),
+        ),
+    )
+    .await?;
+
+    // The whole prefix at one revision, in pages.
+    let prefix = keys.prefix.clone();
+    let end = range_end(prefix.as_bytes());
+    let mut from = prefix.as_bytes().to_vec();
+    let mut snapshot = 0i64;
+    let mut updates = Vec::new();
+    let mut seen = HashSet::new();
+    loop {
+        let mut g = GetOptions::new().with_range(end.clone()).with_limit(PAGE);
+        if snapshot > 0 {
+            g = g.with_revision(snapshot);
+        }
+        let r = bounded(shared, "read prefix", client.get(from.clone(), Some(g))).await?;
+        if snapshot == 0 {
+            snapshot = r.header().map_or(0, |h| h.revision());
+        }
+        for kv in r.kvs() {
+            seen.insert(String::from_utf8_lossy(kv.key()).into_owned());
+            updates.push(Update::Raw {
+                key: kv.key().to_vec(),
+                rev: kv.mod_revision(),
+                lease: kv.lease(),
+                value: Some(kv.value().to_vec()),
+            });
+        }
+        match r.kvs().last() {
+            Some(last) if r.more() => {
+                from = last.key().to_vec();
+                from.push(0);
+            }
+            _ => break,
+        }
+    }
+    let count = updates.len();
+    apply_and_emit(shared, updates, Some((seen, snapshot))).await?;
+    let mut watch = bounded(
+        shared,
+        "watch",
+        client.watch(
+            prefix.clone(),
+            Some(
+                WatchOptions::new()
+                    .with_prefix()
+                    .with_start_revision(snapshot + 1)
+                    .with_progress_notify(),
+            ),
+        ),
+    )
+    .await?;
+    {
+        let mut c = lock(&shared.conn);
+        c.client = Some(client.clone());
+        c.member = Some(endpoint.to_string());
+        c.lease = Some(lease);
+        c.unreachable_since_ms = None;
+        c.last_error = None;
+    }
+    tracing::info!(store = %shared.location, host_id = %o.host_id, keys = count, revision = snapshot, "etcd session: mirror synced, watching");
+    let _ = shared.events.send(StoreEvent::Resync);
+    let _ = shared.events.send(StoreEvent::Status);
+    flush_pending(shared, &mut client).await?;
+    rewrite_stale_keys(shared, &mut client).await?;
+
+    let period = Duration::from_millis((ttl as u64 * 1000) / 3);
+    let mut tick = tokio::time::interval(period);
+    let mut last_ka = Instant::now();
+    loop {
+        tokio::select! {
+            msg = watch.message() => {
+                let resp = msg.map_err(|e| format!("watch: {e}"))?
+                    .ok_or_else(|| "watch: the stream ended".to_string())?;
+                if resp.canceled() {
+                    return Err(format!("watch canceled (compacted at {}): {}", resp.compact_revision(), resp.cancel_reason()));
+                }
+                let updates: Vec<Update> = resp.events().iter().filter_map(|ev| {
+                    let kv = ev.kv()?;
+                    Some(Update::Raw {
+                        key: kv.key().to_vec(),
+                        rev: kv.mod_revision(),
+                        lease: kv.lease(),
+                        value: (ev.event_type() == EventType::Put).then(|| kv.value().to_vec()),
+                    })
+                }).collect();
+                if !updates.is_empty() {
+                    apply_and_emit(shared, updates, None).await?;
+                    rewrite_stale_keys(shared, &mut client).await?;
+                }
+            }
+            _ = tick.tick() => {
+                if last_ka.elapsed() > o.lease_ttl {
+                    return Err("lease keep-alive: no answer within the lease TTL".into());
+                }
+                bounded(shared, "lease keep-alive", keeper.keep_alive()).await?;
+            }
+            r = ka.message() => {
+                let r = r.map_err(|e| format!("lease keep-alive: {e}"))?
+                    .ok_or_else(|| "lease keep-alive: the stream ended".to_string())?;
+                if r.ttl() <= 0 {
+                    *lease_slot = None;
+                    lock(&shared.conn).lease = None;
+                    return Err("this host's lease expired; a new one is taken".into());
+                }
+                last_ka = Instant::now();
+            }
+            _ = shared.flush.notified() => {
+                flush_pending(shared, &mut client).await?;
+            }
+        }
+    }
+}
+
+/// The first key after every key starting with `prefix`.
+fn range_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    vec![0]
+}
+
+/// Applies watched or read changes to the mirror (on a blocking thread) and emits their events.
+/// `snapshot`: a full read (keys seen, revision): keys missing from it are removed.
+async fn apply_and_emit(
+    shared: &Arc<Shared>,
+    mut updates: Vec<Update>,
+    snapshot: Option<(HashSet<String>, i64)>,
+) -> Result<(), String> {
+    let s = shared.clone();
+    let events = tokio::task::spawn_blocking(move || {
+        let mut m = lock(&s.mirror);
+        if let Some((seen, rev)) = snapshot {
+            let gone = m.missing_from(&seen, rev, &s.keys);
+            updates.extend(gone);
+        }
+        m.apply(updates, &s.keys, &s.secrets, &s.opts.host_id)
+    })
+    .await
+    .map_err(|e| format!("mirror thread: {e}"))?
+    .map_err(|e| format!("mirror: {e}"))?;
+    for e in events {
+        let _ = shared.events.send(e);
+    }
+    Ok(())
+}
+
+/// Writes this host's pending outcomes (for bindings that still exist), in transactions of 100.
+async fn flush_pending(shared: &Arc<Shared>, client: &mut Client) -> Result<(), String> {
+    let pending: Vec<(String, crate::HostOutcome)> = lock(&shared.pending)
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    if pending.is_empty() {
+        return Ok(());
+    }
+    let me = &shared.opts.host_id;
+    let live: Vec<(String, crate::HostOutcome)> = {
+        let m = lock(&shared.mirror);
+        pending
+            .into_iter()
+            .filter(|(n, _)| m.binding_exists(n))
+            .collect()
+    };
+    for chunk in live.chunks(super::TXN_CHUNK) {
+        let ops: Vec<TxnOp> = chunk
+            .iter()
+            .map(|(n, o)| {
+                TxnOp::put(
+                    shared.keys.outcome(n, me),
+                    serde_json::to_vec(o).unwrap_or_default(),
+                    None,
+                )
+            })
+            .collect();
+        let r = bounded(
+            shared,
+            "publish outcomes",
+            client.txn(Txn::new().and_then(ops)),
+        )
+        .await?;
+        let rev = r.header().map_or(0, |h| h.revision());
+        let updates = chunk
+            .iter()
+            .map(|(n, o)| Update::Raw {
+                key: shared.keys.outcome(n, me).into_bytes(),
+                rev,
+                lease: 0,
+                value: Some(serde_json::to_vec(o).unwrap_or_default()),
+            })
+            .collect();
+        // Our own writes: applied without events.
+        let s = shared.clone();
+        tokio::task::spawn_blocking(move || {
+            lock(&s.mirror).apply(updates, &s.keys, &s.secrets, &s.opts.host_id)
+        })
+        .await
+        .map_err(|e| format!("mirror thread: {e}"))?
+        .map_err(|e| format!("mirror: {e}"))?;
+        let mut p = lock(&shared.pending);
+        for (n, o) in chunk {
+            if p.get(n) == Some(o) {
+                p.remove(n);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Re-seals bindings whose config was sealed with a key other than the active one (key
+/// rotation, docs/fleet.md); a concurrent change wins (compared by revision).
+async fn rewrite_stale_keys(shared: &Arc<Shared>, client: &mut Client) -> Result<(), String> {
+    let names: Vec<String> = std::mem::take(&mut lock(&shared.mirror).stale_key);
+    for name in names {
+        let key = shared.keys.binding(&name);
+        let (sb, rev) = {
+            let m = lock(&shared.mirror);
+            match m.file.get_binding(&name) {
+                Ok(Some(sb)) => (sb, m.rev_of(&key)),
+                _ => continue,
+            }
+        };
+        let txn = Txn::new()
+            .when([etcd_client::Compare::mod_revision(
+                key.clone(),
+                etcd_client::CompareOp::Equal,
+                rev,
+            )])
+            .and_then([TxnOp::put(key, encode_binding(&sb, &shared.secrets), None)]);
+        let r = bounded(shared, "re-seal binding", client.txn(txn)).await?;
+        if r.succeeded() {
+            tracing::info!(binding = %name, key = %shared.secrets.active_id(), "binding config re-sealed with the active secrets key");
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,518 @@
+//! The etcd store against a real 3-member etcd cluster (Debian's etcd-server on loopback ports):
+//! several store instances play the hosts of a fleet.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::broadcast;
+use tributary_fakes::etcd_cluster::EtcdCluster;
+use tributary_store::{
+    BindingRecord, BindingStore, EtcdOptions, EtcdStore, HostOutcome, HostState, SecretKeys,
+    StoreError, StoreEvent, TargetSet, Upsert,
+};
+
+const SECRET: &str = "s3cr3t-TOKEN-4711";
+const PREFIX: &str = "/fleet-test/";
+const TTL: Duration = Duration::from_secs(2);
+
+fn binding(name: &str, service: &str) -> BindingRecord {
+    BindingRecord {
+        name: name.to_string(),
+        plugin: "consul".into(),
+        provider: "consul".into(),
+        config: BTreeMap::from([
+            ("acl_token".to_string(), serde_json::json!(SECRET)),
+            (
+                "address".to_string(),
+                serde_json::json!("http://127.0.0.1:8500"),
+            ),
+        ]),
+        service: service.into(),
+        interval_secs: 30,
+        directives: vec![],
+    }
+}
+
+struct Host {
+    store: Arc<EtcdStore>,
+    _dir: Arc<tempfile::TempDir>,
+}
+
+fn open_at(cluster: &EtcdCluster, id: &str, dir: Arc<tempfile::TempDir>) -> Host {
+    let mut opts = EtcdOptions::new(
+        cluster.endpoints(),
+        PREFIX,
+        id,
+        &dir.path().join(format!("{id}.db")),
+    );
+    opts.lease_ttl = TTL;
+    opts.op_timeout = Duration::from_secs(2);
+    let keys = SecretKeys::from_bytes(&[&[42u8; 32]]).unwrap();
+    Host {
+        store: Arc::new(EtcdStore::open(opts, keys).unwrap()),
+        _dir: dir,
+    }
+}
+
+async fn host(cluster: &EtcdCluster, id: &str) -> Host {
+    let h = open_at(cluster, id, Arc::new(tempfile::tempdir().unwrap()));
+    assert!(
+        h.store.wait_connected(Duration::from_secs(15)).await,
+        "{id} did not connect: {:?}",
+        h.store.status()
+    );
+    h
+}
+
+/// Waits for an event matching `want`, at most `limit`; returns how long it took.
+async fn wait_event(
+    rx: &mut broadcast::Receiver<StoreEvent>,
+    limit: Duration,
+    want: impl Fn(&StoreEvent) -> bool,
+) -> Duration {
+    let t0 = Instant::now();
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        match tokio::time::timeout_at(deadline, rx.recv()).await {
+            Ok(Ok(e)) if want(&e) => return t0.elapsed(),
+            Ok(Ok(_)) | Ok(Err(broadcast::error::RecvError::Lagged(_))) => {}
+            Ok(Err(e)) => panic!("event channel: {e}"),
+            Err(_) => panic!("no matching event within {limit:?}"),
+        }
+    }
+}
+
+async fn until(limit: Duration, what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    tokio::task::block_in_place(f)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_binding_written_on_one_host_reaches_the_others_and_secrets_never_reach_etcd() {
+    let cluster = blocking(|| EtcdCluster::start(3));
+    let a = host(&cluster, "host-a").await;
+    let b = host(&cluster, "host-b").await;
+    let mut a_events = a.store.subscribe();
+    let mut b_events = b.store.subscribe();
+
+    // Create on A: B hears of it and reads it (config decrypted) from its mirror.
+    a.store
+        .insert_binding(&binding("api", "web"))
+        .await
+        .unwrap();
+    assert_eq!(
+        a.store.get_binding("api").unwrap().unwrap().binding,
+        binding("api", "web")
+    );
+    wait_event(&mut b_events, Duration::from_secs(5), |e| {
+        *e == StoreEvent::Binding("api".into())
+    })
+    .await;
+    let on_b = b.store.get_binding("api").unwrap().unwrap();
+    assert_eq!(on_b.binding, binding("api", "web"));
+    // The same name again, on B: a duplicate (etcd decides, not the mirror).
+    assert!(matches!(
+        b.store.insert_binding(&binding("api", "x")).await,
+        Err(StoreError::Duplicate(_))
+    ));
+
+    // Change on B (upsert): A hears of it; A's own write made no event on A.
+    let ups = b
+        .store
+        .upsert_bindings(&[binding("api", "web2"), binding("db", "pg")])
+        .await
+        .unwrap();
+    assert_eq!(ups, vec![Upsert::Updated, Upsert::Created]);
+    wait_event(&mut a_events, Duration::from_secs(5), |e| {
+        *e == StoreEvent::Binding("api".into())
+    })
+    .await;
+    assert_eq!(
+        a.store.get_binding("api").unwrap().unwrap().binding.service,
+        "web2"
+    );
+    until(Duration::from_secs(5), "db on A", || {
+        a.store.get_binding("db").unwrap().is_some()
+    })
+    .await;
+    // Created-at survives an update made on another host.
+    assert_eq!(
+        a.store.get_binding("api").unwrap().unwrap().created_at_ms,
+        on_b.created_at_ms
+    );
+
+    // Fleet state: targets and outcomes, so the dump below holds every kind of key.
+    assert!(
+        a.store.claim_resolver("api").await.unwrap() ^ b.store.claim_resolver("api").await.unwrap()
+    );
+    let resolver = if a.store.claim_resolver("api").await.unwrap() {
+        &a
+    } else {
+        &b
+    };
+    let set = TargetSet {
+        resolved_by: String::new(),
+        at_ms: 1,
+        binding_updated_at_ms: 1,
+        targets: vec![serde_json::json!({"address": "10.0.0.7", "port": 80, "weight": 1})],
+        dropped: vec![],
+        ttl_seconds: None,
+        generation: 0,
+    };
+    resolver.store.publish_targets("api", &set).await.unwrap();
+    for h in [&a, &b] {
+        h.store
+            .publish_host_outcome(
+                "api",
+                &HostOutcome {
+                    host: String::new(),
+                    state: HostState::Applied,
+                    at_ms: 5,
+                    generation: 1,
+                    servers: 1,
+                    message: None,
+                },
+            )
+            .await
+            .unwrap();
+    }
+    until(
+        Duration::from_secs(5),
+        "both outcomes in A's fleet view",
+        || a.store.fleet_view("api").hosts.len() == 2,
+    )
+    .await;
+    let other = if std::ptr::eq(resolver, &a) { &b } else { &a };
+    until(Duration::from_secs(5), "targets on the other host", || {
+        other
+            .store
+            .published_targets("api")
+            .is_some_and(|t| t.targets == set.targets)
+    })
+    .await;
+
+    // A raw dump of the prefix: every kind of key, no secret value nor secret key name.
+    let dump = blocking(|| cluster.dump(PREFIX));
+    let keys: Vec<&str> = dump.iter().map(|(k, _)| k.as_str()).collect();
+    for kind in [
+        "bindings/api",
+        "bindings/db",
+        "hosts/host-a",
+        "resolvers/api",
+        "targets/api",
+        "outcomes/api/host-a",
+    ] {
+        assert!(
+            keys.iter().any(|k| k.ends_with(kind)),
+            "{kind} missing from {keys:?}"
+        );
+    }
+    for (k, v) in &dump {
+        assert!(
+            !v.contains(SECRET) && !v.contains("acl_token"),
+            "{k} holds a secret: {v}"
+        );
+    }
+
+    // Remove on A: gone on B, with its fleet keys.
+    assert!(a.store.remove_binding("api").await.unwrap());
+    until(Duration::from_secs(5), "api gone on B", || {
+        b.store.get_binding("api").unwrap().is_none()
+    })
+    .await;
+    let dump = blocking(|| cluster.dump(PREFIX));
+    assert!(dump.iter().all(|(k, _)| !k.contains("/api")), "{dump:?}");
+    assert!(!b.store.remove_binding("api").await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resolvers_spread_over_hosts_and_a_dead_holder_is_replaced_within_the_lease_ttl() {
+    let cluster = blocking(|| EtcdCluster::start(3));
+    let hosts = [
+        host(&cluster, "h1").await,
+        host(&cluster, "h2").await,
+        host(&cluster, "h3").await,
+    ];
+    let names: Vec<String> = (0..30).map(|i| format!("b{i}")).collect();
+    let list: Vec<BindingRecord> = names.iter().map(|n| binding(n, "s")).collect();
+    hosts[0].store.upsert_bindings(&list).await.unwrap();
+    for h in &hosts {
+        until(Duration::from_secs(5), "bindings everywhere", || {
+            h.store.list_bindings().unwrap().len() == 30
+        })
+        .await;
+    }
+    // Heartbeats seen by every host (they were all up before the claims).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut per_host = [0usize; 3];
+    for n in &names {
+        let mut holders = 0;
+        for (i, h) in hosts.iter().enumerate() {
+            if h.store.claim_resolver(n).await.unwrap() {
+                holders += 1;
+                per_host[i] += 1;
+            }
+        }
+        assert_eq!(holders, 1, "{n}: exactly one resolver");
+    }
+    assert!(
+        per_host.iter().all(|&c| c >= 3),
+        "spread over the hosts: {per_host:?}"
+    );
+
+    // Kill h1's store (its keep-alives stop): its bindings move to the others within the TTL.
+    let [h1, h2, h3] = hosts;
+    let mut owned = Vec::new();
+    for n in &names {
+        if h1.store.fleet_view(n).resolver.as_deref() == Some("h1") {
+            owned.push(n.clone());
+        }
+    }
+    assert!(!owned.is_empty());
+    let mut ev2 = h2.store.subscribe();
+    let t0 = Instant::now();
+    drop(h1);
+    let first = owned[0].clone();
+    wait_event(&mut ev2, TTL * 3, |e| {
+        *e == StoreEvent::Resolver(first.clone())
+    })
+    .await;
+    for n in &owned {
+        let mut taken = false;
+        let deadline = Instant::now() + TTL * 3;
+        while !taken {
+            taken = h2.store.claim_resolver(n).await.unwrap()
+                || h3.store.claim_resolver(n).await.unwrap();
+            if !taken {
+                assert!(Instant::now() < deadline, "{n} not taken over");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+    let took = t0.elapsed();
+    assert!(took < TTL * 3, "take-over took {took:?}");
+    eprintln!(
+        "take-over of {} bindings after the holder died: {took:?} (lease TTL {TTL:?})",
+        owned.len()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn losing_etcd_keeps_the_mirror_fails_writes_clearly_and_catches_up() {
+    let mut cluster = blocking(|| EtcdCluster::start(3));
+    let dir_a = Arc::new(tempfile::tempdir().unwrap());
+    let a = open_at(&cluster, "host-a", dir_a.clone());
+    assert!(a.store.wait_connected(Duration::from_secs(15)).await);
+    let b = host(&cluster, "host-b").await;
+    a.store
+        .insert_binding(&binding("api", "web"))
+        .await
+        .unwrap();
+
+    // The member A talks to dies: A moves to another one, the fleet goes on.
+    let loc = a.store.status().location;
+    let member = cluster
+        .endpoints()
+        .iter()
+        .position(|e| loc.contains(&format!("connected to {e}")))
+        .unwrap_or_else(|| panic!("no member named in {loc}"));
+    blocking(|| cluster.kill(member));
+    let t0 = Instant::now();
+    loop {
+        match a.store.insert_binding(&binding("one-down", "x")).await {
+            Ok(()) => break,
+            Err(StoreError::Unavailable { .. }) if t0.elapsed() < Duration::from_secs(15) => {
+                tokio::time::sleep(Duration::from_millis(100)).await
+            }
+            Err(e) => panic!("write with one member down: {e}"),
+        }
+    }
+    let t1 = Instant::now();
+    until(Duration::from_secs(10), "one-down on B", || {
+        if t1.elapsed() > Duration::from_secs(9) {
+            eprintln!("B: {:?}", b.store.status());
+        }
+        b.store.get_binding("one-down").unwrap().is_some()
+    })
+    .await;
+    eprintln!(
+        "one member down: write took {:?}, seen on B after {:?}",
+        t1 - t0,
+        t1.elapsed()
+    );
+    blocking(|| cluster.restart(member));
+
+    // All members die: reads answer from the mirror, writes fail at once and name the store.
+    blocking(|| cluster.kill_all());
+    until(Duration::from_secs(10), "A to say unreachable", || {
+        !a.store.status().connected
+    })
+    .await;
+    let st = a.store.status();
+    assert!(
+        st.unreachable_since_ms.is_some() && st.last_error.is_some(),
+        "{st:?}"
+    );
+    assert_eq!(a.store.list_bindings().unwrap().len(), 2);
+    let t = Instant::now();
+    let err = a
+        .store
+        .insert_binding(&binding("new", "x"))
+        .await
+        .unwrap_err();
+    assert!(
+        t.elapsed() < Duration::from_secs(3),
+        "a write took {:?}",
+        t.elapsed()
+    );
+    assert!(
+        matches!(&err, StoreError::Unavailable { store, .. } if store.contains("etcd")),
+        "{err}"
+    );
+    assert!(err.to_string().contains("unreachable"), "{err}");
+    assert!(a.store.claim_resolver("api").await.is_err());
+    // A host outcome is kept and shown, and written when etcd is back.
+    a.store
+        .publish_host_outcome(
+            "api",
+            &HostOutcome {
+                host: String::new(),
+                state: HostState::Stale,
+                at_ms: 9,
+                generation: 0,
+                servers: 2,
+                message: Some("the store is unreachable".into()),
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        a.store.fleet_view("api").hosts[0].outcome.state,
+        HostState::Stale
+    );
+
+    // A restart of the daemon while etcd is down: the bindings come from the local mirror.
+    drop(a);
+    let a = open_at(&cluster, "host-a", dir_a);
+    let names: Vec<String> = a
+        .store
+        .list_bindings()
+        .unwrap()
+        .into_iter()
+        .map(|b| b.binding.name)
+        .collect();
+    assert_eq!(names, vec!["api", "one-down"]);
+    assert!(!a.store.status().connected);
+
+    // etcd returns: both catch up; a change made on B reaches A; A's pending outcome reaches B.
+    blocking(|| cluster.restart_all());
+    assert!(
+        a.store.wait_connected(Duration::from_secs(20)).await,
+        "{:?}",
+        a.store.status()
+    );
+    assert!(
+        b.store.wait_connected(Duration::from_secs(20)).await,
+        "{:?}",
+        b.store.status()
+    );
+    let t0 = Instant::now();
+    loop {
+        match b.store.insert_binding(&binding("after", "y")).await {
+            Ok(()) => break,
+            Err(StoreError::Unavailable { .. }) if t0.elapsed() < Duration::from_secs(15) => {
+                tokio::time::sleep(Duration::from_millis(100)).await
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    until(Duration::from_secs(10), "after on A", || {
+        a.store.get_binding("after").unwrap().is_some()
+    })
+    .await;
+    let _ = a
+        .store
+        .publish_host_outcome(
+            "api",
+            &HostOutcome {
+                host: String::new(),
+                state: HostState::Applied,
+                at_ms: 10,
+                generation: 0,
+                servers: 2,
+                message: None,
+            },
+        )
+        .await;
+    until(Duration::from_secs(10), "A's outcome on B", || {
+        b.store
+            .fleet_view("api")
+            .hosts
+            .iter()
+            .any(|h| h.outcome.host == "host-a" && h.outcome.state == HostState::Applied && h.alive)
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_that_closes_hands_its_bindings_over_at_once() {
+    let cluster = blocking(|| EtcdCluster::start(3));
+    let h1 = host(&cluster, "h1").await;
+    let h2 = host(&cluster, "h2").await;
+    h1.store.insert_binding(&binding("api", "s")).await.unwrap();
+    until(Duration::from_secs(5), "api on h2", || {
+        h2.store.get_binding("api").unwrap().is_some()
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let holder_is_h1 = h1.store.claim_resolver("api").await.unwrap();
+    let (closing, other) = if holder_is_h1 { (&h1, &h2) } else { (&h2, &h1) };
+    assert!(closing.store.claim_resolver("api").await.unwrap());
+    assert!(!other.store.claim_resolver("api").await.unwrap());
+    // Both see the claim before the close (so the event below is the release, not the claim).
+    let holder = closing.store.host_id().to_string();
+    until(
+        Duration::from_secs(5),
+        "the claim seen by the other host",
+        || other.store.fleet_view("api").resolver.as_deref() == Some(holder.as_str()),
+    )
+    .await;
+    let mut ev = other.store.subscribe();
+    let t0 = Instant::now();
+    closing.store.close().await;
+    wait_event(&mut ev, Duration::from_secs(5), |e| {
+        *e == StoreEvent::Resolver("api".into())
+    })
+    .await;
+    // Under a loaded machine the release may still be on its way: ask until it is taken.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !other.store.claim_resolver("api").await.unwrap() {
+        assert!(
+            Instant::now() < deadline,
+            "not taken over: {:?} {:?}",
+            other.store.fleet_view("api"),
+            other.store.status()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let took = t0.elapsed();
+    // Well under the 2 s lease TTL: the lease was revoked, not left to expire.
+    assert!(
+        took < Duration::from_millis(1500),
+        "hand-over took {took:?}"
+    );
+    // The closed store refuses writes and still reads its mirror.
+    assert!(matches!(
+        closing.store.insert_binding(&binding("x", "s")).await,
+        Err(StoreError::Unavailable { .. })
+    ));
+    assert!(closing.store.get_binding("api").unwrap().is_some());
+}

@@ -1,0 +1,96 @@
+//! The etcd store over TLS (a test CA) and with etcd's authentication, against a real
+//! single-member etcd.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use tributary_fakes::etcd::Etcd;
+use tributary_fakes::tls::TestCa;
+use tributary_store::{BindingRecord, BindingStore, EtcdOptions, EtcdStore, EtcdTls, SecretKeys};
+
+fn binding(name: &str) -> BindingRecord {
+    BindingRecord {
+        name: name.to_string(),
+        plugin: "static".into(),
+        provider: "static".into(),
+        config: BTreeMap::from([("targets".to_string(), serde_json::json!("127.0.0.1:80"))]),
+        service: "s".into(),
+        interval_secs: 30,
+        directives: vec![],
+    }
+}
+
+fn opts(endpoint: String, dir: &tempfile::TempDir) -> EtcdOptions {
+    let mut o = EtcdOptions::new(vec![endpoint], "/t/", "h1", &dir.path().join("m.db"));
+    o.op_timeout = Duration::from_secs(2);
+    o
+}
+
+fn keys() -> SecretKeys {
+    SecretKeys::from_bytes(&[&[3u8; 32]]).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_with_the_ca_connects_and_without_it_does_not() {
+    let tmp = tempfile::tempdir().unwrap();
+    let pem = TestCa::generate("tributary test CA").write_pem_files(tmp.path());
+    let etcd =
+        tokio::task::block_in_place(|| Etcd::start_with(Some((pem.cert.clone(), pem.key.clone()))));
+    let dir = tempfile::tempdir().unwrap();
+    let mut o = opts(etcd.endpoint(), &dir);
+    o.tls = Some(EtcdTls {
+        ca: Some(pem.ca.clone()),
+        cert: None,
+        key: None,
+    });
+    let s = EtcdStore::open(o, keys()).unwrap();
+    assert!(
+        s.wait_connected(Duration::from_secs(15)).await,
+        "{:?}",
+        s.status()
+    );
+    s.insert_binding(&binding("api")).await.unwrap();
+    assert!(s.get_binding("api").unwrap().is_some());
+
+    // Without the CA the server's certificate is not trusted: never connected, and it says why.
+    let dir2 = tempfile::tempdir().unwrap();
+    let mut o = opts(etcd.endpoint(), &dir2);
+    o.tls = Some(EtcdTls::default());
+    let s2 = EtcdStore::open(o, keys()).unwrap();
+    assert!(!s2.wait_connected(Duration::from_secs(3)).await);
+    assert!(s2.status().last_error.is_some());
+    assert!(s2.insert_binding(&binding("x")).await.is_err());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_and_password_connect_and_a_wrong_password_is_refused_without_being_shown() {
+    let mut etcd = tokio::task::block_in_place(Etcd::start);
+    tokio::task::block_in_place(|| etcd.enable_auth("root-pw-8641"));
+    let dir = tempfile::tempdir().unwrap();
+    let mut o = opts(etcd.endpoint(), &dir);
+    o.user = Some(("root".into(), "root-pw-8641".into()));
+    let s = EtcdStore::open(o, keys()).unwrap();
+    assert!(
+        s.wait_connected(Duration::from_secs(15)).await,
+        "{:?}",
+        s.status()
+    );
+    s.insert_binding(&binding("api")).await.unwrap();
+
+    let dir2 = tempfile::tempdir().unwrap();
+    let mut o = opts(etcd.endpoint(), &dir2);
+    o.user = Some(("root".into(), "wrong-pw-2957".into()));
+    let dbg = format!("{o:?}");
+    assert!(!dbg.contains("wrong-pw-2957"), "{dbg}");
+    let s2 = EtcdStore::open(o, keys()).unwrap();
+    assert!(!s2.wait_connected(Duration::from_secs(3)).await);
+    let st = s2.status();
+    let err = st.last_error.clone().unwrap_or_default();
+    assert!(!err.is_empty() && !err.contains("wrong-pw-2957"), "{st:?}");
+    let e = s2
+        .insert_binding(&binding("x"))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(!e.contains("wrong-pw-2957"), "{e}");
+}
