@@ -40,6 +40,18 @@ pub(crate) async fn step(inner: &Inner, slot: &Slot, binding: &Binding, why: Why
     if why == Why::Follow {
         return follow(inner, slot, binding, false).await;
     }
+    // The store says the claim changed: that is also said when a host (this one included) has
+    // just taken it. Only a free claim is to be taken now; a held one is its holder's to resolve
+    // on its schedule (else the host that just claimed and resolved would resolve twice).
+    if why == Why::Claim
+        && inner
+            .store
+            .fleet_view(binding.name.as_str())
+            .resolver
+            .is_some()
+    {
+        return follow(inner, slot, binding, false).await;
+    }
     match inner.store.claim_resolver(binding.name.as_str()).await {
         Ok(true) => {
             let updated_at_ms = lock(&slot.state).updated_at_ms;
@@ -227,7 +239,7 @@ pub(crate) async fn store_task(
                         lock(&engine.inner.slots).values().cloned().collect();
                     for s in slots {
                         s.follow.notify_one();
-                        s.claim.notify_one();
+                        s.wake.notify_one();
                     }
                 } else if !connected && !was_down {
                     tracing::warn!(
@@ -268,7 +280,7 @@ async fn resync(engine: &Engine) {
     let slots: Vec<Arc<Slot>> = lock(&engine.inner.slots).values().cloned().collect();
     for s in slots {
         s.follow.notify_one();
-        s.claim.notify_one();
+        s.wake.notify_one();
     }
 }
 
