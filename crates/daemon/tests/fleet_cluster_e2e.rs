@@ -475,3 +475,115 @@ fn one_etcd_member_killed_bindings_are_still_created_and_applied() {
     let (_, store) = f.hosts[0].daemon.api("GET", "/api/v1/store", None);
     assert_eq!(store["connected"], true, "{store}");
 }
+
+#[test]
+fn every_etcd_member_killed_hosts_keep_serving_say_so_and_catch_up_after() {
+    let mut f = Fleet::start(["", "", ""]);
+    f.add(0, "web");
+    f.wait_served(&ALL, "web", "one");
+    applied_all(&f, 0, "web");
+    let watcher = Watcher::start(f.hosts.iter().map(|h| h.nginx.port()).collect(), "web");
+
+    f.cluster.kill_all();
+    for h in &f.hosts {
+        poll_for(
+            &format!("{} says the store is unreachable", h.id),
+            WAIT,
+            || {
+                let (st, v) = h.daemon.api("GET", "/api/v1/store", None);
+                if st == 200 && v["connected"] == false && v["unreachable_since_ms"].is_i64() {
+                    Ok(())
+                } else {
+                    Err(format!("{st} {v}"))
+                }
+            },
+        );
+        let (st, health) = http(h.daemon.port, "GET", "/api/v1/health", None, None);
+        assert_eq!(st, 200, "{health}");
+        let health: Value = serde_json::from_str(&health).unwrap();
+        assert_eq!(health["status"], "degraded", "{}: {health}", h.id);
+        let (st, metrics) = http(
+            h.daemon.port,
+            "GET",
+            "/metrics",
+            Some(&h.daemon.token()),
+            None,
+        );
+        assert_eq!(st, 200);
+        assert!(
+            metrics.lines().any(|l| l == "tributary_store_connected 0"),
+            "{}: {metrics}",
+            h.id
+        );
+    }
+    // A registry change while etcd is down: nothing is resolved or applied, every host keeps
+    // its servers through more than one interval (10 s).
+    f.registry("two");
+    let calls = f.calls();
+    std::thread::sleep(Duration::from_secs(12));
+    for h in &f.hosts {
+        assert_eq!(h.body("web").as_deref(), Some("one"), "{}", h.id);
+    }
+    assert_eq!(f.calls(), calls, "no registry call while the store is down");
+
+    // etcd back: every host reconnects and the change is applied on all three.
+    f.cluster.restart_all();
+    for h in &f.hosts {
+        poll_for(&format!("{} reconnects", h.id), WAIT, || {
+            let (st, v) = h.daemon.api("GET", "/api/v1/store", None);
+            if st == 200 && v["connected"] == true {
+                Ok(())
+            } else {
+                Err(format!("{st} {v}"))
+            }
+        });
+        let (_, metrics) = http(
+            h.daemon.port,
+            "GET",
+            "/metrics",
+            Some(&h.daemon.token()),
+            None,
+        );
+        assert!(
+            metrics.lines().any(|l| l == "tributary_store_connected 1"),
+            "{}: {metrics}",
+            h.id
+        );
+    }
+    f.wait_served(&ALL, "web", "two");
+    applied_all(&f, 2, "web");
+    // And a binding created after the outage reaches every host.
+    f.add(2, "late");
+    f.wait_served(&ALL, "late", "two");
+    let bad = watcher.finish();
+    assert!(bad.is_empty(), "an nginx did not serve a backend: {bad:?}");
+}
+
+#[test]
+fn a_host_whose_nginx_refuses_the_change_shows_failed_with_nginx_message_everywhere() {
+    // Host C's nginx already has an upstream `bad`: the file `bad.conf` makes its `nginx -t`
+    // fail (a duplicate upstream); hosts A and B take it.
+    let f = Fleet::start(["", "", "upstream bad { server 127.0.0.1:9; }"]);
+    f.add(0, "bad");
+    f.wait_served(&[0, 1], "bad", "one");
+    for viewer in ALL {
+        let hosts = f.wait_fleet(
+            viewer,
+            "bad",
+            &[
+                ("host-a", "applied"),
+                ("host-b", "applied"),
+                ("host-c", "failed"),
+            ],
+        );
+        let c = hosts.iter().find(|h| h["host"] == "host-c").unwrap();
+        let msg = c["message"].as_str().unwrap_or("");
+        assert!(msg.contains("duplicate upstream"), "{viewer}: {c}");
+        for h in hosts.iter().filter(|h| h["host"] != "host-c") {
+            assert!(h["message"].is_null(), "{h}");
+        }
+    }
+    // Host C's nginx is unchanged: its own upstream (nothing listens on port 9), no file.
+    assert!(!f.hosts[2].nginx.upstreams_dir().join("bad.conf").exists());
+    assert_ne!(f.hosts[2].body("bad").as_deref(), Some("one"));
+}
