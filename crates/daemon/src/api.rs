@@ -12,6 +12,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::Deserialize;
 use tributary_core::FieldError;
+use tributary_store::StoreError;
 use tributary_store::Upsert;
 
 use crate::engine::{Engine, EngineError};
@@ -41,6 +42,7 @@ pub fn router(state: ApiState) -> Router {
         .route("/api/v1/bindings/{name}/refresh", post(refresh))
         .route("/api/v1/plugins", get(plugins))
         .route("/api/v1/stats", get(stats))
+        .route("/api/v1/store", get(store))
         .layer(middleware::from_fn_with_state(state.clone(), auth))
         .with_state(state.clone());
     let open = Router::new()
@@ -79,6 +81,11 @@ impl EngineError {
             EngineError::Duplicate(_) | EngineError::Conflict(_) => StatusCode::CONFLICT,
             EngineError::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
             EngineError::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
+            // The store cannot be reached (etcd down): nothing was written, try again later.
+            EngineError::Store(StoreError::Unavailable { .. }) => StatusCode::SERVICE_UNAVAILABLE,
+            EngineError::Store(StoreError::Conflict(_) | StoreError::Duplicate(_)) => {
+                StatusCode::CONFLICT
+            }
             EngineError::Store(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -146,19 +153,42 @@ async fn auth(State(state): State<ApiState>, req: Request, next: Next) -> Respon
     resp
 }
 
-/// `200 {"status":"ok"}` while the engine's long-lived tasks run; `503 {"status":"unhealthy",
-/// "dead":[...],"message"}` when the apply or the record task has ended (the daemon must be
-/// restarted: no change reaches nginx, or no outcome is stored, any more).
+/// `200 {"status":"ok","store":{...}}` while the engine's long-lived tasks run;
+/// `200 {"status":"degraded",...,"message"}` when only the store is unreachable (this host still
+/// serves its last applied servers); `503 {"status":"unhealthy","dead":[...],"message"}` when the
+/// apply or the record task has ended (the daemon must be restarted: no change reaches nginx, or
+/// no outcome is stored, any more). `store` holds the kind, `connected` and
+/// `unreachable_since_ms` only: where the store is stays behind the token (`/api/v1/store`).
 async fn health(State(s): State<ApiState>) -> Response {
     let dead = s.engine.dead_tasks();
+    let st = s.engine.store_status();
+    let store = serde_json::json!({
+        "kind": st.kind,
+        "connected": st.connected,
+        "unreachable_since_ms": st.unreachable_since_ms,
+    });
     if dead.is_empty() {
-        return Json(serde_json::json!({ "status": "ok" })).into_response();
+        if st.connected {
+            return Json(serde_json::json!({ "status": "ok", "store": store })).into_response();
+        }
+        return Json(serde_json::json!({
+            "status": "degraded",
+            "store": store,
+            "message": format!(
+                "the {} store is unreachable: this host keeps serving its last applied servers",
+                st.kind
+            ),
+        }))
+        .into_response();
     }
     let why: Vec<&str> = dead
         .iter()
         .map(|t| match *t {
             "apply" => "the apply task has stopped: no change reaches nginx any more",
             "record" => "the record task has stopped: outcomes are not stored any more",
+            "store" => {
+                "the store task has stopped: changes made on other hosts do not reach this one"
+            }
             _ => "an engine task has stopped",
         })
         .collect();
@@ -167,6 +197,7 @@ async fn health(State(s): State<ApiState>) -> Response {
         Json(serde_json::json!({
             "status": "unhealthy",
             "dead": dead,
+            "store": store,
             "message": format!("{}; restart the daemon", why.join("; ")),
         })),
     )
@@ -300,6 +331,12 @@ async fn stats(State(s): State<ApiState>) -> Json<serde_json::Value> {
     }))
 }
 
+/// `GET /api/v1/store`: the store's connection state (kind, host id, connected, since when not,
+/// the last error, where it is).
+async fn store(State(s): State<ApiState>) -> Json<crate::view::StoreView> {
+    Json(s.engine.store_status())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -309,13 +346,19 @@ mod tests {
 
     async fn state(dir: &std::path::Path) -> ApiState {
         let store = SqliteStore::open(&dir.join("db"), Default::default(), "test").unwrap();
+        state_on(dir, Arc::new(store)).await
+    }
+
+    async fn state_on(
+        dir: &std::path::Path,
+        store: Arc<dyn tributary_store::BindingStore>,
+    ) -> ApiState {
         std::fs::create_dir_all(dir.join("plugins")).unwrap();
         let (host, _) = PluginHost::load(&dir.join("plugins"), HostOptions::default());
         let nginx = CommandNginx::new(vec!["true".into()], vec!["true".into()]);
         let applier =
             Applier::open(&dir.join("conf"), Box::new(nginx), ApplyOptions::default()).unwrap();
-        let engine =
-            Engine::start(Arc::new(store), Arc::new(host), applier, Default::default()).unwrap();
+        let engine = Engine::start(store, Arc::new(host), applier, Default::default()).unwrap();
         ApiState {
             engine,
             token: Arc::from("t".repeat(32)),
@@ -348,9 +391,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let s = state(dir.path()).await;
         let (status, body) = health_of(&s).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        assert_eq!(body["status"], "ok");
+        // The SQLite store is always connected; where it is stays behind the token.
         assert_eq!(
-            (status, body),
-            (StatusCode::OK, serde_json::json!({"status": "ok"}))
+            body["store"],
+            serde_json::json!({"kind": "sqlite", "connected": true, "unreachable_since_ms": null})
         );
         s.engine.kill_task_for_test("apply");
         until_dead(&s, "apply").await;
@@ -363,6 +409,35 @@ mod tests {
             msg.contains("apply task has stopped") && msg.contains("restart"),
             "{msg}"
         );
+    }
+
+    #[tokio::test]
+    async fn health_stays_200_but_says_degraded_while_the_store_is_unreachable() {
+        let dir = tempfile::tempdir().unwrap();
+        let fleet = tributary_fakes::fleet_store::Fleet::new();
+        let s = state_on(dir.path(), fleet.member("h1")).await;
+        let (status, body) = health_of(&s).await;
+        assert_eq!((status, &body["status"]), (StatusCode::OK, &"ok".into()));
+        fleet.set_reachable("h1", false);
+        let (status, body) = health_of(&s).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        assert_eq!(body["status"], "degraded");
+        assert_eq!(body["store"]["connected"], false);
+        assert!(body["store"]["unreachable_since_ms"].is_i64(), "{body}");
+        assert!(body["message"]
+            .as_str()
+            .unwrap()
+            .contains("keeps serving its last applied servers"));
+        // The full state, with where the store is, is behind the token.
+        let Json(v) = store(State(s.clone())).await;
+        assert_eq!((v.kind.as_str(), v.connected), ("etcd", false));
+        assert!(
+            v.last_error.is_some() && v.unreachable_note().is_some(),
+            "{v:?}"
+        );
+        fleet.set_reachable("h1", true);
+        let (_, body) = health_of(&s).await;
+        assert_eq!(body["status"], "ok");
     }
 
     #[tokio::test]
@@ -389,6 +464,14 @@ mod tests {
             (EngineError::Conflict("nginx -t".into()), 409),
             (EngineError::ShuttingDown, 503),
             (EngineError::Timeout("a".into()), 504),
+            (
+                EngineError::Store(StoreError::Unavailable {
+                    store: "etcd".into(),
+                    why: "down".into(),
+                }),
+                503,
+            ),
+            (EngineError::Store(StoreError::Conflict("a".into())), 409),
         ];
         for (e, status) in cases {
             assert_eq!(e.http_status().as_u16(), status, "{e:?}");

@@ -25,7 +25,7 @@ use crate::engine::{ApplyMode, Engine, EngineOptions, LiveOptions};
 use crate::live_api::LiveApi;
 use crate::view::{
     BindingDetail, BindingInput, BindingList, BindingView, ErrorDetail, PluginList, RemoveResponse,
-    SaveResponse,
+    SaveResponse, StoreView,
 };
 
 /// Default API address.
@@ -851,6 +851,13 @@ async fn binding_inner(c: &Client, json: bool, cmd: BindingCmd) -> anyhow::Resul
             } else {
                 println!("binding {}", d.binding.name);
                 print_view(&d.binding);
+                let store: Option<StoreView> = c
+                    .call::<(), _>(Method::GET, "/api/v1/store", None)
+                    .await
+                    .ok();
+                for line in d.binding.fleet.text_lines(store.as_ref()) {
+                    println!("{line}");
+                }
                 if !d.history.is_empty() {
                     println!("  history (newest first):");
                     for o in &d.history {
@@ -932,7 +939,7 @@ fn outcome_line(o: &OutcomeRecord) -> String {
     s
 }
 
-fn format_time(ms: i64) -> String {
+pub(crate) fn format_time(ms: i64) -> String {
     // UTC, without pulling a date crate: days since epoch → civil date.
     let secs = ms.div_euclid(1000);
     let (days, rem) = (secs.div_euclid(86400), secs.rem_euclid(86400));

@@ -6,7 +6,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tributary_store::OutcomeRecord;
+use tributary_store::{FleetView, HostState, OutcomeRecord, StoreStatus};
 
 /// A binding as a person submits it (`POST /api/v1/bindings`, `PUT /api/v1/bindings/{name}`).
 /// Config values may be JSON strings, booleans or numbers; strings are converted to the type the
@@ -67,6 +67,151 @@ pub struct BindingView {
     /// When the next refresh is due (ms since the Unix epoch), while the binding is scheduled.
     pub next_refresh_ms: Option<i64>,
     pub consecutive_failures: u32,
+    /// Every host's state of the binding (with the SQLite store: this host alone).
+    #[serde(default)]
+    pub fleet: BindingFleet,
+}
+
+/// The fleet view of one binding: who resolves it, the newest published target set, and each
+/// host's state.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct BindingFleet {
+    /// The host that holds the resolver claim now (`null`: none yet, or it is being taken over).
+    pub resolver: Option<String>,
+    /// Generation of the newest published target set (0: none yet).
+    pub generation: i64,
+    /// By host id.
+    pub hosts: Vec<FleetHostView>,
+}
+
+/// One host's state of a binding.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FleetHostView {
+    pub host: String,
+    /// `applied`, `failed` or `stale`.
+    pub state: HostState,
+    /// The host is live (its heartbeat in the store); a host that stopped or lost the store
+    /// keeps its last state with `alive: false`.
+    pub alive: bool,
+    /// When it reached this state, ms since the Unix epoch.
+    pub at_ms: i64,
+    /// Generation of the target set it applied or attempted.
+    pub generation: i64,
+    /// Servers it serves for the binding now.
+    pub servers: usize,
+    /// Why, when failed (nginx's message) or stale.
+    pub message: Option<String>,
+}
+
+impl From<FleetView> for BindingFleet {
+    fn from(v: FleetView) -> BindingFleet {
+        BindingFleet {
+            resolver: v.resolver,
+            generation: v.generation,
+            hosts: v
+                .hosts
+                .into_iter()
+                .map(|h| FleetHostView {
+                    host: h.outcome.host,
+                    state: h.outcome.state,
+                    alive: h.alive,
+                    at_ms: h.outcome.at_ms,
+                    generation: h.outcome.generation,
+                    servers: h.outcome.servers,
+                    message: h.outcome.message,
+                })
+                .collect(),
+        }
+    }
+}
+
+impl BindingFleet {
+    /// The lines `tributary binding show` prints (indented by two spaces): nothing for one host
+    /// on the SQLite store (no fleet); else who resolves and one line per host. `store` (when
+    /// known) adds a line while it is unreachable.
+    pub fn text_lines(&self, store: Option<&StoreView>) -> Vec<String> {
+        let mut out = Vec::new();
+        if let Some(note) = store.and_then(StoreView::unreachable_note) {
+            out.push(format!("  store: {note}"));
+        }
+        let single = store.is_none_or(|s| s.kind == "sqlite") && self.hosts.len() <= 1;
+        if single {
+            return out;
+        }
+        let by = self.resolver.as_deref().unwrap_or("no host right now");
+        out.push(format!(
+            "  fleet: resolved by {by}, target set generation {}",
+            self.generation
+        ));
+        let width = self.hosts.iter().map(|h| h.host.len()).max().unwrap_or(4);
+        for h in &self.hosts {
+            let mut line = format!(
+                "    {:width$}  {:7}  {} servers  generation {}  since {}",
+                h.host,
+                h.state.as_str(),
+                h.servers,
+                h.generation,
+                crate::cli::format_time(h.at_ms),
+            );
+            if !h.alive {
+                line.push_str("  (not live)");
+            }
+            if let Some(m) = &h.message {
+                line.push_str(&format!(": {}", m.trim().replace('\n', " / ")));
+            }
+            out.push(line);
+        }
+        out
+    }
+}
+
+/// `GET /api/v1/store`: the store's connection state.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StoreView {
+    /// `sqlite` or `etcd`.
+    pub kind: String,
+    /// This host's id in the fleet.
+    pub host_id: String,
+    /// The store answers now.
+    pub connected: bool,
+    /// Since when it does not answer (ms since the Unix epoch).
+    pub unreachable_since_ms: Option<i64>,
+    /// The last connection error while not connected.
+    pub last_error: Option<String>,
+    /// The SQLite path, or the etcd endpoints and prefix.
+    pub location: String,
+}
+
+impl From<StoreStatus> for StoreView {
+    fn from(s: StoreStatus) -> StoreView {
+        StoreView {
+            kind: s.kind.to_string(),
+            host_id: s.host_id,
+            connected: s.connected,
+            unreachable_since_ms: s.unreachable_since_ms,
+            last_error: s.last_error,
+            location: s.location,
+        }
+    }
+}
+
+impl StoreView {
+    /// One sentence for a person when the store is unreachable (`None` while connected).
+    pub fn unreachable_note(&self) -> Option<String> {
+        if self.connected {
+            return None;
+        }
+        let why = self
+            .last_error
+            .as_deref()
+            .map(|e| format!(" ({e})"))
+            .unwrap_or_default();
+        Some(format!(
+            "the {} store is unreachable{why}: this host keeps serving its last applied servers; \
+             changes of bindings and new target sets reach it when the store answers again",
+            self.kind
+        ))
+    }
 }
 
 /// `GET /api/v1/bindings/{name}`: the binding plus its recent history (newest first).
@@ -152,4 +297,80 @@ pub struct ErrorDetail {
     pub message: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub field: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn host(id: &str, state: HostState, alive: bool, message: Option<&str>) -> FleetHostView {
+        FleetHostView {
+            host: id.into(),
+            state,
+            alive,
+            at_ms: 0,
+            generation: 4,
+            servers: 2,
+            message: message.map(str::to_string),
+        }
+    }
+
+    fn store(kind: &str, connected: bool) -> StoreView {
+        StoreView {
+            kind: kind.into(),
+            host_id: "a".into(),
+            connected,
+            unreachable_since_ms: None,
+            last_error: None,
+            location: String::new(),
+        }
+    }
+
+    #[test]
+    fn binding_show_prints_no_fleet_for_one_sqlite_host() {
+        let f = BindingFleet {
+            resolver: Some("a".into()),
+            generation: 1,
+            hosts: vec![host("a", HostState::Applied, true, None)],
+        };
+        assert!(f.text_lines(Some(&store("sqlite", true))).is_empty());
+        assert!(f.text_lines(None).is_empty());
+    }
+
+    #[test]
+    fn binding_show_prints_every_host_of_a_fleet_and_an_unreachable_store() {
+        let f = BindingFleet {
+            resolver: Some("b".into()),
+            generation: 4,
+            hosts: vec![
+                host("a", HostState::Applied, true, None),
+                host(
+                    "bb",
+                    HostState::Failed,
+                    true,
+                    Some("[emerg] no\nsecond line"),
+                ),
+                host("c", HostState::Stale, false, Some("store unreachable")),
+            ],
+        };
+        let lines = f.text_lines(Some(&store("etcd", false)));
+        assert!(
+            lines[0].starts_with("  store: the etcd store is unreachable"),
+            "{lines:?}"
+        );
+        assert_eq!(lines[1], "  fleet: resolved by b, target set generation 4");
+        assert!(
+            lines[2].starts_with("    a   applied  2 servers  generation 4  since "),
+            "{lines:?}"
+        );
+        assert!(
+            lines[3].contains("bb  failed ") && lines[3].ends_with(": [emerg] no / second line"),
+            "{lines:?}"
+        );
+        assert!(
+            lines[4].contains("(not live): store unreachable"),
+            "{lines:?}"
+        );
+        assert_eq!(lines.len(), 5);
+    }
 }

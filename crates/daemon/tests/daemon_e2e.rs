@@ -56,6 +56,19 @@ fn binding_add_writes_file_reloads_and_traffic_flows_then_failure_keeps_servers_
     assert!(ok, "{show}");
     let last = &show["binding"]["last_outcome"];
     assert_eq!(last["status"], "ok", "{show}");
+    // One host on SQLite: the fleet is this host, applied; the text output shows no fleet.
+    let fleet = &show["binding"]["fleet"];
+    assert_eq!(fleet["hosts"].as_array().map(Vec::len), Some(1), "{show}");
+    assert_eq!(fleet["hosts"][0]["state"], "applied", "{show}");
+    assert_eq!(fleet["hosts"][0]["servers"], 1, "{show}");
+    assert_eq!(fleet["resolver"], fleet["hosts"][0]["host"], "{show}");
+    let out = daemon.cli(&["binding", "show", "api"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        !text.contains("fleet:") && !text.contains("store:"),
+        "{text}"
+    );
     assert_eq!(last["changed"], true);
     assert_eq!(last["reloaded"], true);
     assert_eq!(show["binding"]["servers"][0]["port"], alpha);
@@ -249,7 +262,12 @@ fn api_needs_the_token_but_health_is_open() {
     let (status, body) = http(daemon.port, "GET", "/api/v1/health", None, None);
     assert_eq!(status, 200, "{body}");
     assert!(body.contains("ok"));
-    for path in ["/api/v1/bindings", "/api/v1/plugins", "/api/v1/bindings/x"] {
+    for path in [
+        "/api/v1/bindings",
+        "/api/v1/plugins",
+        "/api/v1/bindings/x",
+        "/api/v1/store",
+    ] {
         let (status, body) = http(daemon.port, "GET", path, None, None);
         assert_eq!(status, 401, "{path}: {body}");
         assert!(!body.contains(&token));
@@ -269,6 +287,20 @@ fn api_needs_the_token_but_health_is_open() {
     let (status, body) = http(daemon.port, "GET", "/api/v1/plugins", Some(&token), None);
     assert_eq!(status, 200, "{body}");
     assert!(body.contains("\"static\""), "{body}");
+    // One host on SQLite: the store always answers, and says where it is only behind the token.
+    let (status, body) = http(daemon.port, "GET", "/api/v1/store", Some(&token), None);
+    assert_eq!(status, 200, "{body}");
+    let store: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        (&store["kind"], &store["connected"]),
+        (&"sqlite".into(), &true.into()),
+        "{body}"
+    );
+    let (_, health) = http(daemon.port, "GET", "/api/v1/health", None, None);
+    assert!(
+        !health.contains("location") && health.contains("\"connected\":true"),
+        "{health}"
+    );
     // The CLI without a usable token says so.
     let out = std::process::Command::new(common::tributary_bin())
         .args(["binding", "list", "--api"])

@@ -740,6 +740,11 @@ fn secrets_are_write_only_and_metrics_follow_outcomes() {
     assert_eq!(value("tributary_binding_failing{binding=\"web\"}"), 1.0);
     assert_eq!(value("tributary_binding_servers{binding=\"web\"}"), 1.0);
     assert!(value("tributary_binding_staleness_seconds{binding=\"web\"}") >= 0.0);
+    assert_eq!(
+        value("tributary_store_connected"),
+        1.0,
+        "the sqlite store always answers"
+    );
     assert!(
         !m.contains("tributary_binding_staleness_seconds{binding=\"refused\"}"),
         "never succeeded"

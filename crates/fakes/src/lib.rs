@@ -30,6 +30,7 @@ pub mod daemon;
 pub mod dnsmasq;
 pub mod etcd;
 pub mod etcd_cluster;
+pub mod fleet_store;
 pub mod host;
 pub mod http;
 pub mod kube;

@@ -34,7 +34,8 @@ impl Engine {
                 tributary_store::StoreError::Duplicate(n) => EngineError::Duplicate(n),
                 e => e.into(),
             })?;
-        let slot = self.new_slot(binding, record);
+        let updated_at_ms = self.updated_at(&record.name);
+        let slot = self.new_slot(binding, record, updated_at_ms);
         self.spawn(&slot);
         Ok(self.view_of(&slot))
     }
@@ -129,16 +130,19 @@ impl Engine {
             let slot = match (existing, upsert) {
                 (Some(slot), Upsert::Unchanged) => slot,
                 (Some(slot), _) => {
+                    let updated_at_ms = self.updated_at(&record.name);
                     {
                         let mut st = lock(&slot.state);
                         st.binding = Arc::new(binding);
                         st.record = record;
+                        st.updated_at_ms = updated_at_ms;
                     }
                     self.spawn(&slot);
                     slot
                 }
                 (None, _) => {
-                    let slot = self.new_slot(binding, record);
+                    let updated_at_ms = self.updated_at(&record.name);
+                    let slot = self.new_slot(binding, record, updated_at_ms);
                     self.spawn(&slot);
                     slot
                 }
@@ -146,6 +150,18 @@ impl Engine {
             out.push((upsert, slot));
         }
         Ok(out)
+    }
+
+    /// The stored binding's `updated_at_ms` (read your writes: right after a save, the saved one).
+    pub(crate) fn updated_at(&self, name: &str) -> i64 {
+        match self.inner.store.get_binding(name) {
+            Ok(Some(sb)) => sb.updated_at_ms,
+            Ok(None) => 0,
+            Err(e) => {
+                tracing::warn!(binding = %name, error = %e, "reading the stored binding failed");
+                0
+            }
+        }
     }
 
     /// Removes a binding: its file is deleted only if nginx still passes the test without it;
@@ -157,6 +173,18 @@ impl Engine {
             .cloned()
             .ok_or_else(|| EngineError::NotFound(name.to_string()))?;
         let uname = lock(&slot.state).binding.name.clone();
+        // The removal must reach the store (every host): refused before anything changes here
+        // while the store is unreachable.
+        let status = self.inner.store.status();
+        if !status.connected {
+            return Err(tributary_store::StoreError::Unavailable {
+                store: format!("{} {}", status.kind, status.location),
+                why: status
+                    .last_error
+                    .unwrap_or_else(|| "not connected".to_string()),
+            }
+            .into());
+        }
         // Stop refreshing first, so no change of this binding is queued after the removal.
         if let Some(t) = lock(&slot.state).task.take() {
             t.abort();
@@ -180,7 +208,12 @@ impl Engine {
                 return Err(EngineError::Conflict(e));
             }
         };
-        self.inner.store.remove_binding(name).await?;
+        if let Err(e) = self.inner.store.remove_binding(name).await {
+            // Still stored (on every host): the binding goes on here too, and its file comes
+            // back with its next apply.
+            self.spawn(&slot);
+            return Err(e.into());
+        }
         lock(&self.inner.slots).remove(name);
         Ok(RemoveResponse {
             name: name.to_string(),
@@ -243,6 +276,11 @@ impl Engine {
             Ok(Err(e)) => Err(e),
             Err(_) => Err(EngineError::Timeout(name.to_string())),
         }
+    }
+
+    /// The store's connection state.
+    pub fn store_status(&self) -> crate::view::StoreView {
+        self.inner.store.status().into()
     }
 
     /// All bindings, by name.
@@ -322,6 +360,7 @@ impl Engine {
             servers: st.servers.clone(),
             next_refresh_ms: st.next_ms,
             consecutive_failures: st.failures,
+            fleet: self.inner.store.fleet_view(&rec.name).into(),
         }
     }
 }

@@ -12,16 +12,22 @@
 //!   write, test and reload is serialised.
 //! - Outcomes go to a recorder task that writes them to the store in one transaction per burst.
 //! - The store is an `Arc<dyn BindingStore>` (SQLite or etcd): reads are local, writes are awaited.
+//!   The engine does not know which one it has: before each scheduled resolution it asks
+//!   `claim_resolver`; the host that gets `true` resolves and publishes the validated set, the
+//!   others apply the published set (`fleet`). A store task follows the store's events (bindings
+//!   changed on other hosts, new target sets, resolver claims to take).
 //!
 //! Files: this one holds the handle ([`Engine`]), its options, errors and events; `admin` the
 //! requests of people (save, remove, refresh, views), `prepare` the validation of an input into a
 //! binding, `refresh` the per-binding task, `batch` the pure batching rules, `apply` the apply
-//! task, `live` the choice between the live API and a reload for each change (issue 11), and
+//! task, `fleet` the store events and the fleet side of a resolution (follow a published set,
+//! publish this host's outcome), `live` the choice between the live API and a reload for each change (issue 11), and
 //! `record` the recorder task.
 
 mod admin;
 mod apply;
 mod batch;
+mod fleet;
 mod live;
 mod prepare;
 mod record;
@@ -135,10 +141,20 @@ pub(crate) struct SlotState {
     pub(crate) running: bool,
     /// `seq` when the current task was spawned: its first outcome is the one after it.
     pub(crate) spawn_seq: u64,
+    /// The stored binding's `updated_at_ms`: a published target set is applied only when it was
+    /// resolved from this version of the binding.
+    pub(crate) updated_at_ms: i64,
+    /// Generation of the newest published target set this host applied or attempted (0: none).
+    pub(crate) applied_generation: i64,
 }
 
 pub(crate) struct Slot {
+    /// A person asked for a refresh.
     pub(crate) wake: Notify,
+    /// The store says the resolver claim is free: claim now.
+    pub(crate) claim: Notify,
+    /// Another host published a target set: apply it.
+    pub(crate) follow: Notify,
     /// Bumped after every finished resolution.
     pub(crate) seq: watch::Sender<u64>,
     pub(crate) state: Mutex<SlotState>,
@@ -218,7 +234,7 @@ impl Engine {
                 .map(|o| o.kept)
                 .unwrap_or_default();
             let last = last.get(&rec.name).cloned();
-            seeds.push((binding, rec, last, servers));
+            seeds.push((binding, rec, sb.updated_at_ms, last, servers));
         }
 
         let (apply_tx, apply_rx) = mpsc::unbounded_channel();
@@ -247,15 +263,18 @@ impl Engine {
             },
             inner.opts.live.clone(),
         ));
+        let events = store.subscribe();
         let record = tokio::spawn(record::record_task(store, record_rx));
+        let follow = tokio::spawn(fleet::store_task(Arc::downgrade(&inner), events));
         *lock(&inner.tasks) = vec![
             ("apply", apply.abort_handle()),
             ("record", record.abort_handle()),
+            ("store", follow.abort_handle()),
         ];
 
         let engine = Engine { inner };
-        for (binding, rec, last, servers) in seeds {
-            let slot = engine.new_slot(binding, rec);
+        for (binding, rec, updated_at_ms, last, servers) in seeds {
+            let slot = engine.new_slot(binding, rec, updated_at_ms);
             {
                 let mut st = lock(&slot.state);
                 st.last = last;
@@ -266,10 +285,17 @@ impl Engine {
         Ok(engine)
     }
 
-    pub(crate) fn new_slot(&self, binding: Binding, record: BindingRecord) -> Arc<Slot> {
+    pub(crate) fn new_slot(
+        &self,
+        binding: Binding,
+        record: BindingRecord,
+        updated_at_ms: i64,
+    ) -> Arc<Slot> {
         let name = record.name.clone();
         let slot = Arc::new(Slot {
             wake: Notify::new(),
+            claim: Notify::new(),
+            follow: Notify::new(),
             seq: watch::Sender::new(0),
             state: Mutex::new(SlotState {
                 binding: Arc::new(binding),
@@ -281,6 +307,8 @@ impl Engine {
                 failures: 0,
                 running: false,
                 spawn_seq: 0,
+                updated_at_ms,
+                applied_generation: 0,
             }),
         });
         lock(&self.inner.slots).insert(name, slot.clone());
@@ -355,6 +383,11 @@ impl Engine {
     /// Stops every task, lets the apply task finish its batch, flushes outcomes and stops the
     /// plugins.
     pub async fn shutdown(&self) {
+        for (n, h) in lock(&self.inner.tasks).iter() {
+            if *n == "store" {
+                h.abort();
+            }
+        }
         let slots: Vec<Arc<Slot>> = lock(&self.inner.slots).values().cloned().collect();
         for s in slots {
             if let Some(t) = lock(&s.state).task.take() {

@@ -44,20 +44,47 @@ pub fn jittered(delay: Duration, jitter_pct: u8, first: bool, unit: f64) -> Dura
 }
 use crate::resolution::Resolved;
 
+/// What woke a binding's task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Why {
+    /// Its schedule (or the first run of the task).
+    Scheduled,
+    /// A person asked for a refresh.
+    Refresh,
+    /// The store said the resolver claim is free.
+    Claim,
+    /// Another host published a target set.
+    Follow,
+}
+
+/// What one step of a binding's task did: the outcome to record, and the generation of the
+/// published target set it applied or attempted (`None`: no set was applied).
+pub(crate) struct Step {
+    pub(crate) outcome: OutcomeRecord,
+    pub(crate) generation: Option<i64>,
+    /// The store could not be reached: nothing was resolved or applied.
+    pub(crate) store_down: bool,
+}
+
 pub(crate) async fn binding_task(
     inner: std::sync::Weak<Inner>,
     slot: Arc<Slot>,
     binding: Arc<Binding>,
 ) {
     let name = binding.name.as_str().to_string();
-    let mut delay = Duration::ZERO;
+    let mut deadline = tokio::time::Instant::now();
     let mut first = true;
     loop {
-        lock(&slot.state).next_ms = Some(now_ms() + delay.as_millis() as i64);
-        tokio::select! {
-            _ = tokio::time::sleep(delay) => {}
-            _ = slot.wake.notified() => {}
-        }
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        lock(&slot.state).next_ms = Some(now_ms() + left.as_millis() as i64);
+        let why = tokio::select! {
+            // Biased: the first run of a task (deadline now) always claims/resolves.
+            biased;
+            _ = tokio::time::sleep_until(deadline) => Why::Scheduled,
+            _ = slot.wake.notified() => Why::Refresh,
+            _ = slot.claim.notified() => Why::Claim,
+            _ = slot.follow.notified() => Why::Follow,
+        };
         {
             let mut st = lock(&slot.state);
             st.next_ms = None;
@@ -66,8 +93,28 @@ pub(crate) async fn binding_task(
         let Some(engine) = inner.upgrade() else {
             return;
         };
-        let outcome = run_once(&engine, &binding).await;
-        let failures = {
+        let step = super::fleet::step(&engine, &slot, &binding, why).await;
+        let Some(step) = step else {
+            // A host that does not resolve the binding had nothing new to apply.
+            lock(&slot.state).running = false;
+            if why == Why::Scheduled {
+                deadline = tokio::time::Instant::now()
+                    + jittered(
+                        binding.interval,
+                        engine.opts.refresh_jitter_pct,
+                        first,
+                        fastrand::f64(),
+                    );
+                first = false;
+            }
+            continue;
+        };
+        let Step {
+            outcome,
+            generation,
+            store_down,
+        } = step;
+        let (failures, servers, applied) = {
             let mut st = lock(&slot.state);
             st.running = false;
             if outcome.status == OutcomeStatus::Failed {
@@ -76,21 +123,28 @@ pub(crate) async fn binding_task(
                 st.failures = 0;
                 st.servers = outcome.kept.clone();
             }
+            if let Some(g) = generation {
+                st.applied_generation = st.applied_generation.max(g);
+            }
             st.last = Some(outcome.clone());
-            st.failures
+            (st.failures, st.servers.len(), st.applied_generation)
         };
-        delay = if outcome.status == OutcomeStatus::Failed {
-            schedule::failure_backoff(binding.interval, failures)
-        } else {
-            schedule::next_refresh_delay(binding.interval, outcome.ttl_seconds.unwrap_or(0))
-        };
-        delay = jittered(
-            delay,
-            engine.opts.refresh_jitter_pct,
-            first,
-            fastrand::f64(),
-        );
-        first = false;
+        // Following a published set keeps the schedule (it is the moment to check the claim).
+        if why != Why::Follow {
+            let delay = if outcome.status == OutcomeStatus::Failed {
+                schedule::failure_backoff(binding.interval, failures)
+            } else {
+                schedule::next_refresh_delay(binding.interval, outcome.ttl_seconds.unwrap_or(0))
+            };
+            let delay = jittered(
+                delay,
+                engine.opts.refresh_jitter_pct,
+                first,
+                fastrand::f64(),
+            );
+            deadline = tokio::time::Instant::now() + delay;
+            first = false;
+        }
         match outcome.status {
             OutcomeStatus::Failed => tracing::warn!(
                 binding = %name,
@@ -107,6 +161,10 @@ pub(crate) async fn binding_task(
                 tracing::debug!(binding = %name, "unchanged")
             }
         }
+        super::fleet::publish_outcome(
+            &engine, &name, &outcome, generation, store_down, applied, servers,
+        )
+        .await;
         let _ = engine.events.send(EngineEvent::Outcome {
             binding: name.clone(),
             outcome: outcome.clone(),
@@ -119,11 +177,12 @@ pub(crate) async fn binding_task(
     }
 }
 
-/// One resolution: plugin call → validate → render → apply. Never fails: the outcome says how it
-/// went.
-async fn run_once(inner: &Inner, binding: &Binding) -> OutcomeRecord {
+/// One resolution by the host that holds the resolver claim: plugin call → validate → publish the
+/// set for the fleet → render → apply. Never fails: the outcome says how it went.
+pub(crate) async fn resolve(inner: &Inner, binding: &Binding, updated_at_ms: i64) -> Step {
     let t0 = Instant::now();
     let mut rec = OutcomeRecord::new(now_ms(), OutcomeStatus::Failed);
+    let mut generation = None;
     let params = ResolveParams {
         provider: binding.provider.clone(),
         config: binding.config.clone(),
@@ -148,19 +207,9 @@ async fn run_once(inner: &Inner, binding: &Binding) -> OutcomeRecord {
             rec.kept = r.kept_with_tags(&answer);
             rec.dropped = r.dropped_records();
             if let Some(text) = &r.rendered {
-                let (tx, rx) = oneshot::channel();
-                let change = Change {
-                    name: binding.name.clone(),
-                    bytes: text.clone().into_bytes(),
-                };
-                let result = match inner
-                    .apply_tx
-                    .send(ApplyMsg::Change(change, super::apply::Waiter::new(tx)))
-                {
-                    Ok(()) => rx.await.ok(),
-                    Err(_) => None,
-                };
-                super::apply::record_result(&mut rec, result);
+                generation =
+                    Some(super::fleet::publish_targets(inner, binding, &rec, updated_at_ms).await);
+                apply_rendered(inner, binding, text, &mut rec).await;
                 if rec.status != OutcomeStatus::Failed {
                     rec.why = r.dropped_note();
                 }
@@ -173,7 +222,33 @@ async fn run_once(inner: &Inner, binding: &Binding) -> OutcomeRecord {
         }
     }
     rec.duration_ms = t0.elapsed().as_millis() as u64;
-    rec
+    Step {
+        outcome: rec,
+        generation,
+        store_down: false,
+    }
+}
+
+/// Hands rendered bytes to the apply task and writes its answer into `rec`.
+pub(crate) async fn apply_rendered(
+    inner: &Inner,
+    binding: &Binding,
+    text: &str,
+    rec: &mut OutcomeRecord,
+) {
+    let (tx, rx) = oneshot::channel();
+    let change = Change {
+        name: binding.name.clone(),
+        bytes: text.as_bytes().to_vec(),
+    };
+    let result = match inner
+        .apply_tx
+        .send(ApplyMsg::Change(change, super::apply::Waiter::new(tx)))
+    {
+        Ok(()) => rx.await.ok(),
+        Err(_) => None,
+    };
+    super::apply::record_result(rec, result);
 }
 
 #[cfg(test)]

@@ -22,7 +22,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use tokio::sync::broadcast::error::RecvError;
-use tributary_store::{Applied, Failure, OutcomeRecord, OutcomeStatus};
+use tributary_store::{Applied, Failure, HostState, OutcomeRecord, OutcomeStatus};
 
 use crate::engine::{Engine, EngineEvent};
 use crate::view::BindingView;
@@ -56,6 +56,11 @@ struct CodeLabel {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StateLabel {
+    state: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct BindingLabel {
     binding: String,
 }
@@ -79,6 +84,8 @@ struct Families {
     binding_failing: Family<BindingLabel, Gauge>,
     binding_staleness: Family<BindingLabel, FloatGauge>,
     events_lost: Counter,
+    store_connected: Gauge,
+    fleet_hosts: Family<StateLabel, Gauge>,
 }
 
 /// The latency histogram with [`LATENCY_BUCKETS`].
@@ -158,6 +165,16 @@ impl Families {
             "tributary_binding_staleness_seconds",
             "Seconds since the binding's last successful resolution (absent: never resolved successfully)",
             self.binding_staleness.clone(),
+        );
+        r.register(
+            "tributary_store_connected",
+            "1 while the binding store (sqlite, or etcd for a fleet) answers; 0: this host serves its last applied servers and catches up when it answers again",
+            self.store_connected.clone(),
+        );
+        r.register(
+            "tributary_fleet_host_states",
+            "Hosts per state (applied, failed, stale) summed over every binding's fleet view, as this host sees it",
+            self.fleet_hosts.clone(),
         );
         r.register(
             "tributary_metrics_events_lost",
@@ -372,6 +389,9 @@ impl Metrics {
 
     /// The text exposition, with the per-binding gauges of the engine's bindings now.
     pub fn render(&self, engine: &Engine) -> String {
+        self.families
+            .store_connected
+            .set(i64::from(engine.store_status().connected));
         self.encode(&engine.list(), now_ms())
     }
 
@@ -384,6 +404,24 @@ impl Metrics {
         f.binding_servers.clear();
         f.binding_failing.clear();
         f.binding_staleness.clear();
+        let mut states = [0i64; 3];
+        for h in bindings.iter().flat_map(|b| &b.fleet.hosts) {
+            states[match h.state {
+                HostState::Applied => 0,
+                HostState::Failed => 1,
+                HostState::Stale => 2,
+            }] += 1;
+        }
+        for (state, n) in [HostState::Applied, HostState::Failed, HostState::Stale]
+            .iter()
+            .zip(states)
+        {
+            f.fleet_hosts
+                .get_or_create(&StateLabel {
+                    state: state.as_str(),
+                })
+                .set(n);
+        }
         {
             let st = self.lock();
             for b in bindings {
@@ -451,6 +489,7 @@ mod tests {
             servers: vec![serde_json::json!({}); servers],
             next_refresh_ms: None,
             consecutive_failures: 0,
+            fleet: Default::default(),
         }
     }
 
@@ -582,6 +621,28 @@ mod tests {
             1.0
         );
         assert!(!t.contains("code=\"-"), "no plugin error code: {t}");
+    }
+
+    #[test]
+    fn fleet_host_states_are_summed_over_the_bindings() {
+        let m = Metrics::default();
+        let host = |state| crate::view::FleetHostView {
+            host: "h".into(),
+            state,
+            alive: true,
+            at_ms: 0,
+            generation: 1,
+            servers: 1,
+            message: None,
+        };
+        let mut a = binding("a", 1, None);
+        a.fleet.hosts = vec![host(HostState::Applied), host(HostState::Failed)];
+        let mut b = binding("b", 1, None);
+        b.fleet.hosts = vec![host(HostState::Applied), host(HostState::Stale)];
+        let t = m.encode(&[a, b], 0);
+        let n = |s: &str| value(&t, &format!("tributary_fleet_host_states{{state=\"{s}\"}}"));
+        assert_eq!((n("applied"), n("failed"), n("stale")), (2.0, 1.0, 1.0));
+        assert!(t.contains("tributary_store_connected"), "{t}");
     }
 
     #[test]

@@ -10,7 +10,9 @@ use serde_json::Value;
 use tributary_store::OutcomeStatus;
 
 use super::chart::chart;
-use super::widgets::{outcome_block, outcome_summary, state_of, targets_table};
+use super::widgets::{
+    fleet_card, outcome_block, outcome_summary, state_of, store_banner, targets_table,
+};
 use super::{now_ms, require_csrf, urlencode};
 use crate::engine::EngineError;
 use crate::web::html::{csrf_field, error_page, page, time_el};
@@ -51,8 +53,10 @@ pub(super) fn detail_page(
         latency.push((o.at_ms, o.duration_ms as f64, failed));
     }
     let file = std::fs::read_to_string(&b.file).ok();
+    let store = st.api.engine.store_status();
     let body = html! {
         h1 { (n) " " span class={"state " (class)} { (state) } }
+        (store_banner(&store))
         @if let Some((kind, text)) = banner {
             p class=(kind) role="alert" { (text) }
         }
@@ -117,6 +121,7 @@ pub(super) fn detail_page(
             h2 { "Current servers" }
             (targets_table(&b.servers))
         }
+        (fleet_card(&b.fleet, &store, now))
         @if !d.history.is_empty() {
             section.card.charts {
                 h2 { "Over time" }

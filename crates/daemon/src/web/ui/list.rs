@@ -8,7 +8,7 @@ use maud::html;
 use serde::Deserialize;
 
 use super::now_ms;
-use super::widgets::{outcome_summary, state_of};
+use super::widgets::{outcome_summary, state_of, store_banner};
 use crate::web::html::{page, time_el};
 use crate::web::session::Session;
 use crate::web::WebState;
@@ -28,6 +28,7 @@ pub(super) async fn list(
     let bindings = st.api.engine.list();
     let body = html! {
         h1 { "Bindings" }
+        (store_banner(&st.api.engine.store_status()))
         @if let Some(d) = &q.deleted {
             p.notice role="status" { "Deleted binding " (d) " and its file." }
         }

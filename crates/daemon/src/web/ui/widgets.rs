@@ -3,7 +3,7 @@
 
 use maud::{html, Markup};
 use serde_json::Value;
-use tributary_store::{DroppedRecord, OutcomeRecord, OutcomeStatus};
+use tributary_store::{DroppedRecord, HostState, OutcomeRecord, OutcomeStatus};
 
 use super::now_ms;
 use crate::view::BindingView;
@@ -146,6 +146,7 @@ mod tests {
             servers: vec![],
             next_refresh_ms: None,
             consecutive_failures: 0,
+            fleet: Default::default(),
         }
     }
 
@@ -183,5 +184,154 @@ mod tests {
         let ok = view(Some(OutcomeStatus::Ok));
         let html = outcome_summary(ok.last_outcome.as_ref().unwrap()).into_string();
         assert!(!html.contains("failure"), "{html}");
+    }
+}
+
+/// The banner every binding page shows while the store is unreachable (empty while connected).
+pub(super) fn store_banner(store: &crate::view::StoreView) -> Markup {
+    html! {
+        @if let Some(note) = store.unreachable_note() {
+            p.error.store-down role="alert" {
+                "Store unreachable"
+                @if let Some(since) = store.unreachable_since_ms {
+                    " since " (time_el(since, now_ms()))
+                }
+                ": " (note) "."
+            }
+        }
+    }
+}
+
+/// The fleet card of a binding page: who resolves it and each host's state. With one host and
+/// the SQLite store there is no fleet to show: nothing.
+pub(super) fn fleet_card(
+    fleet: &crate::view::BindingFleet,
+    store: &crate::view::StoreView,
+    now: i64,
+) -> Markup {
+    let single = store.kind == "sqlite" && fleet.hosts.len() <= 1;
+    html! {
+        @if !single {
+            section.card.fleet {
+                h2 { "Fleet" }
+                p {
+                    "Resolved by "
+                    @match &fleet.resolver {
+                        Some(h) => code { (h) },
+                        None => "no host right now (being taken over)",
+                    }
+                    @if fleet.generation > 0 {
+                        ", target set generation " (fleet.generation)
+                    }
+                    ". This host: " code { (store.host_id) } "."
+                }
+                @if fleet.hosts.is_empty() {
+                    p { "No host has applied this binding yet." }
+                } @else {
+                    table.fleet-hosts {
+                        thead {
+                            tr {
+                                th { "Host" } th { "State" } th { "Servers" }
+                                th { "Generation" } th { "Since" } th { "Message" }
+                            }
+                        }
+                        tbody {
+                            @for h in &fleet.hosts {
+                                tr data-host=(h.host) {
+                                    td {
+                                        code { (h.host) }
+                                        @if !h.alive { " " span.why { "(not live)" } }
+                                    }
+                                    td {
+                                        span class={"status " (match h.state {
+                                            HostState::Applied => "ok",
+                                            HostState::Failed => "failed",
+                                            HostState::Stale => "stale",
+                                        })} { (h.state.as_str()) }
+                                        @if h.generation < fleet.generation && h.state == HostState::Applied {
+                                            " " span.why { "(behind)" }
+                                        }
+                                    }
+                                    td { (h.servers) }
+                                    td { (h.generation) }
+                                    td { (time_el(h.at_ms, now)) }
+                                    td {
+                                        @if let Some(m) = &h.message { pre.failure { (m) } }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod fleet_tests {
+    use super::*;
+    use crate::view::{BindingFleet, FleetHostView, StoreView};
+
+    fn store(kind: &str, connected: bool) -> StoreView {
+        StoreView {
+            kind: kind.into(),
+            host_id: "h1".into(),
+            connected,
+            unreachable_since_ms: (!connected).then_some(1_000),
+            last_error: (!connected).then(|| "connection refused".into()),
+            location: "x".into(),
+        }
+    }
+
+    fn host(id: &str, state: HostState, message: Option<&str>) -> FleetHostView {
+        FleetHostView {
+            host: id.into(),
+            state,
+            alive: id != "h3",
+            at_ms: 1_000,
+            generation: 2,
+            servers: 1,
+            message: message.map(str::to_string),
+        }
+    }
+
+    #[test]
+    fn a_single_sqlite_host_shows_no_fleet_and_no_banner() {
+        let fleet = BindingFleet {
+            resolver: Some("h1".into()),
+            generation: 1,
+            hosts: vec![host("h1", HostState::Applied, None)],
+        };
+        let s = store("sqlite", true);
+        assert_eq!(fleet_card(&fleet, &s, 2_000).into_string(), "");
+        assert_eq!(store_banner(&s).into_string(), "");
+    }
+
+    #[test]
+    fn a_fleet_shows_every_host_and_an_unreachable_store_a_banner() {
+        let fleet = BindingFleet {
+            resolver: Some("h2".into()),
+            generation: 2,
+            hosts: vec![
+                host("h1", HostState::Applied, None),
+                host("h2", HostState::Failed, Some("[emerg] <bad>")),
+                host("h3", HostState::Stale, Some("store unreachable")),
+            ],
+        };
+        let html = fleet_card(&fleet, &store("etcd", true), 2_000).into_string();
+        assert!(html.contains("Resolved by <code>h2</code>"), "{html}");
+        assert_eq!(html.matches("<tr data-host=").count(), 3, "{html}");
+        assert!(html.contains("[emerg] &lt;bad&gt;"), "escaped: {html}");
+        assert!(html.contains("(not live)"), "{html}");
+        let banner = store_banner(&store("etcd", false)).into_string();
+        assert!(
+            banner.contains("Store unreachable") && banner.contains("connection refused"),
+            "{banner}"
+        );
+        assert!(
+            banner.contains("keeps serving its last applied servers"),
+            "{banner}"
+        );
     }
 }
