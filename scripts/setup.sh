@@ -46,8 +46,10 @@ fi
 # run: nginx for the demo; gcc + libc6-dev are cc and the linker cargo uses (ring and the bundled SQLite
 # compile C); ca-certificates so cargo reaches crates.io over HTTPS; curl for the README's tour; the nginx
 # module the demo loads (live mode): nginx-dev (headers + Debian's configure) and libclang/clang for bindgen;
-# protobuf-compiler: the daemon's etcd client (etcd-client, gRPC) compiles etcd's .proto files with protoc.
-APT_PACKAGES=(nginx gcc libc6-dev ca-certificates curl nginx-dev libclang-dev clang protobuf-compiler)
+# protobuf-compiler + libprotobuf-dev: the daemon's etcd client (etcd-client, gRPC) compiles etcd's .proto files
+# with protoc, and they import google/protobuf/*.proto, which only libprotobuf-dev ships (a recommendation of
+# protobuf-compiler, so --no-install-recommends leaves it out).
+APT_PACKAGES=(nginx gcc libc6-dev ca-certificates curl nginx-dev libclang-dev clang protobuf-compiler libprotobuf-dev)
 if [ "$MODE" = test ]; then
   # The echo module for module tests; wrk and valgrind for the module benchmarks; sqlite3 for inspecting
   # the store; procps for `kill` (tests stop process groups with it).
