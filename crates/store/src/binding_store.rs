@@ -59,9 +59,11 @@ pub enum StoreEvent {
     /// Another host published a new target set for `name`: read
     /// [`BindingStore::published_targets`].
     Targets(String),
-    /// The resolver claim of `name` changed (released, or its holder's lease expired because the
-    /// holder died): hosts that schedule this binding should call
-    /// [`BindingStore::claim_resolver`] now rather than at their next interval.
+    /// The resolver claim of `name` changed: taken (also by this host: the etcd store reports
+    /// every change of the claim key), released, or its holder's lease expired because the holder
+    /// died. When no host holds it, hosts that schedule this binding should call
+    /// [`BindingStore::claim_resolver`] now rather than at their next interval; while a host
+    /// holds it the event is no reason to resolve again (the engine only applies newer sets).
     Resolver(String),
     /// A host's published outcome for `name` changed: the fleet view changed.
     Fleet(String),
