@@ -93,30 +93,6 @@ impl Drop for Host {
     }
 }
 
-fn counting_plugin(root: &Path, targets: &Path) -> PathBuf {
-    let dir = root.join("plugins/count");
-    std::fs::create_dir_all(&dir).unwrap();
-    let script = dir.join("run.sh");
-    std::fs::write(
-        &script,
-        format!(
-            "#!/bin/sh\nwhile IFS= read -r line; do\n  id=$(printf '%s\\n' \"$line\" | sed -n 's/.*\"id\":\\([0-9][0-9]*\\).*/\\1/p')\n  echo call >> '{calls}'\n  printf '{{\"jsonrpc\":\"2.0\",\"id\":%s,\"result\":{{\"targets\":%s}}}}\\n' \"$id\" \"$(cat '{targets}')\"\ndone\n",
-            calls = root.join("calls").display(),
-            targets = targets.display(),
-        ),
-    )
-    .unwrap();
-    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let manifest = json!({
-        "name": "count", "version": "0.1.0", "description": "counts its calls",
-        "executable": "run.sh", "capabilities": ["upstream.discovery"], "permissions": ["network"],
-        "discovery": {"providers": [{"code": "c", "name": "Counting",
-            "configuration": {"fields": []}}]}
-    });
-    std::fs::write(dir.join("plugin.json"), manifest.to_string()).unwrap();
-    root.join("plugins")
-}
-
 fn set_targets(path: &Path, addr: &str) {
     std::fs::write(path, json!([{"address": addr, "port": 80}]).to_string()).unwrap();
 }
@@ -131,7 +107,7 @@ fn start_host(
 ) -> Host {
     let root = base.join(format!("host-{i:02}"));
     std::fs::create_dir_all(root.join("conf/upstreams")).unwrap();
-    let plugins = counting_plugin(&root, targets);
+    let plugins = tributary_fakes::counting_plugin::counting_plugin(&root, targets);
     let port = tributary_testkit::free_port();
     let log = std::fs::File::create(root.join("daemon.log")).unwrap();
     let child = Command::new(bin)

@@ -8,7 +8,7 @@
 mod common;
 
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -95,35 +95,6 @@ struct Fleet {
     _shared: tempfile::TempDir,
 }
 
-/// `<root>/plugins/count`: provider `c`, answers the targets in `targets` (a JSON array) and
-/// appends a line to `<root>/calls` per call.
-fn counting_plugin(root: &Path, targets: &Path) {
-    let dir = root.join("plugins/count");
-    std::fs::create_dir_all(&dir).unwrap();
-    let script = dir.join("run.sh");
-    std::fs::write(
-        &script,
-        format!(
-            "#!/bin/sh\nwhile IFS= read -r line; do\n  id=$(printf '%s\\n' \"$line\" | sed -n 's/.*\"id\":\\([0-9][0-9]*\\).*/\\1/p')\n  echo call >> '{calls}'\n  printf '{{\"jsonrpc\":\"2.0\",\"id\":%s,\"result\":{{\"targets\":%s}}}}\\n' \"$id\" \"$(cat '{targets}')\"\ndone\n",
-            calls = root.join("calls").display(),
-            targets = targets.display(),
-        ),
-    )
-    .unwrap();
-    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let manifest = json!({
-        "name": "count",
-        "version": "0.1.0",
-        "description": "counts its calls",
-        "executable": "run.sh",
-        "capabilities": ["upstream.discovery"],
-        "permissions": ["network"],
-        "discovery": {"providers": [{"code": "c", "name": "Counting",
-            "configuration": {"fields": []}}]}
-    });
-    std::fs::write(dir.join("plugin.json"), manifest.to_string()).unwrap();
-}
-
 impl Fleet {
     /// Three hosts `host-a`, `host-b`, `host-c`; `snippets[i]` is extra `http` text of host i's
     /// nginx.
@@ -149,7 +120,7 @@ impl Fleet {
                     b = b.http_snippet(snippet);
                 }
                 let nginx = b.start();
-                counting_plugin(root.path(), &targets);
+                tributary_fakes::counting_plugin::counting_plugin(root.path(), &targets);
                 let mut extra: Vec<String> = tributary_fakes::daemon::FAST
                     .iter()
                     .map(|s| s.to_string())

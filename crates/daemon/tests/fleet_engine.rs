@@ -5,7 +5,6 @@
 //! called its registry.
 
 use std::collections::BTreeMap;
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -40,35 +39,6 @@ impl Host {
     }
 }
 
-/// `<root>/plugins/count`: provider `c`, answers the targets in `targets` (a JSON array).
-fn counting_plugin(root: &Path, targets: &Path) -> PathBuf {
-    let dir = root.join("plugins/count");
-    std::fs::create_dir_all(&dir).unwrap();
-    let script = dir.join("run.sh");
-    std::fs::write(
-        &script,
-        format!(
-            "#!/bin/sh\nwhile IFS= read -r line; do\n  id=$(printf '%s\\n' \"$line\" | sed -n 's/.*\"id\":\\([0-9][0-9]*\\).*/\\1/p')\n  echo call >> '{calls}'\n  printf '{{\"jsonrpc\":\"2.0\",\"id\":%s,\"result\":{{\"targets\":%s}}}}\\n' \"$id\" \"$(cat '{targets}')\"\ndone\n",
-            calls = root.join("calls").display(),
-            targets = targets.display(),
-        ),
-    )
-    .unwrap();
-    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let manifest = serde_json::json!({
-        "name": "count",
-        "version": "0.1.0",
-        "description": "counts its calls",
-        "executable": "run.sh",
-        "capabilities": ["upstream.discovery"],
-        "permissions": ["network"],
-        "discovery": {"providers": [{"code": "c", "name": "Counting",
-            "configuration": {"fields": []}}]}
-    });
-    std::fs::write(dir.join("plugin.json"), manifest.to_string()).unwrap();
-    root.join("plugins")
-}
-
 fn set_targets(path: &Path, addrs: &[&str]) {
     let list: Vec<serde_json::Value> = addrs
         .iter()
@@ -80,7 +50,7 @@ fn set_targets(path: &Path, addrs: &[&str]) {
 fn start_host(fleet: &Fleet, id: &str, base: &Path, targets: &Path, test_cmd: &[&str]) -> Host {
     let root = base.join(id);
     std::fs::create_dir_all(root.join("conf")).unwrap();
-    let plugins = counting_plugin(&root, targets);
+    let plugins = tributary_fakes::counting_plugin::counting_plugin(&root, targets);
     let (host, errors) = PluginHost::load(&plugins, HostOptions::default());
     assert!(errors.is_empty(), "{errors:?}");
     let nginx = CommandNginx::new(

@@ -26,6 +26,7 @@
 
 pub mod bench;
 pub mod consul;
+pub mod counting_plugin;
 pub mod daemon;
 pub mod dnsmasq;
 pub mod etcd;
