@@ -211,6 +211,16 @@ impl Etcd {
 
     /// Adds `user` with `password` and a role that may read keys from `prefix` on (empty: none).
     pub fn add_reader(&self, user: &str, password: &str, prefix: &str) {
+        self.add_user(user, password, prefix, "READ");
+    }
+
+    /// Adds `user` with `password` and a role that may read and write the keys under `prefix`
+    /// and nothing else.
+    pub fn add_prefix_writer(&self, user: &str, password: &str, prefix: &str) {
+        self.add_user(user, password, prefix, "READWRITE");
+    }
+
+    fn add_user(&self, user: &str, password: &str, prefix: &str, perm: &str) {
         let role = format!("{user}-role");
         self.post("/v3/auth/role/add", json!({"name": role}));
         if !prefix.is_empty() {
@@ -218,7 +228,7 @@ impl Etcd {
             *end.last_mut().unwrap() += 1;
             self.post(
                 "/v3/auth/role/grant",
-                json!({"name": role, "perm": {"permType": "READ", "key": B64.encode(prefix), "range_end": B64.encode(&end)}}),
+                json!({"name": role, "perm": {"permType": perm, "key": B64.encode(prefix), "range_end": B64.encode(&end)}}),
             );
         }
         self.post(

@@ -1,8 +1,9 @@
 //! A real 3-member (or n-member) etcd cluster (Debian's `etcd-server`) on free 127.0.0.1 client
 //! and peer ports with temporary data dirs, for the fleet store's tests: kill one member with
 //! SIGKILL and restart it on its data, kill them all, restart them all, dump every key under a
-//! prefix (through the v3 JSON gateway, as an operator's `etcdctl get --prefix` would see it).
-//! Every member is stopped on drop.
+//! prefix (through the v3 JSON gateway, as an operator's `etcdctl get --prefix` would see it),
+//! with each key's version when a test counts how often a key was written. Every member is
+//! stopped on drop.
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -115,7 +116,8 @@ impl EtcdCluster {
         self.members[i].child = Some(child);
     }
 
-    fn wait_ready(&mut self, i: usize, limit: Duration) {
+    /// Waits until member `i` (e.g. after [`EtcdCluster::restart`]) answers a linearizable read.
+    pub fn wait_ready(&mut self, i: usize, limit: Duration) {
         if let Err(why) = self.try_wait_ready(i, limit) {
             panic!("{why}");
         }
@@ -195,6 +197,15 @@ impl EtcdCluster {
 
     /// Every key and value under `prefix`, read from any live member (values as text, lossy).
     pub fn dump(&self, prefix: &str) -> Vec<(String, String)> {
+        self.dump_versions(prefix)
+            .into_iter()
+            .map(|kv| (kv.key, kv.value))
+            .collect()
+    }
+
+    /// Every key under `prefix` with its value and version (how many times it was written since
+    /// it was created), read from any live member.
+    pub fn dump_versions(&self, prefix: &str) -> Vec<DumpedKey> {
         let mut end = prefix.as_bytes().to_vec();
         *end.last_mut().expect("non-empty prefix") += 1;
         let body = json!({"key": B64.encode(prefix), "range_end": B64.encode(&end)});
@@ -218,12 +229,32 @@ impl EtcdCluster {
                         )
                         .into_owned()
                     };
-                    (dec("key"), dec("value"))
+                    // The JSON gateway writes int64 fields as strings.
+                    let version = kv["version"]
+                        .as_str()
+                        .and_then(|v| v.parse().ok())
+                        .or_else(|| kv["version"].as_i64())
+                        .unwrap_or(0);
+                    DumpedKey {
+                        key: dec("key"),
+                        value: dec("value"),
+                        version,
+                    }
                 })
                 .collect();
         }
         panic!("no etcd member answered the dump");
     }
+}
+
+/// One key of [`EtcdCluster::dump_versions`].
+#[derive(Debug, Clone)]
+pub struct DumpedKey {
+    pub key: String,
+    /// As text (lossy).
+    pub value: String,
+    /// etcd's version of the key: 1 after its creation, +1 per later write.
+    pub version: i64,
 }
 
 impl Drop for EtcdCluster {

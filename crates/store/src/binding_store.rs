@@ -12,7 +12,9 @@
 //! `claim_resolver` and `publish_targets` either finish or fail within the store's operation
 //! timeout (etcd: `EtcdOptions::op_timeout`, default 5 s; SQLite: on a blocking thread, never on a
 //! tokio worker). When the store cannot be reached they fail at once with
-//! [`StoreError::Unavailable`], which names the store; nothing is half-written. A write that
+//! [`StoreError::Unavailable`], which names the store; nothing is half-written. etcd: a write
+//! whose member does not answer (it died) is sent to the next member within that bound, and is
+//! applied at most once; only every member failing makes it `Unavailable`. A write that
 //! returned `Ok` is visible to the reads of the same instance right away (read your writes).
 //!
 //! **Local history.** `record_outcomes` writes this host's outcome history, which stays on this

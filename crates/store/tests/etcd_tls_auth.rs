@@ -94,3 +94,40 @@ async fn a_user_and_password_connect_and_a_wrong_password_is_refused_without_bei
         .to_string();
     assert!(!e.contains("wrong-pw-2957"), "{e}");
 }
+
+/// A user who may read and write the prefix and nothing else does every kind of write: the
+/// writes' marker keys are under the prefix and their lease needs no other permission.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_limited_to_the_prefix_writes_everything() {
+    let mut etcd = tokio::task::block_in_place(Etcd::start);
+    tokio::task::block_in_place(|| {
+        etcd.enable_auth("root-pw-5521");
+        etcd.add_prefix_writer("fleet", "fleet-pw-1187", "/t/");
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let mut o = opts(etcd.endpoint(), &dir);
+    o.user = Some(("fleet".into(), "fleet-pw-1187".into()));
+    let s = EtcdStore::open(o, keys()).unwrap();
+    assert!(
+        s.wait_connected(Duration::from_secs(15)).await,
+        "{:?}",
+        s.status()
+    );
+    s.insert_binding(&binding("api")).await.unwrap();
+    let mut changed = binding("api");
+    changed.service = "s2".into();
+    s.upsert_bindings(&[changed, binding("db")]).await.unwrap();
+    assert!(s.claim_resolver("api").await.unwrap());
+    let set = tributary_store::TargetSet {
+        resolved_by: String::new(),
+        at_ms: 1,
+        binding_updated_at_ms: 1,
+        targets: vec![serde_json::json!({"address": "10.0.0.1", "port": 80, "weight": 1})],
+        dropped: vec![],
+        ttl_seconds: None,
+        generation: 0,
+    };
+    s.publish_targets("api", &set).await.unwrap();
+    assert!(s.remove_binding("db").await.unwrap());
+    assert_eq!(s.get_binding("api").unwrap().unwrap().binding.service, "s2");
+}

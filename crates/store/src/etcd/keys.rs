@@ -6,6 +6,7 @@
 //! PREFIX/resolvers/NAME           HOST resolving NAME                   (HOST's lease)
 //! PREFIX/targets/NAME             TargetSet JSON of the last resolution (no lease)
 //! PREFIX/outcomes/NAME/HOST       HostOutcome JSON of HOST for NAME     (no lease)
+//! PREFIX/writes/HOST/ID[/refused] empty: the markers of one write (write.rs) (HOST's writes' lease)
 //! ```
 
 use std::collections::BTreeMap;
@@ -60,6 +61,10 @@ impl Keys {
     }
     pub fn outcome(&self, name: &str, host: &str) -> String {
         format!("{}outcomes/{name}/{host}", self.prefix)
+    }
+    /// The marker of write `id` of `host` (`write.rs`); not a kind the mirror applies.
+    pub fn write_marker(&self, host: &str, id: &str) -> String {
+        format!("{}writes/{host}/{id}", self.prefix)
     }
     /// The prefix of every host's outcome for `name`.
     pub fn outcomes_of(&self, name: &str) -> String {

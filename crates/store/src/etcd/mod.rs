@@ -9,6 +9,8 @@
 //! - Reads answer from the mirror; writes are etcd transactions bounded by
 //!   [`EtcdOptions::op_timeout`], applied to the mirror as soon as etcd confirmed them (their
 //!   revision is recorded, so the watch's echo of the same write is recognised and not reported).
+//!   A write whose member does not answer goes to the next member within that bound, and is
+//!   applied at most once (`write.rs`).
 //! - Key layout under the prefix, values and the resolver protocol: `docs/fleet.md` and
 //!   [`keys`].
 //! - Every binding's config map is sealed as one ciphertext ([`SecretKeys`]); nothing else in a
@@ -18,19 +20,21 @@ mod crypto;
 pub mod keys;
 mod mirror;
 mod session;
+mod write;
 
 use std::collections::HashMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use etcd_client::{Client, Compare, CompareOp, DeleteOptions, Txn, TxnOp};
+use etcd_client::{Client, Compare, CompareOp, DeleteOptions, TxnOp};
 use tokio::sync::broadcast;
 
 pub use crypto::{SecretKeys, KEY_LEN};
 use mirror::{Mirror, Update};
+use write::{Guarded, Written};
 
 use crate::sqlite::same_targets;
 use crate::{
@@ -67,7 +71,8 @@ pub struct EtcdOptions {
     /// Lease TTL of the heartbeat and resolver claims: a dead resolver's bindings are taken over
     /// within it.
     pub lease_ttl: Duration,
-    /// Bound of one etcd operation (a write fails with `Unavailable` after it).
+    /// Bound of one etcd operation (a write fails with `Unavailable` after it, having tried the
+    /// next members when the first did not answer).
     pub op_timeout: Duration,
     pub tls: Option<EtcdTls>,
     /// etcd user and password (read from a file by the caller; never on a command line).
@@ -113,8 +118,18 @@ impl EtcdOptions {
 #[derive(Default)]
 pub(crate) struct Conn {
     pub client: Option<Client>,
-    /// The member the session talks to.
+    /// The member the session talks to, and its index in the endpoints.
     pub member: Option<String>,
+    pub member_index: Option<usize>,
+    /// The member a write tries first: the session's, or the last one that answered a write, or
+    /// the next one after a member that did not.
+    pub write_hint: usize,
+    /// The session lost its member and looks for another (from the end of a connected session
+    /// until it is connected again, or every member failed once): writes try the members
+    /// themselves meanwhile instead of failing at once.
+    pub moving: bool,
+    /// `close()` ran: writes fail at once.
+    pub closed: bool,
     pub lease: Option<i64>,
     pub unreachable_since_ms: Option<i64>,
     pub last_error: Option<String>,
@@ -132,6 +147,11 @@ pub(crate) struct Shared {
     pub pending: Mutex<HashMap<String, HostOutcome>>,
     /// Wakes the session task to flush `pending`.
     pub flush: tokio::sync::Notify,
+    /// Clients of members other than the session's, for writes the session's member did not
+    /// answer (by endpoint index; dropped when they fail).
+    pub spares: Mutex<Vec<Option<Client>>>,
+    /// The lease of the writes' markers and when it was granted (`write.rs`).
+    pub marker_lease: Mutex<Option<(i64, Instant)>>,
 }
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -182,6 +202,8 @@ impl EtcdStore {
             events: broadcast::channel(16_384).0,
             pending: Mutex::new(HashMap::new()),
             flush: tokio::sync::Notify::new(),
+            spares: Mutex::new(vec![None; opts.endpoints.len()]),
+            marker_lease: Mutex::new(None),
             location,
             keys,
             secrets,
@@ -205,36 +227,10 @@ impl EtcdStore {
         }
     }
 
-    fn unavailable(&self, why: impl Into<String>) -> StoreError {
+    pub(crate) fn unavailable(&self, why: impl Into<String>) -> StoreError {
         StoreError::Unavailable {
             store: self.shared.location.clone(),
             why: why.into(),
-        }
-    }
-
-    /// The client, or `Unavailable` at once when there is no connection.
-    fn client(&self) -> Result<Client, StoreError> {
-        let c = lock(&self.shared.conn);
-        match &c.client {
-            Some(client) => Ok(client.clone()),
-            None => Err(self.unavailable(
-                c.last_error
-                    .clone()
-                    .unwrap_or_else(|| "not connected".into()),
-            )),
-        }
-    }
-
-    /// One transaction, bounded by the operation timeout.
-    async fn txn(&self, txn: Txn) -> Result<etcd_client::TxnResponse, StoreError> {
-        let mut client = self.client()?;
-        match tokio::time::timeout(self.shared.opts.op_timeout, client.txn(txn)).await {
-            Ok(Ok(r)) => Ok(r),
-            Ok(Err(e)) => Err(self.unavailable(e.to_string())),
-            Err(_) => Err(self.unavailable(format!(
-                "no answer within {:?}",
-                self.shared.opts.op_timeout
-            ))),
         }
     }
 
@@ -254,10 +250,6 @@ impl EtcdStore {
     fn binding_value(&self, sb: &StoredBinding) -> Vec<u8> {
         keys::encode_binding(sb, &self.shared.secrets)
     }
-}
-
-fn revision(r: &etcd_client::TxnResponse) -> i64 {
-    r.header().map_or(0, |h| h.revision())
 }
 
 #[async_trait]
@@ -297,16 +289,18 @@ impl BindingStore for EtcdStore {
             updated_at_ms: now,
         };
         let key = self.shared.keys.binding(&b.name);
-        let txn = Txn::new()
-            .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
-            .and_then([TxnOp::put(key, self.binding_value(&sb), None)]);
-        let r = self.txn(txn).await?;
-        if !r.succeeded() {
+        let w = self
+            .write(Guarded {
+                compares: vec![Compare::create_revision(key.clone(), CompareOp::Equal, 0)],
+                ops: vec![TxnOp::put(key, self.binding_value(&sb), None)],
+            })
+            .await?;
+        let Written::Applied(rev) = w else {
             return Err(StoreError::Duplicate(b.name.clone()));
-        }
+        };
         self.apply_own(vec![Update::Binding {
             name: b.name.clone(),
-            rev: revision(&r),
+            rev,
             value: Some(sb),
         }])
         .await
@@ -358,12 +352,16 @@ impl BindingStore for EtcdStore {
             if ops.is_empty() {
                 continue;
             }
-            let r = self.txn(Txn::new().when(cmps).and_then(ops)).await?;
-            if !r.succeeded() {
+            let w = self
+                .write(Guarded {
+                    compares: cmps,
+                    ops,
+                })
+                .await?;
+            let Written::Applied(rev) = w else {
                 let names: Vec<&str> = written.iter().map(|s| s.binding.name.as_str()).collect();
                 return Err(StoreError::Conflict(names.join(", ")));
-            }
-            let rev = revision(&r);
+            };
             self.apply_own(
                 written
                     .into_iter()
@@ -382,23 +380,29 @@ impl BindingStore for EtcdStore {
     async fn remove_binding(&self, name: &str) -> Result<bool, StoreError> {
         let k = &self.shared.keys;
         let bkey = k.binding(name);
-        let txn = Txn::new()
-            .when([Compare::create_revision(
-                bkey.clone(),
-                CompareOp::Greater,
-                0,
-            )])
-            .and_then([
-                TxnOp::delete(bkey, None),
-                TxnOp::delete(k.targets(name), None),
-                TxnOp::delete(k.resolver(name), None),
-                TxnOp::delete(
-                    k.outcomes_of(name),
-                    Some(DeleteOptions::new().with_prefix()),
-                ),
-            ]);
-        let r = self.txn(txn).await?;
-        let rev = revision(&r);
+        let w = self
+            .write(Guarded {
+                compares: vec![Compare::create_revision(
+                    bkey.clone(),
+                    CompareOp::Greater,
+                    0,
+                )],
+                ops: vec![
+                    TxnOp::delete(bkey, None),
+                    TxnOp::delete(k.targets(name), None),
+                    TxnOp::delete(k.resolver(name), None),
+                    TxnOp::delete(
+                        k.outcomes_of(name),
+                        Some(DeleteOptions::new().with_prefix()),
+                    ),
+                ],
+            })
+            .await?;
+        let (rev, removed) = match w {
+            Written::Applied(rev) => (rev, true),
+            // Gone already: the mirror forgets it too.
+            Written::Refused(rev) => (rev, false),
+        };
         lock(&self.shared.pending).remove(name);
         self.apply_own(vec![Update::Binding {
             name: name.to_string(),
@@ -406,7 +410,7 @@ impl BindingStore for EtcdStore {
             value: None,
         }])
         .await?;
-        Ok(r.succeeded())
+        Ok(removed)
     }
 
     async fn record_outcomes(&self, list: &[(String, OutcomeRecord)]) -> Result<(), StoreError> {
@@ -431,9 +435,12 @@ impl BindingStore for EtcdStore {
 
     async fn claim_resolver(&self, name: &str) -> Result<bool, StoreError> {
         let me = &self.shared.opts.host_id;
+        // The session's lease, also while the session moves to another member (the lease is
+        // the cluster's, not the member's).
         let lease = {
             let c = lock(&self.shared.conn);
-            c.lease.filter(|_| c.client.is_some())
+            self.writable(&c)?;
+            c.lease
         };
         let Some(lease) = lease else {
             return Err(self.unavailable("no session with etcd"));
@@ -446,17 +453,19 @@ impl BindingStore for EtcdStore {
             mirror::Claim::Other => Ok(false),
             mirror::Claim::Release => {
                 // A better-placed host is live: hand the binding over (it claims on the event).
-                let txn = Txn::new()
-                    .when([
-                        Compare::value(key.clone(), CompareOp::Equal, me.as_bytes()),
-                        Compare::lease(key.clone(), CompareOp::Equal, lease),
-                    ])
-                    .and_then([TxnOp::delete(key, None)]);
-                let r = self.txn(txn).await?;
-                if r.succeeded() {
+                let w = self
+                    .write(Guarded {
+                        compares: vec![
+                            Compare::value(key.clone(), CompareOp::Equal, me.as_bytes()),
+                            Compare::lease(key.clone(), CompareOp::Equal, lease),
+                        ],
+                        ops: vec![TxnOp::delete(key, None)],
+                    })
+                    .await?;
+                if let Written::Applied(rev) = w {
                     self.apply_own(vec![Update::Resolver {
                         name: name.to_string(),
-                        rev: revision(&r),
+                        rev,
                         holder: None,
                     }])
                     .await?;
@@ -464,20 +473,22 @@ impl BindingStore for EtcdStore {
                 Ok(false)
             }
             mirror::Claim::Take => {
-                let txn = Txn::new()
-                    .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
-                    .and_then([TxnOp::put(
-                        key,
-                        me.as_bytes(),
-                        Some(etcd_client::PutOptions::new().with_lease(lease)),
-                    )]);
-                let r = self.txn(txn).await?;
-                if !r.succeeded() {
+                let w = self
+                    .write(Guarded {
+                        compares: vec![Compare::create_revision(key.clone(), CompareOp::Equal, 0)],
+                        ops: vec![TxnOp::put(
+                            key,
+                            me.as_bytes(),
+                            Some(etcd_client::PutOptions::new().with_lease(lease)),
+                        )],
+                    })
+                    .await?;
+                let Written::Applied(rev) = w else {
                     return Ok(false);
-                }
+                };
                 self.apply_own(vec![Update::Resolver {
                     name: name.to_string(),
-                    rev: revision(&r),
+                    rev,
                     holder: Some((me.clone(), lease)),
                 }])
                 .await?;
@@ -500,19 +511,21 @@ impl BindingStore for EtcdStore {
         let value = serde_json::to_vec(&set).unwrap_or_default();
         let k = &self.shared.keys;
         // Only the resolver publishes, and only for a binding that still exists.
-        let txn = Txn::new()
-            .when([
-                Compare::value(k.resolver(name), CompareOp::Equal, me.as_bytes()),
-                Compare::create_revision(k.binding(name), CompareOp::Greater, 0),
-            ])
-            .and_then([TxnOp::put(k.targets(name), value, None)]);
-        let r = self.txn(txn).await?;
-        if !r.succeeded() {
+        let w = self
+            .write(Guarded {
+                compares: vec![
+                    Compare::value(k.resolver(name), CompareOp::Equal, me.as_bytes()),
+                    Compare::create_revision(k.binding(name), CompareOp::Greater, 0),
+                ],
+                ops: vec![TxnOp::put(k.targets(name), value, None)],
+            })
+            .await?;
+        let Written::Applied(rev) = w else {
             return Err(StoreError::Conflict(name.to_string()));
-        }
+        };
         self.apply_own(vec![Update::Targets {
             name: name.to_string(),
-            rev: revision(&r),
+            rev,
             value: Some(set),
         }])
         .await
@@ -546,8 +559,10 @@ impl BindingStore for EtcdStore {
         self.task.abort();
         let (client, lease) = {
             let mut c = lock(&self.shared.conn);
+            c.closed = true;
             (c.client.take(), c.lease.take())
         };
+        lock(&self.shared.spares).iter_mut().for_each(|s| *s = None);
         if let (Some(mut client), Some(lease)) = (client, lease) {
             let _ =
                 tokio::time::timeout(self.shared.opts.op_timeout, client.lease_revoke(lease)).await;

@@ -1,7 +1,9 @@
 //! The session task: connect, read the prefix into the mirror, keep this host's lease and
 //! heartbeat alive, follow the watch, write pending host outcomes. Any failure ends the session:
 //! the store says unreachable (the mirror stays as it was) and the task reconnects with a
-//! back-off, reusing its lease when it is still alive (claims survive a short outage).
+//! back-off, reusing its lease when it is still alive (claims survive a short outage). From the
+//! loss of a connected member until the next member is connected, or every member failed once,
+//! the store is *moving* (`Conn::moving`): writes try the members themselves (`write.rs`).
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -29,14 +31,31 @@ pub async fn run(shared: Arc<Shared>) {
     // sending to a member that is down); hosts start on different members.
     let n = shared.opts.endpoints.len();
     let mut member = (super::mirror::score(&shared.opts.host_id, "") % n as u64) as usize;
+    // Sessions that failed before being connected, in a row.
+    let mut failed = 0;
     loop {
         let t0 = Instant::now();
+        let index = member;
         let endpoint = shared.opts.endpoints[member].clone();
         member = (member + 1) % n;
-        let err = session(&shared, &endpoint, &mut lease, started_ms).await;
+        let err = session(&shared, &endpoint, index, &mut lease, started_ms).await;
         {
             let mut c = lock(&shared.conn);
+            if c.client.is_some() {
+                // Lost the member: moving to the next one.
+                failed = 0;
+                c.moving = true;
+            } else {
+                failed += 1;
+                if failed >= n {
+                    // Every member failed once: etcd is unreachable.
+                    c.moving = false;
+                }
+            }
             c.client = None;
+            c.member_index = None;
+            // Writes meanwhile start with the member the session tries next.
+            c.write_hint = member;
             c.unreachable_since_ms.get_or_insert_with(now_ms);
             c.last_error = Some(err.clone());
         }
@@ -53,7 +72,7 @@ pub async fn run(shared: Arc<Shared>) {
     }
 }
 
-fn connect_options(shared: &Shared) -> Result<ConnectOptions, String> {
+pub(crate) fn connect_options(shared: &Shared) -> Result<ConnectOptions, String> {
     let o = &shared.opts;
     let mut opts = ConnectOptions::new()
         .with_connect_timeout(o.op_timeout)
@@ -103,10 +122,11 @@ async fn bounded<T, E: std::fmt::Display>(
 async fn session(
     shared: &Arc<Shared>,
     endpoint: &str,
+    index: usize,
     lease_slot: &mut Option<i64>,
     started_ms: i64,
 ) -> String {
-    match session_inner(shared, endpoint, lease_slot, started_ms).await {
+    match session_inner(shared, endpoint, index, lease_slot, started_ms).await {
         Ok(never) => match never {},
         Err(e) => e,
     }
@@ -117,6 +137,7 @@ enum Never {}
 async fn session_inner(
     shared: &Arc<Shared>,
     endpoint: &str,
+    index: usize,
     lease_slot: &mut Option<i64>,
     started_ms: i64,
 ) -> Result<Never, String> {
@@ -208,10 +229,15 @@ async fn session_inner(
         let mut c = lock(&shared.conn);
         c.client = Some(client.clone());
         c.member = Some(endpoint.to_string());
+        c.member_index = Some(index);
+        c.write_hint = index;
+        c.moving = false;
         c.lease = Some(lease);
         c.unreachable_since_ms = None;
         c.last_error = None;
     }
+    // Writes go through the session's client again.
+    lock(&shared.spares).iter_mut().for_each(|s| *s = None);
     tracing::info!(store = %shared.location, host_id = %o.host_id, keys = count, revision = snapshot, "etcd session: mirror synced, watching");
     let _ = shared.events.send(StoreEvent::Resync);
     let _ = shared.events.send(StoreEvent::Status);
