@@ -537,7 +537,9 @@ def main():
             if m == "none":
                 continue
             per_round = [x / y for x, y in zip(r["segment_p99_ms"], base["segment_p99_ms"])]
+            seg_med = pct(r["segment_p99_ms"], .5) / pct(base["segment_p99_ms"], .5)
             print(f"{m} / none: req/s {r['rps'] / base['rps']:.3f}, p99 {r['p99_ms'] / base['p99_ms']:.3f} "
+                  f"(median segment p99 {seg_med:.3f}) "
                   f"(per round min/median/max {min(per_round):.2f}/{pct(per_round, .5):.2f}/{max(per_round):.2f}), "
                   f"p50 {r['p50_ms'] / base['p50_ms']:.3f}, max {r['max_ms'] / base['max_ms']:.3f}, "
                   f"RSS peak {r['rss_peak_kib'] / max(1, base['rss_peak_kib']):.3f}, "
