@@ -1,8 +1,7 @@
 #!/usr/bin/env python3
 """Issue 11 benchmark: zero-reload server changes under keep-alive load.
 
-    cargo build -p tributary -p tributary-plugin-static
-    cargo build --release -p ngx-combined-upstreams
+    cargo build --release -p tributary -p tributary-plugin-static -p ngx-combined-upstreams
     python3 scripts/bench-live.py [--seconds 60] [--segment-seconds 10] [--interval-ms 100]
                                   [--modes none,live,reload[,weights]] [--no-probe] [--json FILE]
 
@@ -57,8 +56,11 @@ SO = os.environ.get(
     "COMBINED_UPSTREAMS_MODULE",
     os.path.join(TARGET, "release/libngx_http_combined_upstreams_module.so"),
 )
-# TRIBUTARY_BIN: another build of the daemon (e.g. target/release/tributary).
-TRIBUTARY = os.environ.get("TRIBUTARY_BIN", os.path.join(TARGET, "debug/tributary"))
+# The daemon and the static plugin as an operator runs them: release builds. BENCH_PROFILE=debug takes
+# the debug builds instead; TRIBUTARY_BIN: another build of the daemon.
+PROFILE = os.environ.get("BENCH_PROFILE", "release")
+TRIBUTARY = os.environ.get("TRIBUTARY_BIN", os.path.join(TARGET, PROFILE, "tributary"))
+STATIC_PLUGIN = os.path.join(TARGET, PROFILE, "tributary-plugin-static")
 CLK = os.sysconf("SC_CLK_TCK")
 
 # wrk's latency histogram (µs value, count per distinct value), written at the end of a run.
@@ -242,7 +244,7 @@ http {{
         plugins = os.path.join(self.tmp, "plugins")
         os.makedirs(os.path.join(plugins, "static"))
         manifest = json.load(open(os.path.join(ROOT, "plugins/static/plugin.json")))
-        manifest["executable"] = os.path.join(TARGET, "debug/tributary-plugin-static")
+        manifest["executable"] = STATIC_PLUGIN
         json.dump(manifest, open(os.path.join(plugins, "static/plugin.json"), "w"))
         self.api_port = free_port()
         apply = "reload" if mode == "reload" else "live"
@@ -466,7 +468,7 @@ def main():
     ap.add_argument("--no-probe", action="store_true",
                     help="no prober (its new connections are load too); no save→seen figures")
     a = ap.parse_args()
-    for need in [SO, TRIBUTARY, os.path.join(TARGET, "debug/tributary-plugin-static")]:
+    for need in [SO, TRIBUTARY, STATIC_PLUGIN]:
         if not os.path.exists(need):
             sys.exit(f"bench-live: {need} is missing (see the build commands at the top of this script)")
     if not shutil.which("wrk") or not shutil.which("nginx"):
@@ -535,7 +537,9 @@ def main():
             if m == "none":
                 continue
             per_round = [x / y for x, y in zip(r["segment_p99_ms"], base["segment_p99_ms"])]
+            seg_med = pct(r["segment_p99_ms"], .5) / pct(base["segment_p99_ms"], .5)
             print(f"{m} / none: req/s {r['rps'] / base['rps']:.3f}, p99 {r['p99_ms'] / base['p99_ms']:.3f} "
+                  f"(median segment p99 {seg_med:.3f}) "
                   f"(per round min/median/max {min(per_round):.2f}/{pct(per_round, .5):.2f}/{max(per_round):.2f}), "
                   f"p50 {r['p50_ms'] / base['p50_ms']:.3f}, max {r['max_ms'] / base['max_ms']:.3f}, "
                   f"RSS peak {r['rss_peak_kib'] / max(1, base['rss_peak_kib']):.3f}, "

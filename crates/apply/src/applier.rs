@@ -26,7 +26,8 @@ use serde::Serialize;
 use tributary_core::UpstreamName;
 
 use crate::fsutil::{
-    is_temp_name, link_replace, read_optional, remove_if_exists, sync_dir, write_many, Item,
+    is_temp_name, link_replace, read_optional, remove_if_exists, remove_temps, rename_temps,
+    sync_dir, write_many, write_temps, Item,
 };
 use crate::live::ReloadConfirm;
 use crate::nginx::Nginx;
@@ -410,7 +411,7 @@ impl Applier {
             }
         }
         if !done.is_empty() {
-            self.drop_journals(&done);
+            self.settle(&done);
             for p in &done {
                 self.live.insert(p.name.clone(), p.new.clone());
             }
@@ -671,21 +672,43 @@ impl Applier {
                 journal_index.push(i);
             }
             write_many(&dir, &journals).map_err(|(k, e)| (journal_index[k], e))?;
-            sync_dir(&dir).map_err(|e| (0, e))?;
-            // 2. the new contents (or the removal).
+            // 2. the new contents in durable temp files, while the folder is synced for the
+            // journals' names: both must be on disk before any file changes (a journal before its
+            // file, a file's bytes before its name points to them), not one before the other, so
+            // the two fsyncs run at once (ext4 serves both with one journal commit).
             let mut writes: Vec<Item<'_>> = Vec::new();
             let mut write_index: Vec<usize> = Vec::new();
             for (i, p) in pending.iter().enumerate() {
-                match &p.new {
-                    Some(bytes) => {
-                        writes.push(Item::new(p.name.file_name(), bytes.as_slice()));
-                        write_index.push(i);
-                    }
-                    None => remove_if_exists(&self.path_of(&p.name)).map_err(|e| (i, e))?,
+                if let Some(bytes) = &p.new {
+                    writes.push(Item::new(p.name.file_name(), bytes.as_slice()));
+                    write_index.push(i);
                 }
             }
-            write_many(&dir, &writes).map_err(|(k, e)| (write_index[k], e))?;
-            sync_dir(&dir).map_err(|e| (0, e))
+            let (temps, journaled) = std::thread::scope(|s| {
+                let journaled = s.spawn(|| sync_dir(&dir));
+                let temps = write_temps(&dir, &writes);
+                let journaled = journaled
+                    .join()
+                    .unwrap_or_else(|_| Err(io::Error::other("the fsync thread panicked")));
+                (temps, journaled)
+            });
+            let temps = temps.map_err(|(k, e)| (write_index[k], e))?;
+            if let Err(e) = journaled {
+                remove_temps(&temps);
+                return Err((0, e));
+            }
+            // 3. the renames and removals. The folder is not synced here: nginx -t and the push or
+            // reload read the files, not the disk; the folder is synced before any journal goes
+            // ([`Self::settle`]), so a crash before that finds the journal and undoes the change.
+            for (i, p) in pending.iter().enumerate() {
+                if p.new.is_none() {
+                    if let Err(e) = remove_if_exists(&self.path_of(&p.name)) {
+                        remove_temps(&temps);
+                        return Err((i, e));
+                    }
+                }
+            }
+            rename_temps(&dir, &writes, &temps).map_err(|(k, e)| (write_index[k], e))
         })();
         self.steps.write += t0.elapsed();
         match result {
@@ -773,6 +796,15 @@ impl Applier {
         self.unstage(&list).err().unwrap_or_default()
     }
 
+    /// Makes the renames of applied changes durable (their folder is not synced when they are
+    /// written, see [`Self::stage`]), then drops their journals. When the fsync fails the journals
+    /// stay: recovery at the next open finds them, tests what is on disk and makes it live.
+    fn settle<'a>(&self, done: impl IntoIterator<Item = &'a Pending>) {
+        if sync_dir(&self.upstreams).is_ok() {
+            self.drop_journals(done);
+        }
+    }
+
     /// Removes the journals of finished changes (best effort: a journal left behind is handled by
     /// recovery at the next open).
     fn drop_journals<'a>(&self, done: impl IntoIterator<Item = &'a Pending>) {
@@ -819,7 +851,7 @@ impl Applier {
     fn reload_or_undo(&mut self, staged: &[Pending]) -> Result<(), (String, Unrestored)> {
         match self.reload_confirmed() {
             Ok(()) => {
-                self.drop_journals(staged);
+                self.settle(staged);
                 for p in staged {
                     self.live.insert(p.name.clone(), p.new.clone());
                 }
@@ -896,7 +928,7 @@ impl Applier {
                 match self.reload_confirmed() {
                     Ok(()) => {
                         report.reload = Some(Ok(()));
-                        self.drop_journals(&pending);
+                        self.settle(&pending);
                         false
                     }
                     Err(e) => {

@@ -97,35 +97,58 @@ fn write_temp(
 /// (call [`sync_dir`] after). On an error returns the index of the failing item; items before it
 /// may already be replaced, none after it is.
 pub(crate) fn write_many(dir: &Path, items: &[Item<'_>]) -> Result<(), (usize, io::Error)> {
+    let temps = write_temps(dir, items)?;
+    rename_temps(dir, items, &temps)
+}
+
+/// The first half of [`write_many`]: each item's bytes in a temp file of `dir`, durable (each
+/// fsynced, or above [`BULK_THRESHOLD`] one `syncfs`), nothing renamed yet. On an error the temp
+/// files are gone and the index of the failing item is returned.
+pub(crate) fn write_temps(
+    dir: &Path,
+    items: &[Item<'_>],
+) -> Result<Vec<PathBuf>, (usize, io::Error)> {
     let bulk = items.len() > BULK_THRESHOLD;
     let mut temps: Vec<PathBuf> = Vec::with_capacity(items.len());
-    let cleanup = |temps: &[PathBuf]| {
-        for t in temps {
-            let _ = fs::remove_file(t);
-        }
-    };
     for (i, item) in items.iter().enumerate() {
         match write_temp(dir, &item.name, &item.mode_of, item.bytes, !bulk) {
             Ok(t) => temps.push(t),
             Err(e) => {
-                cleanup(&temps);
+                remove_temps(&temps);
                 return Err((i, e));
             }
         }
     }
     if bulk {
         if let Err(e) = sync_fs(dir) {
-            cleanup(&temps);
+            remove_temps(&temps);
             return Err((0, e));
         }
     }
-    for (i, (item, tmp)) in items.iter().zip(&temps).enumerate() {
+    Ok(temps)
+}
+
+/// The second half of [`write_many`]: renames each temp file over its item's name, in order. On
+/// an error the temp files not renamed are removed and the index of the failing item returned.
+pub(crate) fn rename_temps(
+    dir: &Path,
+    items: &[Item<'_>],
+    temps: &[PathBuf],
+) -> Result<(), (usize, io::Error)> {
+    for (i, (item, tmp)) in items.iter().zip(temps).enumerate() {
         if let Err(e) = fs::rename(tmp, dir.join(&item.name)) {
-            cleanup(&temps[i..]);
+            remove_temps(&temps[i..]);
             return Err((i, e));
         }
     }
     Ok(())
+}
+
+/// Removes temp files (best effort: recovery removes any left at the next open).
+pub(crate) fn remove_temps(temps: &[PathBuf]) {
+    for t in temps {
+        let _ = fs::remove_file(t);
+    }
 }
 
 /// Makes `dir/<dest>` another name of the file `dir/<src>` (a hard link), replacing `dest`

@@ -1,7 +1,8 @@
 //! The apply transaction of Tributary: how `<conf dir>/upstreams/<name>.conf` changes safely.
 //!
 //! - Only changed bytes are written; unchanged bytes mean no write, no test, no reload.
-//! - Writes are atomic (temp file in the same folder, fsync, rename, fsync of the folder).
+//! - Writes are atomic (temp file in the same folder, fsync, rename); the journal's name and the
+//!   new bytes are made durable together before the rename, the rename before the journal goes.
 //! - After writing, the test command runs (default `nginx -t`); only if it passes, the reload
 //!   command (default `nginx -s reload`), confirmed live by watching the master start new workers
 //!   ([`live`]). A failed test puts the previous bytes back (or removes a new file) and records
