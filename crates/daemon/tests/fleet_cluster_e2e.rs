@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use common::{assert_ok, http, Daemon};
+use common::{assert_ok, fleet_args, http, Daemon};
 use serde_json::{json, Value};
 use tributary_fakes::etcd_cluster::EtcdCluster;
 use tributary_fakes::wait::poll_for;
@@ -125,20 +125,7 @@ impl Fleet {
                     .iter()
                     .map(|s| s.to_string())
                     .collect();
-                extra.extend([
-                    "--store".into(),
-                    "etcd".into(),
-                    "--etcd-endpoints".into(),
-                    cluster.endpoints().join(","),
-                    "--etcd-prefix".into(),
-                    PREFIX.into(),
-                    "--secrets-key".into(),
-                    key.display().to_string(),
-                    "--host-id".into(),
-                    id.to_string(),
-                    "--etcd-lease-ttl-secs".into(),
-                    TTL_SECS.to_string(),
-                ]);
+                extra.extend(fleet_args(&cluster, PREFIX, &key, id, TTL_SECS));
                 let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
                 let daemon = Daemon::start_with(root.path(), &nginx, &extra);
                 Host {

@@ -9,35 +9,19 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use common::{assert_ok, Daemon};
+use common::{assert_ok, fleet_args, Daemon};
 use tributary_fakes::etcd_cluster::EtcdCluster;
 use tributary_testkit::TestNginx;
 
 const WAIT: Duration = Duration::from_secs(20);
 const PREFIX: &str = "/e2e/";
+const TTL_SECS: u64 = 2;
 
 fn key_file(dir: &Path) -> PathBuf {
     let f = dir.join("secrets.key");
     std::fs::write(&f, [5u8; 32]).unwrap();
     std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o600)).unwrap();
     f
-}
-
-fn fleet_args(cluster: &EtcdCluster, key: &Path, host: &str) -> Vec<String> {
-    vec![
-        "--store".into(),
-        "etcd".into(),
-        "--etcd-endpoints".into(),
-        cluster.endpoints().join(","),
-        "--etcd-prefix".into(),
-        PREFIX.into(),
-        "--secrets-key".into(),
-        key.display().to_string(),
-        "--host-id".into(),
-        host.into(),
-        "--etcd-lease-ttl-secs".into(),
-        "2".into(),
-    ]
 }
 
 fn start(root: &Path, nginx: &TestNginx, args: &[String]) -> Daemon {
@@ -58,7 +42,7 @@ fn bindings_saved_on_one_host_live_in_etcd_sealed_and_run_on_a_host_started_late
     let a = start(
         root_a.path(),
         &nginx_a,
-        &fleet_args(&cluster, &key, "host-a"),
+        &fleet_args(&cluster, PREFIX, &key, "host-a", TTL_SECS),
     );
     let secret_like = format!("127.0.0.1:{alpha}");
     let out = a.binding_add(
@@ -100,7 +84,7 @@ fn bindings_saved_on_one_host_live_in_etcd_sealed_and_run_on_a_host_started_late
     let b = start(
         root_b.path(),
         &nginx_b,
-        &fleet_args(&cluster, &key, "host-b"),
+        &fleet_args(&cluster, PREFIX, &key, "host-b", TTL_SECS),
     );
     let (ok, show) = b.cli_json(&["binding", "show", "api"]);
     assert!(ok, "{show}");

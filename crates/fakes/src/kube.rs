@@ -10,7 +10,7 @@
 //!   `in`/`notin` are not supported: `400`).
 //! - Paging: `limit` (and [`FakeKube::set_page_size`], which caps it) with an opaque `continue` token.
 //!
-//! Slices are made with [`slice`] and [`endpoint`]; each slice carries the labels
+//! Slices are made with [`slice()`] and [`endpoint`]; each slice carries the labels
 //! `kubernetes.io/service-name` and `endpointslice.kubernetes.io/managed-by` plus the service's
 //! labels, as the EndpointSlice controller does.
 

@@ -18,8 +18,8 @@
 //! - [`daemon::Daemon`]: the real `tributary serve` for end-to-end tests with a real nginx (also
 //!   the daemon's own tests and scale bench; [`daemon::add_testplug`] adds the plugin host's
 //!   misbehaving test plugin); [`wait`]: polling, and what nginx serves for an upstream.
-//! - [`bench`]: the resolve benchmark (through the host, and in-process when the plugin has a
-//!   library, in the same run).
+//! - [`bench`](mod@bench): the resolve benchmark (through the host, and in-process when the
+//!   plugin has a library, in the same run).
 //!
 //! Every server listens on 127.0.0.1 only, on a free port, and stops when dropped.
 #![forbid(unsafe_code)]

@@ -121,7 +121,7 @@ pub struct StoredBinding {
     pub updated_at_ms: i64,
 }
 
-/// Result of [`Store::upsert_binding`].
+/// Result of [`BindingStore::upsert_bindings`], one per binding.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Upsert {
     Created,

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use rusqlite::{params, Connection, OptionalExtension, Row, TransactionBehavior};
+use rusqlite::{params, Connection, OptionalExtension, Row, Statement, TransactionBehavior};
 use tokio::sync::broadcast;
 
 use crate::{
@@ -26,6 +26,23 @@ pub const SCHEMA_VERSION: i64 = 3;
 
 /// Default number of outcomes kept per binding.
 pub const DEFAULT_HISTORY: usize = 20;
+
+/// The columns of `bindings` that [`binding_from_row`] decodes, in its order (a literal, for
+/// `concat!`).
+macro_rules! binding_columns {
+    () => {
+        "name, plugin, provider, config, service, interval_secs, directives, created_at, updated_at"
+    };
+}
+
+/// The columns of `outcomes` that [`outcome_from_row`] decodes, in its order (a literal, for
+/// `concat!`).
+macro_rules! outcome_columns {
+    () => {
+        "binding, at_ms, duration_ms, status, why, code, field, kept, dropped, ttl_seconds, \
+         changed, reloaded, nginx_error, failure, applied, applied_reason"
+    };
+}
 
 /// Options of [`SqliteFile::open_with`].
 #[derive(Debug, Clone)]
@@ -267,10 +284,7 @@ impl SqliteFile {
                  interval_secs = ?6, directives = ?7, updated_at = ?8 WHERE name = ?1",
             )?;
             for b in list {
-                let existing = match get.query_row([&b.name], binding_from_row).optional()? {
-                    None => None,
-                    Some(r) => Some(r?),
-                };
+                let existing = binding_by_name(&mut get, &b.name)?;
                 let p = params![
                     b.name,
                     b.plugin,
@@ -313,24 +327,18 @@ impl SqliteFile {
     /// One binding by name.
     pub fn get_binding(&self, name: &str) -> Result<Option<StoredBinding>, StoreError> {
         let mut st = self.conn.prepare_cached(SELECT_BINDING_BY_NAME)?;
-        match st.query_row([name], binding_from_row).optional()? {
-            None => Ok(None),
-            Some(r) => Ok(Some(r?)),
-        }
+        binding_by_name(&mut st, name)
     }
 
     /// All bindings, ordered by name.
     pub fn list_bindings(&self) -> Result<Vec<StoredBinding>, StoreError> {
-        let mut st = self.conn.prepare_cached(
-            "SELECT name, plugin, provider, config, service, interval_secs, directives, \
-             created_at, updated_at FROM bindings ORDER BY name",
-        )?;
+        let mut st = self.conn.prepare_cached(concat!(
+            "SELECT ",
+            binding_columns!(),
+            " FROM bindings ORDER BY name"
+        ))?;
         let rows = st.query_map([], binding_from_row)?;
-        let mut out = Vec::new();
-        for r in rows {
-            out.push(r??);
-        }
-        Ok(out)
+        decode_rows(rows)
     }
 
     /// Removes a binding and its outcomes; `false` when there was none.
@@ -400,26 +408,22 @@ impl SqliteFile {
         name: &str,
         limit: usize,
     ) -> Result<Vec<OutcomeRecord>, StoreError> {
-        let mut st = self.conn.prepare_cached(
-            "SELECT binding, at_ms, duration_ms, status, why, code, field, kept, dropped, \
-             ttl_seconds, changed, reloaded, nginx_error, failure, applied, applied_reason FROM outcomes WHERE binding = ?1 \
-             ORDER BY id DESC LIMIT ?2",
-        )?;
+        let mut st = self.conn.prepare_cached(concat!(
+            "SELECT ",
+            outcome_columns!(),
+            " FROM outcomes WHERE binding = ?1 ORDER BY id DESC LIMIT ?2"
+        ))?;
         let rows = st.query_map(params![name, limit as i64], outcome_from_row)?;
-        let mut out = Vec::new();
-        for r in rows {
-            out.push(r??);
-        }
-        Ok(out)
+        decode_rows(rows)
     }
 
     /// The newest outcome of every binding that has one.
     pub fn last_outcomes(&self) -> Result<HashMap<String, OutcomeRecord>, StoreError> {
-        let mut st = self.conn.prepare_cached(
-            "SELECT binding, at_ms, duration_ms, status, why, code, field, kept, dropped, \
-             ttl_seconds, changed, reloaded, nginx_error, failure, applied, applied_reason FROM outcomes \
-             WHERE id IN (SELECT MAX(id) FROM outcomes GROUP BY binding)",
-        )?;
+        let mut st = self.conn.prepare_cached(concat!(
+            "SELECT ",
+            outcome_columns!(),
+            " FROM outcomes WHERE id IN (SELECT MAX(id) FROM outcomes GROUP BY binding)"
+        ))?;
         let mut rows = st.query([])?;
         let mut out = HashMap::new();
         while let Some(row) = rows.next()? {
@@ -430,8 +434,27 @@ impl SqliteFile {
     }
 }
 
-const SELECT_BINDING_BY_NAME: &str = "SELECT name, plugin, provider, config, service, \
-     interval_secs, directives, created_at, updated_at FROM bindings WHERE name = ?1";
+const SELECT_BINDING_BY_NAME: &str = concat!(
+    "SELECT ",
+    binding_columns!(),
+    " FROM bindings WHERE name = ?1"
+);
+
+/// The binding a [`SELECT_BINDING_BY_NAME`] statement finds, decoded; `None` when there is none.
+fn binding_by_name(
+    st: &mut Statement<'_>,
+    name: &str,
+) -> Result<Option<StoredBinding>, StoreError> {
+    st.query_row([name], binding_from_row)
+        .optional()?
+        .transpose()
+}
+
+/// Every row of a query, decoded by [`binding_from_row`] or [`outcome_from_row`]; the first
+/// error (SQLite's or a corrupt row's) wins.
+fn decode_rows<T>(rows: impl Iterator<Item = RowResult<T>>) -> Result<Vec<T>, StoreError> {
+    rows.map(|r| -> Result<T, StoreError> { r? }).collect()
+}
 
 fn config_json(c: &BTreeMap<String, serde_json::Value>) -> String {
     serde_json::to_string(c).unwrap_or_else(|_| "{}".into())

@@ -7,8 +7,8 @@
 //! reload, and each binding's last successful resolution (for staleness). The per-binding gauges
 //! are set from the engine at scrape time, so removed bindings disappear.
 //!
-//! Every metric is declared in one place, [`Families`]: add a field there and register it in
-//! [`Families::register`].
+//! Every metric is declared in one place, `Families`: add a field there and register it in
+//! `Families::register`.
 
 use std::collections::HashMap;
 use std::sync::atomic::AtomicU64;

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 use tributary_fakes::daemon as fakes;
+use tributary_fakes::etcd_cluster::EtcdCluster;
 use tributary_testkit::TestNginx;
 
 #[allow(unused_imports)] // each test binary uses some of them
@@ -35,6 +36,32 @@ pub fn static_plugins_dir(root: &Path) -> PathBuf {
         &workspace_root().join("plugins/static"),
         &fakes::sibling_bin(&tributary_bin(), "tributary-plugin-static"),
     )
+}
+
+/// The `serve` arguments of one fleet host: `--store etcd` on every member of `cluster`, keys
+/// under `prefix`, secrets sealed with the key file `key`, host id `host`, presence lease of
+/// `lease_ttl_secs` seconds.
+pub fn fleet_args(
+    cluster: &EtcdCluster,
+    prefix: &str,
+    key: &Path,
+    host: &str,
+    lease_ttl_secs: u64,
+) -> Vec<String> {
+    vec![
+        "--store".into(),
+        "etcd".into(),
+        "--etcd-endpoints".into(),
+        cluster.endpoints().join(","),
+        "--etcd-prefix".into(),
+        prefix.into(),
+        "--secrets-key".into(),
+        key.display().to_string(),
+        "--host-id".into(),
+        host.into(),
+        "--etcd-lease-ttl-secs".into(),
+        lease_ttl_secs.to_string(),
+    ]
 }
 
 /// A running `tributary serve` ([`fakes::Daemon`]) with the `static` plugin. It derefs to the
