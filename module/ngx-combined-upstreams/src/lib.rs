@@ -3,9 +3,9 @@
 //! This file is the registration code: the module object, the exported symbols nginx's
 //! `load_module` reads, the directive table and the configuration hooks. Each feature lives in its
 //! own file and contributes
-//! - its `ngx_command_t` values (listed in [`COMMANDS`] below),
-//! - optional calls from [`preconfiguration`] / [`postconfiguration`] / [`init_main_conf`],
-//! - its fields in [`conf::MainConf`] / [`conf::SrvConf`].
+//! - its `ngx_command_t` values (listed in `COMMANDS` below),
+//! - optional calls from `preconfiguration` / `postconfiguration` / `init_main_conf`,
+//! - its fields in `conf::MainConf` / `conf::SrvConf`.
 //!
 //! Argument parsing, naming and planning are in the pure crate `upstrand_core`; the files here
 //! only translate between nginx structures and those plain values.

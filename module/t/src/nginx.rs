@@ -436,7 +436,7 @@ impl Nginx {
         }
     }
 
-    /// Stops nginx gracefully (see [`Nginx::shutdown`]) and checks the error log; the error names
+    /// Stops nginx gracefully (see `Nginx::shutdown`) and checks the error log; the error names
     /// every problem.
     pub fn stop(self) -> CaseResult {
         self.stop_then(|_| ())

@@ -1,10 +1,10 @@
 //! Pure logic of the live upstream API (`upstreams_api;`, issue 11): the JSON a `PUT` carries,
 //! its validation, the plan that turns the current server set into the new one, the answers'
 //! JSON and every error text with its HTTP status. Nothing here touches nginx; the module reads
-//! the zone's peers into [`Current`] values, asks [`plan`] what to do and applies the result.
+//! the zone's peers into [`Current`] values, asks [`plan()`] what to do and applies the result.
 //!
 //! - [`parse_put`]: body of `PUT <loc>/NAME` → [`PutRequest`] or an [`ApiError`] (400/413).
-//! - [`plan`]: current set + wanted set → [`Plan`] (which peers stay, which are new, which go).
+//! - [`plan()`]: current set + wanted set → [`Plan`] (which peers stay, which are new, which go).
 //! - [`render`]: the JSON of every answer.
 //! - [`route`]: which resource a request path names.
 
