@@ -195,11 +195,14 @@ mkdir -p "$cache/cargo-target/$SUITE" "$cache/cargo-registry"
 RUNLOG=$REPO/target/fresh-machine/$SUITE-run.log
 start=$(date +%s)
 set -m # run.sh in its own process group, with SIGINT as a terminal would send it
+# ... and with SIGINT and SIGQUIT at their defaults: a suite started in the background (CI runners,
+# `cmd &` in a script) inherits them ignored, and a shell cannot trap a signal ignored at its start,
+# so run.sh's Ctrl-C handler would silently not be there (`env --default-signal`, coreutils 8.31+).
 chroot_exec "$ROOT" "${binds[@]}" --bind "$cache/cargo-target/$SUITE:/var/cache/tributary-target" \
   --bind "$cache/cargo-registry:/root/.cargo/registry" "${envs[@]}" \
   --env CARGO_TARGET_DIR=/var/cache/tributary-target --env "TRIBUTARY_DEMO_PORT=$front" \
   --env "TRIBUTARY_API_PORT=$api" -- \
-  bash -c 'cd /src/tributary && echo $$ >/tmp/run.sh.pid && exec scripts/run.sh' >"$RUNLOG" 2>&1 &
+  bash -c 'cd /src/tributary && echo $$ >/tmp/run.sh.pid && exec env --default-signal=INT,QUIT scripts/run.sh' >"$RUNLOG" 2>&1 &
 run_job=$!
 set +m
 running=0
