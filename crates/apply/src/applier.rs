@@ -179,7 +179,8 @@ pub type Push<'a> = dyn FnMut(&Change) -> Result<(), String> + 'a;
 /// (for logs and the live benchmark).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct StepTimes {
-    /// Writing journals and new files, with their fsyncs (summed over the batch's stagings).
+    /// Writing journals and new files up to their renames, with the fsyncs before the renames
+    /// (summed over the batch's stagings; the folder's fsync in `settle` is not in it).
     pub write: Duration,
     /// Running the test command (summed; more than one run when a failure is bisected).
     pub test: Duration,

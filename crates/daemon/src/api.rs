@@ -312,13 +312,7 @@ async fn plugins(State(s): State<ApiState>) -> Json<PluginList> {
             .host()
             .plugins()
             .into_iter()
-            .map(|p| PluginView {
-                providers: p.manifest.providers().to_vec(),
-                name: p.name,
-                version: p.version,
-                description: p.description,
-                dir: p.dir.display().to_string(),
-            })
+            .map(PluginView::from)
             .collect(),
         errors: s.load_errors.as_ref().clone(),
     })

@@ -282,6 +282,18 @@ pub struct PluginView {
     pub providers: Vec<tributary_protocol::ProviderDecl>,
 }
 
+impl From<tributary_plugin_host::PluginInfo> for PluginView {
+    fn from(p: tributary_plugin_host::PluginInfo) -> PluginView {
+        PluginView {
+            providers: p.manifest.providers().to_vec(),
+            name: p.name,
+            version: p.version,
+            description: p.description,
+            dir: p.dir.display().to_string(),
+        }
+    }
+}
+
 /// Every error answer: `{"error": {"message": "...", "field": "..."}}`; when the fields of a
 /// binding were checked one by one, `errors` lists every invalid one (`error` is the first).
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -105,6 +105,12 @@ fn blocking<T>(f: impl FnOnce() -> T) -> T {
 }
 
 /// The cluster member `h`'s session talks to (`status()` names it: "connected to URL").
+/// The names of the bindings in a host's mirror.
+fn mirror_names(h: &Host) -> Vec<String> {
+    let list = h.store.list_bindings().unwrap();
+    list.into_iter().map(|b| b.binding.name).collect()
+}
+
 fn session_member(h: &Host, cluster: &EtcdCluster) -> usize {
     let loc = h.store.status().location;
     cluster
@@ -434,13 +440,7 @@ async fn writes_right_after_the_sessions_member_is_killed_succeed_on_another_mem
     assert!(targets.contains("10.0.0.2"), "{targets}");
     assert_eq!(version("resolvers/api").map(|v| v.0), Some(1));
     // And the mirror says the same.
-    let names: Vec<String> = a
-        .store
-        .list_bindings()
-        .unwrap()
-        .into_iter()
-        .map(|b| b.binding.name)
-        .collect();
+    let names = mirror_names(&a);
     assert_eq!(
         names,
         ["api", "created0", "created1", "created2", "new0", "new1", "new2"]
@@ -544,13 +544,7 @@ async fn losing_etcd_keeps_the_mirror_fails_writes_clearly_and_catches_up() {
     // A restart of the daemon while etcd is down: the bindings come from the local mirror.
     drop(a);
     let a = open_at(&cluster, "host-a", dir_a);
-    let names: Vec<String> = a
-        .store
-        .list_bindings()
-        .unwrap()
-        .into_iter()
-        .map(|b| b.binding.name)
-        .collect();
+    let names = mirror_names(&a);
     assert_eq!(names, vec!["api", "one-down"]);
     assert!(!a.store.status().connected);
 

@@ -9,7 +9,7 @@ use hyper::Method;
 use serde_json::Value;
 use tributary_store::{OutcomeRecord, OutcomeStatus};
 
-use super::config::{parse_kv, read_config, secret_keys};
+use super::config::{parse_kv, read_config, secret_keys, SourceArgs};
 use super::print::{outcome_line, print_view};
 use super::{env_path, print_json, DEFAULT_DATA_DIR, DEFAULT_LISTEN};
 use crate::client::{ApiFailure, Client};
@@ -50,16 +50,8 @@ pub(super) enum BindingCmd {
 pub(super) struct AddArgs {
     /// Upstream name (letters, digits, _ - .; 1-128; not starting with .).
     name: String,
-    #[arg(long)]
-    plugin: String,
-    #[arg(long)]
-    provider: String,
-    #[arg(long)]
-    service: String,
-    /// Provider config, KEY=VALUE, KEY=@FILE (the file's text) or KEY=- (standard input)
-    /// (repeatable). Secret fields only as @FILE or -, never inline.
-    #[arg(long = "config", value_name = "KEY=VALUE")]
-    config: Vec<String>,
+    #[command(flatten)]
+    source: SourceArgs,
     /// Extra directive for the upstream block, e.g. 'keepalive 32;' (repeatable).
     #[arg(long = "directive")]
     directives: Vec<String>,
@@ -151,22 +143,22 @@ async fn run_inner(c: &Client, json: bool, cmd: BindingCmd) -> anyhow::Result<Ex
             let decl = plugins
                 .plugins
                 .iter()
-                .find(|p| p.name == a.plugin)
-                .and_then(|p| p.providers.iter().find(|d| d.code == a.provider));
+                .find(|p| p.name == a.source.plugin)
+                .and_then(|p| p.providers.iter().find(|d| d.code == a.source.provider));
             let secrets = secret_keys(decl);
             let input = BindingInput {
                 name: name.clone(),
-                plugin: a.plugin,
-                provider: a.provider,
+                plugin: a.source.plugin,
+                provider: a.source.provider,
                 config: read_config(
-                    &parse_kv(&a.config)?,
+                    &parse_kv(&a.source.config)?,
                     |k| secrets.iter().any(|s| s == k),
                     &mut std::io::stdin(),
                 )?
                 .into_iter()
                 .map(|(k, v)| (k, Value::String(v)))
                 .collect(),
-                service: a.service,
+                service: a.source.service,
                 interval_secs: a.interval,
                 directives: a.directives,
             };

@@ -124,6 +124,21 @@ pub(super) fn secret_keys(decl: Option<&tributary_protocol::ProviderDecl>) -> Ve
     .unwrap_or_default()
 }
 
+/// What a binding resolves through, as `binding add` and `resolve` take it.
+#[derive(Debug, clap::Args)]
+pub(super) struct SourceArgs {
+    #[arg(long)]
+    pub plugin: String,
+    #[arg(long)]
+    pub provider: String,
+    #[arg(long)]
+    pub service: String,
+    /// Provider config, KEY=VALUE, KEY=@FILE (the file's text) or KEY=- (standard input)
+    /// (repeatable). Secret fields only as @FILE or -, never inline.
+    #[arg(long = "config", value_name = "KEY=VALUE")]
+    pub config: Vec<String>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -36,13 +36,7 @@ pub(super) async fn run(cmd: PluginCmd) -> anyhow::Result<ExitCode> {
                 plugins: host
                     .plugins()
                     .into_iter()
-                    .map(|p| crate::view::PluginView {
-                        providers: p.manifest.providers().to_vec(),
-                        name: p.name,
-                        version: p.version,
-                        description: p.description,
-                        dir: p.dir.display().to_string(),
-                    })
+                    .map(crate::view::PluginView::from)
                     .collect(),
                 errors: errors.iter().map(|e| e.to_string()).collect(),
             };

@@ -7,7 +7,7 @@ use std::time::Duration;
 use clap::Args;
 use tributary_plugin_host::{HostOptions, PluginHost};
 
-use super::config::{parse_kv, read_config, secret_keys};
+use super::config::{parse_kv, read_config, secret_keys, SourceArgs};
 use crate::engine::{ApplyMode, LiveOptions};
 use crate::live_api::LiveApi;
 
@@ -15,16 +15,8 @@ use crate::live_api::LiveApi;
 pub(super) struct ResolveArgs {
     #[arg(long)]
     plugins_dir: PathBuf,
-    #[arg(long)]
-    plugin: String,
-    #[arg(long)]
-    provider: String,
-    #[arg(long)]
-    service: String,
-    /// Provider config, KEY=VALUE, KEY=@FILE (the file's text) or KEY=- (standard input)
-    /// (repeatable). Secret fields only as @FILE or -, never inline.
-    #[arg(long = "config", value_name = "KEY=VALUE")]
-    config: Vec<String>,
+    #[command(flatten)]
+    source: SourceArgs,
     /// Upstream name in the rendered file (default: the service if it is a valid name, else `upstream`).
     #[arg(long)]
     upstream: Option<String>,
@@ -49,9 +41,9 @@ pub(super) struct ResolveArgs {
 pub(super) async fn run(a: ResolveArgs) -> ExitCode {
     // Which fields are secret: from the plugin's manifest (loading starts no process).
     let (host, _) = PluginHost::load(&a.plugins_dir, HostOptions::default());
-    let secrets = secret_keys(host.provider(&a.plugin, &a.provider).as_ref());
+    let secrets = secret_keys(host.provider(&a.source.plugin, &a.source.provider).as_ref());
     drop(host);
-    let config = parse_kv(&a.config).and_then(|list| {
+    let config = parse_kv(&a.source.config).and_then(|list| {
         read_config(
             &list,
             |k| secrets.iter().any(|s| s == k),
@@ -86,9 +78,9 @@ pub(super) async fn run(a: ResolveArgs) -> ExitCode {
     };
     let args = crate::dry_run::DryRun {
         plugins_dir: a.plugins_dir,
-        plugin: a.plugin,
-        provider: a.provider,
-        service: a.service,
+        plugin: a.source.plugin,
+        provider: a.source.provider,
+        service: a.source.service,
         config,
         upstream: a.upstream,
         directives: a.directives,
