@@ -26,11 +26,16 @@ use serde::Serialize;
 use tributary_core::UpstreamName;
 
 use crate::fsutil::{
-    is_temp_name, link_replace, read_optional, remove_if_exists, remove_temps, rename_temps,
-    sync_dir, write_many, write_temps, Item,
+    link_replace, read_optional, remove_if_exists, remove_temps, rename_temps, sync_dir,
+    write_many, write_temps, Item,
 };
 use crate::live::ReloadConfirm;
 use crate::nginx::Nginx;
+
+mod push;
+mod recovery;
+
+pub use push::Push;
 
 /// Name of the lock file inside `upstreams/`.
 pub const LOCK_FILE: &str = ".tributary.lock";
@@ -171,10 +176,6 @@ struct Pending {
 /// Restores that failed: upstream name → why.
 type Unrestored = Vec<(UpstreamName, String)>;
 
-/// How a tested change is made live without a reload (the module's API); `Err(why)` sends it to
-/// the reload path.
-pub type Push<'a> = dyn FnMut(&Change) -> Result<(), String> + 'a;
-
 /// How long the steps of the last [`Applier::apply_batch`] / [`Applier::apply_live_batch`] took
 /// (for logs and the live benchmark).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -221,7 +222,7 @@ impl std::fmt::Debug for Applier {
 impl Applier {
     /// Creates `conf_dir/upstreams/` if needed, takes its lock file (a second Applier on the same
     /// folder fails with [`ApplyError::Locked`]) and recovers changes a crash left in flight.
-    /// The files on disk after recovery are taken as live.
+    /// The files on disk after recovery are taken as live, except those recovery restored.
     pub fn open(
         conf_dir: &Path,
         nginx: Box<dyn Nginx>,
@@ -271,6 +272,13 @@ impl Applier {
         applier.live = applier.files_on_disk()?;
         for p in &applier.unrestored {
             applier.live.remove(&p.name);
+        }
+        if applier.recovery.restored {
+            // nginx may run the interrupted change (a reload that landed, a set pushed live)
+            // while the files are back: the next change of these upstreams reloads.
+            for name in &applier.recovery.pending {
+                applier.live.remove(name);
+            }
         }
         Ok(applier)
     }
@@ -326,16 +334,19 @@ impl Applier {
             .collect()
     }
 
-    /// The live path (issue 11): like [`Self::apply_batch`], but a change that passes `nginx -t`
-    /// is made live by `push` (the module's API: PUT the set, GET it back and compare) instead of
-    /// a reload. Changes `push` refuses (`Err(why)`) fall back together to one confirmed reload
-    /// (or are restored if it fails). Returns per distinct name its outcome and, for changes that
-    /// took the reload path, why live failed (`None`: made live by `push`, or not applied at all).
-    /// The journal is removed only once `push` confirmed the change or the reload did.
+    /// The live path (issue 11): like [`Self::apply_batch`], but a change is made live by `push`
+    /// (the module's API: PUT the set, GET it back and compare) instead of a reload. The push runs
+    /// while `nginx -t` tests the written files and stands only if the test passes; when it fails,
+    /// the pushes are undone and the batch goes the way of [`Self::apply_batch`] (restored,
+    /// culprits found by bisection, the good ones pushed after their test). Changes `push` refuses
+    /// (`Err(why)`) fall back together to one confirmed reload (or are restored if it fails).
+    /// Returns per distinct name its outcome and, for changes that took the reload path, why live
+    /// failed (`None`: made live by `push`, or not applied at all). The journal is removed only
+    /// once the test passed and `push` confirmed the change, or the reload did.
     pub fn apply_live_batch(
         &mut self,
         changes: &[Change],
-        push: &mut Push<'_>,
+        push: &mut dyn Push,
     ) -> Vec<(UpstreamName, ChangeOutcome, Option<String>)> {
         self.apply_changes(changes, Some(push))
     }
@@ -345,7 +356,7 @@ impl Applier {
     fn apply_changes(
         &mut self,
         changes: &[Change],
-        mut push: Option<&mut Push<'_>>,
+        mut push: Option<&mut dyn Push>,
     ) -> Vec<(UpstreamName, ChangeOutcome, Option<String>)> {
         let started = Instant::now();
         self.steps = StepTimes::default();
@@ -391,16 +402,27 @@ impl Applier {
                 }),
             }
         }
-        let accepted = self.stage_and_isolate(pending, &mut outcomes, true);
+        let accepted: Vec<(Pending, Option<Result<(), String>>)> = match push.as_deref_mut() {
+            Some(push) => self.test_while_pushing(pending, &latest, push, &mut outcomes),
+            None => self
+                .stage_and_isolate(pending, &mut outcomes, true)
+                .into_iter()
+                .map(|p| (p, None))
+                .collect(),
+        };
         self.steps.ready = started.elapsed();
         let mut reload = Vec::new();
         let mut done = Vec::new();
-        for p in accepted {
-            let Some(push) = push.as_mut() else {
-                reload.push(p);
-                continue;
+        for (p, pushed) in accepted {
+            let result = match (pushed, push.as_deref_mut()) {
+                (Some(result), _) => result,
+                (None, Some(push)) => push.push(latest[&p.name]),
+                (None, None) => {
+                    reload.push(p);
+                    continue;
+                }
             };
-            match push(latest[&p.name]) {
+            match result {
                 Ok(()) => {
                     outcomes.insert(p.name.clone(), ChangeOutcome::Applied { reloaded: false });
                     done.push(p);
@@ -521,7 +543,6 @@ impl Applier {
         outcomes: &mut HashMap<UpstreamName, ChangeOutcome>,
         check_baseline: bool,
     ) -> Vec<Pending> {
-        let failed = |nginx_error: String| ChangeOutcome::TestFailed { nginx_error };
         if pending.is_empty() {
             return pending;
         }
@@ -529,10 +550,22 @@ impl Applier {
         if staged.is_empty() {
             return staged;
         }
-        let err = match self.timed_test() {
-            Ok(()) => return staged,
-            Err(e) => e,
-        };
+        match self.timed_test() {
+            Ok(()) => staged,
+            Err(err) => self.isolate(staged, err, outcomes, check_baseline),
+        }
+    }
+
+    /// After `staged` failed the test with `err`: restores them and finds the bad ones by
+    /// bisection (a single change is the culprit). Returns the changes left staged (tested good).
+    fn isolate(
+        &mut self,
+        staged: Vec<Pending>,
+        err: crate::CommandError,
+        outcomes: &mut HashMap<UpstreamName, ChangeOutcome>,
+        check_baseline: bool,
+    ) -> Vec<Pending> {
+        let failed = |nginx_error: String| ChangeOutcome::TestFailed { nginx_error };
         let staged = match self.unstage(&staged) {
             Ok(()) => staged,
             Err(unrestored) => {
@@ -878,115 +911,6 @@ impl Applier {
             }
         }
     }
-
-    // ---- crash recovery ----------------------------------------------------------------
-
-    fn recover(&mut self) -> Result<(), ApplyError> {
-        let dir = self.upstreams.clone();
-        let mut pending: Vec<Pending> = Vec::new();
-        for entry in fs::read_dir(&dir).map_err(io_err(&dir))? {
-            let entry = entry.map_err(io_err(&dir))?;
-            let fname = entry.file_name().to_string_lossy().into_owned();
-            if !fname.starts_with('.') || fname == LOCK_FILE {
-                continue;
-            }
-            if is_temp_name(&fname) {
-                remove_if_exists(&entry.path()).map_err(io_err(&entry.path()))?;
-                continue;
-            }
-            let Some((name, is_prev)) = journal_name(&fname) else {
-                continue;
-            };
-            let previous = if is_prev {
-                Some(fs::read(entry.path()).map_err(io_err(&entry.path()))?)
-            } else {
-                None
-            };
-            // `.prev` wins over `.none` if both exist (a crash while switching kinds).
-            if let Some(existing) = pending.iter_mut().find(|p| p.name == name) {
-                if previous.is_some() {
-                    existing.previous = previous;
-                }
-                continue;
-            }
-            pending.push(Pending {
-                name,
-                previous,
-                new: None,
-            });
-        }
-        if pending.is_empty() {
-            return Ok(());
-        }
-        pending.sort_by(|a, b| a.name.cmp(&b.name));
-        let mut report = RecoveryReport {
-            pending: pending.iter().map(|p| p.name.clone()).collect(),
-            ..RecoveryReport::default()
-        };
-        let restore = match self.nginx.test() {
-            Ok(()) => {
-                // What is on disk is valid: make it live.
-                match self.reload_confirmed() {
-                    Ok(()) => {
-                        report.reload = Some(Ok(()));
-                        self.settle(&pending);
-                        false
-                    }
-                    Err(e) => {
-                        report.reload = Some(Err(e));
-                        true
-                    }
-                }
-            }
-            Err(e) => {
-                report.test_error = Some(e.output().to_string());
-                true
-            }
-        };
-        if restore {
-            match self.unstage(&pending) {
-                Ok(()) => report.restored = true,
-                Err(u) => report.restore_error = Some(join_errors(&u)),
-            }
-            if let Err(e2) = self.nginx.test() {
-                report.still_failing = Some(e2.output().to_string());
-            }
-        }
-        self.recovery = report;
-        Ok(())
-    }
-
-    /// Every `<name>.conf` in the folder with its bytes.
-    fn files_on_disk(&self) -> Result<HashMap<UpstreamName, Option<Vec<u8>>>, ApplyError> {
-        let dir = &self.upstreams;
-        let mut out = HashMap::new();
-        for entry in fs::read_dir(dir).map_err(io_err(dir))? {
-            let entry = entry.map_err(io_err(dir))?;
-            let fname = entry.file_name().to_string_lossy().into_owned();
-            let Some(name) = fname
-                .strip_suffix(".conf")
-                .and_then(|n| UpstreamName::parse(n).ok())
-            else {
-                continue;
-            };
-            if let Ok(bytes) = fs::read(entry.path()) {
-                out.insert(name, Some(bytes));
-            }
-        }
-        Ok(out)
-    }
-}
-
-/// The upstream name of a journal file and whether it is a `.prev` (else `.none`) journal. Any
-/// valid upstream name is recognised, also one containing `.tmp-` or `.conf`.
-fn journal_name(file_name: &str) -> Option<(UpstreamName, bool)> {
-    let stem = file_name.strip_prefix('.')?;
-    let (name, is_prev) = if let Some(n) = stem.strip_suffix(JOURNAL_PREV) {
-        (n, true)
-    } else {
-        (stem.strip_suffix(JOURNAL_NONE)?, false)
-    };
-    UpstreamName::parse(name).ok().map(|n| (n, is_prev))
 }
 
 fn join_errors(list: &[(UpstreamName, String)]) -> String {
@@ -1000,31 +924,4 @@ fn file_name(p: &Path) -> String {
     p.file_name()
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_default()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn journals_are_recognised_for_every_valid_name() {
-        for n in [
-            "svc",
-            "svc.tmp-1",
-            "svc.tmp-1-2",
-            "a.conf",
-            "x.conf.prev",
-            "a_b-c.d",
-        ] {
-            let name = UpstreamName::parse(n).unwrap();
-            let prev = format!(".{n}{JOURNAL_PREV}");
-            let none = format!(".{n}{JOURNAL_NONE}");
-            assert_eq!(journal_name(&prev), Some((name.clone(), true)), "{prev}");
-            assert_eq!(journal_name(&none), Some((name, false)), "{none}");
-            assert!(!is_temp_name(&prev) && !is_temp_name(&none), "{n}");
-        }
-        assert_eq!(journal_name(".tributary.lock"), None);
-        assert_eq!(journal_name("svc.conf"), None);
-        assert_eq!(journal_name("..conf.prev"), None);
-    }
 }

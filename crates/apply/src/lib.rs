@@ -27,7 +27,7 @@ pub mod live;
 mod nginx;
 
 pub use applier::{
-    Applier, ApplyError, ApplyOptions, Change, ChangeOutcome, RecoveryReport, RemoveOutcome,
+    Applier, ApplyError, ApplyOptions, Change, ChangeOutcome, Push, RecoveryReport, RemoveOutcome,
     StepTimes, LOCK_FILE,
 };
 pub use live::{NotLive, ReloadConfirm, DEFAULT_CONFIRM_TIMEOUT};

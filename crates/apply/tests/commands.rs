@@ -3,15 +3,12 @@
 mod common;
 
 use std::fs;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use common::{change, fast, name};
-use tributary_apply::{
-    parse_conf_dir, run_command, Applier, ChangeOutcome, CommandError, CommandNginx, Nginx,
-};
+use common::{change, fake, fast, name};
+use tributary_apply::{parse_conf_dir, run_command, Applier, ChangeOutcome, CommandNginx, Nginx};
 
 fn argv(v: &[&str]) -> Vec<String> {
     v.iter().map(|s| s.to_string()).collect()
@@ -80,46 +77,6 @@ fn conf_dir_from_nginx_v_text() {
     for (text, expected) in cases {
         assert_eq!(parse_conf_dir(text), expected.map(PathBuf::from), "{text}");
     }
-}
-
-/// Fake nginx: the test fails (like nginx would, naming the file) when any `*.conf` in the folder
-/// contains `BAD`.
-struct FakeNginx {
-    dir: PathBuf,
-    tests: AtomicUsize,
-    reloads: AtomicUsize,
-}
-
-impl Nginx for FakeNginx {
-    fn test(&self) -> Result<(), CommandError> {
-        self.tests.fetch_add(1, Ordering::SeqCst);
-        for e in fs::read_dir(&self.dir).unwrap() {
-            let p = e.unwrap().path();
-            let is_conf = p.is_file()
-                && p.extension().is_some_and(|x| x == "conf")
-                && !p.file_name().unwrap().to_string_lossy().starts_with('.');
-            if is_conf && fs::read_to_string(&p).unwrap().contains("BAD") {
-                return Err(CommandError {
-                    command: "fake -t".into(),
-                    status: Some(1),
-                    stderr: format!("fake: [emerg] BAD in {}\n", p.display()),
-                });
-            }
-        }
-        Ok(())
-    }
-    fn reload(&self) -> Result<(), CommandError> {
-        self.reloads.fetch_add(1, Ordering::SeqCst);
-        Ok(())
-    }
-}
-
-fn fake(conf: &Path) -> Arc<FakeNginx> {
-    Arc::new(FakeNginx {
-        dir: conf.join("upstreams"),
-        tests: AtomicUsize::new(0),
-        reloads: AtomicUsize::new(0),
-    })
 }
 
 #[test]
@@ -233,62 +190,4 @@ fn remove_when_the_configuration_is_broken_elsewhere_says_so() {
         "{nginx_error}"
     );
     assert_eq!(applier.read_current(&name("a")), Some(b"fine".to_vec()));
-}
-
-#[test]
-fn live_batch_pushes_tested_changes_and_reloads_once_for_those_refused() {
-    let dir = tempfile::tempdir().unwrap();
-    let nginx = fake(dir.path());
-    let mut a = Applier::open(dir.path(), Box::new(nginx.clone()), fast()).unwrap();
-    let mut pushed = Vec::new();
-    let out = a.apply_live_batch(
-        &[
-            change("ok", b"server 10.0.0.1:80;".to_vec()),
-            change("refused", b"server 10.0.0.2:80;".to_vec()),
-            change("bad", b"BAD".to_vec()),
-        ],
-        &mut |c| {
-            pushed.push(c.name.as_str().to_string());
-            if c.name.as_str() == "refused" {
-                Err("409 from the API".into())
-            } else {
-                Ok(())
-            }
-        },
-    );
-    assert_eq!(
-        pushed,
-        ["ok", "refused"],
-        "a change nginx -t refuses is never pushed"
-    );
-    let by: std::collections::HashMap<String, (ChangeOutcome, Option<String>)> = out
-        .into_iter()
-        .map(|(n, o, w)| (n.as_str().to_string(), (o, w)))
-        .collect();
-    assert_eq!(by["ok"], (ChangeOutcome::Applied { reloaded: false }, None));
-    assert_eq!(
-        by["refused"],
-        (
-            ChangeOutcome::Applied { reloaded: true },
-            Some("409 from the API".to_string())
-        )
-    );
-    assert!(matches!(by["bad"].0, ChangeOutcome::TestFailed { .. }));
-    assert_eq!(
-        nginx.reloads.load(Ordering::SeqCst),
-        1,
-        "one reload for the fallback"
-    );
-    let journals: Vec<String> = fs::read_dir(dir.path().join("upstreams"))
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|n| n.contains(".conf."))
-        .collect();
-    assert!(journals.is_empty(), "{journals:?}");
-    // The same bytes again: unchanged, nothing pushed.
-    let again = a.apply_live_batch(
-        &[change("ok", b"server 10.0.0.1:80;".to_vec())],
-        &mut |_| panic!("unchanged bytes must not be pushed"),
-    );
-    assert_eq!(again[0].1, ChangeOutcome::Unchanged);
 }

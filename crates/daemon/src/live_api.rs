@@ -90,6 +90,8 @@ pub struct PushTimes {
     pub visible_at: std::time::Instant,
     /// The `GET` that reads the set back for the comparison.
     pub readback: Duration,
+    /// The generation read back: the guard of the next `PUT` of this upstream.
+    pub generation: u64,
 }
 
 #[derive(Debug, Deserialize)]
@@ -227,12 +229,13 @@ impl LiveApi {
         let (status, answer) = self.request(Method::PUT, &path, Some(body)).await?;
         let _: serde_json::Value = parse_answer(status, &answer, &format!("PUT {name}"))?;
         let visible_at = std::time::Instant::now();
-        let (_, now) = self.get(name).await?;
+        let (generation, now) = self.get(name).await?;
         if same_set(&now, servers) {
             Ok(PushTimes {
                 put: visible_at - t0,
                 visible_at,
                 readback: visible_at.elapsed(),
+                generation,
             })
         } else {
             Err(format!(

@@ -218,6 +218,84 @@ fn live_failure_falls_back_to_a_reload_with_the_reason() {
     );
 }
 
+/// `GET <loc>/NAME` on the live API's unix socket: (generation, server addresses).
+fn live_set(nginx: &TestNginx, name: &str) -> (u64, BTreeSet<String>) {
+    use std::io::{Read, Write};
+    let mut s =
+        std::os::unix::net::UnixStream::connect(nginx.prefix().join("logs/api.sock")).unwrap();
+    write!(s, "GET /api/{name} HTTP/1.0\r\nHost: localhost\r\n\r\n").unwrap();
+    let mut answer = String::new();
+    s.read_to_string(&mut answer).unwrap();
+    let (_, body) = answer.split_once("\r\n\r\n").unwrap();
+    let v: Value = serde_json::from_str(body).unwrap();
+    let servers = v["servers"].as_array().unwrap();
+    (
+        v["generation"].as_u64().unwrap(),
+        servers
+            .iter()
+            .map(|s| s["address"].as_str().unwrap().to_string())
+            .collect(),
+    )
+}
+
+/// The set is PUT while `nginx -t` runs; when the test fails (here another file of the
+/// configuration is broken) the set is PUT back before the file is restored: the change is
+/// reported failed with nginx's message, traffic and file keep the old set, no reload.
+#[test]
+fn a_live_change_nginx_t_refuses_is_taken_back() {
+    let root = tempfile::tempdir().unwrap();
+    let nginx = live_nginx("", &["a", "b"]);
+    let d = daemon(
+        root.path(),
+        &nginx,
+        &["--apply", "live", "--live-api", &nginx.live_api_address()],
+    );
+    let path = TestNginx::upstream_path("web");
+    let o = put_wait(&d, "web", &binding(&targets(&nginx, &["a"]), &[]));
+    assert_eq!(o["applied"], "reload", "{o}");
+    nginx
+        .wait_settled(std::time::Duration::from_secs(10))
+        .unwrap();
+    let file = fs::read_to_string(nginx.upstreams_dir().join("web.conf")).unwrap();
+    let old = set(&[&targets(&nginx, &["a"])]);
+    let (generation, servers) = live_set(&nginx, "web");
+    assert_eq!(servers, old);
+    let reloads = nginx.reloads_seen();
+
+    let broken = nginx.upstreams_dir().join("broken.conf");
+    fs::write(&broken, "bogus_directive on;\n").unwrap();
+    let o = put_wait(&d, "web", &binding(&targets(&nginx, &["b"]), &[]));
+    assert_eq!(
+        (&o["status"], &o["failure"]),
+        (&json!("failed"), &json!("test_failed")),
+        "{o}"
+    );
+    let error = o["nginx_error"].as_str().unwrap_or_default();
+    assert!(error.contains("bogus_directive"), "{o}");
+    assert_eq!(
+        live_set(&nginx, "web"),
+        (generation + 2, old),
+        "pushed during the test (one generation), put back after it failed (another)"
+    );
+    assert_eq!(answers(&nginx, &path), (set(&["a"]), vec![]));
+    assert_eq!(
+        fs::read_to_string(nginx.upstreams_dir().join("web.conf")).unwrap(),
+        file
+    );
+    assert_eq!(nginx.reloads_seen(), reloads, "no reload");
+
+    // With the configuration whole again server changes go live.
+    fs::remove_file(&broken).unwrap();
+    let o = put_wait(&d, "web", &binding(&targets(&nginx, &["a", "b"]), &[]));
+    assert_eq!(
+        (&o["status"], &o["applied"]),
+        (&json!("ok"), &json!("live")),
+        "{o}"
+    );
+    assert_eq!(answers(&nginx, &path), (set(&["a", "b"]), vec![]));
+    assert_eq!(nginx.reloads_seen(), reloads, "no reload");
+}
+
 /// `auto` (the default) with an API that does not answer: reloads, with the reason; without
 /// `--live-api`: reloads and the file is the seed's exact render (no zone line).
 #[test]

@@ -2,7 +2,7 @@
 #![allow(dead_code)]
 
 use std::fs;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -113,4 +113,44 @@ pub fn listing(dir: &Path) -> Vec<String> {
         .collect();
     v.sort();
     v
+}
+
+/// Fake nginx: the test fails (like nginx would, naming the file) when any `*.conf` in the folder
+/// contains `BAD`.
+pub struct FakeNginx {
+    pub dir: PathBuf,
+    pub tests: AtomicUsize,
+    pub reloads: AtomicUsize,
+}
+
+impl Nginx for FakeNginx {
+    fn test(&self) -> Result<(), CommandError> {
+        self.tests.fetch_add(1, Ordering::SeqCst);
+        for e in fs::read_dir(&self.dir).unwrap() {
+            let p = e.unwrap().path();
+            let is_conf = p.is_file()
+                && p.extension().is_some_and(|x| x == "conf")
+                && !p.file_name().unwrap().to_string_lossy().starts_with('.');
+            if is_conf && fs::read_to_string(&p).unwrap().contains("BAD") {
+                return Err(CommandError {
+                    command: "fake -t".into(),
+                    status: Some(1),
+                    stderr: format!("fake: [emerg] BAD in {}\n", p.display()),
+                });
+            }
+        }
+        Ok(())
+    }
+    fn reload(&self) -> Result<(), CommandError> {
+        self.reloads.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+}
+
+pub fn fake(conf: &Path) -> Arc<FakeNginx> {
+    Arc::new(FakeNginx {
+        dir: conf.join("upstreams"),
+        tests: AtomicUsize::new(0),
+        reloads: AtomicUsize::new(0),
+    })
 }

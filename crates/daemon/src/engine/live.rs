@@ -2,17 +2,20 @@
 //! need a reload, and running a batch on both paths.
 //!
 //! A change goes live when the upstream's file is already live in nginx and the new file differs
-//! from it in its `server` lines only, each an address (no host name); the file is journaled,
-//! written and tested (`nginx -t`) as always, then the set is PUT and read back
-//! ([`crate::live_api::LiveApi::replace_confirmed`]); no reload. Everything else takes the reload
-//! path, with the reason recorded: a new upstream, a changed directive or `zone` size, host
-//! names, an API that is unreachable or does not list the upstream — and any live failure, which
-//! falls back to one confirmed reload for the batch's refused changes.
+//! from it in its `server` lines only, each an address (no host name); the file is journaled and
+//! written as always, then the set is PUT and read back
+//! ([`crate::live_api::LiveApi::replace_confirmed`]) while `nginx -t` tests the files; no reload.
+//! The change counts as applied only when both passed; a failed test takes the set back (the
+//! previous file's servers, PUT under the generation our PUT left) before the file is restored
+//! ([`tributary_apply::Push`]). Everything else takes the reload path, with the reason recorded:
+//! a new upstream, a changed directive or `zone` size, host names, an API that is unreachable or
+//! does not list the upstream — and any live failure, which falls back to one confirmed reload
+//! for the batch's refused changes.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use tributary_apply::{Applier, Change, ChangeOutcome};
+use tributary_apply::{Applier, Change, ChangeOutcome, Push};
 use tributary_store::Applied;
 
 use crate::live_api::{LiveApi, LiveServer, PushTimes};
@@ -118,6 +121,17 @@ fn split(bytes: &[u8]) -> Option<Split<'_>> {
     Some((servers, rest))
 }
 
+/// The servers of a rendered file as the API takes them (`None`: not in the rendered form).
+fn servers_of(bytes: &[u8]) -> Option<Vec<LiveServer>> {
+    let (servers, _) = split(bytes)?;
+    Some(
+        servers
+            .into_iter()
+            .map(|(a, w)| LiveServer::new(a, w))
+            .collect(),
+    )
+}
+
 /// Whether `addr:port` (IPv6 in brackets) is an address, not a host name.
 fn is_ip_port(hp: &str) -> bool {
     let host = hp.rsplit_once(':').map(|(h, _)| h).unwrap_or(hp);
@@ -163,8 +177,8 @@ pub(crate) fn live_plan(live: Option<&[u8]>, new: &[u8]) -> Result<Vec<LiveServe
         .collect())
 }
 
-/// Applies a batch on a blocking thread: the changes [`live_plan`] accepts through the API (after
-/// `nginx -t`), the others — and the live ones the API refuses — by one reload each path.
+/// Applies a batch on a blocking thread: the changes [`live_plan`] accepts through the API (while
+/// `nginx -t` runs), the others — and the live ones the API refuses — by one reload each path.
 pub(crate) fn apply_batch(
     a: &mut Applier,
     opts: &LiveOptions,
@@ -200,7 +214,7 @@ pub(crate) fn apply_batch(
                 .collect();
         }
     };
-    let mut live: Vec<(Change, Vec<LiveServer>)> = Vec::new();
+    let mut live: Vec<(Change, Vec<LiveServer>, Vec<LiveServer>)> = Vec::new();
     let mut reload: Vec<(Change, String)> = Vec::new();
     for c in changes {
         let current = a.read_current(&c.name).filter(|b| a.is_live(&c.name, b));
@@ -210,66 +224,52 @@ pub(crate) fn apply_batch(
             continue;
         }
         match live_plan(current.as_deref(), &c.bytes) {
-            Ok(set) => live.push((c.clone(), set)),
+            Ok(set) => {
+                let before = current.as_deref().and_then(servers_of).unwrap_or_default();
+                live.push((c.clone(), set, before));
+            }
             Err(why) => reload.push((c.clone(), why)),
         }
     }
     let mut out = Vec::new();
     if !live.is_empty() {
         // The API's list (which upstreams can go live, and their generations for the PUT's guard)
-        // is asked while the files are written and tested: it is only needed for the push.
-        let mut listing = Some({
+        // is asked while the files are written: it is only needed for the push.
+        let listing = {
             let api = api.clone();
             rt.spawn(async move { api.listing().await })
-        });
-        let mut listed: Option<Result<HashMap<String, u64>, String>> = None;
-        let mut list_wait = Duration::ZERO;
-        let sets: HashMap<String, Vec<LiveServer>> = live
-            .iter()
-            .map(|(c, s)| (c.name.as_str().to_string(), s.clone()))
-            .collect();
-        let batch: Vec<Change> = live.into_iter().map(|(c, _)| c).collect();
-        let mut pushed: Vec<(tributary_core::UpstreamName, &[LiveServer], PushTimes)> = Vec::new();
-        let mut push = |c: &Change| -> Result<(), String> {
-            let set = &sets[c.name.as_str()];
-            if let Some(task) = listing.take() {
-                let t0 = Instant::now();
-                listed = Some(rt.block_on(task).unwrap_or_else(|e| Err(e.to_string())));
-                list_wait = t0.elapsed();
-            }
-            let generation = match listed
-                .as_ref()
-                .map(|l| l.as_ref().map(|g| g.get(c.name.as_str())))
-            {
-                Some(Ok(Some(g))) => *g,
-                Some(Ok(None)) => {
-                    return Err(
-                        "the live API does not list this upstream (no zone, or a balancer \
-                                that cannot change live): needs a reload"
-                            .to_string(),
-                    )
-                }
-                Some(Err(e)) => return Err(format!("live API unavailable: {e}")),
-                None => return Err("live API unavailable: no list".to_string()),
-            };
-            let t0 = Instant::now();
-            let r = rt
-                .block_on(api.replace_confirmed(c.name.as_str(), set, generation))
-                .map_err(|e| format!("live apply failed, fell back to a reload: {e}"));
-            match r {
-                Ok(times) => {
-                    pushed.push((c.name.clone(), set, times));
-                    Ok(())
-                }
-                Err(e) => {
-                    let push_ms = ms(t0.elapsed());
-                    tracing::warn!(upstream = %c.name, push_ms, error = %e, "live apply failed");
-                    Err(e)
-                }
-            }
         };
+        let mut push = ApiPush {
+            api,
+            rt,
+            sets: live
+                .iter()
+                .map(|(c, set, before)| {
+                    (c.name.as_str().to_string(), (set.clone(), before.clone()))
+                })
+                .collect(),
+            listing: Some(listing),
+            generations: Err("no list".to_string()),
+            list_wait: Duration::ZERO,
+            pushed: HashMap::new(),
+        };
+        let batch: Vec<Change> = live.into_iter().map(|(c, _, _)| c).collect();
         let results = a.apply_live_batch(&batch, &mut push);
-        log_live(&pushed, &decided, started, ms(list_wait), a.last_steps());
+        let made_live: Vec<(&tributary_core::UpstreamName, &[LiveServer], &PushTimes)> = results
+            .iter()
+            .filter(|(_, o, _)| *o == ChangeOutcome::Applied { reloaded: false })
+            .filter_map(|(n, _, _)| {
+                let times = push.pushed.get(n.as_str())?;
+                Some((n, push.sets[n.as_str()].0.as_slice(), times))
+            })
+            .collect();
+        log_live(
+            &made_live,
+            &decided,
+            started,
+            ms(push.list_wait),
+            a.last_steps(),
+        );
         for (n, o, why) in results {
             out.push((n, ApplyResult::new(o, why)));
         }
@@ -288,6 +288,81 @@ pub(crate) fn apply_batch(
     out
 }
 
+/// The push of [`apply_batch`] over the module's API: PUTs a change's set guarded by the
+/// upstream's generation (from the API's list, asked while the files are written, then from each
+/// read-back) and reads it back; takes it back, with the set of the file nginx ran before, when
+/// the test running alongside fails.
+struct ApiPush<'a> {
+    api: &'a LiveApi,
+    rt: &'a tokio::runtime::Handle,
+    /// Per upstream: the set to push and the set it replaces.
+    sets: HashMap<String, (Vec<LiveServer>, Vec<LiveServer>)>,
+    listing: Option<tokio::task::JoinHandle<Result<HashMap<String, u64>, String>>>,
+    /// The generations of the listed upstreams (each updated by our own PUTs), or why there are
+    /// none.
+    generations: Result<HashMap<String, u64>, String>,
+    /// How long the first push still waited for the list.
+    list_wait: Duration,
+    /// The pushes made (the last per upstream), for the log.
+    pushed: HashMap<String, PushTimes>,
+}
+
+impl ApiPush<'_> {
+    /// PUTs `set` to `name` under its generation, reads it back; the new generation is kept.
+    fn replace(&mut self, name: &str, set: &[LiveServer]) -> Result<PushTimes, String> {
+        if let Some(task) = self.listing.take() {
+            let t0 = Instant::now();
+            self.generations = self
+                .rt
+                .block_on(task)
+                .unwrap_or_else(|e| Err(e.to_string()));
+            self.list_wait = t0.elapsed();
+        }
+        let generation = match &self.generations {
+            Ok(g) => *g.get(name).ok_or_else(|| {
+                "the live API does not list this upstream (no zone, or a balancer that cannot \
+                 change live): needs a reload"
+                    .to_string()
+            })?,
+            Err(e) => return Err(format!("live API unavailable: {e}")),
+        };
+        let times = self
+            .rt
+            .block_on(self.api.replace_confirmed(name, set, generation))?;
+        if let Ok(g) = &mut self.generations {
+            g.insert(name.to_string(), times.generation);
+        }
+        Ok(times)
+    }
+}
+
+impl Push for ApiPush<'_> {
+    fn push(&mut self, c: &Change) -> Result<(), String> {
+        let set = self.sets[c.name.as_str()].0.clone();
+        let t0 = Instant::now();
+        match self.replace(c.name.as_str(), &set) {
+            Ok(times) => {
+                self.pushed.insert(c.name.as_str().to_string(), times);
+                Ok(())
+            }
+            Err(e) => {
+                let e = format!("live apply failed, fell back to a reload: {e}");
+                let push_ms = ms(t0.elapsed());
+                tracing::warn!(upstream = %c.name, push_ms, error = %e, "live apply failed");
+                Err(e)
+            }
+        }
+    }
+
+    fn undo(&mut self, c: &Change) -> Result<(), String> {
+        let before = self.sets[c.name.as_str()].1.clone();
+        self.pushed.remove(c.name.as_str());
+        let r = self.replace(c.name.as_str(), &before).map(|_| ());
+        tracing::info!(upstream = %c.name, undone = r.is_ok(), "nginx -t failed: the set pushed alongside it is taken back");
+        r
+    }
+}
+
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
@@ -301,7 +376,7 @@ fn ms(d: Duration) -> f64 {
 /// and `readback_ms`. `decided_unix_ms` places the decision on the wall
 /// clock, for comparing with what a client of nginx sees (`first_server` tells which set it was).
 fn log_live(
-    pushed: &[(tributary_core::UpstreamName, &[LiveServer], PushTimes)],
+    pushed: &[(&tributary_core::UpstreamName, &[LiveServer], &PushTimes)],
     decided: &HashMap<String, Instant>,
     started: Instant,
     list_wait_ms: f64,

@@ -1,0 +1,102 @@
+//! The live path's order (issue 11): the set is pushed while `nginx -t` tests the written files.
+//!
+//! A change of `server` lines only reaches nginx's traffic through the module's API, not through
+//! the files: the test guards the files (the next reload reads them), the module validates the set
+//! it takes. So the push need not wait for the test; it waits only for the files to be durable
+//! (their journals first), and stands only if the test passes. When the test fails, every push
+//! of the batch is undone before the files are restored — a change nginx -t refuses is never
+//! reported applied, and nginx ends up serving what the files say.
+
+use std::collections::HashMap;
+use std::thread;
+use std::time::Instant;
+
+use tributary_core::UpstreamName;
+
+use super::{Applier, Change, ChangeOutcome, Pending};
+
+/// How a change is made live without a reload (the module's API), for
+/// [`Applier::apply_live_batch`].
+pub trait Push {
+    /// Makes `change` live and confirms it (PUT the set, read it back); `Err(why)` sends the
+    /// change to the reload path.
+    fn push(&mut self, change: &Change) -> Result<(), String>;
+    /// Puts back the set that was live before a successful [`Self::push`] of `change` (the test
+    /// failed meanwhile). `Err(why)`: nginx may still serve the pushed set.
+    fn undo(&mut self, change: &Change) -> Result<(), String>;
+}
+
+/// A staged change and, when it was pushed alongside the test, the push's result (`None`: not
+/// pushed yet, the test failed and the change was tested again on its own).
+pub(super) type Tested = (Pending, Option<Result<(), String>>);
+
+impl Applier {
+    /// Stages `pending`, then tests while pushing each staged change. Test passed: the changes
+    /// with their pushes' results. Test failed: the pushes that succeeded are undone and the
+    /// batch is restored and bisected as by [`Applier::apply_batch`]; the changes found good are
+    /// returned without a push result (they are pushed after their test).
+    pub(super) fn test_while_pushing(
+        &mut self,
+        pending: Vec<Pending>,
+        changes: &HashMap<&UpstreamName, &Change>,
+        push: &mut dyn Push,
+        outcomes: &mut HashMap<UpstreamName, ChangeOutcome>,
+    ) -> Vec<Tested> {
+        if pending.is_empty() {
+            return Vec::new();
+        }
+        let staged = self.stage_recording(pending, outcomes);
+        if staged.is_empty() {
+            return Vec::new();
+        }
+        let nginx = &*self.nginx;
+        let (test, pushed) = thread::scope(|s| {
+            let test = s.spawn(|| {
+                let t0 = Instant::now();
+                (nginx.test(), t0.elapsed())
+            });
+            let pushed: Vec<Result<(), String>> =
+                staged.iter().map(|p| push.push(changes[&p.name])).collect();
+            let test = test
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            (test, pushed)
+        });
+        let (test, took) = test;
+        self.steps.test += took;
+        self.steps.tests += 1;
+        let err = match test {
+            Ok(()) => {
+                return staged
+                    .into_iter()
+                    .zip(pushed)
+                    .map(|(p, r)| (p, Some(r)))
+                    .collect()
+            }
+            Err(err) => err,
+        };
+        let mut not_undone = Vec::new();
+        for (p, r) in staged.iter().zip(&pushed) {
+            if r.is_ok() {
+                if let Err(e) = push.undo(changes[&p.name]) {
+                    not_undone.push((p.name.clone(), e));
+                }
+            }
+        }
+        let accepted = self.isolate(staged, err, outcomes, true);
+        for (name, e) in not_undone {
+            // nginx serves the pushed set, the files say otherwise: the next change reloads.
+            self.live.remove(&name);
+            let note = format!(
+                "\n(the set pushed live during the test could not be taken back: {e}; \
+                 nginx serves it until the next reload)"
+            );
+            match outcomes.get_mut(&name) {
+                Some(ChangeOutcome::TestFailed { nginx_error }) => nginx_error.push_str(&note),
+                Some(ChangeOutcome::RestoreFailed { cause, .. }) => cause.push_str(&note),
+                _ => {}
+            }
+        }
+        accepted.into_iter().map(|p| (p, None)).collect()
+    }
+}

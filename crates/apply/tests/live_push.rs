@@ -1,0 +1,257 @@
+//! The live path of the applier (issue 11): pushes run while the test runs, stand only when it
+//! passes, and are taken back before the files are restored when it fails.
+mod common;
+
+use std::collections::HashMap;
+use std::fs;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+use common::{change, fake, fast, name, FakeNginx};
+use tributary_apply::{Applier, Change, ChangeOutcome, CommandError, Nginx, Push};
+
+/// What a [`Recorder`] runs at each push and undo.
+type During = Box<dyn FnMut(&Change)>;
+
+/// A push that records what it was asked, refuses the upstreams in `refuse`, and fails its
+/// undo when `undo_fails`. Each push and undo also runs `during`.
+#[derive(Default)]
+struct Recorder {
+    events: Vec<String>,
+    refuse: Vec<&'static str>,
+    undo_fails: bool,
+    during: Option<During>,
+}
+
+impl Push for Recorder {
+    fn push(&mut self, c: &Change) -> Result<(), String> {
+        self.events.push(format!("push {}", c.name));
+        if let Some(f) = &mut self.during {
+            f(c);
+        }
+        if self.refuse.contains(&c.name.as_str()) {
+            return Err("409 from the API".into());
+        }
+        Ok(())
+    }
+    fn undo(&mut self, c: &Change) -> Result<(), String> {
+        self.events.push(format!("undo {}", c.name));
+        if let Some(f) = &mut self.during {
+            f(c);
+        }
+        if self.undo_fails {
+            return Err("the live API did not answer".into());
+        }
+        Ok(())
+    }
+}
+
+fn journals(dir: &std::path::Path) -> Vec<String> {
+    fs::read_dir(dir.join("upstreams"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains(".conf."))
+        .collect()
+}
+
+fn by_name(
+    out: Vec<(tributary_core::UpstreamName, ChangeOutcome, Option<String>)>,
+) -> HashMap<String, (ChangeOutcome, Option<String>)> {
+    out.into_iter()
+        .map(|(n, o, w)| (n.as_str().to_string(), (o, w)))
+        .collect()
+}
+
+/// A test command that finishes only once a push has happened (or fails after 5 s): proves the
+/// push runs while the test runs, not after it.
+struct WaitsForThePush {
+    pushed: Arc<(Mutex<bool>, Condvar)>,
+    inner: Arc<FakeNginx>,
+}
+
+impl Nginx for WaitsForThePush {
+    fn test(&self) -> Result<(), CommandError> {
+        let (lock, cv) = &*self.pushed;
+        let (pushed, _) = cv
+            .wait_timeout_while(lock.lock().unwrap(), Duration::from_secs(5), |p| !*p)
+            .unwrap();
+        if !*pushed {
+            return Err(CommandError {
+                command: "fake -t".into(),
+                status: Some(1),
+                stderr: "no push happened while the test ran".into(),
+            });
+        }
+        self.inner.test()
+    }
+    fn reload(&self) -> Result<(), CommandError> {
+        self.inner.reload()
+    }
+}
+
+#[test]
+fn the_push_runs_while_the_test_runs_and_stands_when_it_passes() {
+    let dir = tempfile::tempdir().unwrap();
+    let nginx = fake(dir.path());
+    let pushed = Arc::new((Mutex::new(false), Condvar::new()));
+    let gate = WaitsForThePush {
+        pushed: pushed.clone(),
+        inner: nginx.clone(),
+    };
+    let mut a = Applier::open(dir.path(), Box::new(gate), fast()).unwrap();
+    let file = dir.path().join("upstreams/api.conf");
+    let mut push = Recorder {
+        during: Some(Box::new(move |_| {
+            // The file is durable and in place before the push.
+            assert_eq!(fs::read(&file).unwrap(), b"server 10.0.0.1:80;");
+            *pushed.0.lock().unwrap() = true;
+            pushed.1.notify_all();
+        })),
+        ..Recorder::default()
+    };
+    let out = a.apply_live_batch(&[change("api", b"server 10.0.0.1:80;".to_vec())], &mut push);
+    assert_eq!(
+        out,
+        vec![(
+            name("api"),
+            ChangeOutcome::Applied { reloaded: false },
+            None
+        )]
+    );
+    assert_eq!(push.events, ["push api"]);
+    assert_eq!(a.last_steps().tests, 1);
+    assert_eq!(nginx.reloads.load(Ordering::SeqCst), 0);
+    assert!(journals(dir.path()).is_empty());
+    assert!(a.is_live(&name("api"), b"server 10.0.0.1:80;"));
+}
+
+#[test]
+fn a_failed_test_takes_every_push_back_then_the_good_ones_go_after_their_own_test() {
+    let dir = tempfile::tempdir().unwrap();
+    let nginx = fake(dir.path());
+    let mut a = Applier::open(dir.path(), Box::new(nginx.clone()), fast()).unwrap();
+    let bad_file = dir.path().join("upstreams/bad.conf");
+    let mut push = Recorder {
+        refuse: vec!["refused"],
+        during: Some(Box::new(move |c| {
+            // Every push and undo happens while the bad file is on disk: the undo comes before
+            // the restore.
+            if c.name.as_str() == "bad" {
+                assert_eq!(fs::read(&bad_file).unwrap(), b"BAD");
+            }
+        })),
+        ..Recorder::default()
+    };
+    let out = a.apply_live_batch(
+        &[
+            change("ok", b"server 10.0.0.1:80;".to_vec()),
+            change("refused", b"server 10.0.0.2:80;".to_vec()),
+            change("bad", b"BAD".to_vec()),
+        ],
+        &mut push,
+    );
+    assert_eq!(
+        push.events,
+        [
+            // alongside the batch's test, which fails
+            "push ok",
+            "push refused",
+            "push bad",
+            // taken back (the refused push changed nothing)
+            "undo ok",
+            "undo bad",
+            // the good ones, after the bisection's tests
+            "push ok",
+            "push refused",
+        ]
+    );
+    let by = by_name(out);
+    assert_eq!(by["ok"], (ChangeOutcome::Applied { reloaded: false }, None));
+    assert_eq!(
+        by["refused"],
+        (
+            ChangeOutcome::Applied { reloaded: true },
+            Some("409 from the API".to_string())
+        )
+    );
+    let (ChangeOutcome::TestFailed { nginx_error }, None) = &by["bad"] else {
+        panic!("{:?}", by["bad"])
+    };
+    assert!(nginx_error.contains("BAD in"), "{nginx_error}");
+    assert!(!dir.path().join("upstreams/bad.conf").exists());
+    assert_eq!(
+        nginx.reloads.load(Ordering::SeqCst),
+        1,
+        "one reload for the fallback"
+    );
+    assert!(
+        journals(dir.path()).is_empty(),
+        "{:?}",
+        journals(dir.path())
+    );
+    // The same bytes again: unchanged, nothing pushed.
+    let mut again = Recorder::default();
+    let out = a.apply_live_batch(&[change("ok", b"server 10.0.0.1:80;".to_vec())], &mut again);
+    assert_eq!(out[0].1, ChangeOutcome::Unchanged);
+    assert!(again.events.is_empty(), "{:?}", again.events);
+}
+
+#[test]
+fn a_push_that_cannot_be_taken_back_is_said_and_the_upstream_is_no_longer_taken_as_live() {
+    let dir = tempfile::tempdir().unwrap();
+    let nginx = fake(dir.path());
+    let mut a = Applier::open(dir.path(), Box::new(nginx.clone()), fast()).unwrap();
+    let first = a.apply_batch(&[change("api", b"server 10.0.0.1:80;".to_vec())]);
+    assert_eq!(first[0].1, ChangeOutcome::Applied { reloaded: true });
+    let mut push = Recorder {
+        undo_fails: true,
+        ..Recorder::default()
+    };
+    let out = a.apply_live_batch(&[change("api", b"BAD".to_vec())], &mut push);
+    assert_eq!(push.events, ["push api", "undo api"]);
+    let ChangeOutcome::TestFailed { nginx_error } = &out[0].1 else {
+        panic!("{out:?}")
+    };
+    assert!(
+        nginx_error.contains("could not be taken back: the live API did not answer")
+            && nginx_error.contains("until the next reload"),
+        "{nginx_error}"
+    );
+    assert_eq!(
+        a.read_current(&name("api")).unwrap(),
+        b"server 10.0.0.1:80;"
+    );
+    // nginx may serve the pushed set: the file is not taken as live, so the next change of the
+    // same bytes is applied again (the daemon sends it down the reload path).
+    assert_eq!(a.live_bytes(&name("api")), None);
+    let again = a.apply_batch(&[change("api", b"server 10.0.0.1:80;".to_vec())]);
+    assert_eq!(again[0].1, ChangeOutcome::Applied { reloaded: true });
+}
+
+#[test]
+fn a_file_recovery_puts_back_is_not_taken_as_live() {
+    // A crash after a set was pushed and before the test passed: the new file and its journal are
+    // on disk, nginx serves the pushed set. Recovery restores the file (the test fails with it);
+    // nginx may still serve the pushed set, so the restored file must not count as live.
+    let dir = tempfile::tempdir().unwrap();
+    let nginx = fake(dir.path());
+    let good = b"server 10.0.0.1:80;".to_vec();
+    {
+        let mut a = Applier::open(dir.path(), Box::new(nginx.clone()), fast()).unwrap();
+        a.apply_batch(&[change("api", good.clone())]);
+        assert!(a.is_live(&name("api"), &good));
+    }
+    let up = dir.path().join("upstreams");
+    fs::hard_link(up.join("api.conf"), up.join(".api.conf.prev")).unwrap();
+    fs::write(up.join(".api.conf.tmp-1-1"), "BAD").unwrap();
+    fs::rename(up.join(".api.conf.tmp-1-1"), up.join("api.conf")).unwrap();
+    let mut a = Applier::open(dir.path(), Box::new(nginx.clone()), fast()).unwrap();
+    assert!(a.recovery().restored, "{:?}", a.recovery());
+    assert_eq!(a.read_current(&name("api")), Some(good.clone()));
+    assert_eq!(a.live_bytes(&name("api")), None);
+    let reloads = nginx.reloads.load(Ordering::SeqCst);
+    let out = a.apply_batch(&[change("api", good)]);
+    assert_eq!(out[0].1, ChangeOutcome::Applied { reloaded: true });
+    assert_eq!(nginx.reloads.load(Ordering::SeqCst), reloads + 1);
+}
