@@ -371,8 +371,9 @@ fn ms(d: Duration) -> f64 {
 /// `decided_to_visible_ms` from the decision (bytes rendered from a validated answer, handed to
 /// the apply task) to the `PUT` answered, `decided_to_confirmed_ms` to the set read back equal;
 /// `waited_ms` from the decision to the batch's start (queue and batch window), then the batch's
-/// `write_ms` (journal, new file, their fsyncs, rename), `test_ms` (`nginx -t`), `list_wait_ms` (how long the push
-/// still waited for the API's list, asked while writing and testing), and this change's `put_ms`
+/// `write_ms` (journal, new file, their fsyncs, rename), `test_ms` (`nginx -t`, running alongside the
+/// push: not part of `decided_to_visible_ms`), `list_wait_ms` (how long the push still waited for
+/// the API's list, asked while writing), and this change's `put_ms`
 /// and `readback_ms`. `decided_unix_ms` places the decision on the wall
 /// clock, for comparing with what a client of nginx sees (`first_server` tells which set it was).
 fn log_live(
