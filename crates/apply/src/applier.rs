@@ -336,7 +336,8 @@ impl Applier {
 
     /// The live path (issue 11): like [`Self::apply_batch`], but a change is made live by `push`
     /// (the module's API: PUT the set, GET it back and compare) instead of a reload. The push runs
-    /// while `nginx -t` tests the written files and stands only if the test passes; when it fails,
+    /// once the files are written, before `nginx -t` tests them, and stands only if the test
+    /// passes; when it fails,
     /// the pushes are undone and the batch goes the way of [`Self::apply_batch`] (restored,
     /// culprits found by bisection, the good ones pushed after their test). Changes `push` refuses
     /// (`Err(why)`) fall back together to one confirmed reload (or are restored if it fails).
@@ -403,7 +404,7 @@ impl Applier {
             }
         }
         let accepted: Vec<(Pending, Option<Result<(), String>>)> = match push.as_deref_mut() {
-            Some(push) => self.test_while_pushing(pending, &latest, push, &mut outcomes),
+            Some(push) => self.push_then_test(pending, &latest, push, &mut outcomes),
             None => self
                 .stage_and_isolate(pending, &mut outcomes, true)
                 .into_iter()

@@ -1,5 +1,6 @@
-//! The live path of the applier (issue 11): pushes run while the test runs, stand only when it
-//! passes, and are taken back before the files are restored when it fails.
+//! The live path of the applier (issue 11): pushes run once the files are written, before the
+//! test; they stand only when it passes, and are taken back before the files are restored when it
+//! fails.
 mod common;
 
 use std::collections::HashMap;
@@ -63,8 +64,8 @@ fn by_name(
         .collect()
 }
 
-/// A test command that finishes only once a push has happened (or fails after 5 s): proves the
-/// push runs while the test runs, not after it.
+/// A test command that passes only once a push has happened (waiting up to 5 s for it): proves
+/// the push does not wait for the test.
 struct WaitsForThePush {
     pushed: Arc<(Mutex<bool>, Condvar)>,
     inner: Arc<FakeNginx>,
@@ -80,7 +81,7 @@ impl Nginx for WaitsForThePush {
             return Err(CommandError {
                 command: "fake -t".into(),
                 status: Some(1),
-                stderr: "no push happened while the test ran".into(),
+                stderr: "no push happened before the test ended".into(),
             });
         }
         self.inner.test()
@@ -91,7 +92,7 @@ impl Nginx for WaitsForThePush {
 }
 
 #[test]
-fn the_push_runs_while_the_test_runs_and_stands_when_it_passes() {
+fn the_push_does_not_wait_for_the_test_and_stands_when_it_passes() {
     let dir = tempfile::tempdir().unwrap();
     let nginx = fake(dir.path());
     let pushed = Arc::new((Mutex::new(false), Condvar::new()));
@@ -154,7 +155,7 @@ fn a_failed_test_takes_every_push_back_then_the_good_ones_go_after_their_own_tes
     assert_eq!(
         push.events,
         [
-            // alongside the batch's test, which fails
+            // before the batch's test, which fails
             "push ok",
             "push refused",
             "push bad",

@@ -4,7 +4,7 @@
 //! A change goes live when the upstream's file is already live in nginx and the new file differs
 //! from it in its `server` lines only, each an address (no host name); the file is journaled and
 //! written as always, then the set is PUT and read back
-//! ([`crate::live_api::LiveApi::replace_confirmed`]) while `nginx -t` tests the files; no reload.
+//! ([`crate::live_api::LiveApi::replace_confirmed`]), then `nginx -t` tests the files; no reload.
 //! The change counts as applied only when both passed; a failed test takes the set back (the
 //! previous file's servers, PUT under the generation our PUT left) before the file is restored
 //! ([`tributary_apply::Push`]). Everything else takes the reload path, with the reason recorded:
@@ -177,7 +177,7 @@ pub(crate) fn live_plan(live: Option<&[u8]>, new: &[u8]) -> Result<Vec<LiveServe
         .collect())
 }
 
-/// Applies a batch on a blocking thread: the changes [`live_plan`] accepts through the API (while
+/// Applies a batch on a blocking thread: the changes [`live_plan`] accepts through the API (before
 /// `nginx -t` runs), the others — and the live ones the API refuses — by one reload each path.
 pub(crate) fn apply_batch(
     a: &mut Applier,
@@ -291,7 +291,7 @@ pub(crate) fn apply_batch(
 /// The push of [`apply_batch`] over the module's API: PUTs a change's set guarded by the
 /// upstream's generation (from the API's list, asked while the files are written, then from each
 /// read-back) and reads it back; takes it back, with the set of the file nginx ran before, when
-/// the test running alongside fails.
+/// the test that follows fails.
 struct ApiPush<'a> {
     api: &'a LiveApi,
     rt: &'a tokio::runtime::Handle,
@@ -358,7 +358,7 @@ impl Push for ApiPush<'_> {
         let before = self.sets[c.name.as_str()].1.clone();
         self.pushed.remove(c.name.as_str());
         let r = self.replace(c.name.as_str(), &before).map(|_| ());
-        tracing::info!(upstream = %c.name, undone = r.is_ok(), "nginx -t failed: the set pushed alongside it is taken back");
+        tracing::info!(upstream = %c.name, undone = r.is_ok(), "nginx -t failed: the set pushed before it is taken back");
         r
     }
 }
@@ -371,8 +371,8 @@ fn ms(d: Duration) -> f64 {
 /// `decided_to_visible_ms` from the decision (bytes rendered from a validated answer, handed to
 /// the apply task) to the `PUT` answered, `decided_to_confirmed_ms` to the set read back equal;
 /// `waited_ms` from the decision to the batch's start (queue and batch window), then the batch's
-/// `write_ms` (journal, new file, their fsyncs, rename), `test_ms` (`nginx -t`, running alongside the
-/// push: not part of `decided_to_visible_ms`), `list_wait_ms` (how long the push still waited for
+/// `write_ms` (journal, new file, their fsyncs, rename), `test_ms` (`nginx -t`, after the push:
+/// not part of `decided_to_visible_ms`), `list_wait_ms` (how long the push still waited for
 /// the API's list, asked while writing), and this change's `put_ms`
 /// and `readback_ms`. `decided_unix_ms` places the decision on the wall
 /// clock, for comparing with what a client of nginx sees (`first_server` tells which set it was).
