@@ -4,6 +4,7 @@
     cargo build --release -p tributary -p tributary-plugin-static -p ngx-combined-upstreams
     python3 scripts/bench-live.py [--seconds 60] [--segment-seconds 10] [--interval-ms 100]
                                   [--modes none,live,reload[,weights]] [--no-probe] [--json FILE]
+                                  [--think-ms N]
 
 One stack per mode, all started first and kept up for the whole run: a fresh nginx (master + 2
 workers, the combined-upstreams module loaded, its upstreams API on a unix socket) with 4 backends
@@ -13,7 +14,9 @@ the baseline; `weights`, not run by default: live mode, each change only flips t
 weight between 1 and 2 — all the work of a live change, no traffic moved, no prober). The modes then take turns in segments of `--segment-seconds` (order rotated every
 round, so each mode runs as often in each position) until each had `--seconds`: drift of a shared
 machine hits every mode alike. In a segment `wrk -c32` keeps keep-alive connections on the mode's
-front server while (live, reload) a driver saves the binding every `--interval-ms` (rotating over
+front server (each sending its next request as soon as the answer came: the cores are saturated; with
+`--think-ms N` each connection waits N ms after an answer — a load below saturation, what the tail of a
+server with headroom looks like) while (live, reload) a driver saves the binding every `--interval-ms` (rotating over
 the 4 backends) through the daemon's API, without waiting; after each save a prober opens new
 connections to the front server until an answer comes from the new set.
 
@@ -465,6 +468,8 @@ def main():
     ap.add_argument("--modes", default="none,live,reload",
                     help="none, live, reload, weights (live changes of one server's weight)")
     ap.add_argument("--json", help="also write the results to this file")
+    ap.add_argument("--think-ms", type=int, default=0,
+                    help="each wrk connection waits this long after an answer (0: saturating load)")
     ap.add_argument("--no-probe", action="store_true",
                     help="no prober (its new connections are load too); no save→seen figures")
     a = ap.parse_args()
@@ -478,7 +483,8 @@ def main():
     with open("/proc/loadavg") as f:
         print(f"load average at start: {f.read().split()[:3]}  cpus: {os.cpu_count()}")
     print(f"{rounds} rounds of {a.segment_seconds} s per mode ({', '.join(modes)}; order rotated each "
-          f"round), wrk -c{a.connections}, a change every {a.interval_ms} ms in live/reload", flush=True)
+          f"round), wrk -c{a.connections}" + (f" with {a.think_ms} ms think time" if a.think_ms else "")
+          + f", a change every {a.interval_ms} ms in live/reload", flush=True)
     stacks, segs = {}, {m: [] for m in modes}
     lua = None
     try:
@@ -487,6 +493,8 @@ def main():
         lua = os.path.join(stacks[modes[0]].tmp, "hist.lua")
         with open(lua, "w") as f:
             f.write(WRK_LUA)
+            if a.think_ms:
+                f.write(f"delay = function() return {a.think_ms} end\n")
         time.sleep(1.0)
         for r in range(rounds):
             order = modes[r % len(modes):] + modes[:r % len(modes)]

@@ -15,7 +15,7 @@
 //! - `.<name>.conf.tmp-<pid>-<n>` — temp files of atomic writes, recognised by that whole suffix;
 //!   left-overs are removed at open.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
@@ -203,6 +203,10 @@ pub struct Applier {
     /// upstream missing here is unknown: its next change is applied even if the bytes on disk
     /// are equal.
     live: HashMap<UpstreamName, Option<Vec<u8>>>,
+    /// Upstreams whose live bytes passed the test command run by this Applier (or came from such
+    /// bytes by a push the caller had not tested, [`Self::apply_live_batch`]); files found at open
+    /// are not in it.
+    tested: HashSet<UpstreamName>,
     /// Changes whose restore failed; their journals are on disk. Retried before each operation.
     unrestored: Vec<Pending>,
     /// The step times of the last batch.
@@ -265,6 +269,7 @@ impl Applier {
             last_reload: None,
             recovery: RecoveryReport::default(),
             live: HashMap::new(),
+            tested: HashSet::new(),
             unrestored: Vec::new(),
             steps: StepTimes::default(),
         };
@@ -314,6 +319,25 @@ impl Applier {
         self.live.get(name).and_then(|b| b.as_deref())
     }
 
+    /// Whether the bytes live for `name` passed the test command run by this Applier (see
+    /// [`Self::apply_live_batch`]'s `test`).
+    pub fn tested(&self, name: &UpstreamName) -> bool {
+        self.tested.contains(name)
+    }
+
+    /// Forgets what nginx runs for `name`: its next change is applied even if the bytes on disk
+    /// are equal, and counts as untested.
+    fn forget_live(&mut self, name: &UpstreamName) {
+        self.live.remove(name);
+        self.tested.remove(name);
+    }
+
+    /// Notes `bytes` as live for `name`, tested (every caller has a passed test behind it).
+    fn note_live(&mut self, name: &UpstreamName, bytes: Option<Vec<u8>>) {
+        self.live.insert(name.clone(), bytes);
+        self.tested.insert(name.clone());
+    }
+
     /// How long the steps of the last batch took.
     pub fn last_steps(&self) -> StepTimes {
         self.steps
@@ -343,13 +367,19 @@ impl Applier {
     /// (`Err(why)`) fall back together to one confirmed reload (or are restored if it fails).
     /// Returns per distinct name its outcome and, for changes that took the reload path, why live
     /// failed (`None`: made live by `push`, or not applied at all). The journal is removed only
-    /// once the test passed and `push` confirmed the change, or the reload did.
+    /// once the test passed (or was not needed) and `push` confirmed the change, or the reload did.
+    ///
+    /// `test: false` is the caller's word that these changes cannot fail the test — nothing but
+    /// values the caller has checked by nginx's rules differ from the live bytes (the daemon: the
+    /// servers' addresses and weights). The test is then skipped when every change's live bytes
+    /// passed a test of this Applier ([`Self::tested`]), else it runs as with `test: true`.
     pub fn apply_live_batch(
         &mut self,
         changes: &[Change],
         push: &mut dyn Push,
+        test: bool,
     ) -> Vec<(UpstreamName, ChangeOutcome, Option<String>)> {
-        self.apply_changes(changes, Some(push))
+        self.apply_changes(changes, Some((push, test)))
     }
 
     /// The one body of [`Self::apply_batch`] (`push` = `None`: every tested change goes by reload)
@@ -357,7 +387,7 @@ impl Applier {
     fn apply_changes(
         &mut self,
         changes: &[Change],
-        mut push: Option<&mut dyn Push>,
+        push: Option<(&mut dyn Push, bool)>,
     ) -> Vec<(UpstreamName, ChangeOutcome, Option<String>)> {
         let started = Instant::now();
         self.steps = StepTimes::default();
@@ -403,8 +433,15 @@ impl Applier {
                 }),
             }
         }
+        let (mut push, test) = match push {
+            Some((push, test)) => (Some(push), test),
+            None => (None, true),
+        };
         let accepted: Vec<(Pending, Option<Result<(), String>>)> = match push.as_deref_mut() {
-            Some(push) => self.push_then_test(pending, &latest, push, &mut outcomes),
+            Some(push) => {
+                let test = test || pending.iter().any(|p| !self.tested(&p.name));
+                self.push_then_test(pending, &latest, push, test, &mut outcomes)
+            }
             None => self
                 .stage_and_isolate(pending, &mut outcomes, true)
                 .into_iter()
@@ -437,7 +474,7 @@ impl Applier {
         if !done.is_empty() {
             self.settle(&done);
             for p in &done {
-                self.live.insert(p.name.clone(), p.new.clone());
+                self.note_live(&p.name, p.new.clone());
             }
         }
         if !reload.is_empty() {
@@ -486,6 +523,7 @@ impl Applier {
         let path = self.path_of(name);
         let Some(previous) = read_optional(&path).map_err(io_err(&path))? else {
             self.live.insert(name.clone(), None);
+            self.tested.remove(name);
             return Ok(RemoveOutcome::NotFound);
         };
         let pending = vec![Pending {
@@ -812,7 +850,7 @@ impl Applier {
         for p in staged {
             if failed.iter().any(|(n, _)| n == &p.name) {
                 self.unrestored.push(p.clone());
-                self.live.remove(&p.name);
+                self.forget_live(&p.name);
             }
         }
         if failed.is_empty() {
@@ -888,14 +926,14 @@ impl Applier {
             Ok(()) => {
                 self.settle(staged);
                 for p in staged {
-                    self.live.insert(p.name.clone(), p.new.clone());
+                    self.note_live(&p.name, p.new.clone());
                 }
                 Ok(())
             }
             Err(e) => {
                 // What nginx serves now is not known for sure (a reload may still land late).
                 for p in staged {
-                    self.live.remove(&p.name);
+                    self.forget_live(&p.name);
                 }
                 let restore = self.unstage(staged);
                 let retest = match (&restore, self.nginx.test()) {

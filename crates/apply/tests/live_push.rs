@@ -111,7 +111,11 @@ fn the_push_does_not_wait_for_the_test_and_stands_when_it_passes() {
         })),
         ..Recorder::default()
     };
-    let out = a.apply_live_batch(&[change("api", b"server 10.0.0.1:80;".to_vec())], &mut push);
+    let out = a.apply_live_batch(
+        &[change("api", b"server 10.0.0.1:80;".to_vec())],
+        &mut push,
+        true,
+    );
     assert_eq!(
         out,
         vec![(
@@ -151,6 +155,7 @@ fn a_failed_test_takes_every_push_back_then_the_good_ones_go_after_their_own_tes
             change("bad", b"BAD".to_vec()),
         ],
         &mut push,
+        true,
     );
     assert_eq!(
         push.events,
@@ -193,7 +198,11 @@ fn a_failed_test_takes_every_push_back_then_the_good_ones_go_after_their_own_tes
     );
     // The same bytes again: unchanged, nothing pushed.
     let mut again = Recorder::default();
-    let out = a.apply_live_batch(&[change("ok", b"server 10.0.0.1:80;".to_vec())], &mut again);
+    let out = a.apply_live_batch(
+        &[change("ok", b"server 10.0.0.1:80;".to_vec())],
+        &mut again,
+        true,
+    );
     assert_eq!(out[0].1, ChangeOutcome::Unchanged);
     assert!(again.events.is_empty(), "{:?}", again.events);
 }
@@ -209,7 +218,7 @@ fn a_push_that_cannot_be_taken_back_is_said_and_the_upstream_is_no_longer_taken_
         undo_fails: true,
         ..Recorder::default()
     };
-    let out = a.apply_live_batch(&[change("api", b"BAD".to_vec())], &mut push);
+    let out = a.apply_live_batch(&[change("api", b"BAD".to_vec())], &mut push, true);
     assert_eq!(push.events, ["push api", "undo api"]);
     let ChangeOutcome::TestFailed { nginx_error } = &out[0].1 else {
         panic!("{out:?}")
@@ -255,4 +264,73 @@ fn a_file_recovery_puts_back_is_not_taken_as_live() {
     let out = a.apply_batch(&[change("api", good)]);
     assert_eq!(out[0].1, ChangeOutcome::Applied { reloaded: true });
     assert_eq!(nginx.reloads.load(Ordering::SeqCst), reloads + 1);
+}
+
+#[test]
+fn on_the_callers_word_the_test_is_skipped_once_the_upstream_passed_one() {
+    let dir = tempfile::tempdir().unwrap();
+    fs::create_dir_all(dir.path().join("upstreams")).unwrap();
+    fs::write(dir.path().join("upstreams/api.conf"), "server 10.0.0.1:80;").unwrap();
+    let nginx = fake(dir.path());
+    let mut a = Applier::open(dir.path(), Box::new(nginx.clone()), fast()).unwrap();
+    let tests = || nginx.tests.load(Ordering::SeqCst);
+    let mut push = Recorder::default();
+    // Found at open: live, but not tested by this Applier — the first change is tested anyway.
+    assert!(a.is_live(&name("api"), b"server 10.0.0.1:80;") && !a.tested(&name("api")));
+    let out = a.apply_live_batch(
+        &[change("api", b"server 10.0.0.2:80;".to_vec())],
+        &mut push,
+        false,
+    );
+    assert_eq!(out[0].1, ChangeOutcome::Applied { reloaded: false });
+    assert_eq!((tests(), a.last_steps().tests), (1, 1));
+    assert!(a.tested(&name("api")));
+    // Now the caller's word is enough: pushed, no test, journal gone.
+    let out = a.apply_live_batch(
+        &[change("api", b"server 10.0.0.3:80;".to_vec())],
+        &mut push,
+        false,
+    );
+    assert_eq!(out[0].1, ChangeOutcome::Applied { reloaded: false });
+    assert_eq!((tests(), a.last_steps().tests), (1, 0));
+    assert!(journals(dir.path()).is_empty());
+    assert_eq!(
+        a.read_current(&name("api")).unwrap(),
+        b"server 10.0.0.3:80;"
+    );
+    // One upstream of the batch not tested yet: the batch is tested.
+    let out = a.apply_live_batch(
+        &[
+            change("api", b"server 10.0.0.4:80;".to_vec()),
+            change("new", b"server 10.0.0.5:80;".to_vec()),
+        ],
+        &mut push,
+        false,
+    );
+    assert!(out
+        .iter()
+        .all(|(_, o, _)| *o == ChangeOutcome::Applied { reloaded: false }));
+    assert_eq!(tests(), 2);
+    // `true` tests every time.
+    a.apply_live_batch(
+        &[change("api", b"server 10.0.0.6:80;".to_vec())],
+        &mut push,
+        true,
+    );
+    assert_eq!(tests(), 3);
+    // A push that could not be taken back: not live, not tested — tested again next time.
+    let mut stuck = Recorder {
+        undo_fails: true,
+        ..Recorder::default()
+    };
+    a.apply_live_batch(&[change("api", b"BAD".to_vec())], &mut stuck, true);
+    assert!(!a.tested(&name("api")));
+    let before = tests();
+    let out = a.apply_live_batch(
+        &[change("api", b"server 10.0.0.7:80;".to_vec())],
+        &mut push,
+        false,
+    );
+    assert_eq!(out[0].1, ChangeOutcome::Applied { reloaded: false });
+    assert_eq!(tests(), before + 1);
 }

@@ -238,9 +238,9 @@ fn live_set(nginx: &TestNginx, name: &str) -> (u64, BTreeSet<String>) {
     )
 }
 
-/// The set is PUT while `nginx -t` runs; when the test fails (here another file of the
-/// configuration is broken) the set is PUT back before the file is restored: the change is
-/// reported failed with nginx's message, traffic and file keep the old set, no reload.
+/// `--live-test every`: the set is PUT, then `nginx -t` runs; when the test fails (here another
+/// file of the configuration is broken) the set is PUT back before the file is restored: the
+/// change is reported failed with nginx's message, traffic and file keep the old set, no reload.
 #[test]
 fn a_live_change_nginx_t_refuses_is_taken_back() {
     let root = tempfile::tempdir().unwrap();
@@ -248,7 +248,14 @@ fn a_live_change_nginx_t_refuses_is_taken_back() {
     let d = daemon(
         root.path(),
         &nginx,
-        &["--apply", "live", "--live-api", &nginx.live_api_address()],
+        &[
+            "--apply",
+            "live",
+            "--live-api",
+            &nginx.live_api_address(),
+            "--live-test",
+            "every",
+        ],
     );
     let path = TestNginx::upstream_path("web");
     let o = put_wait(&d, "web", &binding(&targets(&nginx, &["a"]), &[]));
@@ -294,6 +301,59 @@ fn a_live_change_nginx_t_refuses_is_taken_back() {
     );
     assert_eq!(answers(&nginx, &path), (set(&["a", "b"]), vec![]));
     assert_eq!(nginx.reloads_seen(), reloads, "no reload");
+}
+
+/// `--live-test first` (the default): an upstream's first live change after a start is tested,
+/// later ones are not (only server addresses and weights differ from a tested file). Shown with a
+/// broken file elsewhere in the configuration, which fails every `nginx -t`.
+#[test]
+fn by_default_only_an_upstreams_first_live_change_after_start_is_tested() {
+    let root = tempfile::tempdir().unwrap();
+    let nginx = live_nginx("", &["a", "b", "c"]);
+    let args = ["--apply", "live", "--live-api", &nginx.live_api_address()];
+    let mut d = daemon(root.path(), &nginx, &args);
+    let path = TestNginx::upstream_path("web");
+    let o = put_wait(&d, "web", &binding(&targets(&nginx, &["a"]), &[]));
+    assert_eq!(o["applied"], "reload", "{o}");
+    nginx
+        .wait_settled(std::time::Duration::from_secs(10))
+        .unwrap();
+    let broken = nginx.upstreams_dir().join("broken.conf");
+    fs::write(&broken, "bogus_directive on;\n").unwrap();
+    // Tested by the reload that created it: server changes go live without a test.
+    for names in [&["b"][..], &["b", "c"]] {
+        let o = put_wait(&d, "web", &binding(&targets(&nginx, names), &[]));
+        assert_eq!(
+            (&o["status"], &o["applied"]),
+            (&json!("ok"), &json!("live")),
+            "{o}"
+        );
+        assert_eq!(answers(&nginx, &path), (set(names), vec![]));
+    }
+    // Anything else is tested (and refused here).
+    let o = put_wait(
+        &d,
+        "web",
+        &binding(&targets(&nginx, &["c"]), &["keepalive 4;"]),
+    );
+    assert_eq!(o["failure"], "test_failed", "{o}");
+    d.stop();
+
+    // After a restart the file was not tested by this daemon: its first live change is.
+    let d = daemon(root.path(), &nginx, &args);
+    let o = put_wait(&d, "web", &binding(&targets(&nginx, &["a"]), &[]));
+    assert_eq!(o["failure"], "test_failed", "{o}");
+    assert_eq!(answers(&nginx, &path), (set(&["b", "c"]), vec![]));
+    fs::remove_file(&broken).unwrap();
+    for names in [&["a", "b"][..], &["c"]] {
+        let o = put_wait(&d, "web", &binding(&targets(&nginx, names), &[]));
+        assert_eq!(
+            (&o["status"], &o["applied"]),
+            (&json!("ok"), &json!("live")),
+            "{o}"
+        );
+        assert_eq!(answers(&nginx, &path), (set(names), vec![]));
+    }
 }
 
 /// `auto` (the default) with an API that does not answer: reloads, with the reason; without

@@ -91,6 +91,7 @@ pub(super) async fn run(a: ResolveArgs) -> ExitCode {
         live: LiveOptions {
             mode: a.apply_mode,
             api,
+            ..LiveOptions::default()
         },
     };
     match crate::dry_run::run(args).await {

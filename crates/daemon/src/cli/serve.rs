@@ -13,7 +13,7 @@ use tributary_plugin_host::{HostOptions, PluginHost};
 
 use super::{env_path, DEFAULT_DATA_DIR, DEFAULT_LISTEN};
 use crate::api::ApiState;
-use crate::engine::{ApplyMode, Engine, EngineOptions, LiveOptions};
+use crate::engine::{ApplyMode, Engine, EngineOptions, LiveOptions, LiveTest};
 use crate::live_api::LiveApi;
 
 #[derive(Debug, Args)]
@@ -102,6 +102,11 @@ pub(super) struct ServeArgs {
     /// `http://127.0.0.1:PORT/location/` (loopback only).
     #[arg(long)]
     live_api: Option<String>,
+    /// Which live changes run the test command: `first` (an upstream's first live change after
+    /// start; later ones differ from a tested file only in server addresses and weights, checked
+    /// by the daemon), `every` (each one, after its PUT; a failed test takes the set back).
+    #[arg(long, value_enum, default_value_t = LiveTest::First)]
+    live_test: LiveTest,
     #[command(flatten)]
     store: crate::store_args::StoreArgs,
 }
@@ -176,7 +181,11 @@ fn split_cmd(s: &str, what: &str) -> anyhow::Result<Vec<String>> {
 
 /// `--apply` and `--live-api` checked: live mode needs an API; the API is probed once to say in
 /// the log what will happen (every batch asks it again).
-async fn live_options(mode: ApplyMode, live_api: Option<&str>) -> anyhow::Result<LiveOptions> {
+async fn live_options(
+    mode: ApplyMode,
+    live_api: Option<&str>,
+    test: LiveTest,
+) -> anyhow::Result<LiveOptions> {
     let api = live_api
         .map(LiveApi::parse)
         .transpose()
@@ -200,7 +209,7 @@ async fn live_options(mode: ApplyMode, live_api: Option<&str>) -> anyhow::Result
             tracing::info!("--apply reload: --live-api is not used")
         }
     }
-    Ok(LiveOptions { mode, api })
+    Ok(LiveOptions { mode, api, test })
 }
 
 pub(super) async fn run(a: ServeArgs) -> anyhow::Result<()> {
@@ -210,7 +219,7 @@ pub(super) async fn run(a: ServeArgs) -> anyhow::Result<()> {
     }
     // Checked before anything is opened: a bad name changes nothing.
     let allowed_hosts = crate::web::host::AllowedHosts::new(a.listen, &a.allowed_hosts)?;
-    let live = live_options(a.apply_mode, a.live_api.as_deref()).await?;
+    let live = live_options(a.apply_mode, a.live_api.as_deref(), a.live_test).await?;
     let data_dir = env_path(a.data_dir, "TRIBUTARY_DATA_DIR", DEFAULT_DATA_DIR);
     let plugins_dir = env_path(a.plugins_dir, "TRIBUTARY_PLUGINS_DIR", "plugins");
     if !data_dir.exists() {

@@ -4,7 +4,9 @@
 //! A change goes live when the upstream's file is already live in nginx and the new file differs
 //! from it in its `server` lines only, each an address (no host name); the file is journaled and
 //! written as always, then the set is PUT and read back
-//! ([`crate::live_api::LiveApi::replace_confirmed`]), then `nginx -t` tests the files; no reload.
+//! ([`crate::live_api::LiveApi::replace_confirmed`]), then `nginx -t` tests the files — for the
+//! upstream's first live change after a start, or every one with `--live-test every`
+//! ([`LiveTest`]); no reload.
 //! The change counts as applied only when both passed; a failed test takes the set back (the
 //! previous file's servers, PUT under the generation our PUT left) before the file is restored
 //! ([`tributary_apply::Push`]). Everything else takes the reload path, with the reason recorded:
@@ -32,11 +34,25 @@ pub enum ApplyMode {
     Auto,
 }
 
-/// The live set-up of the engine: the mode and the API, when there is one.
+/// `--live-test`: which live changes run the test command (`nginx -t`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum LiveTest {
+    /// An upstream's first live change after the daemon started (its file was not tested by this
+    /// daemon yet). Later ones differ from a tested file only in server addresses and weights,
+    /// which the daemon checks by nginx's rules, so the test could not fail because of them.
+    #[default]
+    First,
+    /// Every live change (after its `PUT`; a failed test takes the set back).
+    Every,
+}
+
+/// The live set-up of the engine: the mode, the API when there is one, and which live changes
+/// are tested.
 #[derive(Debug, Clone, Default)]
 pub struct LiveOptions {
     pub mode: ApplyMode,
     pub api: Option<LiveApi>,
+    pub test: LiveTest,
 }
 
 impl LiveOptions {
@@ -254,7 +270,9 @@ pub(crate) fn apply_batch(
             pushed: HashMap::new(),
         };
         let batch: Vec<Change> = live.into_iter().map(|(c, _, _)| c).collect();
-        let results = a.apply_live_batch(&batch, &mut push);
+        // Every change here differs from the bytes nginx runs in server lines only (`live_plan`).
+        let test = opts.test == LiveTest::Every;
+        let results = a.apply_live_batch(&batch, &mut push, test);
         let made_live: Vec<(&tributary_core::UpstreamName, &[LiveServer], &PushTimes)> = results
             .iter()
             .filter(|(_, o, _)| *o == ChangeOutcome::Applied { reloaded: false })
@@ -372,7 +390,8 @@ fn ms(d: Duration) -> f64 {
 /// the apply task) to the `PUT` answered, `decided_to_confirmed_ms` to the set read back equal;
 /// `waited_ms` from the decision to the batch's start (queue and batch window), then the batch's
 /// `write_ms` (journal, new file, their fsyncs, rename), `test_ms` (`nginx -t`, after the push:
-/// not part of `decided_to_visible_ms`), `list_wait_ms` (how long the push still waited for
+/// not part of `decided_to_visible_ms`; `tests` says how many ran, 0 when `--live-test first`
+/// skipped it), `list_wait_ms` (how long the push still waited for
 /// the API's list, asked while writing), and this change's `put_ms`
 /// and `readback_ms`. `decided_unix_ms` places the decision on the wall
 /// clock, for comparing with what a client of nginx sees (`first_server` tells which set it was).
@@ -403,6 +422,7 @@ fn log_live(
             list_wait_ms,
             write_ms = ms(steps.write),
             test_ms = ms(steps.test),
+            tests = steps.tests,
             put_ms = ms(t.put),
             readback_ms = ms(t.readback),
             decided_unix_ms = %format!("{:.3}", unix_ms(d)),
@@ -477,6 +497,7 @@ mod tests {
         let live = LiveOptions {
             mode: ApplyMode::Live,
             api: Some(LiveApi::parse("unix:/run/x.sock").unwrap()),
+            ..LiveOptions::default()
         };
         let moved = change(file("    server 10.0.0.2:80 weight=1;\n"));
         assert!(live.goes_live(&a, &moved));
@@ -504,7 +525,11 @@ mod tests {
             (ApplyMode::Auto, api.clone(), true),
             (ApplyMode::Live, api, true),
         ] {
-            let o = LiveOptions { mode, api };
+            let o = LiveOptions {
+                mode,
+                api,
+                ..LiveOptions::default()
+            };
             let bytes = o.file_bytes(file.to_vec());
             assert_eq!(
                 String::from_utf8(bytes)

@@ -48,7 +48,7 @@ use tributary_store::{BindingRecord, BindingStore, OutcomeRecord, OutcomeStatus}
 
 use apply::ApplyMsg;
 use batch::BatchRules;
-pub use live::{ApplyMode, LiveOptions};
+pub use live::{ApplyMode, LiveOptions, LiveTest};
 pub use prepare::record_to_binding;
 use record::RecordMsg;
 
