@@ -51,6 +51,14 @@ fn daemon(root: &std::path::Path, nginx: &TestNginx, extra: &[&str]) -> Daemon {
     Daemon::start_with(root, nginx, &args)
 }
 
+/// A daemon in live mode on `nginx`'s API, with `extra` options.
+fn live_daemon(root: &std::path::Path, nginx: &TestNginx, extra: &[&str]) -> Daemon {
+    let api = nginx.live_api_address();
+    let mut args = vec!["--apply", "live", "--live-api", &api];
+    args.extend_from_slice(extra);
+    daemon(root, nginx, &args)
+}
+
 fn targets(nginx: &TestNginx, names: &[&str]) -> String {
     names
         .iter()
@@ -87,11 +95,7 @@ fn set(names: &[&str]) -> BTreeSet<String> {
 fn server_changes_go_live_on_every_worker_without_a_reload_and_the_rest_by_reload() {
     let root = tempfile::tempdir().unwrap();
     let nginx = live_nginx("", &["a", "b", "c"]);
-    let d = daemon(
-        root.path(),
-        &nginx,
-        &["--apply", "live", "--live-api", &nginx.live_api_address()],
-    );
+    let d = live_daemon(root.path(), &nginx, &[]);
     let path = TestNginx::upstream_path("web");
 
     let o = put_wait(&d, "web", &binding(&targets(&nginx, &["a"]), &[]));
@@ -188,11 +192,7 @@ fn server_changes_go_live_on_every_worker_without_a_reload_and_the_rest_by_reloa
 fn live_failure_falls_back_to_a_reload_with_the_reason() {
     let root = tempfile::tempdir().unwrap();
     let nginx = live_nginx("limit_except GET { deny all; }", &["a", "b"]);
-    let d = daemon(
-        root.path(),
-        &nginx,
-        &["--apply", "live", "--live-api", &nginx.live_api_address()],
-    );
+    let d = live_daemon(root.path(), &nginx, &[]);
     let path = TestNginx::upstream_path("web");
     let o = put_wait(&d, "web", &binding(&targets(&nginx, &["a"]), &[]));
     assert_eq!(o["applied"], "reload", "{o}");
@@ -245,18 +245,7 @@ fn live_set(nginx: &TestNginx, name: &str) -> (u64, BTreeSet<String>) {
 fn a_live_change_nginx_t_refuses_is_taken_back() {
     let root = tempfile::tempdir().unwrap();
     let nginx = live_nginx("", &["a", "b"]);
-    let d = daemon(
-        root.path(),
-        &nginx,
-        &[
-            "--apply",
-            "live",
-            "--live-api",
-            &nginx.live_api_address(),
-            "--live-test",
-            "every",
-        ],
-    );
+    let d = live_daemon(root.path(), &nginx, &["--live-test", "every"]);
     let path = TestNginx::upstream_path("web");
     let o = put_wait(&d, "web", &binding(&targets(&nginx, &["a"]), &[]));
     assert_eq!(o["applied"], "reload", "{o}");
@@ -303,6 +292,18 @@ fn a_live_change_nginx_t_refuses_is_taken_back() {
     assert_eq!(nginx.reloads_seen(), reloads, "no reload");
 }
 
+/// Saves `web` on the backends `names`: applied live, and every answer comes from them.
+fn goes_live(d: &Daemon, nginx: &TestNginx, names: &[&str]) {
+    let o = put_wait(d, "web", &binding(&targets(nginx, names), &[]));
+    assert_eq!(
+        (&o["status"], &o["applied"]),
+        (&json!("ok"), &json!("live")),
+        "{o}"
+    );
+    let path = TestNginx::upstream_path("web");
+    assert_eq!(answers(nginx, &path), (set(names), vec![]));
+}
+
 /// `--live-test first` (the default): an upstream's first live change after a start is tested,
 /// later ones are not (only server addresses and weights differ from a tested file). Shown with a
 /// broken file elsewhere in the configuration, which fails every `nginx -t`.
@@ -310,8 +311,7 @@ fn a_live_change_nginx_t_refuses_is_taken_back() {
 fn by_default_only_an_upstreams_first_live_change_after_start_is_tested() {
     let root = tempfile::tempdir().unwrap();
     let nginx = live_nginx("", &["a", "b", "c"]);
-    let args = ["--apply", "live", "--live-api", &nginx.live_api_address()];
-    let mut d = daemon(root.path(), &nginx, &args);
+    let mut d = live_daemon(root.path(), &nginx, &[]);
     let path = TestNginx::upstream_path("web");
     let o = put_wait(&d, "web", &binding(&targets(&nginx, &["a"]), &[]));
     assert_eq!(o["applied"], "reload", "{o}");
@@ -322,13 +322,7 @@ fn by_default_only_an_upstreams_first_live_change_after_start_is_tested() {
     fs::write(&broken, "bogus_directive on;\n").unwrap();
     // Tested by the reload that created it: server changes go live without a test.
     for names in [&["b"][..], &["b", "c"]] {
-        let o = put_wait(&d, "web", &binding(&targets(&nginx, names), &[]));
-        assert_eq!(
-            (&o["status"], &o["applied"]),
-            (&json!("ok"), &json!("live")),
-            "{o}"
-        );
-        assert_eq!(answers(&nginx, &path), (set(names), vec![]));
+        goes_live(&d, &nginx, names);
     }
     // Anything else is tested (and refused here).
     let o = put_wait(
@@ -340,19 +334,13 @@ fn by_default_only_an_upstreams_first_live_change_after_start_is_tested() {
     d.stop();
 
     // After a restart the file was not tested by this daemon: its first live change is.
-    let d = daemon(root.path(), &nginx, &args);
+    let d = live_daemon(root.path(), &nginx, &[]);
     let o = put_wait(&d, "web", &binding(&targets(&nginx, &["a"]), &[]));
     assert_eq!(o["failure"], "test_failed", "{o}");
     assert_eq!(answers(&nginx, &path), (set(&["b", "c"]), vec![]));
     fs::remove_file(&broken).unwrap();
     for names in [&["a", "b"][..], &["c"]] {
-        let o = put_wait(&d, "web", &binding(&targets(&nginx, names), &[]));
-        assert_eq!(
-            (&o["status"], &o["applied"]),
-            (&json!("ok"), &json!("live")),
-            "{o}"
-        );
-        assert_eq!(answers(&nginx, &path), (set(names), vec![]));
+        goes_live(&d, &nginx, names);
     }
 }
 
