@@ -11,7 +11,8 @@ workers, the combined-upstreams module loaded, its upstreams API on a unix socke
 and a front server proxying to the upstream `bench` (keepalive 16), and a fresh `tributary serve`
 (static plugin) managing it with `--apply live` or `--apply reload` (`none`: live mode, no changes:
 the baseline; `weights`, not run by default: live mode, each change only flips the one server's
-weight between 1 and 2 — all the work of a live change, no traffic moved, no prober). The modes then take turns in segments of `--segment-seconds` (order rotated every
+weight between 1 and 2 — all the work of a live change, no traffic moved, no prober; `twin`, not
+run by default: a second `none`, to see how far two identical stacks differ on the machine). The modes then take turns in segments of `--segment-seconds` (order rotated every
 round, so each mode runs as often in each position) until each had `--seconds`: drift of a shared
 machine hits every mode alike. In a segment `wrk -c32` keeps keep-alive connections on the mode's
 front server (each sending its next request as soon as the answer came: the cores are saturated; with
@@ -193,6 +194,11 @@ def pct(v, q):
         return float("nan")
     v = sorted(v)
     return v[min(len(v) - 1, int(round(q * (len(v) - 1))))]
+
+
+# Modes without changes: `none`, the baseline, and `twin`, a second stack like it (an A/A
+# comparison: the ratios twin / none show how much two identical stacks differ on this machine).
+IDLE = ("none", "twin")
 
 
 class Stack:
@@ -466,7 +472,8 @@ def main():
     ap.add_argument("--interval-ms", type=int, default=100)
     ap.add_argument("--connections", type=int, default=32)
     ap.add_argument("--modes", default="none,live,reload",
-                    help="none, live, reload, weights (live changes of one server's weight)")
+                    help="none, live, reload, weights (live changes of one server's weight), twin "
+                         "(a second none: how far two identical stacks differ)")
     ap.add_argument("--json", help="also write the results to this file")
     ap.add_argument("--think-ms", type=int, default=0,
                     help="each wrk connection waits this long after an answer (0: saturating load)")
@@ -500,7 +507,7 @@ def main():
             order = modes[r % len(modes):] + modes[:r % len(modes)]
             for m in order:
                 s = run_segment(stacks[m], a.segment_seconds, a.interval_ms, a.connections, lua,
-                                change=(m != "none"), probing=not a.no_probe)
+                                change=(m not in IDLE), probing=not a.no_probe)
                 segs[m].append(s)
                 print(f"  round {r + 1} {m}: p99 {hist_pct(s['hist'], .99) / 1000:.2f} ms, "
                       f"{s['requests'] / s['seconds']:.0f} req/s, {s['reloads']} reloads", flush=True)
@@ -524,7 +531,7 @@ def main():
     print()
     print("change latency, p50/p99/max ms (n):")
     for m, r in results.items():
-        if m == "none":
+        if m in IDLE:
             continue
         print(f"  {m}: save→seen {fmt3(r['save_seen_ms'])} ({len(r['save_seen_ms'])}, "
               f"{r['not_seen_within_2s']} not within 2 s); decided→seen (outside) {fmt3(r['decided_seen_ms'])} "
