@@ -173,6 +173,10 @@ struct Pending {
     new: Option<Vec<u8>>,
 }
 
+/// What [`Applier::stage`] runs once the journals of its changes exist (the live path pushes
+/// there, [`push`]).
+type Journaled<'a> = dyn FnMut(&[Pending]) + 'a;
+
 /// Restores that failed: upstream name → why.
 type Unrestored = Vec<(UpstreamName, String)>;
 
@@ -454,7 +458,11 @@ impl Applier {
         for (p, pushed) in accepted {
             let result = match (pushed, push.as_deref_mut()) {
                 (Some(result), _) => result,
-                (None, Some(push)) => push.push(latest[&p.name]),
+                // Tested on its own after the batch failed: its file is in place, so the push
+                // can be confirmed right away.
+                (None, Some(push)) => push
+                    .push(latest[&p.name])
+                    .and_then(|()| push.confirm(latest[&p.name])),
                 (None, None) => {
                     reload.push(p);
                     continue;
@@ -531,7 +539,7 @@ impl Applier {
             previous: Some(previous),
             new: None,
         }];
-        let staged = match self.stage(pending) {
+        let staged = match self.stage(pending, &mut |_| {}) {
             Ok(staged) => staged,
             Err((_, e, unrestored)) => {
                 return match unrestored.into_iter().next() {
@@ -585,7 +593,7 @@ impl Applier {
         if pending.is_empty() {
             return pending;
         }
-        let staged = self.stage_recording(pending, outcomes);
+        let staged = self.stage_recording(pending, outcomes, &mut |_| {});
         if staged.is_empty() {
             return staged;
         }
@@ -675,10 +683,11 @@ impl Applier {
         &mut self,
         pending: Vec<Pending>,
         outcomes: &mut HashMap<UpstreamName, ChangeOutcome>,
+        journaled: &mut Journaled<'_>,
     ) -> Vec<Pending> {
         let mut remaining = pending;
         loop {
-            match self.stage(remaining) {
+            match self.stage(remaining, journaled) {
                 Ok(staged) => return staged,
                 Err((rest, e, unrestored)) => {
                     // `stage` undid everything it could; the failing one is first.
@@ -706,15 +715,18 @@ impl Applier {
         }
     }
 
-    /// Writes journals then new contents. On an IO error everything in `pending` is put back as
-    /// it was and the list is returned with the failing change first, plus the restores that
-    /// failed.
+    /// Writes journals then new contents; `journaled` runs once the journals exist, before any
+    /// new byte is written (its time is not counted as the write's). On an IO error everything in
+    /// `pending` is put back as it was and the list is returned with the failing change first,
+    /// plus the restores that failed.
     #[allow(clippy::type_complexity)]
     fn stage(
         &mut self,
         pending: Vec<Pending>,
+        journaled: &mut Journaled<'_>,
     ) -> Result<Vec<Pending>, (Vec<Pending>, io::Error, Unrestored)> {
         let t0 = Instant::now();
+        let mut hook = Duration::ZERO;
         let dir = self.upstreams.clone();
         let result = (|| -> Result<(), (usize, io::Error)> {
             // 1. journals: the previous bytes, or an empty ".none" marker. Durable before step 2.
@@ -745,6 +757,9 @@ impl Applier {
                 journal_index.push(i);
             }
             write_many(&dir, &journals).map_err(|(k, e)| (journal_index[k], e))?;
+            let t_hook = Instant::now();
+            journaled(&pending);
+            hook += t_hook.elapsed();
             // 2. the new contents in durable temp files, while the folder is synced for the
             // journals' names: both must be on disk before any file changes (a journal before its
             // file, a file's bytes before its name points to them), not one before the other, so
@@ -783,7 +798,7 @@ impl Applier {
             }
             rename_temps(&dir, &writes, &temps).map_err(|(k, e)| (write_index[k], e))
         })();
-        self.steps.write += t0.elapsed();
+        self.steps.write += t0.elapsed().saturating_sub(hook);
         match result {
             Ok(()) => Ok(pending),
             Err((failing, e)) => {

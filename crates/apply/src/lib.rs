@@ -12,6 +12,9 @@
 //! - "Unchanged" means the bytes on disk are the ones nginx has confirmed live.
 //! - Changes are applied in batches: one test and one reload for all of them; when the test fails,
 //!   the culprits are isolated by bisection and the rest is applied.
+//! - The live path ([`Applier::apply_live_batch`], issue 11) pushes a change through the caller's
+//!   [`Push`] once its journal exists, confirms it once the file is in place, then tests (when
+//!   needed); a push whose file cannot be written or whose test fails is taken back.
 //! - Reloads keep a minimum gap ([`ApplyOptions::min_reload_gap`], default 2 s).
 //! - A lock file (`upstreams/.tributary.lock`, `flock`) keeps a second [`Applier`] out.
 //! - A journal of the previous bytes (a hard link to the old file) is made before each change; at [`Applier::open`] a change

@@ -1,6 +1,6 @@
-//! The live path of the applier (issue 11): pushes run once the files are written, before the
-//! test; they stand only when it passes, and are taken back before the files are restored when it
-//! fails.
+//! The live path of the applier (issue 11): a change is pushed once its journal exists, before
+//! its new file is written, and confirmed once the file is in place, before the test; pushes stand
+//! only when the test passes, and are taken back before the files are restored when it fails.
 mod common;
 
 use std::collections::HashMap;
@@ -13,10 +13,10 @@ use common::{change, fake, fast, name, FakeNginx};
 use tributary_apply::{Applier, Change, ChangeOutcome, CommandError, Nginx, Push};
 
 /// What a [`Recorder`] runs at each push and undo.
-type During = Box<dyn FnMut(&Change)>;
+type During = Box<dyn FnMut(&str, &Change)>;
 
 /// A push that records what it was asked, refuses the upstreams in `refuse`, and fails its
-/// undo when `undo_fails`. Each push and undo also runs `during`.
+/// undo when `undo_fails`. Each push, confirm and undo also runs `during` with its name.
 #[derive(Default)]
 struct Recorder {
     events: Vec<String>,
@@ -29,17 +29,24 @@ impl Push for Recorder {
     fn push(&mut self, c: &Change) -> Result<(), String> {
         self.events.push(format!("push {}", c.name));
         if let Some(f) = &mut self.during {
-            f(c);
+            f("push", c);
         }
         if self.refuse.contains(&c.name.as_str()) {
             return Err("409 from the API".into());
         }
         Ok(())
     }
+    fn confirm(&mut self, c: &Change) -> Result<(), String> {
+        self.events.push(format!("confirm {}", c.name));
+        if let Some(f) = &mut self.during {
+            f("confirm", c);
+        }
+        Ok(())
+    }
     fn undo(&mut self, c: &Change) -> Result<(), String> {
         self.events.push(format!("undo {}", c.name));
         if let Some(f) = &mut self.during {
-            f(c);
+            f("undo", c);
         }
         if self.undo_fails {
             return Err("the live API did not answer".into());
@@ -101,13 +108,20 @@ fn the_push_does_not_wait_for_the_test_and_stands_when_it_passes() {
         inner: nginx.clone(),
     };
     let mut a = Applier::open(dir.path(), Box::new(gate), fast()).unwrap();
-    let file = dir.path().join("upstreams/api.conf");
+    let up = dir.path().join("upstreams");
     let mut push = Recorder {
-        during: Some(Box::new(move |_| {
-            // The file is durable and in place before the push.
-            assert_eq!(fs::read(&file).unwrap(), b"server 10.0.0.1:80;");
-            *pushed.0.lock().unwrap() = true;
-            pushed.1.notify_all();
+        during: Some(Box::new(move |event, _| match event {
+            // Pushed once the journal exists ("there was no file"), before the file is written;
+            // confirmed once it is in place.
+            "push" => {
+                assert!(up.join(".api.conf.none").exists() && !up.join("api.conf").exists());
+                *pushed.0.lock().unwrap() = true;
+                pushed.1.notify_all();
+            }
+            _ => assert_eq!(
+                fs::read(up.join("api.conf")).unwrap(),
+                b"server 10.0.0.1:80;"
+            ),
         })),
         ..Recorder::default()
     };
@@ -124,7 +138,7 @@ fn the_push_does_not_wait_for_the_test_and_stands_when_it_passes() {
             None
         )]
     );
-    assert_eq!(push.events, ["push api"]);
+    assert_eq!(push.events, ["push api", "confirm api"]);
     assert_eq!(a.last_steps().tests, 1);
     assert_eq!(nginx.reloads.load(Ordering::SeqCst), 0);
     assert!(journals(dir.path()).is_empty());
@@ -139,11 +153,10 @@ fn a_failed_test_takes_every_push_back_then_the_good_ones_go_after_their_own_tes
     let bad_file = dir.path().join("upstreams/bad.conf");
     let mut push = Recorder {
         refuse: vec!["refused"],
-        during: Some(Box::new(move |c| {
-            // Every push and undo happens while the bad file is on disk: the undo comes before
-            // the restore.
+        during: Some(Box::new(move |event, c| {
+            // The push comes before the bad file is written, the undo before it is restored.
             if c.name.as_str() == "bad" {
-                assert_eq!(fs::read(&bad_file).unwrap(), b"BAD");
+                assert_eq!(bad_file.exists(), event != "push", "{event}");
             }
         })),
         ..Recorder::default()
@@ -160,15 +173,18 @@ fn a_failed_test_takes_every_push_back_then_the_good_ones_go_after_their_own_tes
     assert_eq!(
         push.events,
         [
-            // before the batch's test, which fails
+            // as the journals are made, then confirmed once the files are in place
             "push ok",
             "push refused",
             "push bad",
-            // taken back (the refused push changed nothing)
+            "confirm ok",
+            "confirm bad",
+            // the batch's test fails: taken back (the refused push changed nothing)
             "undo ok",
             "undo bad",
             // the good ones, after the bisection's tests
             "push ok",
+            "confirm ok",
             "push refused",
         ]
     );
@@ -219,7 +235,7 @@ fn a_push_that_cannot_be_taken_back_is_said_and_the_upstream_is_no_longer_taken_
         ..Recorder::default()
     };
     let out = a.apply_live_batch(&[change("api", b"BAD".to_vec())], &mut push, true);
-    assert_eq!(push.events, ["push api", "undo api"]);
+    assert_eq!(push.events, ["push api", "confirm api", "undo api"]);
     let ChangeOutcome::TestFailed { nginx_error } = &out[0].1 else {
         panic!("{out:?}")
     };
@@ -333,4 +349,46 @@ fn on_the_callers_word_the_test_is_skipped_once_the_upstream_passed_one() {
     );
     assert_eq!(out[0].1, ChangeOutcome::Applied { reloaded: false });
     assert_eq!(tests(), before + 1);
+}
+
+#[test]
+fn a_push_whose_file_cannot_be_written_is_taken_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let up = dir.path().join("upstreams");
+    fs::create_dir_all(&up).unwrap();
+    let mount = match tributary_testkit::TmpfsMount::mount(&up, 256 * 1024) {
+        Ok(m) => Arc::new(m),
+        Err(e) => {
+            eprintln!("SKIPPED: this test needs to mount a tmpfs (root or CAP_SYS_ADMIN): {e}");
+            return;
+        }
+    };
+    let nginx = fake(dir.path());
+    let mut a = Applier::open(dir.path(), Box::new(nginx.clone()), fast()).unwrap();
+    let old = b"server 10.0.0.1:80;".to_vec();
+    a.apply_batch(&[change("api", old.clone())]);
+    // The disk fills up right after the push: the new file cannot be written.
+    let full = mount.clone();
+    let mut push = Recorder {
+        during: Some(Box::new(move |event, _| {
+            if event == "push" {
+                full.fill("filler.bin");
+            }
+        })),
+        ..Recorder::default()
+    };
+    let new = vec![b'#'; 64 * 1024];
+    let out = a.apply_live_batch(&[change("api", new)], &mut push, true);
+    assert!(
+        matches!(&out[0].1, ChangeOutcome::WriteFailed { error } if error.contains("No space left")),
+        "{out:?}"
+    );
+    assert_eq!(push.events, ["push api", "undo api"]);
+    assert_eq!(a.read_current(&name("api")), Some(old));
+    assert!(
+        journals(dir.path()).is_empty(),
+        "{:?}",
+        journals(dir.path())
+    );
+    drop(a);
 }

@@ -81,17 +81,24 @@ struct ListEntry {
     generation: u64,
 }
 
-/// How long the steps of [`LiveApi::replace_confirmed`] took.
+/// How long the steps of [`LiveApi::replace`] (and [`LiveApi::confirm`]) took.
 #[derive(Debug, Clone, Copy)]
 pub struct PushTimes {
     /// The `PUT` (sent until answered 200: from then on every worker selects from the new set).
     pub put: Duration,
     /// When the `PUT` was answered: the change is visible.
     pub visible_at: std::time::Instant,
-    /// The `GET` that reads the set back for the comparison.
+    /// The `GET` that reads the set back for the comparison (zero until it ran).
     pub readback: Duration,
-    /// The generation read back: the guard of the next `PUT` of this upstream.
+    /// When the read-back found the set equal (the change is confirmed), once it did.
+    pub confirmed_at: Option<std::time::Instant>,
+    /// The generation after the change: the guard of the next `PUT` of this upstream.
     pub generation: u64,
+}
+
+#[derive(Debug, Deserialize)]
+struct PutAnswer {
+    generation: u64,
 }
 
 #[derive(Debug, Deserialize)]
@@ -209,11 +216,10 @@ impl LiveApi {
     }
 
     /// Replaces the set of `name` guarded by `generation` (from [`Self::listing`]: a reload or
-    /// another change since then makes the `PUT` fail with 409), then reads it back and
-    /// compares (address, weight, max_fails, fail_timeout_ms, backup, down; order does not
-    /// matter): only an equal set read back counts as applied. Every failure says which step
-    /// failed.
-    pub async fn replace_confirmed(
+    /// another change since then makes the `PUT` fail with 409). Returns when it was answered
+    /// (the change is visible from then on), how long it took and the new generation. Every
+    /// failure says which step failed.
+    pub async fn replace(
         &self,
         name: &str,
         servers: &[LiveServer],
@@ -227,16 +233,29 @@ impl LiveApi {
         })
         .map_err(|e| format!("encoding the set: {e}"))?;
         let (status, answer) = self.request(Method::PUT, &path, Some(body)).await?;
-        let _: serde_json::Value = parse_answer(status, &answer, &format!("PUT {name}"))?;
+        let put: PutAnswer = parse_answer(status, &answer, &format!("PUT {name}"))?;
         let visible_at = std::time::Instant::now();
+        Ok(PushTimes {
+            put: visible_at - t0,
+            visible_at,
+            readback: Duration::ZERO,
+            confirmed_at: None,
+            generation: put.generation,
+        })
+    }
+
+    /// Reads the set of `name` back and compares it with `servers` (address, weight, max_fails,
+    /// fail_timeout_ms, backup, down; order does not matter): only an equal set counts as
+    /// applied. Returns the generation read and how long the read took.
+    pub async fn confirm(
+        &self,
+        name: &str,
+        servers: &[LiveServer],
+    ) -> Result<(u64, Duration), String> {
+        let t0 = std::time::Instant::now();
         let (generation, now) = self.get(name).await?;
         if same_set(&now, servers) {
-            Ok(PushTimes {
-                put: visible_at - t0,
-                visible_at,
-                readback: visible_at.elapsed(),
-                generation,
-            })
+            Ok((generation, t0.elapsed()))
         } else {
             Err(format!(
                 "GET {name} after the PUT shows a different set ({} servers, {} expected)",
@@ -244,6 +263,21 @@ impl LiveApi {
                 servers.len()
             ))
         }
+    }
+
+    /// [`Self::replace`], then [`Self::confirm`].
+    pub async fn replace_confirmed(
+        &self,
+        name: &str,
+        servers: &[LiveServer],
+        generation: u64,
+    ) -> Result<PushTimes, String> {
+        let mut times = self.replace(name, servers, generation).await?;
+        let (generation, readback) = self.confirm(name, servers).await?;
+        times.generation = generation;
+        times.readback = readback;
+        times.confirmed_at = Some(std::time::Instant::now());
+        Ok(times)
     }
 
     async fn request(

@@ -2,11 +2,11 @@
 //! need a reload, and running a batch on both paths.
 //!
 //! A change goes live when the upstream's file is already live in nginx and the new file differs
-//! from it in its `server` lines only, each an address (no host name); the file is journaled and
-//! written as always, then the set is PUT and read back
-//! ([`crate::live_api::LiveApi::replace_confirmed`]), then `nginx -t` tests the files — for the
-//! upstream's first live change after a start, or every one with `--live-test every`
-//! ([`LiveTest`]); no reload.
+//! from it in its `server` lines only, each an address (no host name); the set is PUT
+//! ([`crate::live_api::LiveApi::replace`]) once the file's journal exists, the file is written as
+//! always, the set is read back once the file is in place ([`crate::live_api::LiveApi::confirm`]),
+//! then `nginx -t` tests the files — for the upstream's first live change after a start, or every
+//! one with `--live-test every` ([`LiveTest`]); no reload.
 //! The change counts as applied only when both passed; a failed test takes the set back (the
 //! previous file's servers, PUT under the generation our PUT left) before the file is restored
 //! ([`tributary_apply::Push`]). Everything else takes the reload path, with the reason recorded:
@@ -326,7 +326,7 @@ struct ApiPush<'a> {
 }
 
 impl ApiPush<'_> {
-    /// PUTs `set` to `name` under its generation, reads it back; the new generation is kept.
+    /// PUTs `set` to `name` under its generation; the new generation is kept.
     fn replace(&mut self, name: &str, set: &[LiveServer]) -> Result<PushTimes, String> {
         if let Some(task) = self.listing.take() {
             let t0 = Instant::now();
@@ -344,39 +344,64 @@ impl ApiPush<'_> {
             })?,
             Err(e) => return Err(format!("live API unavailable: {e}")),
         };
-        let times = self
-            .rt
-            .block_on(self.api.replace_confirmed(name, set, generation))?;
-        if let Ok(g) = &mut self.generations {
-            g.insert(name.to_string(), times.generation);
-        }
+        let times = self.rt.block_on(self.api.replace(name, set, generation))?;
+        self.note_generation(name, times.generation);
         Ok(times)
     }
+
+    fn note_generation(&mut self, name: &str, generation: u64) {
+        if let Ok(g) = &mut self.generations {
+            g.insert(name.to_string(), generation);
+        }
+    }
+
+    /// Reads `name` back and compares it with `set`.
+    fn confirm_set(&mut self, name: &str, set: &[LiveServer]) -> Result<Duration, String> {
+        let (generation, took) = self.rt.block_on(self.api.confirm(name, set))?;
+        self.note_generation(name, generation);
+        Ok(took)
+    }
+}
+
+/// A live failure: logged, and the reason the change falls back to a reload.
+fn live_failed(name: &tributary_core::UpstreamName, t0: Instant, e: String) -> String {
+    let e = format!("live apply failed, fell back to a reload: {e}");
+    let push_ms = ms(t0.elapsed());
+    tracing::warn!(upstream = %name, push_ms, error = %e, "live apply failed");
+    e
 }
 
 impl Push for ApiPush<'_> {
     fn push(&mut self, c: &Change) -> Result<(), String> {
         let set = self.sets[c.name.as_str()].0.clone();
         let t0 = Instant::now();
-        match self.replace(c.name.as_str(), &set) {
-            Ok(times) => {
-                self.pushed.insert(c.name.as_str().to_string(), times);
-                Ok(())
-            }
-            Err(e) => {
-                let e = format!("live apply failed, fell back to a reload: {e}");
-                let push_ms = ms(t0.elapsed());
-                tracing::warn!(upstream = %c.name, push_ms, error = %e, "live apply failed");
-                Err(e)
-            }
+        let times = self
+            .replace(c.name.as_str(), &set)
+            .map_err(|e| live_failed(&c.name, t0, e))?;
+        self.pushed.insert(c.name.as_str().to_string(), times);
+        Ok(())
+    }
+
+    fn confirm(&mut self, c: &Change) -> Result<(), String> {
+        let set = self.sets[c.name.as_str()].0.clone();
+        let t0 = Instant::now();
+        let took = self
+            .confirm_set(c.name.as_str(), &set)
+            .map_err(|e| live_failed(&c.name, t0, e))?;
+        if let Some(times) = self.pushed.get_mut(c.name.as_str()) {
+            times.readback = took;
+            times.confirmed_at = Some(Instant::now());
         }
+        Ok(())
     }
 
     fn undo(&mut self, c: &Change) -> Result<(), String> {
         let before = self.sets[c.name.as_str()].1.clone();
         self.pushed.remove(c.name.as_str());
-        let r = self.replace(c.name.as_str(), &before).map(|_| ());
-        tracing::info!(upstream = %c.name, undone = r.is_ok(), "nginx -t failed: the set pushed before it is taken back");
+        let r = self
+            .replace(c.name.as_str(), &before)
+            .and_then(|_| self.confirm_set(c.name.as_str(), &before).map(|_| ()));
+        tracing::info!(upstream = %c.name, undone = r.is_ok(), "the set pushed live is taken back (its file could not be written, or nginx -t failed)");
         r
     }
 }
@@ -387,14 +412,14 @@ fn ms(d: Duration) -> f64 {
 
 /// One log line per change made live, with where its time went (the benchmark reads these):
 /// `decided_to_visible_ms` from the decision (bytes rendered from a validated answer, handed to
-/// the apply task) to the `PUT` answered, `decided_to_confirmed_ms` to the set read back equal;
-/// `waited_ms` from the decision to the batch's start (queue and batch window), then the batch's
-/// `write_ms` (journal, new file, their fsyncs, rename), `test_ms` (`nginx -t`, after the push:
-/// not part of `decided_to_visible_ms`; `tests` says how many ran, 0 when `--live-test first`
-/// skipped it), `list_wait_ms` (how long the push still waited for
-/// the API's list, asked while writing), and this change's `put_ms`
-/// and `readback_ms`. `decided_unix_ms` places the decision on the wall
-/// clock, for comparing with what a client of nginx sees (`first_server` tells which set it was).
+/// the apply task) to the `PUT` answered, `decided_to_confirmed_ms` to the set read back equal
+/// (after the new file is in place); `waited_ms` from the decision to the batch's start (queue
+/// and batch window), then the batch's `write_ms` (journal, new file, their fsyncs, rename: after
+/// the `PUT`, except the journal's link), `test_ms` (`nginx -t`, after the read-back; `tests` says
+/// how many ran, 0 when `--live-test first` skipped it), `list_wait_ms` (how long the push still
+/// waited for the API's list, asked while the batch started), and this change's `put_ms` and
+/// `readback_ms`. `decided_unix_ms` places the decision on the wall clock, for comparing with
+/// what a client of nginx sees (`first_server` tells which set it was).
 fn log_live(
     pushed: &[(&tributary_core::UpstreamName, &[LiveServer], &PushTimes)],
     decided: &HashMap<String, Instant>,
@@ -417,7 +442,7 @@ fn log_live(
             servers = set.len(),
             first_server = set.first().map_or("", |s| s.address.as_str()),
             decided_to_visible_ms = ms(t.visible_at - d),
-            decided_to_confirmed_ms = ms(t.visible_at + t.readback - d),
+            decided_to_confirmed_ms = ms(t.confirmed_at.unwrap_or(t.visible_at) - d),
             waited_ms = ms(started.saturating_duration_since(d)),
             list_wait_ms,
             write_ms = ms(steps.write),
