@@ -218,16 +218,28 @@ fn live_failure_falls_back_to_a_reload_with_the_reason() {
     );
 }
 
-/// `GET <loc>/NAME` on the live API's unix socket: (generation, server addresses).
-fn live_set(nginx: &TestNginx, name: &str) -> (u64, BTreeSet<String>) {
+/// One request to the live API on its unix socket: the answer's JSON body.
+fn live_request(nginx: &TestNginx, method: &str, name: &str, body: Option<&Value>) -> Value {
     use std::io::{Read, Write};
     let mut s =
         std::os::unix::net::UnixStream::connect(nginx.prefix().join("logs/api.sock")).unwrap();
-    write!(s, "GET /api/{name} HTTP/1.0\r\nHost: localhost\r\n\r\n").unwrap();
+    let body = body.map(|b| b.to_string()).unwrap_or_default();
+    write!(
+        s,
+        "{method} /api/{name} HTTP/1.0\r\nHost: localhost\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
     let mut answer = String::new();
     s.read_to_string(&mut answer).unwrap();
-    let (_, body) = answer.split_once("\r\n\r\n").unwrap();
-    let v: Value = serde_json::from_str(body).unwrap();
+    let (head, body) = answer.split_once("\r\n\r\n").unwrap();
+    assert!(head.starts_with("HTTP/1.1 200"), "{answer}");
+    serde_json::from_str(body).unwrap()
+}
+
+/// `GET <loc>/NAME`: (generation, server addresses).
+fn live_set(nginx: &TestNginx, name: &str) -> (u64, BTreeSet<String>) {
+    let v = live_request(nginx, "GET", name, None);
     let servers = v["servers"].as_array().unwrap();
     (
         v["generation"].as_u64().unwrap(),
@@ -236,6 +248,48 @@ fn live_set(nginx: &TestNginx, name: &str) -> (u64, BTreeSet<String>) {
             .map(|s| s["address"].as_str().unwrap().to_string())
             .collect(),
     )
+}
+
+/// The daemon dies right after a `PUT` (the journal is linked first, the file not yet renamed):
+/// nginx serves the pushed set, the file says the old one. The next start finds the journal,
+/// tests and reloads: nginx serves what the file says again.
+#[test]
+fn a_crash_after_the_put_is_recovered_from_the_journal() {
+    let root = tempfile::tempdir().unwrap();
+    let nginx = live_nginx("", &["a", "b"]);
+    let mut d = live_daemon(root.path(), &nginx, &[]);
+    let o = put_wait(&d, "web", &binding(&targets(&nginx, &["a"]), &[]));
+    assert_eq!(o["applied"], "reload", "{o}");
+    d.stop();
+    nginx
+        .wait_settled(std::time::Duration::from_secs(10))
+        .unwrap();
+    // The window: journal linked, set pushed, new file not written yet.
+    let up = nginx.upstreams_dir();
+    fs::hard_link(up.join("web.conf"), up.join(".web.conf.prev")).unwrap();
+    let (generation, _) = live_set(&nginx, "web");
+    let b = targets(&nginx, &["b"]);
+    let put = json!({"servers": [{"address": b, "weight": 1}], "generation": generation});
+    live_request(&nginx, "PUT", "web", Some(&put));
+    let path = TestNginx::upstream_path("web");
+    assert_eq!(answers(&nginx, &path), (set(&["b"]), vec![]));
+    let reloads = nginx.reloads_seen();
+
+    let _d = live_daemon(root.path(), &nginx, &[]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while up.join(".web.conf.prev").exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the journal is never handled"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(nginx.reloads_seen() > reloads, "recovery reloaded");
+    nginx
+        .wait_settled(std::time::Duration::from_secs(10))
+        .unwrap();
+    assert_eq!(answers(&nginx, &path), (set(&["a"]), vec![]));
+    assert_eq!(live_set(&nginx, "web").1, set(&[&targets(&nginx, &["a"])]));
 }
 
 /// `--live-test every`: the set is PUT, then `nginx -t` runs; when the test fails (here another
