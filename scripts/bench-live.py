@@ -30,7 +30,7 @@ seconds of nginx (master, workers, reaped workers), of the daemon and of the com
   answer, handed to the apply task) to the `PUT` answered by nginx (every worker selects from the
   new set from then on); decided→confirmed adds the read-back `GET`; and where the time went:
   waited (queue + batch window), write (journal + file + fsyncs), list_wait (the API's list, asked
-  while writing, still awaited), put, readback; test (`nginx -t`, after the push: not part of it;
+  as the batch starts, still awaited), put, readback; test (`nginx -t`, after the push: not part of it;
   0 when `--live-test first` skipped it). From the daemon's "applied live" log lines.
 - decided→seen (outside): from the decision (its wall-clock time, logged) to the first answer from
   the new set seen by the prober (a new connection every ~2 ms): what a client sees.

@@ -185,13 +185,15 @@ type Unrestored = Vec<(UpstreamName, String)>;
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct StepTimes {
     /// Writing journals and new files up to their renames, with the fsyncs before the renames
-    /// (summed over the batch's stagings; the folder's fsync in `settle` is not in it).
+    /// (summed over the batch's stagings; neither the live path's pushes, made between the
+    /// journals and the new files, nor the folder's fsync in `settle` are in it).
     pub write: Duration,
     /// Running the test command (summed; more than one run when a failure is bisected).
     pub test: Duration,
     /// How many times the test command ran.
     pub tests: u32,
-    /// From the call until the tested changes were ready for the push or the reload.
+    /// From the call until the tested changes were ready for the reload (on the live path: pushed,
+    /// confirmed and tested when needed).
     pub ready: Duration,
 }
 

@@ -83,7 +83,8 @@ impl Applier {
             .filter(|n| !staged.iter().any(|p| &p.name == *n))
             .cloned()
             .collect();
-        self.take_back(&unwritten, changes, push, outcomes);
+        let not_undone = self.undo_all(&unwritten, changes, push);
+        self.note_not_undone(not_undone, outcomes);
         let results: Vec<Result<(), String>> = staged
             .iter()
             .map(|p| match pushed.iter().find(|(n, _)| n == &p.name) {
@@ -110,18 +111,6 @@ impl Applier {
         let accepted = self.isolate(staged, err, outcomes, true);
         self.note_not_undone(not_undone, outcomes);
         accepted.into_iter().map(|p| (p, None)).collect()
-    }
-
-    /// Undoes the pushes of `names` and notes in `outcomes` those that could not be undone.
-    fn take_back(
-        &mut self,
-        names: &[UpstreamName],
-        changes: &HashMap<&UpstreamName, &Change>,
-        push: &mut dyn Push,
-        outcomes: &mut HashMap<UpstreamName, ChangeOutcome>,
-    ) {
-        let not_undone = self.undo_all(names, changes, push);
-        self.note_not_undone(not_undone, outcomes);
     }
 
     /// Undoes the pushes of `names`; returns those that failed, with why.

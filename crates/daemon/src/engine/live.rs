@@ -137,15 +137,20 @@ fn split(bytes: &[u8]) -> Option<Split<'_>> {
     Some((servers, rest))
 }
 
-/// The servers of a rendered file as the API takes them (`None`: not in the rendered form).
-fn servers_of(bytes: &[u8]) -> Option<Vec<LiveServer>> {
-    let (servers, _) = split(bytes)?;
-    Some(
-        servers
-            .into_iter()
-            .map(|(a, w)| LiveServer::new(a, w))
-            .collect(),
-    )
+/// Servers of a rendered file as the API takes them.
+fn to_live(servers: Vec<(String, u32)>) -> Vec<LiveServer> {
+    servers
+        .into_iter()
+        .map(|(a, w)| LiveServer::new(a, w))
+        .collect()
+}
+
+/// What [`live_plan`] found: the set to `PUT` and the set it replaces (put back if the change
+/// is undone).
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct LivePlan {
+    pub set: Vec<LiveServer>,
+    pub before: Vec<LiveServer>,
 }
 
 /// Whether `addr:port` (IPv6 in brackets) is an address, not a host name.
@@ -156,12 +161,12 @@ fn is_ip_port(hp: &str) -> bool {
 }
 
 /// The set to PUT for a change from `live` (the bytes nginx runs, `None` for a new upstream) to
-/// `new`, or why it needs a reload.
-pub(crate) fn live_plan(live: Option<&[u8]>, new: &[u8]) -> Result<Vec<LiveServer>, String> {
+/// `new`, with the set it replaces, or why it needs a reload.
+pub(crate) fn live_plan(live: Option<&[u8]>, new: &[u8]) -> Result<LivePlan, String> {
     let Some(live) = live else {
         return Err("new upstream (or its file is not confirmed live yet): needs a reload".into());
     };
-    let (Some((_, old_rest)), Some((servers, new_rest))) = (split(live), split(new)) else {
+    let (Some((before, old_rest)), Some((servers, new_rest))) = (split(live), split(new)) else {
         return Err("the file is not in the daemon's rendered form: needs a reload".into());
     };
     if old_rest != new_rest {
@@ -187,10 +192,10 @@ pub(crate) fn live_plan(live: Option<&[u8]>, new: &[u8]) -> Result<Vec<LiveServe
             "host-name target {h}: live changes take addresses only, needs a reload"
         ));
     }
-    Ok(servers
-        .into_iter()
-        .map(|(a, w)| LiveServer::new(a, w))
-        .collect())
+    Ok(LivePlan {
+        set: to_live(servers),
+        before: to_live(before),
+    })
 }
 
 /// Applies a batch on a blocking thread: the changes [`live_plan`] accepts through the API (before
@@ -230,7 +235,7 @@ pub(crate) fn apply_batch(
                 .collect();
         }
     };
-    let mut live: Vec<(Change, Vec<LiveServer>, Vec<LiveServer>)> = Vec::new();
+    let mut live: Vec<(Change, LivePlan)> = Vec::new();
     let mut reload: Vec<(Change, String)> = Vec::new();
     for c in changes {
         let current = a.read_current(&c.name).filter(|b| a.is_live(&c.name, b));
@@ -240,36 +245,34 @@ pub(crate) fn apply_batch(
             continue;
         }
         match live_plan(current.as_deref(), &c.bytes) {
-            Ok(set) => {
-                let before = current.as_deref().and_then(servers_of).unwrap_or_default();
-                live.push((c.clone(), set, before));
-            }
+            Ok(plan) => live.push((c.clone(), plan)),
             Err(why) => reload.push((c.clone(), why)),
         }
     }
     let mut out = Vec::new();
     if !live.is_empty() {
         // The API's list (which upstreams can go live, and their generations for the PUT's guard)
-        // is asked while the files are written: it is only needed for the push.
+        // is asked now, while the journals are made: it is only needed for the push.
         let listing = {
             let api = api.clone();
             rt.spawn(async move { api.listing().await })
         };
+        let (batch, plans): (Vec<Change>, HashMap<String, LivePlan>) = live
+            .into_iter()
+            .map(|(c, plan)| {
+                let name = c.name.as_str().to_string();
+                (c, (name, plan))
+            })
+            .unzip();
         let mut push = ApiPush {
             api,
             rt,
-            sets: live
-                .iter()
-                .map(|(c, set, before)| {
-                    (c.name.as_str().to_string(), (set.clone(), before.clone()))
-                })
-                .collect(),
+            plans,
             listing: Some(listing),
             generations: Err("no list".to_string()),
             list_wait: Duration::ZERO,
             pushed: HashMap::new(),
         };
-        let batch: Vec<Change> = live.into_iter().map(|(c, _, _)| c).collect();
         // Every change here differs from the bytes nginx runs in server lines only (`live_plan`).
         let test = opts.test == LiveTest::Every;
         let results = a.apply_live_batch(&batch, &mut push, test);
@@ -278,7 +281,7 @@ pub(crate) fn apply_batch(
             .filter(|(_, o, _)| *o == ChangeOutcome::Applied { reloaded: false })
             .filter_map(|(n, _, _)| {
                 let times = push.pushed.get(n.as_str())?;
-                Some((n, push.sets[n.as_str()].0.as_slice(), times))
+                Some((n, push.plans[n.as_str()].set.as_slice(), times))
             })
             .collect();
         log_live(
@@ -307,14 +310,14 @@ pub(crate) fn apply_batch(
 }
 
 /// The push of [`apply_batch`] over the module's API: PUTs a change's set guarded by the
-/// upstream's generation (from the API's list, asked while the files are written, then from each
-/// read-back) and reads it back; takes it back, with the set of the file nginx ran before, when
+/// upstream's generation (from the API's list, asked as the batch starts, then from each `PUT`
+/// answer and read-back) and reads it back; takes it back, with the set of the file nginx ran before, when
 /// the test that follows fails.
 struct ApiPush<'a> {
     api: &'a LiveApi,
     rt: &'a tokio::runtime::Handle,
     /// Per upstream: the set to push and the set it replaces.
-    sets: HashMap<String, (Vec<LiveServer>, Vec<LiveServer>)>,
+    plans: HashMap<String, LivePlan>,
     listing: Option<tokio::task::JoinHandle<Result<HashMap<String, u64>, String>>>,
     /// The generations of the listed upstreams (each updated by our own PUTs), or why there are
     /// none.
@@ -373,7 +376,7 @@ fn live_failed(name: &tributary_core::UpstreamName, t0: Instant, e: String) -> S
 
 impl Push for ApiPush<'_> {
     fn push(&mut self, c: &Change) -> Result<(), String> {
-        let set = self.sets[c.name.as_str()].0.clone();
+        let set = self.plans[c.name.as_str()].set.clone();
         let t0 = Instant::now();
         let times = self
             .replace(c.name.as_str(), &set)
@@ -383,7 +386,7 @@ impl Push for ApiPush<'_> {
     }
 
     fn confirm(&mut self, c: &Change) -> Result<(), String> {
-        let set = self.sets[c.name.as_str()].0.clone();
+        let set = self.plans[c.name.as_str()].set.clone();
         let t0 = Instant::now();
         let took = self
             .confirm_set(c.name.as_str(), &set)
@@ -396,7 +399,7 @@ impl Push for ApiPush<'_> {
     }
 
     fn undo(&mut self, c: &Change) -> Result<(), String> {
-        let before = self.sets[c.name.as_str()].1.clone();
+        let before = self.plans[c.name.as_str()].before.clone();
         self.pushed.remove(c.name.as_str());
         let r = self
             .replace(c.name.as_str(), &before)
@@ -465,8 +468,9 @@ mod tests {
     #[test]
     fn server_changes_of_a_live_zoned_upstream_go_live() {
         let new = ZONED.replace("10.0.0.1:80 weight=1", "10.0.0.2:80 weight=3");
-        let set = live_plan(Some(ZONED.as_bytes()), new.as_bytes()).unwrap();
-        assert_eq!(set, vec![LiveServer::new("10.0.0.2:80".into(), 3)]);
+        let plan = live_plan(Some(ZONED.as_bytes()), new.as_bytes()).unwrap();
+        assert_eq!(plan.set, vec![LiveServer::new("10.0.0.2:80".into(), 3)]);
+        assert_eq!(plan.before, vec![LiveServer::new("10.0.0.1:80".into(), 1)]);
         let v6 = ZONED.replace("10.0.0.1:80", "[2001:db8::1]:80");
         assert!(live_plan(Some(ZONED.as_bytes()), v6.as_bytes()).is_ok());
     }
