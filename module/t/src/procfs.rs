@@ -92,6 +92,23 @@ pub fn rss_kib(pid: u32) -> Option<u64> {
         .ok()
 }
 
+/// CPU time `pid` used so far (user + system), in clock ticks (`utime` + `stime` of
+/// `/proc/PID/stat`); see [`clock_ticks_per_second`].
+pub fn cpu_ticks(pid: u32) -> Option<u64> {
+    let text = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &text[text.rfind(')')? + 1..];
+    // After the command: state is field 0, utime 11, stime 12.
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let utime: u64 = f.get(11)?.parse().ok()?;
+    let stime: u64 = f.get(12)?.parse().ok()?;
+    Some(utime + stime)
+}
+
+/// Clock ticks per second of [`cpu_ticks`] (`sysconf(_SC_CLK_TCK)`).
+pub fn clock_ticks_per_second() -> u64 {
+    rustix::param::clock_ticks_per_second()
+}
+
 /// The process title (`/proc/PID/cmdline` with NULs as spaces), e.g. `nginx: worker process`.
 pub fn title(pid: u32) -> String {
     fs::read(format!("/proc/{pid}/cmdline"))
@@ -113,6 +130,8 @@ mod tests {
         let me = std::process::id();
         assert!(alive(me));
         assert!(rss_kib(me).is_some_and(|k| k > 0));
+        assert!(cpu_ticks(me).is_some());
+        assert!(clock_ticks_per_second() > 0);
         let mut c = std::process::Command::new("sleep")
             .arg("30")
             .spawn()

@@ -12,6 +12,8 @@
 
 #[path = "live_api/helpers.rs"]
 mod helpers;
+#[path = "live_api/liveness.rs"]
+mod liveness;
 #[path = "live_api/master.rs"]
 mod master;
 
@@ -1211,6 +1213,18 @@ fn main() {
         Trial::test(
             "set_changes_under_traffic_with_retries",
             case_set_changes_under_traffic_with_retries,
+        ),
+        Trial::test(
+            "retries_stay_bounded_while_sets_keep_changing",
+            liveness::case_retries_stay_bounded_while_sets_keep_changing,
+        ),
+        Trial::test(
+            "worker_killed_holding_the_gate_leaves_puts_busy_not_stuck",
+            liveness::case_worker_killed_holding_the_gate_leaves_puts_busy_not_stuck,
+        ),
+        Trial::test(
+            "no_request_fails_while_sets_change_every_10ms",
+            liveness::case_no_request_fails_while_sets_change_every_10ms,
         ),
     ]);
 }

@@ -8,9 +8,12 @@
 //!   when `init` ran) always matches the set it selects from: `init` and every `get` run with
 //!   the zone's gate read-held, and a `get` that finds the generation changed since the
 //!   request's `init` runs the balancer's `init` again before selecting; the request then has
-//!   the tries a new request gets in the new set, within what `proxy_next_upstream_tries` still
-//!   allows, never fewer than it had left (`tries_in_new_set`); servers it already tried may be
-//!   tried again in the new set;
+//!   the tries a new request gets in the new set less the tries it already made to servers of
+//!   the new set (by address: every try's address is kept in the request pool), within what
+//!   `proxy_next_upstream_tries` still allows (`tries_in_new_set`). Its total tries stay bounded
+//!   however many sets follow each other (the same servers with other weights give nothing
+//!   back); servers it already tried may be tried again in the new set (the balancer's tried
+//!   bitmap is new), within that count; with none left it ends (`NGX_BUSY`: 502);
 //! - the peer's name and address that nginx keeps after `free` (`u->peer.name` for
 //!   `$upstream_addr` and error log lines, `u->peer.sockaddr`) are copies in the request pool, so
 //!   a retired peer can be freed as soon as its last connection ends;
@@ -32,7 +35,7 @@ use core::ptr::{self, NonNull};
 use ngx::ffi::{
     ngx_event_free_peer_pt, ngx_event_get_peer_pt, ngx_event_save_peer_session_pt,
     ngx_event_set_peer_session_pt, ngx_http_request_t, ngx_http_upstream_srv_conf_t, ngx_int_t,
-    ngx_palloc, ngx_peer_connection_t, ngx_pool_t, ngx_uint_t, sockaddr, NGX_DONE,
+    ngx_palloc, ngx_peer_connection_t, ngx_pool_t, ngx_uint_t, sockaddr, NGX_BUSY, NGX_DONE,
 };
 
 use upstrand_core::live::plan::tries_in_new_set;
@@ -53,11 +56,48 @@ struct PeerCtx {
     cap: ngx_uint_t,
     /// Tries ended so far (calls of `free`).
     made: ngx_uint_t,
+    /// The addresses of the tries made so far (newest first; request pool).
+    tried: *mut Tried,
     get: ngx_event_get_peer_pt,
     free: ngx_event_free_peer_pt,
     set_session: ngx_event_set_peer_session_pt,
     save_session: ngx_event_save_peer_session_pt,
     data: *mut c_void,
+}
+
+/// The address of one try (a chain in the request pool).
+#[derive(Clone, Copy)]
+struct Tried {
+    /// The copy of the peer's `sockaddr` the peer connection got (request pool).
+    sockaddr: *const u8,
+    socklen: usize,
+    next: *mut Tried,
+}
+
+/// The socket addresses of the chain of tries starting at `head`.
+///
+/// # Safety
+/// `head` is null or a chain of [`Tried`] in the pool of a request that is alive while the
+/// iterator is used.
+unsafe fn tried_addrs<'a>(head: *mut Tried) -> impl Iterator<Item = &'a [u8]> + Clone {
+    TriedIter(head).map(|t| {
+        // SAFETY: see above; each copy holds `socklen` bytes.
+        unsafe { core::slice::from_raw_parts(t.sockaddr, t.socklen) }
+    })
+}
+
+/// Walks a chain of [`Tried`] (see [`tried_addrs`]).
+#[derive(Clone, Copy)]
+struct TriedIter(*mut Tried);
+
+impl Iterator for TriedIter {
+    type Item = Tried;
+    fn next(&mut self) -> Option<Tried> {
+        // SAFETY: the chain is live (see `tried_addrs`).
+        let t = unsafe { self.0.as_ref() }.copied()?;
+        self.0 = t.next;
+        Some(t)
+    }
 }
 
 /// The wrapper's state of one request: a [`PeerCtx`] in the request pool, installed as the peer
@@ -218,6 +258,7 @@ pub extern "C" fn init_peer(
         generation,
         cap,
         made: 0,
+        tried: ptr::null_mut(),
         get: None,
         free: None,
         set_session: None,
@@ -244,7 +285,6 @@ extern "C" fn get_peer(pc: *mut ngx_peer_connection_t, data: *mut c_void) -> ngx
     let now = c.live.state().generation();
     if now != c.generation {
         // The set changed since this request's balancer data was made: make it again.
-        let tries = pc.tries();
         pc.with(|p| p.data = ptr::null_mut());
         // SAFETY: the balancer's own init, with the request and upstream nginx gave init_peer
         // (alive while the request's balancer callbacks run).
@@ -254,9 +294,16 @@ extern "C" fn get_peer(pc: *mut ngx_peer_connection_t, data: *mut c_void) -> ngx
         // The balancer's init gave the tries of a new request in the new set.
         let fresh = pc.tries();
         pc.take_over(ctx);
-        pc.set_tries(tries_in_new_set(tries, fresh, c.cap, c.made));
+        // SAFETY: the chain is in the live request's pool.
+        let here = c.live.tried_here(unsafe { tried_addrs(c.tried) });
+        let left = tries_in_new_set(fresh, here, c.cap, c.made);
+        pc.set_tries(left);
         ctx.update(|c| c.generation = now);
         c.live.state().count_rebalanced();
+        if left == 0 {
+            // Nothing left to try in this set: the request ends as with no live server.
+            return NGX_BUSY as ngx_int_t;
+        }
     }
     let c = ctx.get();
     let Some(get) = c.get else {
@@ -270,6 +317,19 @@ extern "C" fn get_peer(pc: *mut ngx_peer_connection_t, data: *mut c_void) -> ngx
         let pool = unsafe { (*c.r).pool };
         if !pc.detach_name(pool) {
             return NGX_ERROR;
+        }
+        let (sa, len) = pc.with(|p| (p.sockaddr, p.socklen));
+        if !sa.is_null() {
+            let t = Tried {
+                sockaddr: sa.cast::<u8>().cast_const(),
+                socklen: len as usize,
+                next: c.tried,
+            };
+            // SAFETY: the request's pool is live.
+            let Some(t) = (unsafe { pool_new(pool, t) }) else {
+                return NGX_ERROR;
+            };
+            ctx.update(|c| c.tried = t);
         }
     }
     rc
@@ -288,10 +348,17 @@ extern "C" fn free_peer(pc: *mut ngx_peer_connection_t, data: *mut c_void, state
     ctx.update(|c| c.made += 1);
     // A request whose tries ran out (nginx's round-robin `free` also ends every retry when the
     // list is `single` now) while the set changed since its balancer data was made continues in
-    // the new set with the tries a new request gets there (the next `get` makes new balancer
-    // data); it ends only when the new set has none for it either.
+    // the new set by the same rule as in `get` (which makes new balancer data and counts again);
+    // it ends when the new set has no tries for it either.
     if pc.tries() == 0 && c.live.state().generation() != c.generation {
-        pc.set_tries(tries_in_new_set(0, c.live.fresh_tries(), c.cap, c.made + 1));
+        // SAFETY: the chain is in the live request's pool.
+        let here = c.live.tried_here(unsafe { tried_addrs(c.tried) });
+        pc.set_tries(tries_in_new_set(
+            c.live.fresh_tries(),
+            here,
+            c.cap,
+            c.made + 1,
+        ));
     }
     if c.live.state().has_retiring() {
         c.live.sweep();

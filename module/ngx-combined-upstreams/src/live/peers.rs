@@ -39,6 +39,22 @@
 //! for retired peers, under [`ListsWrite`]. [`SlabLocked::free_peer`] is the one method here that
 //! stays `unsafe`: only its caller knows that nobody uses the peer any more.
 //!
+//! Write locks: nginx's rwlocks have no owner and no recovery (a worker that dies holding one
+//! leaves it held), so the API never takes a write side with `ngx_rwlock_wlock`, which spins
+//! forever: [`wlock_until`] spins and yields on the same lock word until a deadline and reports
+//! failure (the `PUT` then answers 503 and changes nothing, a sweep of retired peers waits for
+//! the next chance). Read sides are taken with nginx's own `ngx_rwlock_rlock`, which the lock
+//! word format therefore stays compatible with.
+//!
+//! Panic-free write sections: a write side held when the process aborts (the release profile
+//! has `panic = "abort"`) would never be released, stopping every worker's selections for
+//! good. So the code that runs with a write side held — [`ListsWrite`]'s and [`SlabLocked`]'s
+//! methods here, and `LiveUpstream::swap`/`sweep` in `zone.rs` — allocates nothing (no `Vec`,
+//! `String`, `format!`: buffers and names are prepared before the locks are taken), indexes
+//! nothing, unwraps nothing and does no overflow-checked arithmetic. `clippy` checks the last
+//! three (`#[deny(...)]` on those items: `indexing_slicing`, `unwrap_used`, `expect_used`,
+//! `panic`, `arithmetic_side_effects`, ...); allocation is a review item of the same list.
+//!
 //! Memory: every peer of a zone is a slab allocation with its `sockaddr` (size of
 //! `ngx_sockaddr_t`), `name.data` (`NGX_SOCKADDR_STRLEN` bytes), `server.data` and, once an SSL
 //! session was saved, `ssl_session` (and in nginx builds with sticky sessions, 1.29.6+ by
@@ -48,10 +64,12 @@
 
 use core::mem::size_of;
 use core::ptr::{self, NonNull};
+use core::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
 
 use ngx::ffi::{
-    ngx_http_upstream_rr_peer_t, ngx_http_upstream_rr_peers_t, ngx_pagesize, ngx_pagesize_shift,
-    ngx_rwlock_rlock, ngx_rwlock_unlock, ngx_rwlock_wlock, ngx_shmtx_lock, ngx_shmtx_unlock,
+    ngx_atomic_t, ngx_http_upstream_rr_peer_t, ngx_http_upstream_rr_peers_t, ngx_pagesize,
+    ngx_pagesize_shift, ngx_rwlock_rlock, ngx_rwlock_unlock, ngx_shmtx_lock, ngx_shmtx_unlock,
     ngx_slab_calloc, ngx_slab_calloc_locked, ngx_slab_free_locked, ngx_slab_pool_t,
     ngx_slab_stat_t, ngx_sockaddr_t, sockaddr_in, sockaddr_in6, sockaddr_un,
 };
@@ -72,6 +90,57 @@ const NGX_SOCKADDR_STRLEN: usize = 5 + 108;
 /// nginx's `NGX_HTTP_UPSTREAM_SID_LEN` (an md5 in hex; a macro, not in the bindings).
 #[cfg(ngx_upstream_sid)]
 const NGX_HTTP_UPSTREAM_SID_LEN: usize = 32;
+
+/// nginx's `NGX_RWLOCK_WLOCK`: the lock word of a write-held `ngx_rwlock` (0: free; otherwise
+/// the number of readers).
+const RWLOCK_WLOCK: u64 = u64::MAX;
+
+/// Takes the write side of the nginx rwlock at `lock` like `ngx_rwlock_wlock` (the same lock
+/// word transitions: 0 → `NGX_RWLOCK_WLOCK` by compare-and-swap, spinning with the CPU's pause
+/// hint in rounds of growing length, yielding the CPU between rounds), but gives up once
+/// `deadline` has passed (after at least one round): false, nothing held. Released with
+/// nginx's `ngx_rwlock_unlock`.
+///
+/// # Safety
+/// `lock` is an `ngx_rwlock` word in memory shared by the workers, live for the call.
+#[deny(
+    clippy::indexing_slicing,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::arithmetic_side_effects
+)]
+pub unsafe fn wlock_until(lock: *mut ngx_atomic_t, deadline: Instant) -> bool {
+    // SAFETY: caller; the word is only ever used atomically (nginx's functions use the CPU's
+    // atomic instructions on it, as `AtomicU64` does) and is suitably aligned (ngx_atomic_t).
+    let word = unsafe { AtomicU64::from_ptr(lock) };
+    let try_take = || {
+        word.load(Ordering::Relaxed) == 0
+            && word
+                .compare_exchange(0, RWLOCK_WLOCK, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+    };
+    loop {
+        // nginx's NGX_RWLOCK_SPIN rounds: 1, 2, 4, ... 1024 pauses between attempts.
+        let mut n: u32 = 1;
+        while n < 2048 {
+            if try_take() {
+                return true;
+            }
+            for _ in 0..n {
+                core::hint::spin_loop();
+            }
+            n = n.wrapping_shl(1);
+        }
+        if try_take() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::yield_now();
+    }
+}
 
 /// A round-robin peer list (`ngx_http_upstream_rr_peers_t`) of a round-robin or least_conn
 /// upstream: its primary list or its backup list.
@@ -126,22 +195,29 @@ impl Peers {
         ListRead(self)
     }
 
-    /// Takes the write locks of this (primary) list and of its backup list, in that order.
-    pub fn write_both(self) -> ListsWrite {
+    /// Takes the write locks of this (primary) list and of its backup list, in that order, each
+    /// within `deadline` ([`wlock_until`]); None (nothing held) when one stays taken.
+    pub fn write_both(self, deadline: Instant) -> Option<ListsWrite> {
         let wlock = |l: Peers| {
             // SAFETY: as in `read`.
-            unsafe { ngx_rwlock_wlock(ptr::addr_of_mut!((*l.raw()).rwlock)) }
+            unsafe { wlock_until(ptr::addr_of_mut!((*l.raw()).rwlock), deadline) }
         };
-        wlock(self);
+        if !wlock(self) {
+            return None;
+        }
         // Read under the primary's write lock (see `backup`).
         let backup = self.backup();
         if let Some(b) = backup {
-            wlock(b);
+            if !wlock(b) {
+                // SAFETY: taken just above by this process.
+                unsafe { ngx_rwlock_unlock(ptr::addr_of_mut!((*self.raw()).rwlock)) };
+                return None;
+            }
         }
-        ListsWrite {
+        Some(ListsWrite {
             primary: self,
             backup,
-        }
+        })
     }
 }
 
@@ -165,6 +241,29 @@ impl ListRead {
 }
 
 impl ListRead {
+    /// How many of `tried` (socket addresses as nginx keeps them: `sockaddr` bytes of
+    /// `socklen`) are addresses of servers of the list that are not `down`; each entry counts.
+    pub fn count_up<'a>(&self, tried: impl Iterator<Item = &'a [u8]> + Clone) -> usize {
+        let mut n = 0;
+        // SAFETY: the list and its chain of peers are stable under its lock (held); each
+        // peer's `sockaddr` holds `socklen` bytes (set once, never changed).
+        unsafe {
+            let mut p = (*self.0.raw()).peer;
+            while let Some(peer) = NonNull::new(p) {
+                let q = peer.as_ptr();
+                if (*q).down == 0 && !(*q).sockaddr.is_null() {
+                    let sa = core::slice::from_raw_parts(
+                        (*q).sockaddr.cast::<u8>(),
+                        (*q).socklen as usize,
+                    );
+                    n += tried.clone().filter(|t| *t == sa).count();
+                }
+                p = (*q).next;
+            }
+        }
+        n
+    }
+
     /// The list's `tries` (its servers not marked `down`).
     pub fn tries(&self) -> usize {
         // SAFETY: the list is live and its lock held (guard).
@@ -180,11 +279,19 @@ impl Drop for ListRead {
 }
 
 /// The held write locks of a primary list and of the backup list it had when they were taken.
+/// Its methods run with the write locks held: panic-free (see the module comment).
 pub struct ListsWrite {
     primary: Peers,
     backup: Option<Peers>,
 }
 
+#[deny(
+    clippy::indexing_slicing,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::arithmetic_side_effects
+)]
 impl ListsWrite {
     /// Links `b` as the primary list's backup list (a list made while these locks are held is not
     /// locked by them: the caller keeps every selection out by holding the gate's write side).
@@ -193,22 +300,29 @@ impl ListsWrite {
         unsafe { (*self.primary.raw()).next = b.raw() };
     }
 
-    /// Replaces the peers of `list` (the primary or its backup list) and its totals, as
-    /// `ngx_http_upstream_init_round_robin` computes them; each member is in no other list.
-    pub fn set_list(&self, list: Peers, members: &[Peer], t: ListTotals) {
-        debug_assert!(list == self.primary || self.primary.backup() == Some(list));
+    /// Replaces the peers of `list` (the primary or its backup list) by `members`, in order, and
+    /// its totals, as `ngx_http_upstream_init_round_robin` computes them; each member is in no
+    /// other list.
+    pub fn set_list(&self, list: Peers, members: impl Iterator<Item = Peer>, t: ListTotals) {
         // SAFETY: the list's write lock is held (guard; or the gate's write side for a backup
         // list made after it was taken); the members are live peers of this zone, so writing
         // their `next` links and the list's fields races with no reader.
         unsafe {
-            for w in members.windows(2) {
-                (*w[0].raw()).next = w[1].raw();
+            let mut first: *mut ngx_http_upstream_rr_peer_t = ptr::null_mut();
+            let mut last: *mut ngx_http_upstream_rr_peer_t = ptr::null_mut();
+            for m in members {
+                if last.is_null() {
+                    first = m.raw();
+                } else {
+                    (*last).next = m.raw();
+                }
+                last = m.raw();
             }
-            if let Some(last) = members.last() {
-                (*last.raw()).next = ptr::null_mut();
+            if !last.is_null() {
+                (*last).next = ptr::null_mut();
             }
             let l = list.raw();
-            (*l).peer = members.first().map_or(ptr::null_mut(), |p| p.raw());
+            (*l).peer = first;
             (*l).number = t.number;
             (*l).total_weight = t.total_weight as usize;
             (*l).tries = t.tries;
@@ -232,7 +346,7 @@ impl ListsWrite {
     /// Frees the retired peers of `chain` (these lists' upstream's) that are no longer in use;
     /// returns how many.
     pub fn free_idle_retired(&self, chain: RetiredChain, m: &SlabLocked) -> u64 {
-        let mut freed = 0;
+        let mut freed: u64 = 0;
         // SAFETY: `link` is the chain's head or the `next` field of a retired peer; every
         // non-null link is a retired peer of this zone; the chain changes only with these
         // locks held. With them held no balancer's `free` is inside its locked section, so a
@@ -247,7 +361,7 @@ impl ListsWrite {
                     *link = (*p.raw()).next;
                     // Unlinked from the chain (and in no list), not in use, locks held.
                     m.free_peer(p);
-                    freed += 1;
+                    freed = freed.wrapping_add(1);
                 }
             }
         }
@@ -476,6 +590,13 @@ impl Slab {
 /// A held slab mutex.
 pub struct SlabLocked(Slab);
 
+#[deny(
+    clippy::indexing_slicing,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::arithmetic_side_effects
+)]
 impl SlabLocked {
     /// Turns nginx's `[crit] ngx_slab_alloc() failed: no memory` line on or off; returns the
     /// previous setting.
@@ -489,11 +610,11 @@ impl SlabLocked {
         }
     }
 
-    /// Allocates a new peer for `s` in the zone, laid out like the zone module's copies.
-    /// `None` when the zone is full (everything allocated so far is freed again).
-    pub fn alloc_peer(&self, s: &Server) -> Option<Peer> {
+    /// Allocates a new peer for `s` in the zone, laid out like the zone module's copies; `name`
+    /// is `s.addr.name()` (made by the caller before the locks were taken). `None` when the
+    /// zone is full (everything allocated so far is freed again).
+    pub fn alloc_peer(&self, s: &Server, name: &str) -> Option<Peer> {
         let pool = self.0.raw();
-        let name = s.addr.name();
         let name_len = name.len().min(NGX_SOCKADDR_STRLEN);
         // SAFETY: the mutex is held (guard); every allocation is checked before use and freed on
         // failure; the peer is zeroed, so unset fields (lock, conns, fails, refs, next...) start
@@ -604,6 +725,13 @@ impl Drop for SlabLocked {
 }
 
 /// Writes `addr` into `out` (zeroed); returns the socket length.
+#[deny(
+    clippy::indexing_slicing,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::arithmetic_side_effects
+)]
 fn write_addr(addr: &Addr, out: &mut ngx_sockaddr_t) -> u32 {
     match addr {
         Addr::Inet(SocketAddr::V4(a)) => {

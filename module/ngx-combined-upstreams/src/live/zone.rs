@@ -13,6 +13,17 @@
 //! Order: gate → primary list → backup list → slab mutex. nginx's balancers never hold both
 //! lists at once, and take the slab mutex only inside a list lock.
 //!
+//! Recovery: the rwlocks have no owner, so one whose holder died stays held until a reload makes
+//! a new zone (nginx frees the slab mutex of a dead worker itself). Write sides are therefore
+//! taken with a deadline (`peers::wlock_until`): a `PUT` waits at most [`WRITE_WAIT`] for the
+//! gate and the list locks together, then answers 503 "busy, retry" having changed nothing (the
+//! daemon then takes the reload path, which makes a new zone); a sweep of retired peers tries
+//! once and leaves them for a later sweep. Read sides (selections, `GET`) never wait for a dead
+//! reader: an rwlock admits readers while it is not write-held. What runs with a write side held
+//! is panic-free ([`LiveUpstream::swap`], [`LiveUpstream::sweep`]; see `peers.rs`), so an
+//! abort never leaves one held; a worker killed in the microseconds a `PUT` holds one stalls
+//! the selections of that upstream until a reload (the one unrecovered case).
+//!
 //! The fence: [`LiveState`] is a handle on the [`Shared`] block (made by [`LiveState::create`]
 //! in the zone); [`LiveUpstream`] pairs it with the upstream's primary list (`unsafe`
 //! constructor: they must be the same upstream's). Their methods are safe; the guards
@@ -20,13 +31,22 @@
 
 use core::ptr::{self, NonNull};
 use core::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
-use ngx::ffi::{ngx_atomic_t, ngx_rwlock_rlock, ngx_rwlock_unlock, ngx_rwlock_wlock};
-use upstrand_core::live::plan::totals;
+use ngx::ffi::{ngx_atomic_t, ngx_rwlock_rlock, ngx_rwlock_unlock};
+use upstrand_core::live::plan::{totals, ListTotals};
 use upstrand_core::live::render::{PutView, ServerView, SlabView, UpstreamView};
-use upstrand_core::live::{plan, ApiError, PutRequest};
+use upstrand_core::live::{plan, ApiError, Current, PutRequest, Server};
 
-use super::peers::{Peer, Peers, Retired, RetiredChain, Slab};
+use super::peers::{wlock_until, Peer, Peers, Retired, RetiredChain, Slab};
+
+/// How long a `PUT` waits for the write sides of the gate and the list locks together before it
+/// answers 503.
+pub const WRITE_WAIT: Duration = Duration::from_secs(1);
+
+/// How often a `PUT` plans again when another `PUT` changed the set between its read of the set
+/// and its write lock, before it answers 503.
+const PLAN_ATTEMPTS: usize = 8;
 
 /// Per-upstream live state, allocated in the upstream's zone when the zone is created.
 #[repr(C)]
@@ -98,10 +118,10 @@ impl LiveState {
         GateRead(self)
     }
 
-    fn gate_write(self) -> GateWrite {
+    /// Takes the gate for writing within `deadline`; None when it stays read- or write-held.
+    fn gate_write(self, deadline: Instant) -> Option<GateWrite> {
         // SAFETY: as in gate_read.
-        unsafe { ngx_rwlock_wlock(self.gate()) };
-        GateWrite(self)
+        unsafe { wlock_until(self.gate(), deadline) }.then(|| GateWrite(self))
     }
 }
 
@@ -159,6 +179,13 @@ impl LiveUpstream {
         self.state
     }
 
+    /// How many of `tried` (socket addresses of a request's tries, see `ListRead::count_up`) are
+    /// addresses of servers of the current set that are not `down`.
+    pub fn tried_here<'a>(self, tried: impl Iterator<Item = &'a [u8]> + Clone) -> usize {
+        let primary = self.primary.read().count_up(tried.clone());
+        primary + self.primary.backup().map_or(0, |b| b.read().count_up(tried))
+    }
+
     /// The tries a new request gets now (nginx's `ngx_http_upstream_tries`: the `tries` of the
     /// primary and the backup list).
     pub fn fresh_tries(self) -> usize {
@@ -207,20 +234,92 @@ impl LiveUpstream {
 
     /// Applies a `PUT` (see `docs/live-api.md` for the semantics); `zone` and `name` name the
     /// upstream in error messages.
+    ///
+    /// The set is read and the change planned (with every buffer and name it needs) under the
+    /// gate's read side; the change is then made under the write sides ([`Self::swap`]) if the
+    /// generation is still the one read, else planned again.
     pub fn apply(self, name: &str, zone: &str, req: &PutRequest) -> Result<PutView, ApiError> {
-        // Lists and the generation change only under the gate's write side, held throughout:
-        // the peers read below stay members of their lists until this function changes them.
-        let _g = self.state.gate_write();
-        let sh = self.state.shared();
-        let now = self.state.generation();
-        if let Some(want) = req.generation {
-            if want != now {
-                return Err(ApiError::generation_conflict(want, now));
+        let deadline = Instant::now() + WRITE_WAIT;
+        for _ in 0..PLAN_ATTEMPTS {
+            let snap = self.snapshot(name)?;
+            if let Some(want) = req.generation {
+                if want != snap.generation {
+                    return Err(ApiError::generation_conflict(want, snap.generation));
+                }
+            }
+            let p = plan(&snap.current, &req.servers);
+            if p.unchanged {
+                return Ok(PutView {
+                    generation: snap.generation,
+                    changed: false,
+                    added: 0,
+                    removed: 0,
+                    retiring: self.state.shared().retiring.load(Ordering::SeqCst),
+                });
+            }
+            let mut slots: Vec<Slot> = req
+                .servers
+                .iter()
+                .map(|_| Slot {
+                    kept: None,
+                    name: None,
+                    peer: None,
+                })
+                .collect();
+            for &(i, j) in &p.keep {
+                if let (Some(slot), Some(peer)) = (slots.get_mut(j), snap.peers.get(i)) {
+                    slot.kept = Some(*peer);
+                    slot.peer = Some(*peer);
+                }
+            }
+            for &j in &p.add {
+                if let (Some(slot), Some(s)) = (slots.get_mut(j), req.servers.get(j)) {
+                    slot.name = Some(s.addr.name());
+                }
+            }
+            let removed: Vec<Peer> = p
+                .remove
+                .iter()
+                .filter_map(|&i| snap.peers.get(i).copied())
+                .collect();
+            let change = Change {
+                generation: snap.generation,
+                servers: &req.servers,
+                slots: &mut slots,
+                removed: &removed,
+                totals: [totals(&req.servers, false), totals(&req.servers, true)],
+                need_backup_list: req.servers.iter().any(|x| x.backup),
+            };
+            match self.swap(change, deadline) {
+                Swapped::Done {
+                    generation,
+                    retiring,
+                } => {
+                    return Ok(PutView {
+                        generation,
+                        changed: true,
+                        added: p.add.len() as u64,
+                        removed: p.remove.len() as u64,
+                        retiring,
+                    })
+                }
+                Swapped::Moved => continue,
+                Swapped::Busy => return Err(ApiError::busy(name, WRITE_WAIT.as_secs())),
+                Swapped::Full => return Err(ApiError::zone_full(name, zone)),
             }
         }
-        // The current set, primary first (its order is the plan's current index order).
-        let mut cur_peers: Vec<Peer> = Vec::new();
-        let mut current = Vec::new();
+        Err(ApiError::busy(name, WRITE_WAIT.as_secs()))
+    }
+
+    /// The current set (primary first: the plan's current index order) and its generation, read
+    /// under the gate's read side.
+    fn snapshot(self, name: &str) -> Result<Snapshot, ApiError> {
+        let _g = self.state.gate_read();
+        let mut snap = Snapshot {
+            generation: self.state.generation(),
+            peers: Vec::new(),
+            current: Vec::new(),
+        };
         for (list, backup) in [(Some(self.primary), false), (self.primary.backup(), true)] {
             let Some(list) = list else { continue };
             let lock = list.read();
@@ -231,25 +330,39 @@ impl LiveUpstream {
                         format!("upstream \"{name}\" has a server with an address family the API cannot handle"),
                     ));
                 };
-                cur_peers.push(p);
-                current.push(c);
+                snap.peers.push(p);
+                snap.current.push(c);
             }
         }
-        let p = plan(&current, &req.servers);
-        if p.unchanged {
-            return Ok(PutView {
-                generation: now,
-                changed: false,
-                added: 0,
-                removed: 0,
-                retiring: sh.retiring.load(Ordering::SeqCst),
-            });
+        Ok(snap)
+    }
+
+    /// Makes a planned change under the gate's and both lists' write sides, taken within
+    /// `deadline`. Panic-free while they are held (see `peers.rs`): everything that allocates
+    /// on the heap was made by the caller.
+    #[deny(
+        clippy::indexing_slicing,
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::panic,
+        clippy::arithmetic_side_effects
+    )]
+    fn swap(self, c: Change<'_>, deadline: Instant) -> Swapped {
+        let Some(gate) = self.state.gate_write(deadline) else {
+            return Swapped::Busy;
+        };
+        // No change since the snapshot (every change moves the generation, and only a change
+        // frees a member): its peers are still members of their lists, as the plan says.
+        if self.state.generation() != c.generation {
+            return Swapped::Moved;
         }
+        let Some(lists) = self.primary.write_both(deadline) else {
+            return Swapped::Busy;
+        };
+        let [primary_totals, backup_totals] = c.totals;
+        let sh = self.state.shared();
 
         // Allocate everything new first: a full zone changes nothing.
-        let need_backup_list =
-            req.servers.iter().any(|x| x.backup) && self.primary.backup().is_none();
-        let mut fresh: Vec<Option<Peer>> = vec![None; req.servers.len()];
         let mut new_backup = None;
         {
             let m = self.slab.lock();
@@ -257,16 +370,18 @@ impl LiveUpstream {
             // memory" line for it would only repeat that, so it is off while these allocate.
             let log_nomem = m.set_log_nomem(false);
             let mut failed = false;
-            for &j in &p.add {
-                match m.alloc_peer(&req.servers[j]) {
-                    Some(np) => fresh[j] = Some(np),
-                    None => {
-                        failed = true;
-                        break;
+            for (slot, s) in c.slots.iter_mut().zip(c.servers) {
+                if let Some(name) = &slot.name {
+                    match m.alloc_peer(s, name) {
+                        Some(np) => slot.peer = Some(np),
+                        None => {
+                            failed = true;
+                            break;
+                        }
                     }
                 }
             }
-            if !failed && need_backup_list {
+            if !failed && c.need_backup_list && self.primary.backup().is_none() {
                 match m.alloc_list(self.primary) {
                     Some(b) => new_backup = Some(b),
                     None => failed = true,
@@ -274,53 +389,47 @@ impl LiveUpstream {
             }
             m.set_log_nomem(log_nomem);
             if failed {
-                for np in fresh.iter().flatten() {
-                    // SAFETY: allocated just above and never linked anywhere.
-                    unsafe { m.free_peer(*np) };
+                for slot in c.slots.iter() {
+                    if let (Some(np), Some(_)) = (slot.peer, &slot.name) {
+                        // SAFETY: allocated just above and never linked anywhere.
+                        unsafe { m.free_peer(np) };
+                    }
                 }
-                return Err(ApiError::zone_full(name, zone));
+                return Swapped::Full;
             }
         }
 
         // Swap under the list write locks.
-        let lists = self.primary.write_both();
         if let Some(b) = new_backup {
             // A backup list made by this process after the locks were taken is not locked by
             // them, but nobody can use it before the generation changes below, and the gate
             // keeps every selection out until then.
             lists.set_backup(b);
         }
-        let mut member: Vec<Option<Peer>> = vec![None; req.servers.len()];
-        for &(i, j) in &p.keep {
-            lists.set_settings(cur_peers[i], &req.servers[j]);
-            member[j] = Some(cur_peers[i]);
-        }
-        for (j, np) in fresh.iter().enumerate() {
-            if np.is_some() {
-                member[j] = *np;
+        for (slot, s) in c.slots.iter().zip(c.servers) {
+            if let Some(p) = slot.kept {
+                lists.set_settings(p, s);
             }
         }
-        let members = |backup: bool| -> Vec<Peer> {
-            req.servers
+        let members = |backup: bool| {
+            c.slots
                 .iter()
-                .zip(&member)
-                .filter(|(x, _)| x.backup == backup)
-                .filter_map(|(_, m)| *m)
-                .collect()
+                .zip(c.servers)
+                .filter(move |(_, s)| s.backup == backup)
+                .filter_map(|(slot, _)| slot.peer)
         };
-        lists.set_list(self.primary, &members(false), totals(&req.servers, false));
+        lists.set_list(self.primary, members(false), primary_totals);
         if let Some(b) = self.primary.backup() {
-            lists.set_list(b, &members(true), totals(&req.servers, true));
+            lists.set_list(b, members(true), backup_totals);
         }
         let mut retired = 0u64;
         {
             let m = self.slab.lock();
             let chain = self.retired();
-            for &i in &p.remove {
-                let old = cur_peers[i];
+            for &old in c.removed {
                 if old.in_use() {
                     lists.retire(chain, old);
-                    retired += 1;
+                    retired = retired.wrapping_add(1);
                 } else {
                     // SAFETY: removed from every list above (the lists were rebuilt without
                     // it), not in use, both list write locks held; `old` is not used again.
@@ -328,30 +437,88 @@ impl LiveUpstream {
                 }
             }
         }
-        let retiring = sh.retiring.fetch_add(retired, Ordering::SeqCst) + retired;
-        let g = sh.generation.fetch_add(1, Ordering::SeqCst) + 1;
+        let retiring = sh
+            .retiring
+            .fetch_add(retired, Ordering::SeqCst)
+            .wrapping_add(retired);
+        let generation = sh.generation.fetch_add(1, Ordering::SeqCst).wrapping_add(1);
         drop(lists);
-        Ok(PutView {
-            generation: g,
-            changed: true,
-            added: p.add.len() as u64,
-            removed: p.remove.len() as u64,
+        drop(gate);
+        Swapped::Done {
+            generation,
             retiring,
-        })
+        }
     }
 
-    /// Frees retired peers whose last connection ended.
+    /// Frees retired peers whose last connection ended. Tries the list locks once (no waiting:
+    /// they may be held by a dead worker); a later sweep frees what this one could not.
+    /// Panic-free while they are held (see `peers.rs`).
+    #[deny(
+        clippy::indexing_slicing,
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::panic,
+        clippy::arithmetic_side_effects
+    )]
     pub fn sweep(self) {
         if !self.state.has_retiring() {
             return;
         }
-        let lists = self.primary.write_both();
+        let Some(lists) = self.primary.write_both(Instant::now()) else {
+            return;
+        };
         let m = self.slab.lock();
         let freed = lists.free_idle_retired(self.retired(), &m);
         drop(m);
+        drop(lists);
         self.state
             .shared()
             .retiring
             .fetch_sub(freed, Ordering::SeqCst);
     }
+}
+
+/// The set a `PUT` read under the gate's read side.
+struct Snapshot {
+    generation: u64,
+    /// The peers, primary list first.
+    peers: Vec<Peer>,
+    /// Their settings, in the same order.
+    current: Vec<Current>,
+}
+
+/// The place of one wanted server in a planned change.
+struct Slot {
+    /// The current peer that stays for it.
+    kept: Option<Peer>,
+    /// For a new peer: its name (`Addr::name`), made before the locks are taken.
+    name: Option<String>,
+    /// Its peer: the kept one, or the new one once allocated.
+    peer: Option<Peer>,
+}
+
+/// A planned change, with everything [`LiveUpstream::swap`] needs already on the heap.
+struct Change<'a> {
+    /// The generation the plan was made for.
+    generation: u64,
+    servers: &'a [Server],
+    /// One per server of `servers`.
+    slots: &'a mut [Slot],
+    /// Current peers that leave the set.
+    removed: &'a [Peer],
+    /// Totals of the primary and the backup list.
+    totals: [ListTotals; 2],
+    /// Some wanted server is a backup.
+    need_backup_list: bool,
+}
+
+/// What [`LiveUpstream::swap`] did.
+enum Swapped {
+    Done { generation: u64, retiring: u64 },
+    /// The set changed since it was planned for: nothing done.
+    Moved,
+    /// A write side stayed taken until the deadline: nothing done.
+    Busy,
+    /// The zone has no room: nothing done.
+    Full,
 }

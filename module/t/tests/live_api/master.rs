@@ -18,7 +18,8 @@ use ngx_harness::{
 
 use super::helpers::json;
 
-/// A running nginx with a master process and 2 workers, in its own prefix; stopped (QUIT, then
+/// A running nginx with a master process and 2 workers (or [`Master::start_workers`]'s count), in
+/// its own prefix; stopped (QUIT, then
 /// KILL of master and workers) and its prefix removed on drop.
 pub struct Master {
     pub child: Option<Child>,
@@ -27,6 +28,8 @@ pub struct Master {
     pub dead: u16,
     pub http: String,
     pub seen_workers: BTreeSet<u32>,
+    /// `worker_processes`.
+    pub worker_count: usize,
 }
 
 pub fn temp_dir() -> Result<PathBuf, String> {
@@ -46,9 +49,14 @@ impl Master {
     /// Starts nginx; retried twice, since a port picked as free can be taken by another process
     /// before nginx binds it.
     pub fn start(http: &str) -> Result<Master, Failed> {
+        Self::start_workers(http, 2)
+    }
+
+    /// [`Master::start`] with `n` workers.
+    pub fn start_workers(http: &str, n: usize) -> Result<Master, Failed> {
         let mut last = None;
         for _ in 0..3 {
-            match Self::try_start(http) {
+            match Self::try_start(http, n) {
                 Ok(m) => return Ok(m),
                 Err(e) => last = Some(e),
             }
@@ -56,7 +64,7 @@ impl Master {
         Err(last.unwrap_or_else(|| "nginx did not start".into()))
     }
 
-    pub fn try_start(http: &str) -> Result<Master, Failed> {
+    pub fn try_start(http: &str, worker_count: usize) -> Result<Master, Failed> {
         let so = module_path();
         check(so.is_file(), || {
             format!(
@@ -71,6 +79,7 @@ impl Master {
             dead: dead_port(),
             http: http.to_string(),
             seen_workers: BTreeSet::new(),
+            worker_count,
         };
         m.write_config(http)?;
         let stderr = fs::File::create(m.dir.join("logs/stderr.log")).map_err(|e| e.to_string())?;
@@ -100,7 +109,7 @@ impl Master {
                     .into());
                 }
             }
-            if TcpStream::connect(("127.0.0.1", m.ports[0])).is_ok() && m.workers().len() == 2 {
+            if TcpStream::connect(("127.0.0.1", m.ports[0])).is_ok() && m.workers().len() == worker_count {
                 break;
             }
             check(Instant::now() < deadline, || {
@@ -116,12 +125,13 @@ impl Master {
         let d = self.dir.display();
         let http = fill(http, &self.ports, self.dead, &self.dir);
         let conf = format!(
-            "load_module {so};\ndaemon off;\nmaster_process on;\nworker_processes 2;\n\
+            "load_module {so};\ndaemon off;\nmaster_process on;\nworker_processes {n};\n\
              error_log {d}/logs/error.log info;\npid {d}/logs/nginx.pid;\n\
              events {{ worker_connections 1024; }}\nhttp {{\naccess_log off;\n\
              client_body_temp_path {d}/tmp/body;\nproxy_temp_path {d}/tmp/proxy;\n\
              fastcgi_temp_path {d}/tmp/fastcgi;\nuwsgi_temp_path {d}/tmp/uwsgi;\nscgi_temp_path {d}/tmp/scgi;\n{http}\n}}\n",
-            so = module_path().display()
+            so = module_path().display(),
+            n = self.worker_count
         );
         fs::write(self.dir.join("conf/nginx.conf"), conf).map_err(|e| e.to_string())
     }
@@ -183,7 +193,7 @@ impl Master {
         let deadline = Instant::now() + Duration::from_secs(15);
         loop {
             let now = self.workers();
-            if now.len() == 2 && now.is_disjoint(&old) {
+            if now.len() == self.worker_count && now.is_disjoint(&old) {
                 self.seen_workers = now;
                 return Ok(());
             }

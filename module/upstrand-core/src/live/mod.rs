@@ -104,6 +104,17 @@ impl ApiError {
         )
     }
 
+    /// 503: a lock of the upstream's zone stayed taken for `secs` seconds (another change, or a
+    /// worker that died holding it); nothing changed.
+    pub fn busy(name: &str, secs: u64) -> Self {
+        Self::new(
+            503,
+            format!(
+                "busy, retry: a lock of the zone of upstream \"{name}\" stayed taken for {secs} s; nothing changed (when this persists a worker died holding it: a reload makes the zone anew)"
+            ),
+        )
+    }
+
     /// 405 with the methods the resource allows.
     pub fn method(allowed: &str) -> Self {
         Self::new(405, format!("method not allowed here; use {allowed}"))

@@ -112,17 +112,101 @@ pub fn totals(wanted: &[Server], backup: bool) -> ListTotals {
     t
 }
 
-/// The tries a request continues with once its next try is made in a set other than the one its
-/// balancer data was made for: as many as a new request gets in the current set (`fresh`,
-/// nginx's `ngx_http_upstream_tries`: servers not `down` in both lists), limited by what
-/// `proxy_next_upstream_tries` (`cap`; 0: no limit) still allows after the `made` tries already
-/// made, and never fewer than it had left (`left`). Keeping only `left` would end a request
-/// whose set grew after one failed try with a 502 while the new set has working servers.
-pub fn tries_in_new_set(left: usize, fresh: usize, cap: usize, made: usize) -> usize {
-    let allowed = if cap == 0 {
-        fresh
+/// The tries a request has left once its next try is made in a set other than the one its
+/// balancer data was made for: the tries a new request gets in the current set (`fresh`, nginx's
+/// `ngx_http_upstream_tries`: servers not `down` in both lists) less the tries this request
+/// already made to servers of the current set (`tried_here`, by address, each try counted:
+/// servers not `down`, in either list), within what `proxy_next_upstream_tries` (`cap`; 0: no
+/// limit) still allows after the `made` tries made in every set.
+///
+/// The request is treated as a new request of the current set that has already made the tries it
+/// made there, so its total stays bounded as in stock nginx while sets keep changing: a set that
+/// only changed weights (the same servers) gives nothing back for servers already tried, and
+/// over any sequence of sets a request makes at most the sum of the sizes of the distinct server
+/// sets it saw — however many generations pass. A set with servers the request has not tried
+/// gives tries for those (a request whose server left the set continues with the new servers).
+pub fn tries_in_new_set(fresh: usize, tried_here: usize, cap: usize, made: usize) -> usize {
+    let left = fresh.saturating_sub(tried_here);
+    if cap == 0 {
+        left
     } else {
-        fresh.min(cap.saturating_sub(made))
-    };
-    left.max(allowed)
+        left.min(cap.saturating_sub(made))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::tries_in_new_set;
+
+    #[test]
+    fn tries_in_a_new_set_are_a_new_requests_less_what_was_tried_there() {
+        // grown set of 7 new servers after one failed try on a server that left: all 7
+        assert_eq!(tries_in_new_set(7, 0, 0, 1), 7);
+        // the same 2 servers with another weight, one of them tried: one more, as in stock nginx
+        assert_eq!(tries_in_new_set(2, 1, 0, 1), 1);
+        // ... and both tried: none (the request ends as stock nginx's does)
+        assert_eq!(tries_in_new_set(2, 2, 0, 2), 0);
+        // a server tried twice counts twice
+        assert_eq!(tries_in_new_set(3, 2, 0, 2), 1);
+        // shrunk to one server the request has not tried (its own left the set): one try
+        assert_eq!(tries_in_new_set(1, 0, 0, 1), 1);
+        // proxy_next_upstream_tries 3 with 2 tries made: one more at most
+        assert_eq!(tries_in_new_set(7, 0, 3, 2), 1);
+        // the cap is used up: nothing more (and never negative)
+        assert_eq!(tries_in_new_set(7, 0, 2, 2), 0);
+        assert_eq!(tries_in_new_set(7, 0, 2, 5), 0);
+        // an empty new set (every server down) gives nothing
+        assert_eq!(tries_in_new_set(0, 0, 0, 1), 0);
+        assert_eq!(tries_in_new_set(1, 4, 0, 4), 0);
+    }
+
+    /// Plays one request against sets that change before every try; every try fails (hung or
+    /// dead servers). `pick(set, k)` is the server the balancer picks for the k-th try in a set
+    /// (the balancer's tried bitmap is new in every set, so it may pick a server tried before).
+    /// Returns the tries made.
+    fn play(sets: &[Vec<u32>], pick: impl Fn(&[u32], usize) -> u32, cap: usize) -> usize {
+        let mut tried: Vec<u32> = Vec::new();
+        let first = &sets[0];
+        let mut left = if cap == 0 {
+            first.len()
+        } else {
+            first.len().min(cap)
+        };
+        let mut generation = 0;
+        while left > 0 {
+            let set = &sets[generation % sets.len()];
+            let here = tried.iter().filter(|a| set.contains(a)).count();
+            if generation > 0 {
+                left = tries_in_new_set(set.len(), here, cap, tried.len());
+                if left == 0 {
+                    break;
+                }
+            }
+            tried.push(pick(set, tried.len()));
+            left -= 1;
+            generation += 1;
+            assert!(tried.len() < 10_000, "unbounded");
+        }
+        tried.len()
+    }
+
+    #[test]
+    fn tries_stay_bounded_while_sets_keep_changing() {
+        // weights flipping on the same 2 servers, a new generation before every try: 2 tries
+        // (stock nginx: 2), whichever server the balancer picks
+        let same = vec![vec![1, 2]; 2];
+        assert_eq!(play(&same, |s, _| s[0], 0), 2);
+        assert_eq!(play(&same, |s, k| s[k % s.len()], 0), 2);
+        // two disjoint sets alternating: at most the sum of their sizes
+        let alt = vec![vec![1, 2], vec![3, 4, 5]];
+        assert!(play(&alt, |s, _| s[0], 0) <= 5);
+        assert!(play(&alt, |s, k| s[k % s.len()], 0) <= 5);
+        // a set that grew away from the tried server gets all its new servers
+        let grown = vec![vec![9, 8], vec![1, 2, 3, 4, 5, 6, 7]];
+        let mut only_grown = grown.clone();
+        only_grown.extend(std::iter::repeat_n(grown[1].clone(), 20));
+        assert_eq!(play(&only_grown, |s, k| s[(k + s.len() - 1) % s.len()], 0), 8);
+        // proxy_next_upstream_tries bounds it too
+        assert_eq!(play(&alt, |s, k| s[k % s.len()], 3), 3);
+    }
 }

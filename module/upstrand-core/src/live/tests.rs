@@ -207,21 +207,3 @@ fn renders_json() {
         r#"{"error":"no upstream \"x\"y\" in the running configuration"}"#
     );
 }
-
-#[test]
-fn tries_in_a_new_set_are_a_new_requests_within_the_cap() {
-    use super::plan::tries_in_new_set;
-    // grown set, no proxy_next_upstream_tries: all of the new set's tries
-    assert_eq!(tries_in_new_set(1, 7, 0, 1), 7);
-    // the request ran out in the old set: it still continues in the new one
-    assert_eq!(tries_in_new_set(0, 1, 0, 2), 1);
-    // a shrunk set never takes tries away
-    assert_eq!(tries_in_new_set(5, 2, 0, 1), 5);
-    // proxy_next_upstream_tries 3 with 2 tries made: one more at most
-    assert_eq!(tries_in_new_set(0, 7, 3, 2), 1);
-    // the cap is used up: nothing more (and never negative)
-    assert_eq!(tries_in_new_set(0, 7, 2, 2), 0);
-    assert_eq!(tries_in_new_set(0, 7, 2, 5), 0);
-    // an empty new set (every server down) adds nothing
-    assert_eq!(tries_in_new_set(0, 0, 0, 1), 0);
-}
