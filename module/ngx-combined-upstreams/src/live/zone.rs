@@ -183,7 +183,11 @@ impl LiveUpstream {
     /// addresses of servers of the current set that are not `down`.
     pub fn tried_here<'a>(self, tried: impl Iterator<Item = &'a [u8]> + Clone) -> usize {
         let primary = self.primary.read().count_up(tried.clone());
-        primary + self.primary.backup().map_or(0, |b| b.read().count_up(tried))
+        primary
+            + self
+                .primary
+                .backup()
+                .map_or(0, |b| b.read().count_up(tried))
     }
 
     /// The tries a new request gets now (nginx's `ngx_http_upstream_tries`: the `tries` of the
@@ -514,7 +518,10 @@ struct Change<'a> {
 
 /// What [`LiveUpstream::swap`] did.
 enum Swapped {
-    Done { generation: u64, retiring: u64 },
+    Done {
+        generation: u64,
+        retiring: u64,
+    },
     /// The set changed since it was planned for: nothing done.
     Moved,
     /// A write side stayed taken until the deadline: nothing done.

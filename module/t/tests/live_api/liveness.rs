@@ -9,8 +9,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
-use ngx_harness::Wrk;
 use ngx_harness::procfs::{self, Sig};
+use ngx_harness::Wrk;
 use ngx_harness::{check, check_eq, http_request, CaseResult, Failed};
 
 use super::helpers::*;
@@ -29,7 +29,10 @@ impl HungBackend {
         let l = TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
         l.set_nonblocking(true).map_err(|e| e.to_string())?;
         let port = l.local_addr().map_err(|e| e.to_string())?.port();
-        let (accepted, stop) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicBool::new(false)));
+        let (accepted, stop) = (
+            Arc::new(AtomicUsize::new(0)),
+            Arc::new(AtomicBool::new(false)),
+        );
         let (n, st) = (accepted.clone(), stop.clone());
         let thread = std::thread::spawn(move || {
             let mut held = Vec::new();
@@ -114,7 +117,11 @@ pub fn case_retries_stay_bounded_while_sets_keep_changing() -> CaseResult {
     check(other.is_empty() && ok >= 20, || {
         format!("the PUTs every 100 ms: {ok} answered 200, others {other:?}")
     })?;
-    check_eq(r.status, 504, "the request's status (both servers timed out)")?;
+    check_eq(
+        r.status,
+        504,
+        "the request's status (both servers timed out)",
+    )?;
     check(took < Duration::from_millis(1500), || {
         format!(
             "the request took {} ms (stock nginx: ≈ 600 ms; it went on while the PUTs did)",
@@ -198,7 +205,10 @@ fn put_within(m: &Master, body: &str, within: Duration) -> Result<(u16, String, 
 
 /// The CPU share (percent of one CPU) of each of `pids` over `window`.
 fn cpu_shares(pids: &[u32], window: Duration) -> Vec<(u32, f64)> {
-    let before: Vec<u64> = pids.iter().map(|p| procfs::cpu_ticks(*p).unwrap_or(0)).collect();
+    let before: Vec<u64> = pids
+        .iter()
+        .map(|p| procfs::cpu_ticks(*p).unwrap_or(0))
+        .collect();
     std::thread::sleep(window);
     let tck = procfs::clock_ticks_per_second().max(1) as f64;
     pids.iter()
@@ -231,7 +241,9 @@ pub fn case_worker_killed_holding_the_gate_leaves_puts_busy_not_stuck() -> CaseR
             break;
         }
     }
-    check(hit, || "no request reached the breakpoint in the worker".into())?;
+    check(hit, || {
+        "no request reached the breakpoint in the worker".into()
+    })?;
     check(procfs::signal(w, Sig::Kill), || format!("SIGKILL {w}"))?;
     drop(gdb);
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -245,8 +257,14 @@ pub fn case_worker_killed_holding_the_gate_leaves_puts_busy_not_stuck() -> CaseR
     let mut took = Vec::new();
     for n in 1..=2 {
         let (status, text, t) = put_within(&m, &set_body(&m, &[2], &[]), Duration::from_secs(5))?;
-        check_eq(status, 503, &format!("PUT {n} with a dead reader on the gate ({text})"))?;
-        check(text.contains("busy, retry"), || format!("PUT {n} answer: {text}"))?;
+        check_eq(
+            status,
+            503,
+            &format!("PUT {n} with a dead reader on the gate ({text})"),
+        )?;
+        check(text.contains("busy, retry"), || {
+            format!("PUT {n} answer: {text}")
+        })?;
         check(t < Duration::from_millis(1800), || {
             format!("PUT {n} answered after {} ms", t.as_millis())
         })?;
@@ -265,9 +283,7 @@ pub fn case_worker_killed_holding_the_gate_leaves_puts_busy_not_stuck() -> CaseR
         "PUT after the reload (a new zone)",
     )?;
     both_workers_answer(&m, &["b2"], 3)?;
-    eprintln!(
-        "PUTs answered 503 after {took:?} ms; worker CPU {shares:?} %; the reload completed"
-    );
+    eprintln!("PUTs answered 503 after {took:?} ms; worker CPU {shares:?} %; the reload completed");
     Ok(())
 }
 
@@ -294,7 +310,13 @@ pub fn case_no_request_fails_while_sets_change_every_10ms() -> CaseResult {
     let (mut ok, mut other) = (0u64, Vec::new());
     let mut i = 0;
     while t.elapsed() < Duration::from_secs(secs) {
-        match http_request(port, "PUT", "/api/app", &[], sets[i % sets.len()].as_bytes()) {
+        match http_request(
+            port,
+            "PUT",
+            "/api/app",
+            &[],
+            sets[i % sets.len()].as_bytes(),
+        ) {
             Ok(r) if r.status == 200 => ok += 1,
             Ok(r) => other.push((r.status, r.text())),
             Err(e) => other.push((0, format!("{e:?}"))),
@@ -316,7 +338,9 @@ pub fn case_no_request_fails_while_sets_change_every_10ms() -> CaseResult {
         report.socket_errors(),
         other.len()
     );
-    check(report.requests > 0, || format!("wrk made no requests:\n{}", report.output))?;
+    check(report.requests > 0, || {
+        format!("wrk made no requests:\n{}", report.output)
+    })?;
     check_eq(report.non_2xx_3xx, 0, "answers other than 2xx/3xx (502s)")?;
     check_eq(nolive, 0, "\"no live upstreams\" lines in the error log")?;
     check(other.is_empty(), || {

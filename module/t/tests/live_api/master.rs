@@ -109,7 +109,9 @@ impl Master {
                     .into());
                 }
             }
-            if TcpStream::connect(("127.0.0.1", m.ports[0])).is_ok() && m.workers().len() == worker_count {
+            if TcpStream::connect(("127.0.0.1", m.ports[0])).is_ok()
+                && m.workers().len() == worker_count
+            {
                 break;
             }
             check(Instant::now() < deadline, || {

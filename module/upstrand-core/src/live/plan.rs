@@ -205,7 +205,10 @@ mod tests {
         let grown = vec![vec![9, 8], vec![1, 2, 3, 4, 5, 6, 7]];
         let mut only_grown = grown.clone();
         only_grown.extend(std::iter::repeat_n(grown[1].clone(), 20));
-        assert_eq!(play(&only_grown, |s, k| s[(k + s.len() - 1) % s.len()], 0), 8);
+        assert_eq!(
+            play(&only_grown, |s, k| s[(k + s.len() - 1) % s.len()], 0),
+            8
+        );
         // proxy_next_upstream_tries bounds it too
         assert_eq!(play(&alt, |s, k| s[k % s.len()], 3), 3);
     }
