@@ -7,7 +7,7 @@
 #                           building the daemon and the plugins, nginx-dev and libclang for the module
 #   scripts/setup.sh test   (the default) what scripts/test.sh needs: everything of `run`, plus the discovery plugins' registries (dnsmasq,
 #                           etcd), the browser tests (Node.js, npm, chromium, playwright-core), the Python
-#                           test tools (schemathesis, moto), valgrind and wrk, cargo-nextest, rustfmt, clippy
+#                           test tools (schemathesis, moto), valgrind, wrk and gdb, cargo-nextest, rustfmt, clippy
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -52,8 +52,9 @@ fi
 APT_PACKAGES=(nginx gcc libc6-dev ca-certificates curl nginx-dev libclang-dev clang protobuf-compiler libprotobuf-dev)
 if [ "$MODE" = test ]; then
   # The echo module for module tests; wrk and valgrind for the module benchmarks; sqlite3 for inspecting
-  # the store; procps for `kill` (tests stop process groups with it).
-  APT_PACKAGES+=(libnginx-mod-http-echo wrk valgrind sqlite3 procps)
+  # the store; procps for `kill` (tests stop process groups with it); gdb for the live API test that
+  # stops a worker at a breakpoint (holding a lock) before it kills it.
+  APT_PACKAGES+=(libnginx-mod-http-echo wrk valgrind sqlite3 procps gdb)
   # Discovery plugin tests: dnsmasq (the binary only, no system service) for `dns`, etcd for `etcd`,
   # openssl for the etcd TLS test's certificates.
   APT_PACKAGES+=(dnsmasq-base etcd-server openssl)
