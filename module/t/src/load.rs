@@ -31,6 +31,10 @@ pub struct WrkReport {
     pub write_errors: u64,
     /// See [`WrkReport::connect_errors`].
     pub timeouts: u64,
+    /// Requests per second (`Requests/sec:`).
+    pub per_second: f64,
+    /// The 99th percentile of latency in milliseconds (`99%` of `Latency Distribution`).
+    pub p99_ms: Option<f64>,
     /// The whole output.
     pub output: String,
 }
@@ -64,6 +68,10 @@ impl WrkReport {
                 }
             } else if let Some(n) = line.strip_prefix("Non-2xx or 3xx responses:") {
                 r.non_2xx_3xx = num(n)?;
+            } else if let Some(n) = line.strip_prefix("Requests/sec:") {
+                r.per_second = n.trim().parse().ok()?;
+            } else if let Some(v) = line.strip_prefix("99%") {
+                r.p99_ms = duration_ms(v.trim());
             }
         }
         seen_requests.then_some(r)
@@ -73,6 +81,21 @@ impl WrkReport {
     pub fn socket_errors(&self) -> u64 {
         self.connect_errors + self.read_errors + self.write_errors + self.timeouts
     }
+}
+
+/// wrk's duration text (`635.91us`, `1.20ms`, `2.00s`, `1.00m`) in milliseconds.
+fn duration_ms(text: &str) -> Option<f64> {
+    let split = text.find(|c: char| c.is_ascii_alphabetic())?;
+    let (n, unit) = text.split_at(split);
+    let n: f64 = n.parse().ok()?;
+    let per_ms = match unit {
+        "us" => 0.001,
+        "ms" => 1.0,
+        "s" => 1000.0,
+        "m" => 60_000.0,
+        _ => return None,
+    };
+    Some(n * per_ms)
 }
 
 impl Wrk {
@@ -103,6 +126,7 @@ impl Wrk {
             .arg(format!("-t{threads}"))
             .arg(format!("-c{connections}"))
             .arg(format!("-d{}s", max.as_secs().max(1)))
+            .arg("--latency")
             .arg("-s")
             .arg(&script)
             .arg(format!("http://127.0.0.1:{port}/"))
@@ -162,8 +186,13 @@ mod tests {
                    \x20 Thread Stats   Avg      Stdev     Max   +/- Stdev\n\
                    \x20 123456 requests in 10.00s, 1.23MB read\n\
                    \x20 Socket errors: connect 1, read 12, write 3, timeout 4\n\
+                   \x20 Latency Distribution\n     50%  635.91us\n     99%    1.20ms\n\
                    \x20 Non-2xx or 3xx responses: 5\nRequests/sec:  12345.60\n";
         let r = WrkReport::parse(out).unwrap();
+        assert_eq!(r.p99_ms, Some(1.2));
+        assert!((r.per_second - 12345.6).abs() < 1e-6);
+        assert_eq!(duration_ms("635.91us"), Some(0.63591));
+        assert_eq!(duration_ms("2.00s"), Some(2000.0));
         assert_eq!(
             (r.requests, r.non_2xx_3xx, r.socket_errors()),
             (123_456, 5, 20)

@@ -1226,5 +1226,9 @@ fn main() {
             "no_request_fails_while_sets_change_every_10ms",
             liveness::case_no_request_fails_while_sets_change_every_10ms,
         ),
+        Trial::test(
+            "a_long_request_on_a_removed_server_costs_other_requests_nothing",
+            liveness::case_a_long_request_on_a_removed_server_costs_other_requests_nothing,
+        ),
     ]);
 }

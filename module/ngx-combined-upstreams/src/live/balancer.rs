@@ -20,7 +20,9 @@
 //! - a request whose tries ran out in a `free` while the set changed (also because nginx's
 //!   `free` ends every retry on reading the new list's `single` flag) continues in the new set
 //!   by the same rule;
-//! - every `free` frees retired peers that became idle.
+//! - a `free` frees retired peers that became idle (at most once per `SWEEP_EVERY_MS` per
+//!   upstream over all workers, so a long connection to a removed server does not make every
+//!   request take the list write locks).
 //!
 //! The fence: the callbacks are safe `extern "C" fn`s whose first step turns nginx's pointers
 //! into handles ([`Ctx`] on the wrapper's state, [`Pc`] on the request's peer connection); the
@@ -360,9 +362,7 @@ extern "C" fn free_peer(pc: *mut ngx_peer_connection_t, data: *mut c_void, state
             c.made + 1,
         ));
     }
-    if c.live.state().has_retiring() {
-        c.live.sweep();
-    }
+    c.live.sweep_due();
 }
 
 extern "C" fn set_session_peer(pc: *mut ngx_peer_connection_t, data: *mut c_void) -> ngx_int_t {

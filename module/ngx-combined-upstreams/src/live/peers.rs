@@ -11,6 +11,10 @@
 //! - list: `number`, `shpool`, `rwlock`, `total_weight`, `tries`, `single`, `weighted`,
 //!   `name`, `next` (the backup list), `peer`.
 //!
+//! A retired peer's `max_conns` holds the time it was retired (`ngx_current_msec`, a monotonic
+//! clock shared by the workers): only a selection reads `max_conns`, and a retired peer is in no
+//! list, so nothing selects it again ([`ListsWrite::retire`], [`ListsRead::retired`]).
+//!
 //! nginx 1.27.3+ (cfg `nginx1_27_3`): the zone module resolves `server NAME resolve` names
 //! itself and rewrites the lists from a timer in every worker (`peers->resolve` holds those
 //! servers, `peer->host`, `peers->config`), without the live API's gate. An upstream whose
@@ -75,7 +79,7 @@ use ngx::ffi::{
 };
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use upstrand_core::live::plan::ListTotals;
-use upstrand_core::live::render::SlabView;
+use upstrand_core::live::render::{RetiredView, SlabView};
 use upstrand_core::live::{Addr, Current, Server};
 
 /// `AF_INET`, `AF_INET6`, `AF_UNIX` as the socket structures store them.
@@ -224,6 +228,54 @@ impl Peers {
 /// A held read lock of one list.
 pub struct ListRead(Peers);
 
+/// The held read locks of a primary list and of the backup list it had when they were taken
+/// (taken in that order, as the write locks are): the retired chain, which changes only under
+/// both write locks, is stable while they are held.
+pub struct ListsRead {
+    _primary: ListRead,
+    _backup: Option<ListRead>,
+}
+
+impl Peers {
+    /// Takes the read locks of this (primary) list and of its backup list, in that order.
+    pub fn read_both(self) -> ListsRead {
+        let primary = self.read();
+        // Read under the primary's lock (see `backup`).
+        let backup = self.backup().map(Peers::read);
+        ListsRead {
+            _primary: primary,
+            _backup: backup,
+        }
+    }
+}
+
+impl ListsRead {
+    /// The retired peers of `chain` (these lists' upstream's), oldest first: name, connections
+    /// and age at `now_ms` (`ngx_current_msec`).
+    pub fn retired(&self, chain: RetiredChain, now_ms: u64) -> Vec<RetiredView> {
+        let mut out = Vec::new();
+        // SAFETY: the chain changes only under both write locks, excluded by these read locks;
+        // every non-null link is a retired peer of this zone (live until freed under the write
+        // locks); its `max_conns` holds its retirement time (see the module comment).
+        unsafe {
+            let mut p = (*chain.0.as_ptr()).0;
+            while let Some(peer) = NonNull::new(p).map(Peer) {
+                let (address, st) = peer.name_and_state();
+                let since = (*peer.raw()).max_conns as u64;
+                out.push(RetiredView {
+                    address,
+                    active: st.conns,
+                    age_ms: now_ms.saturating_sub(since),
+                });
+                p = (*peer.raw()).next;
+            }
+        }
+        // The chain is newest first.
+        out.reverse();
+        out
+    }
+}
+
 impl ListRead {
     /// The peers of the list, in order.
     pub fn peers(&self) -> Vec<Peer> {
@@ -332,11 +384,13 @@ impl ListsWrite {
     }
 
     /// Puts `p` (just removed from these lists, still in use) on the retired chain `chain` of
-    /// these lists' upstream.
-    pub fn retire(&self, chain: RetiredChain, p: Peer) {
+    /// these lists' upstream, retired at `now_ms` (`ngx_current_msec`; kept in its `max_conns`).
+    pub fn retire(&self, chain: RetiredChain, p: Peer, now_ms: u64) {
         // SAFETY: the chain's head lives in the zone (handle) and, like the `next` links of
-        // retired peers, changes only with these locks held; p is live (handle).
+        // retired peers, changes only with these locks held; p is live (handle) and in no list,
+        // so no selection reads its `max_conns` any more.
         unsafe {
+            (*p.raw()).max_conns = now_ms as usize;
             let head = ptr::addr_of_mut!((*chain.0.as_ptr()).0);
             (*p.raw()).next = *head;
             *head = p.raw();

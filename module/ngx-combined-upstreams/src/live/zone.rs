@@ -33,7 +33,7 @@ use core::ptr::{self, NonNull};
 use core::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use ngx::ffi::{ngx_atomic_t, ngx_rwlock_rlock, ngx_rwlock_unlock};
+use ngx::ffi::{ngx_atomic_t, ngx_current_msec, ngx_rwlock_rlock, ngx_rwlock_unlock};
 use upstrand_core::live::plan::{totals, ListTotals};
 use upstrand_core::live::render::{PutView, ServerView, SlabView, UpstreamView};
 use upstrand_core::live::{plan, ApiError, Current, PutRequest, Server};
@@ -43,6 +43,17 @@ use super::peers::{wlock_until, Peer, Peers, Retired, RetiredChain, Slab};
 /// How long a `PUT` waits for the write sides of the gate and the list locks together before it
 /// answers 503.
 pub const WRITE_WAIT: Duration = Duration::from_secs(1);
+
+/// A request's `free` sweeps the retired peers of its upstream at most once per this many
+/// milliseconds (over all workers): while a removed server keeps a long connection, a sweep on
+/// every `free` would make every request take both list write locks and the slab mutex.
+pub const SWEEP_EVERY_MS: u64 = 100;
+
+/// nginx's cached monotonic clock in milliseconds (the same clock in every worker).
+fn now_ms() -> u64 {
+    // SAFETY: a plain integer global nginx updates on its own thread, which this is.
+    unsafe { ngx_current_msec as u64 }
+}
 
 /// How often a `PUT` plans again when another `PUT` changed the set between its read of the set
 /// and its write lock, before it answers 503.
@@ -64,6 +75,8 @@ pub struct Shared {
     /// Selections that found the set changed since their request's balancer data was made and
     /// made it again (see `balancer.rs`).
     rebalanced: AtomicU64,
+    /// `ngx_current_msec` before which a `free` does not sweep (see [`SWEEP_EVERY_MS`]).
+    next_sweep_ms: AtomicU64,
 }
 
 /// A handle on one upstream's [`Shared`] block in its zone (valid as long as the zone: the
@@ -222,11 +235,17 @@ impl LiveUpstream {
                 });
             }
         }
+        let retired = if self.state.has_retiring() {
+            self.primary.read_both().retired(self.retired(), now_ms())
+        } else {
+            Vec::new()
+        };
         let sh = self.state.shared();
         UpstreamView {
             generation: self.state.generation(),
             servers,
             retiring: sh.retiring.load(Ordering::SeqCst),
+            retired,
             rebalanced: sh.rebalanced.load(Ordering::Relaxed),
         }
     }
@@ -364,6 +383,7 @@ impl LiveUpstream {
             return Swapped::Busy;
         };
         let [primary_totals, backup_totals] = c.totals;
+        let now = now_ms();
         let sh = self.state.shared();
 
         // Allocate everything new first: a full zone changes nothing.
@@ -432,7 +452,7 @@ impl LiveUpstream {
             let chain = self.retired();
             for &old in c.removed {
                 if old.in_use() {
-                    lists.retire(chain, old);
+                    lists.retire(chain, old, now);
                     retired = retired.wrapping_add(1);
                 } else {
                     // SAFETY: removed from every list above (the lists were rebuilt without
@@ -452,6 +472,31 @@ impl LiveUpstream {
             generation,
             retiring,
         }
+    }
+
+    /// [`Self::sweep`] from a request's `free`: at most once per [`SWEEP_EVERY_MS`] for this
+    /// upstream over all workers (a retired peer is freed at most that long after its last
+    /// connection ended, or at the next `GET`).
+    pub fn sweep_due(self) {
+        if !self.state.has_retiring() {
+            return;
+        }
+        let now = now_ms();
+        let next = &self.state.shared().next_sweep_ms;
+        let due = next.load(Ordering::Relaxed);
+        if now < due
+            || next
+                .compare_exchange(
+                    due,
+                    now + SWEEP_EVERY_MS,
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                )
+                .is_err()
+        {
+            return;
+        }
+        self.sweep();
     }
 
     /// Frees retired peers whose last connection ended. Tries the list locks once (no waiting:

@@ -32,9 +32,23 @@ pub struct UpstreamView {
     pub servers: Vec<ServerView>,
     /// Removed servers that still have requests in flight.
     pub retiring: u64,
+    /// Those servers, oldest first (left out of the JSON when there are none).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub retired: Vec<RetiredView>,
     /// Requests (since the zone was made) that were between two tries when the set changed and
     /// continued in the new set (their balancer state was made again).
     pub rebalanced: u64,
+}
+
+/// One removed server that still has requests in flight, in `GET <loc>/NAME`.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct RetiredView {
+    /// Peer name.
+    pub address: String,
+    /// Connections still in use, over all workers (`conns`).
+    pub active: u64,
+    /// Milliseconds since it was removed from the set.
+    pub age_ms: u64,
 }
 
 /// One entry of `GET <loc>/`.

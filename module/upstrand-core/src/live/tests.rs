@@ -196,6 +196,7 @@ fn renders_json() {
             fails: 0,
         }],
         retiring: 1,
+        retired: vec![],
         rebalanced: 0,
     };
     assert_eq!(
@@ -205,5 +206,24 @@ fn renders_json() {
     assert_eq!(
         ApiError::unknown_upstream("x\"y").to_json(),
         r#"{"error":"no upstream \"x\"y\" in the running configuration"}"#
+    );
+}
+
+#[test]
+fn retired_servers_are_listed_with_their_age_when_there_are_some() {
+    let v = render::UpstreamView {
+        generation: 3,
+        servers: vec![],
+        retiring: 1,
+        retired: vec![render::RetiredView {
+            address: "10.0.0.2:80".into(),
+            active: 1,
+            age_ms: 61_000,
+        }],
+        rebalanced: 0,
+    };
+    assert_eq!(
+        v.to_json(),
+        r#"{"generation":3,"servers":[],"retiring":1,"retired":[{"address":"10.0.0.2:80","active":1,"age_ms":61000}],"rebalanced":0}"#
     );
 }
