@@ -1230,5 +1230,9 @@ fn main() {
             "a_long_request_on_a_removed_server_costs_other_requests_nothing",
             liveness::case_a_long_request_on_a_removed_server_costs_other_requests_nothing,
         ),
+        Trial::test(
+            "a_retired_server_whose_worker_died_shows_its_age_until_a_reload",
+            liveness::case_a_retired_server_whose_worker_died_shows_its_age_until_a_reload,
+        ),
     ]);
 }

@@ -428,3 +428,72 @@ pub fn case_a_long_request_on_a_removed_server_costs_other_requests_nothing() ->
     })?;
     m.check_workers_unchanged()
 }
+
+pub fn case_a_retired_server_whose_worker_died_shows_its_age_until_a_reload() -> CaseResult {
+    // A request holds a server that is then removed; the workers are SIGKILLed, so its
+    // connection count can no longer fall (nginx gives no dead worker's counts back). GET keeps
+    // listing it under `retired` with a growing age, requests are served, and a reload (a new
+    // zone) clears it.
+    let mut m = Master::start(&standard())?;
+    let slow = super::master::SlowBackend::start()?;
+    let only_slow = format!(r#"{{"servers":[{{"address":"127.0.0.1:{}"}}]}}"#, slow.port);
+    check_eq(m.put("app", &only_slow)?.status, 200, "PUT the slow server")?;
+    let port = m.port(0);
+    std::thread::spawn(move || {
+        let _ = http_request(port, "GET", "/", &[], b"");
+    });
+    slow.accepted
+        .recv_timeout(Duration::from_secs(10))
+        .map_err(|_| "the slow server got no connection")?;
+    let r = json(&m.put("app", &set_body(&m, &[1], &[]))?)?;
+    check_eq(
+        r["retiring"].as_u64(),
+        Some(1),
+        "the slow server retired while busy",
+    )?;
+    let old = m.workers();
+    for w in &old {
+        procfs::signal(*w, Sig::Kill);
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while m.workers().len() != 2 || !m.workers().is_disjoint(&old) {
+        check(Instant::now() < deadline, || {
+            "the master did not replace the killed workers".into()
+        })?;
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    slow.release.store(true, Ordering::SeqCst);
+    both_workers_answer(&m, &["b1"], 3)?;
+    let age = |v: &serde_json::Value| -> Result<(u64, u64), Failed> {
+        let r = &v["retired"][0];
+        Ok((
+            r["active"]
+                .as_u64()
+                .ok_or_else(|| format!("no retired server in {v}"))?,
+            r["age_ms"]
+                .as_u64()
+                .ok_or_else(|| format!("no age in {v}"))?,
+        ))
+    };
+    let (active1, age1) = age(&m.get_json("/app")?)?;
+    std::thread::sleep(Duration::from_millis(1100));
+    let v = m.get_json("/app")?;
+    let (active2, age2) = age(&v)?;
+    eprintln!("retired server after its workers died: active {active2}, age {age1} → {age2} ms");
+    check_eq(
+        (active1, active2),
+        (1, 1),
+        "its connection count (never falls)",
+    )?;
+    check_eq(v["retiring"].as_u64(), Some(1), "retiring")?;
+    check(age2 >= age1 + 1000, || {
+        format!("its age went from {age1} to {age2} ms")
+    })?;
+    m.reload(&standard())?;
+    let v = m.get_json("/app")?;
+    check_eq(v["retiring"].as_u64(), Some(0), "retiring after a reload")?;
+    check(v.get("retired").is_none(), || {
+        format!("retired after a reload: {v}")
+    })?;
+    Ok(())
+}
