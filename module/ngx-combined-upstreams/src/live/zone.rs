@@ -184,6 +184,7 @@ impl LiveUpstream {
                     weight: c.as_ref().map_or(0, |c| u64::from(c.weight)),
                     max_fails: c.as_ref().map_or(0, |c| u64::from(c.max_fails)),
                     fail_timeout_ms: c.as_ref().map_or(0, |c| u64::from(c.fail_timeout_s) * 1000),
+                    max_conns: c.as_ref().map_or(0, |c| u64::from(c.max_conns)),
                     backup,
                     down: c.as_ref().is_some_and(|c| c.down),
                     active: st.conns,
@@ -243,6 +244,7 @@ impl LiveUpstream {
                 added: 0,
                 removed: 0,
                 retiring: sh.retiring.load(Ordering::SeqCst),
+                names: Default::default(),
             });
         }
 
@@ -337,6 +339,7 @@ impl LiveUpstream {
             added: p.add.len() as u64,
             removed: p.remove.len() as u64,
             retiring,
+            names: p.names(&current, &req.servers),
         })
     }
 
