@@ -232,7 +232,7 @@ http {{
     client_body_temp_path {prefix}/tmp/cb; proxy_temp_path {prefix}/tmp/p;
     fastcgi_temp_path {prefix}/tmp/f; uwsgi_temp_path {prefix}/tmp/u; scgi_temp_path {prefix}/tmp/s;
     include upstreams/*.conf;
-    server {{ listen unix:{sock}; location /api/ {{ upstreams_api; }} }}
+    server {{ listen unix:{sock}; location /api/ {{ upstreams_api write=on; }} }}
 {backends}
     server {{
         listen 127.0.0.1:{self.front};

@@ -68,7 +68,7 @@ http {
     include upstreams/*.conf;
 
     # The module's live upstreams API, reachable only through this socket (the daemon's --live-api).
-    server { listen unix:$LIVE_API_SOCK; location /api/ { upstreams_api; } }
+    server { listen unix:$LIVE_API_SOCK; location /api/ { upstreams_api write=on; } }
 
     server { listen 127.0.0.1:$B1_PORT; location / { return 200 "backend one\n"; } }
     server { listen 127.0.0.1:$B2_PORT; location / { return 200 "backend two\n"; } }

@@ -72,7 +72,24 @@ impl LiveServer {
 
 #[derive(Debug, Deserialize)]
 struct ListAnswer {
+    /// Whether the location takes `PUT`s (`upstreams_api write=on;`); a module that does not say
+    /// took them always.
+    #[serde(default = "yes")]
+    write: bool,
     upstreams: Vec<ListEntry>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// What `GET <loc>/` says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listing {
+    /// The location takes `PUT`s (`upstreams_api write=on;`).
+    pub write: bool,
+    /// The upstreams the API can change, with their generations.
+    pub upstreams: std::collections::HashMap<String, u64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -191,20 +208,36 @@ impl LiveApi {
         })
     }
 
-    /// The names of the upstreams the API can change (`GET <loc>/`).
-    pub async fn list(&self) -> Result<Vec<String>, String> {
-        Ok(self.listing().await?.into_keys().collect())
-    }
-
-    /// The upstreams the API can change with their generations (`GET <loc>/`).
-    pub async fn listing(&self) -> Result<std::collections::HashMap<String, u64>, String> {
+    /// What the API's location says about itself and its upstreams (`GET <loc>/`).
+    pub async fn probe(&self) -> Result<Listing, String> {
         let (status, body) = self.request(Method::GET, &self.prefix, None).await?;
         let list: ListAnswer = parse_answer(status, &body, "GET /")?;
-        Ok(list
-            .upstreams
-            .into_iter()
-            .map(|u| (u.name, u.generation))
-            .collect())
+        Ok(Listing {
+            write: list.write,
+            upstreams: list
+                .upstreams
+                .into_iter()
+                .map(|u| (u.name, u.generation))
+                .collect(),
+        })
+    }
+
+    /// The upstreams the API can change with their generations (`GET <loc>/`); an error when the
+    /// location is read-only (its sets cannot be changed).
+    pub async fn listing(&self) -> Result<std::collections::HashMap<String, u64>, String> {
+        let l = self.probe().await?;
+        if !l.write {
+            return Err(self.read_only());
+        }
+        Ok(l.upstreams)
+    }
+
+    /// Why a read-only location cannot be used, and the fix.
+    pub fn read_only(&self) -> String {
+        format!(
+            "the live API at {self} is read-only: write \"upstreams_api write=on;\" in its nginx \
+             location and reload nginx"
+        )
     }
 
     /// The generation and servers of one upstream (`GET <loc>/NAME`).

@@ -463,3 +463,62 @@ fn live_mode_needs_a_local_api() {
         assert!(text.contains(expect), "{args:?}: {text}");
     }
 }
+
+/// A read-only API (`upstreams_api;` without `write=on`): `--apply live` refuses to start with
+/// the fix in its error; `auto` starts, and its changes take the reload path with the reason.
+#[test]
+fn a_read_only_api_stops_live_mode_and_auto_reloads() {
+    let nginx = TestNginx::builder()
+        .workers(2)
+        .live_api_read_only()
+        .backend("a")
+        .backend("b")
+        .start();
+    let api = nginx.live_api_address();
+    let mut child = std::process::Command::new(common::tributary_bin())
+        .arg("serve")
+        .args(["--conf-dir", "/nonexistent-tributary-conf"])
+        .args(["--apply", "live", "--live-api", &api])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break Some(st);
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let status = status.expect("--apply live with a read-only API kept running");
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut text).unwrap();
+    assert!(!status.success(), "{text}");
+    assert!(
+        text.contains("read-only") && text.contains("upstreams_api write=on;"),
+        "{text}"
+    );
+
+    let root = tempfile::tempdir().unwrap();
+    let d = daemon(
+        root.path(),
+        &nginx,
+        &["--apply", "auto", "--live-api", &api],
+    );
+    let path = TestNginx::upstream_path("web");
+    put_wait(&d, "web", &binding(&targets(&nginx, &["a"]), &[]));
+    let o = put_wait(&d, "web", &binding(&targets(&nginx, &["b"]), &[]));
+    assert_eq!(o["status"], "ok", "{o}");
+    assert_eq!(o["applied"], "reload", "{o}");
+    let why = o["applied_reason"].as_str().unwrap();
+    assert!(
+        why.contains("read-only") && why.contains("upstreams_api write=on;"),
+        "{why}"
+    );
+    assert_eq!(answers(&nginx, &path), (set(&["b"]), vec![]));
+}

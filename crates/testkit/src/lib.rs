@@ -108,6 +108,9 @@ pub struct TestNginxBuilder {
     /// `Some(extra)`: load the combined-upstreams module and serve its `upstreams_api` on a unix
     /// socket, `extra` being more directives of that location.
     live_api: Option<String>,
+    /// The API location takes `PUT`s (`write=on`; [`TestNginxBuilder::live_api_read_only`] turns
+    /// it off).
+    live_api_write: bool,
 }
 
 /// Environment variable that overrides where the combined-upstreams module `.so` is looked up
@@ -152,15 +155,23 @@ impl TestNginxBuilder {
             upstreams_glob: true,
             workers: 1,
             live_api: None,
+            live_api_write: true,
         }
     }
 
     /// Loads the combined-upstreams module ([`combined_upstreams_module`]) and serves its live
     /// upstreams API on a unix socket in the prefix ([`TestNginx::live_api_address`]), location
     /// `/api/` with `location_extra` (e.g. `limit_except GET { deny all; }`) before
-    /// `upstreams_api;`. Starting fails when the module is not built.
+    /// `upstreams_api write=on;`. Starting fails when the module is not built.
     pub fn live_api(mut self, location_extra: &str) -> Self {
         self.live_api = Some(location_extra.to_string());
+        self
+    }
+
+    /// [`Self::live_api`] with a read-only location (`upstreams_api;`: `GET` only).
+    pub fn live_api_read_only(mut self) -> Self {
+        self.live_api = Some(String::new());
+        self.live_api_write = false;
         self
     }
 
@@ -367,10 +378,11 @@ impl TestNginxBuilder {
             }
         }
         if let Some(extra) = &self.live_api {
+            let write = if self.live_api_write { " write=on" } else { "" };
             let _ = writeln!(
                 c,
                 "    server {{\n        listen unix:{p}/logs/api.sock;\n        \
-                 location /api/ {{ {extra} upstreams_api; }}\n    }}"
+                 location /api/ {{ {extra} upstreams_api{write}; }}\n    }}"
             );
         }
         for (name, bport) in backends {

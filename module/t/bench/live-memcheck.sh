@@ -95,7 +95,7 @@ http {
     location /rr { proxy_pass http://rr; }
     location /lc { proxy_pass http://lc; }
     location /ka { proxy_http_version 1.1; proxy_set_header Connection ""; proxy_pass http://ka; }
-    location /api/ { allow 127.0.0.1; deny all; upstreams_api; }
+    location /api/ { allow 127.0.0.1; deny all; upstreams_api write=on; }
   }
 }
 CONF

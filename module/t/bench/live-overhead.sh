@@ -65,7 +65,7 @@ http {
 CONF
 }
 conf "" > "$DIR/a.conf"
-conf "location /api/ { allow 127.0.0.1; deny all; upstreams_api; }" > "$DIR/b.conf"
+conf "location /api/ { allow 127.0.0.1; deny all; upstreams_api write=on; }" > "$DIR/b.conf"
 
 start_nginx() {
   "$NGINX" -p "$DIR" -e "$DIR/logs/error.log" -c "$1" &

@@ -50,7 +50,8 @@ pub fn http_get(port: u16, path: &str, headers: &[(&str, &str)]) -> Result<Respo
 
 /// Sends one HTTP/1.1 request with `Connection: close` and any method, headers and body to
 /// 127.0.0.1:`port` and reads the whole answer (a chunked body is decoded). A `Content-Length`
-/// is added when the body is not empty and for every `POST`.
+/// is added when the body is not empty and for every `POST`; `Host: localhost` unless `headers`
+/// has a `Host`.
 pub fn http_request(
     port: u16,
     method: &str,
@@ -58,14 +59,53 @@ pub fn http_request(
     headers: &[(&str, &str)],
     body: &[u8],
 ) -> Result<Response, Failed> {
-    let mut s = connect(port)?;
+    exchange(
+        connect(port)?,
+        method,
+        path,
+        headers,
+        body,
+        &port.to_string(),
+    )
+}
+
+/// [`http_request`] over the unix socket at `path` (an nginx `listen unix:PATH`).
+pub fn http_request_unix(
+    socket: &std::path::Path,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> Result<Response, Failed> {
+    let s = std::os::unix::net::UnixStream::connect(socket)
+        .map_err(|e| format!("connect {}: {e}", socket.display()))?;
+    s.set_read_timeout(Some(Duration::from_secs(20)))
+        .map_err(|e| e.to_string())?;
+    exchange(
+        s,
+        method,
+        path,
+        headers,
+        body,
+        &socket.display().to_string(),
+    )
+}
+
+fn exchange(
+    mut s: impl Read + Write,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+    peer: &str,
+) -> Result<Response, Failed> {
     let mut all = vec![("Connection", "close")];
     all.extend_from_slice(headers);
     s.write_all(&request_bytes(method, path, &all, body))
         .map_err(|e| format!("send: {e}"))?;
     let mut raw = Vec::new();
     s.read_to_end(&mut raw)
-        .map_err(|e| format!("read from {port}: {e}"))?;
+        .map_err(|e| format!("read from {peer}: {e}"))?;
     parse_response(&raw)
         .ok_or_else(|| format!("bad HTTP answer: {:?}", String::from_utf8_lossy(&raw)).into())
 }
@@ -184,7 +224,10 @@ fn connect(port: u16) -> Result<TcpStream, Failed> {
 }
 
 fn request_bytes(method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Vec<u8> {
-    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: localhost\r\n");
+    let mut req = format!("{method} {path} HTTP/1.1\r\n");
+    if !headers.iter().any(|(n, _)| n.eq_ignore_ascii_case("Host")) {
+        req.push_str("Host: localhost\r\n");
+    }
     for (n, v) in headers {
         req.push_str(&format!("{n}: {v}\r\n"));
     }

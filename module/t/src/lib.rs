@@ -29,7 +29,7 @@ use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-pub use http::{http_get, http_request, KeepAlive, Response};
+pub use http::{http_get, http_request, http_request_unix, KeepAlive, Response};
 pub use libtest_mimic::{Completion, Failed, Trial};
 pub use load::{Wrk, WrkReport};
 pub use nginx::{unexpected_log_lines, Nginx, Options, BAD_LOG_MARKERS, DEFAULT_WORKERS};

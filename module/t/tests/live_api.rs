@@ -10,6 +10,8 @@
 //! these tests: the harness's `Nginx` runs one process, and they need a master, its workers' PIDs
 //! and reloads (`live_api/helpers.rs`: configurations, bodies, shared checks).
 
+#[path = "live_api/access.rs"]
+mod access;
 #[path = "live_api/helpers.rs"]
 mod helpers;
 #[path = "live_api/liveness.rs"]
@@ -1135,11 +1137,26 @@ fn set_changes_under_traffic_with_retries(up: &str) -> CaseResult {
 }
 
 fn main() {
-    run_tests(vec![
+    let mut trials = vec![
         emerg_trial(
-            "directive_takes_no_arguments",
+            "directive_takes_only_write_and_host",
             "server { listen 127.0.0.1:{P0}; location /api/ { upstreams_api on; } }",
-            "invalid number of arguments in \"upstreams_api\" directive",
+            "invalid parameter \"on\" in \"upstreams_api\" directive: the parameters are write=on|off and host=NAME",
+        ),
+        emerg_trial(
+            "directive_write_takes_on_or_off",
+            "server { listen 127.0.0.1:{P0}; location /api/ { upstreams_api write=yes; } }",
+            "invalid parameter \"write=yes\" in \"upstreams_api\" directive: write takes on or off",
+        ),
+        emerg_trial(
+            "directive_host_takes_no_port",
+            "server { listen 127.0.0.1:{P0}; location /api/ { upstreams_api write=on host=api:80; } }",
+            "invalid parameter \"host=api:80\" in \"upstreams_api\" directive: host takes a host name",
+        ),
+        emerg_trial(
+            "directive_once_per_location",
+            "server { listen 127.0.0.1:{P0}; location /api/ { upstreams_api; upstreams_api write=on; } }",
+            "\"upstreams_api\" directive is duplicate",
         ),
         emerg_trial(
             "directive_only_in_a_location",
@@ -1234,5 +1251,7 @@ fn main() {
             "a_retired_server_whose_worker_died_shows_its_age_until_a_reload",
             liveness::case_a_retired_server_whose_worker_died_shows_its_age_until_a_reload,
         ),
-    ]);
+    ];
+    trials.extend(access::trials());
+    run_tests(trials);
 }

@@ -65,6 +65,15 @@ pub enum ConfError {
     InvalidVariableName(String),
     /// `empty default upstrand in "dynamic_upstrand" directive`
     EmptyDefaultUpstrand,
+    /// `"upstreams_api" directive is duplicate`
+    ApiDuplicate,
+    /// `invalid parameter "X" in "upstreams_api" directive: WHY`
+    ApiParameter {
+        /// The parameter as written.
+        param: String,
+        /// What it should be.
+        why: &'static str,
+    },
 }
 
 impl fmt::Display for ConfError {
@@ -120,6 +129,11 @@ impl fmt::Display for ConfError {
             EmptyDefaultUpstrand => {
                 f.write_str("empty default upstrand in \"dynamic_upstrand\" directive")
             }
+            ApiDuplicate => f.write_str("\"upstreams_api\" directive is duplicate"),
+            ApiParameter { param, why } => write!(
+                f,
+                "invalid parameter \"{param}\" in \"upstreams_api\" directive: {why}"
+            ),
         }
     }
 }

@@ -180,7 +180,8 @@ fn split_cmd(s: &str, what: &str) -> anyhow::Result<Vec<String>> {
 }
 
 /// `--apply` and `--live-api` checked: live mode needs an API; the API is probed once to say in
-/// the log what will happen (every batch asks it again).
+/// the log what will happen (every batch asks it again). A read-only API (no `write=on`) stops
+/// `--apply live` here with the fix; `auto` says so and reloads until it takes writes.
 async fn live_options(
     mode: ApplyMode,
     live_api: Option<&str>,
@@ -194,8 +195,15 @@ async fn live_options(
         bail!("--apply live needs --live-api (the module's upstreams_api location)");
     }
     match (&api, mode) {
-        (Some(api), ApplyMode::Live | ApplyMode::Auto) => match api.list().await {
-            Ok(names) => {
+        (Some(api), ApplyMode::Live | ApplyMode::Auto) => match api.probe().await {
+            Ok(l) if !l.write && mode == ApplyMode::Live => {
+                bail!("--apply live: {}", api.read_only())
+            }
+            Ok(l) if !l.write => {
+                tracing::warn!(live_api = %api, mode = ?mode, "{}; until then every change is applied by reload", api.read_only())
+            }
+            Ok(l) => {
+                let names: Vec<&String> = l.upstreams.keys().collect();
                 tracing::info!(live_api = %api, upstreams = ?names, mode = ?mode, "live API answers: server changes go live")
             }
             Err(e) => {

@@ -35,9 +35,10 @@ use core::mem::size_of;
 use core::ptr::{self, NonNull};
 
 use ngx::ffi::{
-    ngx_event_free_peer_pt, ngx_event_get_peer_pt, ngx_event_save_peer_session_pt,
-    ngx_event_set_peer_session_pt, ngx_http_request_t, ngx_http_upstream_srv_conf_t, ngx_int_t,
-    ngx_palloc, ngx_peer_connection_t, ngx_pool_t, ngx_uint_t, sockaddr, NGX_BUSY, NGX_DONE,
+    ngx_event_free_peer_pt, ngx_event_get_peer_pt, ngx_event_notify_peer_pt,
+    ngx_event_save_peer_session_pt, ngx_event_set_peer_session_pt, ngx_http_request_t,
+    ngx_http_upstream_srv_conf_t, ngx_int_t, ngx_palloc, ngx_peer_connection_t, ngx_pool_t,
+    ngx_uint_t, sockaddr, NGX_BUSY, NGX_DONE,
 };
 
 use upstrand_core::live::plan::tries_in_new_set;
@@ -64,6 +65,8 @@ struct PeerCtx {
     free: ngx_event_free_peer_pt,
     set_session: ngx_event_set_peer_session_pt,
     save_session: ngx_event_save_peer_session_pt,
+    /// The balancer's `notify` (nginx calls it with `peer.data`, which is the wrapper's).
+    notify: ngx_event_notify_peer_pt,
     data: *mut c_void,
 }
 
@@ -162,13 +165,26 @@ impl Pc {
 
     /// Saves the balancer's callbacks and data into `ctx` and installs the wrapper's.
     fn take_over(self, ctx: Ctx) {
-        let (get, free, set_session, save_session, data) =
-            self.with(|pc| (pc.get, pc.free, pc.set_session, pc.save_session, pc.data));
+        let (get, free, set_session, save_session, notify, data) = self.with(|pc| {
+            (
+                pc.get,
+                pc.free,
+                pc.set_session,
+                pc.save_session,
+                pc.notify,
+                pc.data,
+            )
+        });
+        // A balancer `init` run again keeps a `notify` it does not set: still the wrapper's.
+        let ours = notify.is_some_and(|f| ptr::fn_addr_eq(f, notify_peer as NotifyFn));
         ctx.update(|c| {
             c.get = get;
             c.free = free;
             c.set_session = set_session;
             c.save_session = save_session;
+            if !ours {
+                c.notify = notify;
+            }
             c.data = data;
         });
         self.with(|pc| {
@@ -179,6 +195,9 @@ impl Pc {
             }
             if save_session.is_some() {
                 pc.save_session = Some(save_session_peer);
+            }
+            if notify.is_some() {
+                pc.notify = Some(notify_peer);
             }
             pc.data = ctx.0.as_ptr().cast();
         });
@@ -265,6 +284,7 @@ pub extern "C" fn init_peer(
         free: None,
         set_session: None,
         save_session: None,
+        notify: None,
         data: ptr::null_mut(),
     };
     // SAFETY: the request's pool is live.
@@ -387,5 +407,19 @@ extern "C" fn save_session_peer(pc: *mut ngx_peer_connection_t, data: *mut c_voi
     if let Some(f) = c.save_session {
         // SAFETY: the balancer's own save_session, with nginx's peer connection and its data.
         unsafe { f(pc, c.data) };
+    }
+}
+
+type NotifyFn = unsafe extern "C" fn(*mut ngx_peer_connection_t, *mut c_void, ngx_uint_t);
+
+extern "C" fn notify_peer(pc: *mut ngx_peer_connection_t, data: *mut c_void, type_: ngx_uint_t) {
+    // SAFETY: as in get_peer.
+    let Some(ctx) = (unsafe { Ctx::from_ptr(data) }) else {
+        return;
+    };
+    let c = ctx.get();
+    if let Some(f) = c.notify {
+        // SAFETY: the balancer's own notify, with nginx's peer connection, its data and type.
+        unsafe { f(pc, c.data, type_) };
     }
 }

@@ -1,5 +1,7 @@
 //! The HTTP handler of an `upstreams_api` location: routes `GET <loc>/`, `GET <loc>/NAME`
-//! (`?slab` for the zone's slab figures) and `PUT <loc>/NAME`, and answers JSON.
+//! (`?slab` for the zone's slab figures) and `PUT <loc>/NAME`, and answers JSON. A `PUT` is
+//! taken only with the location's `write=on` and a `Host` its access settings allow
+//! (`upstrand_core::live::access`); each applied one is logged as a `notice`.
 //!
 //! The fence: the content handler and the body callback are safe `extern "C" fn`s that turn
 //! nginx's request pointer into an [`ApiReq`] handle first; its methods read or write the
@@ -8,20 +10,22 @@
 use core::ptr::{self, NonNull};
 
 use ngx::ffi::{
-    ngx_buf_t, ngx_chain_t, ngx_http_discard_request_body, ngx_http_finalize_request,
-    ngx_http_output_filter, ngx_http_read_client_request_body, ngx_http_request_t,
-    ngx_http_send_header, ngx_int_t, ngx_pcalloc, ngx_read_file, NGX_HTTP_GET, NGX_HTTP_HEAD,
-    NGX_HTTP_PUT, NGX_HTTP_SPECIAL_RESPONSE,
+    ngx_buf_t, ngx_chain_t, ngx_connection_local_sockaddr, ngx_http_discard_request_body,
+    ngx_http_finalize_request, ngx_http_output_filter, ngx_http_read_client_request_body,
+    ngx_http_request_t, ngx_http_send_header, ngx_int_t, ngx_log_error_core, ngx_pcalloc,
+    ngx_read_file, ngx_uint_t, sockaddr_in, sockaddr_in6, NGX_HTTP_GET, NGX_HTTP_HEAD,
+    NGX_HTTP_PUT, NGX_HTTP_SPECIAL_RESPONSE, NGX_LOG_NOTICE,
 };
 use ngx::http::{
     HttpModuleLocationConf, HttpModuleMainConf, NgxHttpCoreModule, NgxHttpUpstreamModule,
 };
 use upstrand_core::live::render::{ListEntry, ListView};
-use upstrand_core::live::{parse_put, route, ApiError, Route, MAX_BODY};
+use upstrand_core::live::{parse_put, route, Access, ApiError, Listener, Route, MAX_BODY};
 
 use super::with_entry;
 use super::zone::LiveUpstream;
-use crate::ffi_util::{bytes, pool_copy, NGX_ERROR, NGX_OK};
+use crate::conf::Module;
+use crate::ffi_util::{borrowed, bytes, pool_copy, NGX_ERROR, NGX_OK};
 use crate::upstreams::Upstream;
 
 /// An answer: status and JSON body.
@@ -69,6 +73,85 @@ impl ApiReq {
             let loc = loc.strip_suffix(b"/").unwrap_or(loc);
             uri.strip_prefix(loc).unwrap_or(b"/#").to_vec()
         })
+    }
+
+    /// The access settings of the request's location (read-only when it has none).
+    fn access(self) -> Access {
+        self.get(|r| {
+            <Module as HttpModuleLocationConf>::location_conf(r)
+                .and_then(|lc| lc.api_access.clone())
+                .unwrap_or_default()
+        })
+    }
+
+    /// The host the request names, as nginx validated it (`headers_in.server`: from `Host` or
+    /// an absolute URI, without port, in lower case; empty when it names none).
+    fn host(self) -> Vec<u8> {
+        // SAFETY: headers_in.server is an nginx string of the request (empty or in its pool).
+        self.get(|r| unsafe { bytes(&r.headers_in.server) }.to_vec())
+    }
+
+    /// The socket the request came in on.
+    fn listener(self) -> Listener {
+        const AF_UNIX: u16 = 1;
+        const AF_INET: u16 = 2;
+        const AF_INET6: u16 = 10;
+        // SAFETY: the request's connection is live; ngx_connection_local_sockaddr fills
+        // `local_sockaddr` with the accepting socket's address (getsockname on a wildcard
+        // listener) and leaves it pointing at a socket address of `local_socklen` bytes; each
+        // variant is read only when that length covers it.
+        unsafe {
+            let c = self.get(|r| r.connection);
+            if c.is_null() || ngx_connection_local_sockaddr(c, ptr::null_mut(), 0) != NGX_OK {
+                return Listener::Unknown;
+            }
+            let (sa, len) = ((*c).local_sockaddr, (*c).local_socklen as usize);
+            if sa.is_null() {
+                return Listener::Unknown;
+            }
+            match (*sa).sa_family {
+                AF_UNIX => Listener::Unix,
+                AF_INET if len >= core::mem::size_of::<sockaddr_in>() => {
+                    let s = &*(sa as *const sockaddr_in);
+                    Listener::Inet(std::net::Ipv4Addr::from(u32::from_be(s.sin_addr.s_addr)).into())
+                }
+                AF_INET6 if len >= core::mem::size_of::<sockaddr_in6>() => {
+                    let s = &*(sa as *const sockaddr_in6);
+                    Listener::Inet(std::net::Ipv6Addr::from(s.sin6_addr.__in6_u.__u6_addr8).into())
+                }
+                _ => Listener::Unknown,
+            }
+        }
+    }
+
+    /// nginx's text of the client's address (`unix:` on a unix socket).
+    fn client(self) -> String {
+        // SAFETY: the request's connection and its addr_text live as long as the request.
+        self.get(|r| unsafe {
+            if r.connection.is_null() {
+                return String::new();
+            }
+            String::from_utf8_lossy(bytes(&(*r.connection).addr_text)).into_owned()
+        })
+    }
+
+    /// Logs `msg` at `level` on the request's connection log.
+    fn log(self, level: u32, msg: &str) {
+        let mut s = borrowed(msg.as_bytes());
+        // SAFETY: the connection's log is live; "%V" takes an ngx_str_t pointer valid for the
+        // call; logging runs no module code.
+        unsafe {
+            let log = self.get(|r| (*r.connection).log);
+            if (*log).log_level >= level as ngx_uint_t {
+                ngx_log_error_core(
+                    level as ngx_uint_t,
+                    log,
+                    0,
+                    c"%V".as_ptr(),
+                    ptr::addr_of_mut!(s),
+                );
+            }
+        }
     }
 
     /// True when the query string has the argument `name` (without value).
@@ -229,6 +312,16 @@ pub extern "C" fn handle(r: *mut ngx_http_request_t) -> ngx_int_t {
             r.send(a)
         }
         (NGX_HTTP_PUT, Route::Upstream(_)) => {
+            let access = r.access();
+            let refused = if access.write {
+                access.check_host(&r.host(), r.listener()).err()
+            } else {
+                Some(ApiError::read_only())
+            };
+            if let Some(e) = refused {
+                r.discard_body();
+                return r.send(err(e));
+            }
             if r.content_length() > MAX_BODY as i64 {
                 r.discard_body();
                 return r.send(err(ApiError::body_too_large()));
@@ -245,7 +338,12 @@ pub extern "C" fn handle(r: *mut ngx_http_request_t) -> ngx_int_t {
         }
         (_, Route::Upstream(_)) => {
             r.discard_body();
-            r.send(err(ApiError::method("GET or PUT")))
+            let allowed = if r.access().write {
+                "GET or PUT"
+            } else {
+                "GET (this location is read-only)"
+            };
+            r.send(err(ApiError::method(allowed)))
         }
     }
 }
@@ -312,7 +410,8 @@ fn list(r: ApiReq) -> Answer {
             upstreams.push(e);
         }
     }
-    (200, ListView { upstreams }.to_json())
+    let write = r.access().write;
+    (200, ListView { write, upstreams }.to_json())
 }
 
 fn one(r: ApiReq, name: &str) -> Answer {
@@ -353,7 +452,12 @@ fn put(r: ApiReq, body: &[u8]) -> Answer {
         Err(e) => return err(e),
     };
     match t.live.apply(&t.name, &t.zone, &req) {
-        Ok(v) => (200, v.to_json()),
+        Ok(v) => {
+            if v.changed {
+                r.log(NGX_LOG_NOTICE, &v.log_line(&r.client(), &t.name));
+            }
+            (200, v.to_json())
+        }
         Err(e) => err(e),
     }
 }

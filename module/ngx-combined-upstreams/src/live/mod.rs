@@ -26,19 +26,21 @@ use std::sync::Mutex;
 use ngx::ffi::{
     ngx_command_t, ngx_conf_t, ngx_cycle_t, ngx_http_request_t, ngx_http_upstream_init_peer_pt,
     ngx_http_upstream_srv_conf_t, ngx_int_t, ngx_pool_cleanup_add, ngx_shm_zone_init_pt,
-    ngx_shm_zone_t, NGX_CONF_NOARGS, NGX_HTTP_LOC_CONF, NGX_HTTP_LOC_CONF_OFFSET,
+    ngx_shm_zone_t, NGX_CONF_ANY, NGX_HTTP_LOC_CONF, NGX_HTTP_LOC_CONF_OFFSET,
 };
 use ngx::http::{HttpModuleLocationConf, NgxHttpCoreModule};
 
-use crate::ffi_util::{bytes, command, NGX_ERROR, NGX_OK};
+use crate::conf_ext::ConfExt;
+use crate::ffi_util::{bytes, command, ConfFail, NGX_ERROR, NGX_OK};
+use crate::upstrand::dynamic::LocConf;
 use crate::upstreams::Upstream;
 use peers::{Peers, Slab};
 use zone::{LiveState, LiveUpstream};
 
-/// `upstreams_api;` in a `location`.
+/// `upstreams_api [write=on|off] [host=NAME ...];` in a `location`.
 pub const COMMAND: ngx_command_t = command(
     c"upstreams_api",
-    NGX_HTTP_LOC_CONF | NGX_CONF_NOARGS,
+    NGX_HTTP_LOC_CONF | NGX_CONF_ANY,
     set_upstreams_api,
     NGX_HTTP_LOC_CONF_OFFSET,
 );
@@ -165,17 +167,35 @@ pub fn lookup_peer_init(
 extern "C" fn set_upstreams_api(
     cf: *mut ngx_conf_t,
     _cmd: *mut ngx_command_t,
-    _conf: *mut c_void,
+    conf: *mut c_void,
 ) -> *mut c_char {
-    // SAFETY: nginx calls the handler with the configuration being parsed, inside a location;
-    // nothing else refers to it during the call.
-    let cf = unsafe { &mut *cf };
+    // SAFETY: nginx calls the handler with the configuration being parsed, inside a location,
+    // and `conf` is this module's LocConf of that location (the command's loc conf offset);
+    // nothing else refers to them during the call.
+    let (cf, lc) = unsafe { (&mut *cf, &mut *conf.cast::<LocConf>()) };
+    let result = declare(cf, lc);
+    cf.result(result)
+}
+
+/// Records the location's access parameters and makes it the API's location.
+fn declare(cf: &mut ngx_conf_t, lc: &mut LocConf) -> Result<(), ConfFail> {
+    if lc.api_access.is_some() {
+        return Err(upstrand_core::ConfError::ApiDuplicate.into());
+    }
+    let texts: Vec<String> = cf
+        .args()
+        .iter()
+        .skip(1)
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect();
+    let params: Vec<&str> = texts.iter().map(String::as_str).collect();
+    lc.api_access = Some(upstrand_core::live::Access::parse(&params)?);
     let Some(clcf) = NgxHttpCoreModule::location_conf_mut(cf) else {
-        return ngx::core::NGX_CONF_ERROR;
+        return Err(ConfFail::Logged);
     };
     clcf.handler = Some(handler::handle);
     *API_CYCLE.lock().unwrap_or_else(|e| e.into_inner()) = cf.cycle as usize;
-    ngx::core::NGX_CONF_OK
+    Ok(())
 }
 
 /// From the module's `init_main_conf` (after every upstream ran its `init_upstream`): when the

@@ -437,6 +437,7 @@ impl ListsWrite {
             }
             (*p).max_fails = s.max_fails as usize;
             (*p).fail_timeout = s.fail_timeout_s as _;
+            (*p).max_conns = s.max_conns as usize;
             (*p).down = usize::from(s.down);
         }
     }
@@ -548,6 +549,7 @@ impl Peer {
                 weight: u32::try_from((*p).weight).unwrap_or(u32::MAX),
                 max_fails: u32::try_from((*p).max_fails).unwrap_or(u32::MAX),
                 fail_timeout_s: u32::try_from((*p).fail_timeout).unwrap_or(u32::MAX),
+                max_conns: u32::try_from((*p).max_conns).unwrap_or(u32::MAX),
                 backup,
                 down: (*p).down != 0,
             })
@@ -706,6 +708,7 @@ impl SlabLocked {
             (*p).current_weight = 0;
             (*p).max_fails = s.max_fails as usize;
             (*p).fail_timeout = s.fail_timeout_s as _;
+            (*p).max_conns = s.max_conns as usize;
             (*p).down = usize::from(s.down);
             // nginx builds with sticky sessions (cfg ngx_upstream_sid) give every zone peer a
             // `sid` buffer; an empty one here (only `sticky`, which the API refuses, reads it).

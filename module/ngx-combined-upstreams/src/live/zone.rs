@@ -228,6 +228,7 @@ impl LiveUpstream {
                     weight: c.as_ref().map_or(0, |c| u64::from(c.weight)),
                     max_fails: c.as_ref().map_or(0, |c| u64::from(c.max_fails)),
                     fail_timeout_ms: c.as_ref().map_or(0, |c| u64::from(c.fail_timeout_s) * 1000),
+                    max_conns: c.as_ref().map_or(0, |c| u64::from(c.max_conns)),
                     backup,
                     down: c.as_ref().is_some_and(|c| c.down),
                     active: st.conns,
@@ -278,6 +279,7 @@ impl LiveUpstream {
                     added: 0,
                     removed: 0,
                     retiring: self.state.shared().retiring.load(Ordering::SeqCst),
+                    names: Default::default(),
                 });
             }
             let mut slots: Vec<Slot> = req
@@ -324,6 +326,7 @@ impl LiveUpstream {
                         added: p.add.len() as u64,
                         removed: p.remove.len() as u64,
                         retiring,
+                        names: p.names(&snap.current, &req.servers),
                     })
                 }
                 Swapped::Moved => continue,

@@ -33,11 +33,14 @@ struct Entry {
     default: Option<String>,
 }
 
-/// Location configuration of the module: the `dynamic_upstrand` declarations in force (in the
-/// configuration pool, dropped with it).
+/// Location configuration of the module: the `dynamic_upstrand` declarations in force and the
+/// `upstreams_api` parameters of the location (in the configuration pool, dropped with it).
 #[derive(Default)]
 pub struct LocConf {
     entries: Vec<Entry>,
+    /// `upstreams_api` of this location (not inherited: the directive sets the location's
+    /// content handler).
+    pub api_access: Option<upstrand_core::live::Access>,
 }
 
 /// `merge_loc_conf` hook: declarations of the enclosing level are inherited unless the same

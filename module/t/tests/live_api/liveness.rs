@@ -365,7 +365,7 @@ pub fn case_a_long_request_on_a_removed_server_costs_other_requests_nothing() ->
          server {{ listen 127.0.0.1:{{P0}} reuseport;\n\
          location / {{ proxy_pass http://app; proxy_next_upstream_tries 0; }}\n\
          location /two/ {{ proxy_pass http://app2/; }}\n\
-         location /api/ {{ allow 127.0.0.1; deny all; upstreams_api; }}\n}}\n{}",
+         location /api/ {{ allow 127.0.0.1; deny all; upstreams_api write=on; }}\n}}\n{}",
         (1..=2).map(backend).collect::<String>()
     );
     let m = Master::start(&conf)?;

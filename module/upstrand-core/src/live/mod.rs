@@ -7,7 +7,9 @@
 //! - [`plan()`]: current set + wanted set → [`Plan`] (which peers stay, which are new, which go).
 //! - [`render`]: the JSON of every answer.
 //! - [`route`]: which resource a request path names.
+//! - [`access`]: the location's parameters (`write=`, `host=`) and the `Host` check of a `PUT`.
 
+pub mod access;
 pub mod plan;
 pub mod render;
 
@@ -16,6 +18,7 @@ use std::net::{IpAddr, SocketAddr};
 
 use serde::Deserialize;
 
+pub use access::{Access, Listener};
 pub use plan::{plan, Current, Plan};
 
 /// Most servers (primary and backup together) one `PUT` may set. Documented in `docs/live-api.md`.
@@ -120,6 +123,14 @@ impl ApiError {
         Self::new(405, format!("method not allowed here; use {allowed}"))
     }
 
+    /// 405 for a `PUT` to a location without `write=on`.
+    pub fn read_only() -> Self {
+        Self::new(
+            405,
+            "this upstreams_api location is read-only: enable changes with \"upstreams_api write=on;\" in its location",
+        )
+    }
+
     /// 413 for a body larger than [`MAX_BODY`].
     pub fn body_too_large() -> Self {
         Self::new(413, format!("request body larger than {MAX_BODY} bytes"))
@@ -170,6 +181,19 @@ impl Addr {
             if sa.port() == 0 {
                 return Err(ApiError::new(400, format!("address \"{text}\": port 0")));
             }
+            let ip = sa.ip().to_canonical();
+            let unusable = if ip.is_unspecified() {
+                Some("an unspecified address (0.0.0.0, ::) names no server")
+            } else if ip.is_multicast() {
+                Some("a multicast address names no single server")
+            } else if ip == IpAddr::V4(std::net::Ipv4Addr::BROADCAST) {
+                Some("the broadcast address names no single server")
+            } else {
+                None
+            };
+            if let Some(why) = unusable {
+                return Err(ApiError::new(400, format!("address \"{text}\": {why}")));
+            }
             if let SocketAddr::V6(v6) = sa {
                 if v6.scope_id() != 0 || v6.flowinfo() != 0 {
                     return Err(ApiError::new(
@@ -216,6 +240,8 @@ pub struct Server {
     pub max_fails: u32,
     /// `fail_timeout=` in whole seconds (the API speaks milliseconds; nginx keeps seconds).
     pub fail_timeout_s: u32,
+    /// `max_conns=` (0: no limit).
+    pub max_conns: u32,
     /// `backup`
     pub backup: bool,
     /// `down`
@@ -237,6 +263,12 @@ struct RawPut {
     servers: Vec<RawServer>,
     #[serde(default)]
     generation: Option<u64>,
+    /// Figures of a `GET` answer (`retiring`, `rebalanced`): accepted so that answer can be sent
+    /// back unchanged; ignored.
+    #[serde(default, rename = "retiring")]
+    _retiring: Option<serde::de::IgnoredAny>,
+    #[serde(default, rename = "rebalanced")]
+    _rebalanced: Option<serde::de::IgnoredAny>,
 }
 
 #[derive(Deserialize)]
@@ -250,12 +282,17 @@ struct RawServer {
     #[serde(default = "ten_seconds")]
     fail_timeout_ms: u64,
     #[serde(default)]
+    max_conns: u32,
+    #[serde(default)]
     backup: bool,
     #[serde(default)]
     down: bool,
-    /// Accepted so a `GET` answer can be sent back unchanged; ignored.
+    /// Run-time figures of a `GET` answer (`active`, `fails`): accepted so that answer can be
+    /// sent back unchanged; ignored.
     #[serde(default, rename = "active")]
-    _active: Option<u64>,
+    _active: Option<serde::de::IgnoredAny>,
+    #[serde(default, rename = "fails")]
+    _fails: Option<serde::de::IgnoredAny>,
 }
 
 fn one() -> u32 {
@@ -321,6 +358,7 @@ pub fn parse_put(body: &[u8]) -> Result<PutRequest, ApiError> {
             weight: s.weight,
             max_fails: s.max_fails,
             fail_timeout_s: (s.fail_timeout_ms / 1000) as u32,
+            max_conns: s.max_conns,
             backup: s.backup,
             down: s.down,
         });
@@ -347,10 +385,15 @@ pub enum Route {
 }
 
 /// Maps the part of the URI after the location prefix to a resource; `None`: no such resource
-/// (404).
+/// (404). The rest is empty or starts with `/`: with `location /api` the URI `/apiapp` leaves
+/// `app`, which names nothing.
 pub fn route(rest: &[u8]) -> Option<Route> {
     let rest = std::str::from_utf8(rest).ok()?;
-    let rest = rest.strip_prefix('/').unwrap_or(rest);
+    let rest = match rest.strip_prefix('/') {
+        Some(r) => r,
+        None if rest.is_empty() => rest,
+        None => return None,
+    };
     if rest.is_empty() {
         return Some(Route::List);
     }

@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 
+use super::render::ChangedNames;
 use super::{Addr, Server};
 
 /// A peer now in the zone, as the module read it (primary list first, then backup list).
@@ -16,6 +17,8 @@ pub struct Current {
     pub max_fails: u32,
     /// `fail_timeout` in seconds.
     pub fail_timeout_s: u32,
+    /// `max_conns` (0: no limit).
+    pub max_conns: u32,
     /// In the backup list.
     pub backup: bool,
     /// `down`
@@ -27,6 +30,7 @@ impl Current {
         self.weight == s.weight
             && self.max_fails == s.max_fails
             && self.fail_timeout_s == s.fail_timeout_s
+            && self.max_conns == s.max_conns
             && self.down == s.down
     }
 }
@@ -45,6 +49,21 @@ pub struct Plan {
     pub add: Vec<usize>,
     /// Current indices that leave the set (freed at once when idle, else retired).
     pub remove: Vec<usize>,
+}
+
+impl Plan {
+    /// The addresses this plan adds and removes (`current` and `wanted` are the ones it was made
+    /// from).
+    pub fn names(&self, current: &[Current], wanted: &[Server]) -> ChangedNames {
+        ChangedNames {
+            added: self.add.iter().map(|&j| wanted[j].addr.name()).collect(),
+            removed: self
+                .remove
+                .iter()
+                .map(|&i| current[i].addr.name())
+                .collect(),
+        }
+    }
 }
 
 /// Plans the change from `current` to `wanted`. A server that moves between the primary and the

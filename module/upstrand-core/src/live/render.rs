@@ -13,6 +13,8 @@ pub struct ServerView {
     pub max_fails: u64,
     /// `fail_timeout` in milliseconds (nginx keeps whole seconds).
     pub fail_timeout_ms: u64,
+    /// `max_conns` (0: no limit).
+    pub max_conns: u64,
     /// In the backup list.
     pub backup: bool,
     /// `down`
@@ -67,6 +69,8 @@ pub struct ListEntry {
 /// `GET <loc>/`.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 pub struct ListView {
+    /// Whether this location takes `PUT`s (`upstreams_api write=on;`).
+    pub write: bool,
     /// Upstreams with a zone whose balancer takes live changes.
     pub upstreams: Vec<ListEntry>,
 }
@@ -101,6 +105,19 @@ pub struct PutView {
     pub removed: u64,
     /// Removed peers kept until their last request ends.
     pub retiring: u64,
+    /// The addresses added and removed (for the error log's line; not in the answer).
+    #[serde(skip)]
+    pub names: ChangedNames,
+}
+
+/// The addresses a `PUT` added and removed, as nginx names them (a server that moved between the
+/// primary and the backup list is in both).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ChangedNames {
+    /// Addresses of the new peers.
+    pub added: Vec<String>,
+    /// Addresses of the peers that left the set.
+    pub removed: Vec<String>,
 }
 
 fn to_json<T: Serialize>(v: &T) -> String {
@@ -139,4 +156,37 @@ impl PutView {
     pub fn to_json(&self) -> String {
         to_json(self)
     }
+
+    /// The error log's line for an applied change: who (`client`, nginx's text of the client
+    /// address), which upstream, the addresses added and removed (at most [`LOG_NAMES`] of each,
+    /// then how many more) and the new generation.
+    pub fn log_line(&self, client: &str, upstream: &str) -> String {
+        let list = |v: &[String]| {
+            let mut s = v
+                .iter()
+                .take(LOG_NAMES)
+                .map(String::as_str)
+                .collect::<Vec<_>>()
+                .join(" ");
+            if v.len() > LOG_NAMES {
+                s.push_str(&format!(" and {} more", v.len() - LOG_NAMES));
+            }
+            if s.is_empty() {
+                s.push('-');
+            }
+            s
+        };
+        format!(
+            "upstreams_api: client {client} changed upstream \"{upstream}\": added {} ({}), removed {} ({}), generation {}",
+            self.added,
+            list(&self.names.added),
+            self.removed,
+            list(&self.names.removed),
+            self.generation
+        )
+    }
 }
+
+/// Most addresses of each kind (added, removed) [`PutView::log_line`] names; nginx cuts an error
+/// log line at 2 KiB.
+pub const LOG_NAMES: usize = 16;

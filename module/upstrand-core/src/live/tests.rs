@@ -11,6 +11,7 @@ fn cur(addr: &str, backup: bool) -> Current {
         weight: 1,
         max_fails: 1,
         fail_timeout_s: 10,
+        max_conns: 0,
         backup,
         down: false,
     }
@@ -176,7 +177,14 @@ fn routes_paths() {
     assert_eq!(route(b""), Some(Route::List));
     assert_eq!(route(b"/"), Some(Route::List));
     assert_eq!(route(b"/app"), Some(Route::Upstream("app".into())));
-    assert_eq!(route(b"app"), Some(Route::Upstream("app".into())));
+    assert_eq!(route(b"/a/b"), None);
+}
+
+#[test]
+fn a_path_glued_to_the_location_prefix_names_nothing() {
+    // `location /api` sees `/apiapp` with the rest `app`: not the upstream `app`.
+    assert_eq!(route(b"app"), None);
+    assert_eq!(route(b"-x"), None);
     assert_eq!(route(b"/a/b"), None);
     assert_eq!(route(b"/a%2fb"), None);
 }
@@ -190,6 +198,7 @@ fn renders_json() {
             weight: 1,
             max_fails: 1,
             fail_timeout_ms: 10_000,
+            max_conns: 0,
             backup: false,
             down: false,
             active: 2,
@@ -201,7 +210,7 @@ fn renders_json() {
     };
     assert_eq!(
         v.to_json(),
-        r#"{"generation":3,"servers":[{"address":"10.0.0.1:80","weight":1,"max_fails":1,"fail_timeout_ms":10000,"backup":false,"down":false,"active":2,"fails":0}],"retiring":1,"rebalanced":0}"#
+        r#"{"generation":3,"servers":[{"address":"10.0.0.1:80","weight":1,"max_fails":1,"fail_timeout_ms":10000,"max_conns":0,"backup":false,"down":false,"active":2,"fails":0}],"retiring":1,"rebalanced":0}"#
     );
     assert_eq!(
         ApiError::unknown_upstream("x\"y").to_json(),
@@ -225,5 +234,102 @@ fn retired_servers_are_listed_with_their_age_when_there_are_some() {
     assert_eq!(
         v.to_json(),
         r#"{"generation":3,"servers":[],"retiring":1,"retired":[{"address":"10.0.0.2:80","active":1,"age_ms":61000}],"rebalanced":0}"#
+    );
+}
+
+#[test]
+fn every_field_of_a_get_answer_is_accepted_back() {
+    let v = render::ServerView {
+        address: "10.0.0.1:80".into(),
+        weight: 2,
+        max_fails: 3,
+        fail_timeout_ms: 5_000,
+        max_conns: 0,
+        backup: false,
+        down: false,
+        active: 2,
+        fails: 1,
+    };
+    let view = render::UpstreamView {
+        generation: 9,
+        servers: vec![v],
+        retiring: 1,
+        rebalanced: 4,
+    };
+    let body = view.to_json();
+    let r = put(&body).unwrap_or_else(|e| panic!("{body}: {e}"));
+    assert_eq!(r.generation, Some(9));
+    assert_eq!(r.servers[0].weight, 2);
+    assert_eq!(r.servers[0].max_fails, 3);
+}
+
+#[test]
+fn max_conns_is_carried() {
+    let r =
+        put(r#"{"servers":[{"address":"10.0.0.1:80","max_conns":7},{"address":"10.0.0.2:80"}]}"#)
+            .unwrap();
+    assert_eq!((r.servers[0].max_conns, r.servers[1].max_conns), (7, 0));
+    let mut c = cur("10.0.0.1:80", false);
+    c.max_conns = 7;
+    assert!(plan(std::slice::from_ref(&c), &r.servers[..1]).unchanged);
+    c.max_conns = 8;
+    assert!(!plan(&[c], &r.servers[..1]).unchanged);
+}
+
+#[test]
+fn unspecified_multicast_and_broadcast_addresses_are_refused() {
+    for a in [
+        "0.0.0.0:80",
+        "[::]:80",
+        "224.0.0.1:80",
+        "239.1.2.3:80",
+        "[ff02::1]:80",
+        "255.255.255.255:80",
+        "[::ffff:0.0.0.0]:80",
+        "[::ffff:224.0.0.1]:80",
+    ] {
+        let e = Addr::parse(a).expect_err(a);
+        assert_eq!(e.status, 400, "{a}: {e}");
+        assert!(e.message.contains(a), "{a}: {e}");
+    }
+    for a in ["10.0.0.255:80", "127.0.0.1:80", "[::1]:80", "[fe80::1]:80"] {
+        assert!(Addr::parse(a).is_ok(), "{a}");
+    }
+}
+
+#[test]
+fn the_log_line_names_client_upstream_changes_and_generation() {
+    let current = vec![cur("10.0.0.1:80", false), cur("10.0.0.2:80", false)];
+    let w = put(r#"{"servers":[{"address":"10.0.0.2:80"},{"address":"10.0.0.3:80"}]}"#).unwrap();
+    let p = plan(&current, &w.servers);
+    let v = render::PutView {
+        generation: 42,
+        changed: true,
+        added: 1,
+        removed: 1,
+        retiring: 0,
+        names: p.names(&current, &w.servers),
+    };
+    assert_eq!(
+        v.log_line("127.0.0.1", "app"),
+        "upstreams_api: client 127.0.0.1 changed upstream \"app\": added 1 (10.0.0.3:80), removed 1 (10.0.0.1:80), generation 42"
+    );
+    assert!(
+        !v.to_json().contains("10.0.0.3"),
+        "names stay out of the answer"
+    );
+    let many = render::PutView {
+        added: 20,
+        removed: 0,
+        names: render::ChangedNames {
+            added: (0..20).map(|i| format!("10.0.1.{i}:80")).collect(),
+            removed: vec![],
+        },
+        ..v
+    };
+    let line = many.log_line("unix:", "app");
+    assert!(
+        line.contains("10.0.1.15:80 and 4 more), removed 0 (-)"),
+        "{line}"
     );
 }
