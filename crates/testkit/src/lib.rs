@@ -616,8 +616,11 @@ impl TestNginx {
         let deadline = Instant::now() + timeout;
         loop {
             let workers = self.workers();
+            // A child just forked still shows the master's title until it sets its own.
             if workers.len() == self.workers
-                && workers.iter().all(|w| !w.1.contains("shutting down"))
+                && workers
+                    .iter()
+                    .all(|w| w.1.contains("worker process") && !w.1.contains("shutting down"))
             {
                 return Ok(());
             }
