@@ -263,10 +263,12 @@ struct RawPut {
     servers: Vec<RawServer>,
     #[serde(default)]
     generation: Option<u64>,
-    /// Figures of a `GET` answer (`retiring`, `rebalanced`): accepted so that answer can be sent
-    /// back unchanged; ignored.
+    /// Figures of a `GET` answer (`retiring`, `retired`, `rebalanced`): accepted so that answer
+    /// can be sent back unchanged; ignored.
     #[serde(default, rename = "retiring")]
     _retiring: Option<serde::de::IgnoredAny>,
+    #[serde(default, rename = "retired")]
+    _retired: Option<serde::de::IgnoredAny>,
     #[serde(default, rename = "rebalanced")]
     _rebalanced: Option<serde::de::IgnoredAny>,
 }

@@ -254,6 +254,11 @@ fn every_field_of_a_get_answer_is_accepted_back() {
         generation: 9,
         servers: vec![v],
         retiring: 1,
+        retired: vec![render::RetiredView {
+            address: "10.0.0.9:80".into(),
+            active: 1,
+            age_ms: 1_500,
+        }],
         rebalanced: 4,
     };
     let body = view.to_json();
