@@ -26,6 +26,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
+use tributary_store::now_ms;
 use tributary_testkit::TestNginx;
 
 fn env_num(name: &str, default: u64) -> u64 {
@@ -33,13 +34,6 @@ fn env_num(name: &str, default: u64) -> u64 {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64
 }
 
 fn vm_hwm_kib(pid: u32) -> u64 {

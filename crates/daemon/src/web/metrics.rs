@@ -18,7 +18,6 @@
 use std::collections::HashMap;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -27,7 +26,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use tokio::sync::broadcast::error::RecvError;
-use tributary_store::{Applied, Failure, HostState, OutcomeRecord, OutcomeStatus};
+use tributary_store::{lock, now_ms, Applied, Failure, HostState, OutcomeRecord, OutcomeStatus};
 
 use crate::engine::{Engine, EngineEvent};
 use crate::view::BindingView;
@@ -299,13 +298,6 @@ pub struct NginxNumbers {
     pub last_test_failure: Option<TestFailure>,
 }
 
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
-
 impl Metrics {
     /// Creates the registry, seeds each binding's last success from its stored history and
     /// starts the task that follows the engine's events.
@@ -336,12 +328,8 @@ impl Metrics {
         metrics
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
     fn note_success(&self, binding: &str, at_ms: i64) {
-        let mut c = self.lock();
+        let mut c = lock(&self.state);
         let e = c
             .last_success_ms
             .entry(binding.to_string())
@@ -365,7 +353,7 @@ impl Metrics {
                 if *reloaded {
                     f.reloads.inc();
                     f.last_reload_seconds.set(*at_ms as f64 / 1000.0);
-                    self.lock().last_reload_ms = Some(*at_ms);
+                    lock(&self.state).last_reload_ms = Some(*at_ms);
                 }
             }
         }
@@ -407,7 +395,7 @@ impl Metrics {
                 f.plugin_errors.get_or_create(&CodeLabel { code }).inc();
             }
             if let Some(e) = &o.nginx_error {
-                self.lock().last_test_failure = Some(TestFailure {
+                lock(&self.state).last_test_failure = Some(TestFailure {
                     binding: binding.to_string(),
                     at_ms: o.at_ms,
                     nginx_error: e.clone(),
@@ -420,13 +408,13 @@ impl Metrics {
 
     /// When `binding` last resolved successfully (ok or unchanged), ms since the epoch.
     pub fn last_success_ms(&self, binding: &str) -> Option<i64> {
-        self.lock().last_success_ms.get(binding).copied()
+        lock(&self.state).last_success_ms.get(binding).copied()
     }
 
     /// The nginx-related numbers.
     pub fn nginx_numbers(&self) -> NginxNumbers {
         let f = &self.families;
-        let st = self.lock();
+        let st = lock(&self.state);
         NginxNumbers {
             apply_batches: f.batches.get(),
             reloads: f.reloads.get(),
@@ -446,7 +434,7 @@ impl Metrics {
 
     /// The text exposition in `format` with the per-binding gauges of `bindings` at time `now`.
     fn encode(&self, bindings: &[BindingView], now: i64, format: Format) -> String {
-        let _one = self.scrape.lock().unwrap_or_else(|p| p.into_inner());
+        let _one = lock(&self.scrape);
         let f = &self.families;
         f.bindings.set(bindings.len() as i64);
         f.binding_servers.clear();
@@ -471,7 +459,7 @@ impl Metrics {
                 .set(n);
         }
         {
-            let st = self.lock();
+            let st = lock(&self.state);
             for b in bindings {
                 let label = BindingLabel {
                     binding: b.name.clone(),
