@@ -653,23 +653,32 @@ fn api_bad_input_names_the_field_and_changes_nothing() {
     assert!(v["rendered"].is_null());
 }
 
-/// What `promtool check metrics` (Prometheus' own check of the text format) says of `text`: ""
-/// when it has no complaint.
-fn promtool_check(text: &str) -> String {
-    let mut child = Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
+/// Runs `cmd` with `input` on its stdin; `missing` says what to install when it cannot start.
+fn run_with_input(cmd: &mut Command, input: &str, missing: &str) -> std::process::Output {
+    use std::process::Stdio;
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
         .spawn()
-        .expect("promtool is missing: scripts/setup.sh installs Debian's prometheus package");
+        .unwrap_or_else(|e| panic!("{missing} ({e})"));
     child
         .stdin
         .take()
         .unwrap()
-        .write_all(text.as_bytes())
+        .write_all(input.as_bytes())
         .unwrap();
-    let out = child.wait_with_output().unwrap();
+    child.wait_with_output().unwrap()
+}
+
+/// What `promtool check metrics` (Prometheus' own check of the text format) says of `text`: ""
+/// when it has no complaint.
+fn promtool_check(text: &str) -> String {
+    let out = run_with_input(
+        Command::new("promtool").args(["check", "metrics"]),
+        text,
+        "promtool is missing: scripts/setup.sh installs Debian's prometheus package",
+    );
     let said = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
@@ -688,23 +697,14 @@ fn openmetrics_families(text: &str) -> Vec<String> {
     let venv = std::env::var_os("TRIBUTARY_VENV")
         .map(std::path::PathBuf::from)
         .unwrap_or_else(|| workspace_root().join("target/venv"));
-    let mut child = Command::new(venv.join("bin/python"))
-        .args([
+    let out = run_with_input(
+        Command::new(venv.join("bin/python")).args([
             "-c",
             "import sys\nfrom prometheus_client.openmetrics.parser import text_string_to_metric_families as p\nfor f in p(sys.stdin.read()): print(f.name, f.type)",
-        ])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("target/venv/bin/python is missing: scripts/setup.sh makes it");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(text.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+        ]),
+        text,
+        "target/venv/bin/python is missing: scripts/setup.sh makes it",
+    );
     assert!(
         out.status.success(),
         "the OpenMetrics parser refused the text (scripts/setup.sh installs prometheus-client into target/venv):\n{}\n{text}",

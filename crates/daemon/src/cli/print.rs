@@ -36,21 +36,9 @@ pub(super) fn outcome_line(o: &OutcomeRecord) -> String {
     s
 }
 
-/// `YYYY-MM-DDTHH:MM:SSZ` (UTC) of a time in ms since the Unix epoch (outside years 1 to 9999:
-/// the milliseconds as they are).
+/// `YYYY-MM-DDTHH:MM:SSZ` (UTC) of a time in ms since the Unix epoch.
 pub(crate) fn format_time(ms: i64) -> String {
-    match time::OffsetDateTime::from_unix_timestamp(ms.div_euclid(1000)) {
-        Ok(t) if t.year() > 0 => format!(
-            "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}Z",
-            t.year(),
-            u8::from(t.month()),
-            t.day(),
-            t.hour(),
-            t.minute(),
-            t.second()
-        ),
-        _ => format!("{ms} ms"),
-    }
+    crate::utc::utc(ms, 'T')
 }
 
 pub(super) fn print_view(b: &BindingView) {

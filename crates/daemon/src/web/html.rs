@@ -83,20 +83,8 @@ pub fn error_page(status: StatusCode, title: &str, csrf: Option<&str>, message: 
 }
 
 /// `YYYY-MM-DD HH:MM:SSZ` (UTC) of a time in ms since the Unix epoch.
-/// (Outside years 1 to 9999: the milliseconds as they are.)
 pub fn fmt_time(ms: i64) -> String {
-    match time::OffsetDateTime::from_unix_timestamp(ms.div_euclid(1000)) {
-        Ok(t) if t.year() > 0 => format!(
-            "{:04}-{:02}-{:02} {:02}:{:02}:{:02}Z",
-            t.year(),
-            u8::from(t.month()),
-            t.day(),
-            t.hour(),
-            t.minute(),
-            t.second()
-        ),
-        _ => format!("{ms} ms"),
-    }
+    crate::utc::utc(ms, ' ')
 }
 
 /// "in 42 s", "3 min ago"...
