@@ -7,7 +7,8 @@
 #                           building the daemon and the plugins, nginx-dev and libclang for the module
 #   scripts/setup.sh test   (the default) what scripts/test.sh needs: everything of `run`, plus the discovery plugins' registries (dnsmasq,
 #                           etcd), the browser tests (Node.js, npm, chromium, playwright-core), the Python
-#                           test tools (schemathesis, moto), valgrind, wrk and gdb, cargo-nextest, rustfmt, clippy
+#                           test tools (schemathesis, moto, prometheus_client), promtool, valgrind, wrk and
+#                           gdb, cargo-nextest, rustfmt, clippy
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -60,6 +61,10 @@ if [ "$MODE" = test ]; then
   APT_PACKAGES+=(dnsmasq-base etcd-server openssl)
   # Apply tests: chattr (e2fsprogs) makes a tmpfs folder immutable to make a restore fail.
   APT_PACKAGES+=(e2fsprogs)
+  # /metrics tests: promtool (`promtool check metrics`, Prometheus' own check of the text format) ships
+  # only in Debian's prometheus package. Its service is enabled but not started by the install where
+  # no init runs (containers, chroots); on a booted machine `systemctl disable --now prometheus` stops it.
+  APT_PACKAGES+=(prometheus)
   # Python test tools (schemathesis, moto) live in a virtualenv in target/venv.
   APT_PACKAGES+=(python3-venv)
   # Web UI browser tests: Debian's chromium driven by playwright-core (npm) on Node.js. Debian's
@@ -152,9 +157,10 @@ fi
 
 # --- Python test tools in target/venv ------------------------------------------------------------------
 # schemathesis fuzzes the daemon's JSON API from its OpenAPI document; moto_server (an EC2 API on
-# loopback) serves the ec2 plugin's tests.
+# loopback) serves the ec2 plugin's tests; prometheus_client's OpenMetrics parser checks /metrics.
 SCHEMATHESIS_VERSION=4.32.5
 MOTO_VERSION=5.2.5
+PROMETHEUS_CLIENT_VERSION=0.26.0
 [ -x target/venv/bin/python ] || python3 -m venv target/venv || die "python3 -m venv target/venv failed"
 if ! target/venv/bin/schemathesis --version 2>/dev/null | grep -q "$SCHEMATHESIS_VERSION"; then
   say "installing schemathesis $SCHEMATHESIS_VERSION into target/venv"
@@ -166,4 +172,9 @@ if ! target/venv/bin/python -c "import moto, sys; sys.exit(moto.__version__ != '
   say "installing moto[server] $MOTO_VERSION into target/venv"
   target/venv/bin/pip install -q "moto[server]==$MOTO_VERSION" \
     || die "pip could not install moto[server]==$MOTO_VERSION from PyPI into target/venv"
+fi
+if ! target/venv/bin/python -c "import importlib.metadata as m, sys; sys.exit(m.version('prometheus-client') != '$PROMETHEUS_CLIENT_VERSION')" 2>/dev/null; then
+  say "installing prometheus-client $PROMETHEUS_CLIENT_VERSION into target/venv"
+  target/venv/bin/pip install -q "prometheus-client==$PROMETHEUS_CLIENT_VERSION" \
+    || die "pip could not install prometheus-client==$PROMETHEUS_CLIENT_VERSION from PyPI into target/venv"
 fi

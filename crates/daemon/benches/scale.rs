@@ -20,6 +20,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
+use tributary_store::now_ms;
 use tributary_testkit::TestNginx;
 
 fn env_num(name: &str, default: u64) -> u64 {
@@ -133,13 +134,6 @@ fn settle_reloads(nginx: &TestNginx) -> usize {
         }
     }
     last
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64
 }
 
 fn main() {

@@ -26,6 +26,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
+use tributary_store::now_ms;
 use tributary_testkit::TestNginx;
 
 fn env_num(name: &str, default: u64) -> u64 {
@@ -33,13 +34,6 @@ fn env_num(name: &str, default: u64) -> u64 {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64
 }
 
 fn vm_hwm_kib(pid: u32) -> u64 {
@@ -54,24 +48,8 @@ fn vm_hwm_kib(pid: u32) -> u64 {
 /// Milliseconds since the epoch of a log line's RFC 3339 timestamp (`2026-12-01T07:50:01.123456Z`).
 fn line_ms(line: &str) -> Option<i64> {
     let ts = line.split_whitespace().next()?;
-    let (date, time) = ts.strip_suffix('Z')?.split_once('T')?;
-    let mut d = date.split('-').map(|p| p.parse::<i64>());
-    let (y, m, day) = (d.next()?.ok()?, d.next()?.ok()?, d.next()?.ok()?);
-    let mut t = time.split(':');
-    let (hh, mm) = (
-        t.next()?.parse::<i64>().ok()?,
-        t.next()?.parse::<i64>().ok()?,
-    );
-    let ss: f64 = t.next()?.parse().ok()?;
-    // Days from the civil date (Howard Hinnant's algorithm).
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    Some(days * 86_400_000 + hh * 3_600_000 + mm * 60_000 + (ss * 1000.0) as i64)
+    let t = time::OffsetDateTime::parse(ts, &time::format_description::well_known::Rfc3339).ok()?;
+    i64::try_from(t.unix_timestamp_nanos() / 1_000_000).ok()
 }
 
 fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {

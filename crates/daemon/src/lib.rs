@@ -19,6 +19,7 @@
 //! - [`settings`]: `serve --config-file`, the TOML file of serve's options.
 //! - [`store_args`]: `serve --store sqlite|etcd` and the etcd options; opens the chosen store.
 //! - [`token`]: API token creation and lookup (file mode 0600).
+//! - [`utc`]: the UTC date and time text of a time in ms (CLI and UI formats).
 //! - [`web`]: the web UI (login, sessions, CSRF), `/metrics`, the OpenAPI document and more
 //!   `/api/v1` endpoints; [`web::router`] merges them with [`api::router`].
 #![forbid(unsafe_code)]
@@ -34,5 +35,6 @@ pub mod settings;
 pub mod store_args;
 pub mod tags;
 pub mod token;
+pub mod utc;
 pub mod view;
 pub mod web;

@@ -327,8 +327,14 @@ fn access_control_health_open_api_bearer_ui_session_metrics_either() {
         .header("content-type")
         .unwrap()
         .starts_with("text/plain; version=0.0.4"));
-    assert!(m.body.ends_with("# EOF\n"), "{}", m.body);
-    // A scraper that asks for OpenMetrics gets that content type, same text.
+    assert!(
+        m.body
+            .contains("# TYPE tributary_resolutions_total counter")
+            && !m.body.contains("# EOF"),
+        "{}",
+        m.body
+    );
+    // A scraper that asks for OpenMetrics gets it, with its content type.
     let om = request(
         d.port,
         "GET",
@@ -348,7 +354,7 @@ fn access_control_health_open_api_bearer_ui_session_metrics_either() {
         .unwrap()
         .starts_with("application/openmetrics-text; version=1.0.0"));
     assert!(
-        om.body.contains("# TYPE tributary_resolutions counter"),
+        om.body.contains("# TYPE tributary_resolutions counter") && om.body.ends_with("# EOF\n"),
         "{}",
         om.body
     );
@@ -647,6 +653,69 @@ fn api_bad_input_names_the_field_and_changes_nothing() {
     assert!(v["rendered"].is_null());
 }
 
+/// Runs `cmd` with `input` on its stdin; `missing` says what to install when it cannot start.
+fn run_with_input(cmd: &mut Command, input: &str, missing: &str) -> std::process::Output {
+    use std::process::Stdio;
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{missing} ({e})"));
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+/// What `promtool check metrics` (Prometheus' own check of the text format) says of `text`: ""
+/// when it has no complaint.
+fn promtool_check(text: &str) -> String {
+    let out = run_with_input(
+        Command::new("promtool").args(["check", "metrics"]),
+        text,
+        "promtool is missing: scripts/setup.sh installs Debian's prometheus package",
+    );
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    if out.status.success() || !said.is_empty() {
+        said
+    } else {
+        format!("promtool exited with {}", out.status)
+    }
+}
+
+/// The families (`name type`) prometheus_client's OpenMetrics parser reads from `text`; panics
+/// with the parser's error when it refuses the text.
+fn openmetrics_families(text: &str) -> Vec<String> {
+    let venv = std::env::var_os("TRIBUTARY_VENV")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join("target/venv"));
+    let out = run_with_input(
+        Command::new(venv.join("bin/python")).args([
+            "-c",
+            "import sys\nfrom prometheus_client.openmetrics.parser import text_string_to_metric_families as p\nfor f in p(sys.stdin.read()): print(f.name, f.type)",
+        ]),
+        text,
+        "target/venv/bin/python is missing: scripts/setup.sh makes it",
+    );
+    assert!(
+        out.status.success(),
+        "the OpenMetrics parser refused the text (scripts/setup.sh installs prometheus-client into target/venv):\n{}\n{text}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
 #[test]
 fn secrets_are_write_only_and_metrics_follow_outcomes() {
     let root = tempfile::tempdir().unwrap();
@@ -748,6 +817,38 @@ fn secrets_are_write_only_and_metrics_follow_outcomes() {
     assert!(
         !m.contains("tributary_binding_staleness_seconds{binding=\"refused\"}"),
         "never succeeded"
+    );
+    // Each format passes its real parser: Prometheus' promtool for the text format (what curl
+    // gets), prometheus_client's OpenMetrics parser for what Prometheus asks for.
+    let complaints = promtool_check(&m);
+    assert_eq!(complaints, "", "promtool check metrics:\n{complaints}\n{m}");
+    let om = request(
+        d.port,
+        "GET",
+        "/metrics",
+        &[
+            ("Authorization", &tok),
+            ("Accept", "application/openmetrics-text"),
+        ],
+        "",
+    )
+    .body;
+    let families = openmetrics_families(&om);
+    for (family, kind) in [
+        ("tributary_resolutions", "counter"),
+        ("tributary_plugin_errors", "counter"),
+        ("tributary_resolution_duration_seconds", "histogram"),
+        ("tributary_binding_failing", "gauge"),
+    ] {
+        assert!(
+            families.contains(&format!("{family} {kind}")),
+            "{family} {kind} not in {families:?}:\n{om}"
+        );
+    }
+    assert_eq!(
+        families.len(),
+        om.matches("# TYPE ").count(),
+        "{families:?}\n{om}"
     );
 
     let (_, n) = d.api("GET", "/api/v1/nginx", None);

@@ -18,13 +18,13 @@
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use tokio::sync::broadcast;
 use tributary_store::{
-    BindingRecord, BindingStore, FleetHost, FleetView, HostOutcome, OutcomeRecord, StoreError,
-    StoreEvent, StoreStatus, StoredBinding, TargetSet, Upsert,
+    lock, now_ms, BindingRecord, BindingStore, FleetHost, FleetView, HostOutcome, OutcomeRecord,
+    StoreError, StoreEvent, StoreStatus, StoredBinding, TargetSet, Upsert,
 };
 
 /// History kept per binding and member.
@@ -74,13 +74,6 @@ impl Default for Fleet {
     fn default() -> Self {
         Fleet::new()
     }
-}
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
 }
 
 fn score(host: &str, binding: &str) -> u64 {
@@ -159,7 +152,7 @@ impl Fleet {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Shared> {
-        self.shared.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.shared)
     }
 
     /// How long an unclaimed binding waits for its preferred member before any member takes it

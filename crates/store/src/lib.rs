@@ -30,6 +30,7 @@ mod sqlite;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::PathBuf;
+use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
@@ -129,10 +130,17 @@ pub enum Upsert {
     Unchanged,
 }
 
-/// Milliseconds since the Unix epoch (0 if the clock is before it).
-pub(crate) fn now_ms() -> i64 {
+/// Milliseconds since the Unix epoch (0 if the clock is before it): the time stamps of the
+/// records here, and the one clock reading of the daemon and the fakes.
+pub fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)
         .unwrap_or(0)
+}
+
+/// Locks `m`, ignoring poisoning: a thread that panicked while holding it does not make every
+/// later caller panic too.
+pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
 }

@@ -16,7 +16,7 @@ use rusqlite::{params, Connection, OptionalExtension, Row, Statement, Transactio
 use tokio::sync::broadcast;
 
 use crate::{
-    now_ms, Applied, BindingRecord, BindingStore, Failure, FleetHost, FleetView, HostOutcome,
+    lock, now_ms, Applied, BindingRecord, BindingStore, Failure, FleetHost, FleetView, HostOutcome,
     OutcomeRecord, OutcomeStatus, StoreError, StoreEvent, StoreStatus, StoredBinding, TargetSet,
     Upsert,
 };
@@ -576,10 +576,6 @@ impl fmt::Debug for SqliteStore {
             .field("host_id", &self.host_id)
             .finish()
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl SqliteStore {

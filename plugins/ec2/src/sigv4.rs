@@ -73,21 +73,14 @@ pub fn form(pairs: &[(String, String)]) -> String {
 }
 
 /// (`YYYYMMDDTHHMMSSZ`, `YYYYMMDD`) for seconds since the Unix epoch (UTC).
+/// (A time past the year 9999, which the clock does not give, signs as 1970-01-01.)
 pub fn amz_timestamp(unix: u64) -> (String, String) {
-    let days = (unix / 86_400) as i64;
-    let secs = unix % 86_400;
-    // Civil date from days since 1970-01-01 (proleptic Gregorian; Howard Hinnant's method).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    let date = format!("{year:04}{month:02}{day:02}");
-    let time = format!("{:02}{:02}{:02}", secs / 3600, (secs / 60) % 60, secs % 60);
+    let t = i64::try_from(unix)
+        .ok()
+        .and_then(|s| time::OffsetDateTime::from_unix_timestamp(s).ok())
+        .unwrap_or(time::OffsetDateTime::UNIX_EPOCH);
+    let date = format!("{:04}{:02}{:02}", t.year(), u8::from(t.month()), t.day());
+    let time = format!("{:02}{:02}{:02}", t.hour(), t.minute(), t.second());
     (format!("{date}T{time}Z"), date)
 }
 

@@ -36,25 +36,9 @@ pub(super) fn outcome_line(o: &OutcomeRecord) -> String {
     s
 }
 
+/// `YYYY-MM-DDTHH:MM:SSZ` (UTC) of a time in ms since the Unix epoch.
 pub(crate) fn format_time(ms: i64) -> String {
-    // UTC, without pulling a date crate: days since epoch → civil date.
-    let secs = ms.div_euclid(1000);
-    let (days, rem) = (secs.div_euclid(86400), secs.rem_euclid(86400));
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
+    crate::utc::utc(ms, 'T')
 }
 
 pub(super) fn print_view(b: &BindingView) {

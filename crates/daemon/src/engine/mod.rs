@@ -36,7 +36,7 @@ pub mod refresh;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot, watch, Notify};
@@ -123,12 +123,7 @@ fn join_messages(errors: &[FieldError]) -> String {
     texts.join("; ")
 }
 
-pub(crate) fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
+pub(crate) use tributary_store::{lock, now_ms};
 
 pub(crate) struct SlotState {
     pub(crate) binding: Arc<Binding>,
@@ -200,10 +195,6 @@ pub enum EngineEvent {
 #[derive(Clone)]
 pub struct Engine {
     pub(crate) inner: Arc<Inner>,
-}
-
-pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Engine {

@@ -84,30 +84,7 @@ pub fn error_page(status: StatusCode, title: &str, csrf: Option<&str>, message: 
 
 /// `YYYY-MM-DD HH:MM:SSZ` (UTC) of a time in ms since the Unix epoch.
 pub fn fmt_time(ms: i64) -> String {
-    let secs = ms.div_euclid(1000);
-    let days = secs.div_euclid(86_400);
-    let rem = secs.rem_euclid(86_400);
-    // Civil date from days since 1970-01-01 (proleptic Gregorian), by 400-year eras.
-    let shifted = days + 719_468;
-    let era = shifted.div_euclid(146_097);
-    let day_of_era = shifted.rem_euclid(146_097);
-    let year_of_era =
-        (day_of_era - day_of_era / 1_460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
-    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
-    let month_index = (5 * day_of_year + 2) / 153;
-    let day = day_of_year - (153 * month_index + 2) / 5 + 1;
-    let month = if month_index < 10 {
-        month_index + 3
-    } else {
-        month_index - 9
-    };
-    let year = year_of_era + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
+    crate::utc::utc(ms, ' ')
 }
 
 /// "in 42 s", "3 min ago"...
@@ -165,6 +142,8 @@ mod tests {
         assert_eq!(fmt_time(0), "1970-01-01 00:00:00Z");
         assert_eq!(fmt_time(1_700_000_000_000), "2023-11-14 22:13:20Z");
         assert_eq!(fmt_time(951_782_400_000), "2000-02-29 00:00:00Z");
+        assert_eq!(fmt_time(-1), "1969-12-31 23:59:59Z");
+        assert_eq!(fmt_time(i64::MAX), format!("{} ms", i64::MAX));
         assert_eq!(rel_time(10_000, 0), "in 10 s");
         assert_eq!(rel_time(0, 600_000), "10 min ago");
         assert_eq!(rel_time(1_000, 1_500), "now");

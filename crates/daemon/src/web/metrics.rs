@@ -1,5 +1,10 @@
-//! `/metrics`: the OpenMetrics/Prometheus text exposition (crate `prometheus-client`) of what the
-//! engine reports ([`EngineEvent`]).
+//! `/metrics`: the text exposition (crate `prometheus-client`) of what the engine reports
+//! ([`EngineEvent`]), in the format the scraper asks for ([`Format`], by `Accept`): OpenMetrics 1.0
+//! (`application/openmetrics-text`, what Prometheus asks for first) or the Prometheus text format
+//! 0.0.4 (`text/plain`, everyone else: curl, browsers, other scrapers). The two differ where it
+//! matters to a parser: a 0.0.4 counter family is named with its `_total` (`# HELP x_total`,
+//! `# TYPE x_total counter`) and the text has no `# EOF`; an OpenMetrics counter family is named
+//! without it and the text ends with `# EOF`. Both come from the same registry, encoded by the crate.
 //!
 //! A task subscribed to the engine counts resolutions by outcome, failures by their kind (the
 //! outcome's [`Failure`] tag, never its prose), plugin errors by code, the resolution latency
@@ -13,7 +18,6 @@
 use std::collections::HashMap;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -22,7 +26,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use tokio::sync::broadcast::error::RecvError;
-use tributary_store::{Applied, Failure, HostState, OutcomeRecord, OutcomeStatus};
+use tributary_store::{lock, now_ms, Applied, Failure, HostState, OutcomeRecord, OutcomeStatus};
 
 use crate::engine::{Engine, EngineEvent};
 use crate::view::BindingView;
@@ -184,6 +188,50 @@ impl Families {
     }
 }
 
+/// The two text formats `/metrics` serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// OpenMetrics 1.0 text.
+    OpenMetrics,
+    /// The Prometheus text format, version 0.0.4.
+    Prometheus,
+}
+
+impl Format {
+    /// The format for a request's `Accept` values: OpenMetrics when `application/openmetrics-text`
+    /// is accepted (q > 0) at least as much as `text/plain`; else (no `Accept`, `*/*`, `text/plain`)
+    /// the Prometheus text format.
+    pub fn from_accept<'a>(accept: impl IntoIterator<Item = &'a str>) -> Format {
+        let (mut openmetrics, mut text) = (0.0f32, 0.0f32);
+        for range in accept.into_iter().flat_map(|v| v.split(',')) {
+            let mut parts = range.split(';').map(str::trim);
+            let media = parts.next().unwrap_or("").to_ascii_lowercase();
+            let q = parts
+                .filter_map(|p| p.split_once('='))
+                .find(|(k, _)| k.trim().eq_ignore_ascii_case("q"))
+                .map_or(1.0, |(_, v)| v.trim().parse().unwrap_or(0.0));
+            match media.as_str() {
+                "application/openmetrics-text" => openmetrics = openmetrics.max(q),
+                "text/plain" | "text/*" | "*/*" => text = text.max(q),
+                _ => {}
+            }
+        }
+        if openmetrics > 0.0 && openmetrics >= text {
+            Format::OpenMetrics
+        } else {
+            Format::Prometheus
+        }
+    }
+
+    /// The `Content-Type` of the format.
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Format::OpenMetrics => "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            Format::Prometheus => prometheus_client::encoding::prometheus_text::CONTENT_TYPE,
+        }
+    }
+}
+
 /// The last change refused by `nginx -t` (for the nginx status endpoint and page).
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct TestFailure {
@@ -250,13 +298,6 @@ pub struct NginxNumbers {
     pub last_test_failure: Option<TestFailure>,
 }
 
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
-
 impl Metrics {
     /// Creates the registry, seeds each binding's last success from its stored history and
     /// starts the task that follows the engine's events.
@@ -287,12 +328,8 @@ impl Metrics {
         metrics
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
     fn note_success(&self, binding: &str, at_ms: i64) {
-        let mut c = self.lock();
+        let mut c = lock(&self.state);
         let e = c
             .last_success_ms
             .entry(binding.to_string())
@@ -316,7 +353,7 @@ impl Metrics {
                 if *reloaded {
                     f.reloads.inc();
                     f.last_reload_seconds.set(*at_ms as f64 / 1000.0);
-                    self.lock().last_reload_ms = Some(*at_ms);
+                    lock(&self.state).last_reload_ms = Some(*at_ms);
                 }
             }
         }
@@ -358,7 +395,7 @@ impl Metrics {
                 f.plugin_errors.get_or_create(&CodeLabel { code }).inc();
             }
             if let Some(e) = &o.nginx_error {
-                self.lock().last_test_failure = Some(TestFailure {
+                lock(&self.state).last_test_failure = Some(TestFailure {
                     binding: binding.to_string(),
                     at_ms: o.at_ms,
                     nginx_error: e.clone(),
@@ -371,13 +408,13 @@ impl Metrics {
 
     /// When `binding` last resolved successfully (ok or unchanged), ms since the epoch.
     pub fn last_success_ms(&self, binding: &str) -> Option<i64> {
-        self.lock().last_success_ms.get(binding).copied()
+        lock(&self.state).last_success_ms.get(binding).copied()
     }
 
     /// The nginx-related numbers.
     pub fn nginx_numbers(&self) -> NginxNumbers {
         let f = &self.families;
-        let st = self.lock();
+        let st = lock(&self.state);
         NginxNumbers {
             apply_batches: f.batches.get(),
             reloads: f.reloads.get(),
@@ -387,18 +424,17 @@ impl Metrics {
         }
     }
 
-    /// The text exposition, with the per-binding gauges of the engine's bindings now.
-    pub fn render(&self, engine: &Engine) -> String {
+    /// The text exposition in `format`, with the per-binding gauges of the engine's bindings now.
+    pub fn render(&self, engine: &Engine, format: Format) -> String {
         self.families
             .store_connected
             .set(i64::from(engine.store_status().connected));
-        self.encode(&engine.list(), now_ms())
+        self.encode(&engine.list(), now_ms(), format)
     }
 
-    /// The text exposition (OpenMetrics 1.0, which Prometheus' text parser also reads) with the
-    /// per-binding gauges of `bindings` at time `now`.
-    fn encode(&self, bindings: &[BindingView], now: i64) -> String {
-        let _one = self.scrape.lock().unwrap_or_else(|p| p.into_inner());
+    /// The text exposition in `format` with the per-binding gauges of `bindings` at time `now`.
+    fn encode(&self, bindings: &[BindingView], now: i64, format: Format) -> String {
+        let _one = lock(&self.scrape);
         let f = &self.families;
         f.bindings.set(bindings.len() as i64);
         f.binding_servers.clear();
@@ -423,7 +459,7 @@ impl Metrics {
                 .set(n);
         }
         {
-            let st = self.lock();
+            let st = lock(&self.state);
             for b in bindings {
                 let label = BindingLabel {
                     binding: b.name.clone(),
@@ -447,7 +483,14 @@ impl Metrics {
         }
         let mut out = String::with_capacity(4096);
         // Writing into a String cannot fail.
-        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        let _ = match format {
+            Format::OpenMetrics => {
+                prometheus_client::encoding::text::encode(&mut out, &self.registry)
+            }
+            Format::Prometheus => {
+                prometheus_client::encoding::prometheus_text::encode(&mut out, &self.registry)
+            }
+        };
         out
     }
 }
@@ -509,7 +552,7 @@ mod tests {
             test_failures: 1,
             at_ms: 5_000,
         });
-        let t = m.encode(&[], 10_000);
+        let t = m.encode(&[], 10_000, Format::OpenMetrics);
         assert_eq!(
             value(&t, "tributary_resolutions_total{outcome=\"ok\"}"),
             1.0
@@ -601,7 +644,7 @@ mod tests {
             Some(Failure::NoValidTarget),
             "plugin \"x\" said nothing",
         ));
-        let t = m.encode(&[], 0);
+        let t = m.encode(&[], 0, Format::Prometheus);
         let kind = |k: &str| {
             value(
                 &t,
@@ -639,7 +682,7 @@ mod tests {
         a.fleet.hosts = vec![host(HostState::Applied), host(HostState::Failed)];
         let mut b = binding("b", 1, None);
         b.fleet.hosts = vec![host(HostState::Applied), host(HostState::Stale)];
-        let t = m.encode(&[a, b], 0);
+        let t = m.encode(&[a, b], 0, Format::Prometheus);
         let n = |s: &str| value(&t, &format!("tributary_fleet_host_states{{state=\"{s}\"}}"));
         assert_eq!((n("applied"), n("failed"), n("stale")), (2.0, 1.0, 1.0));
         assert!(t.contains("tributary_store_connected"), "{t}");
@@ -658,6 +701,7 @@ mod tests {
                 binding("new\"x", 0, None),
             ],
             4_000,
+            Format::Prometheus,
         );
         assert_eq!(value(&t, "tributary_bindings"), 2.0);
         assert!(
@@ -680,8 +724,86 @@ mod tests {
             "{t}"
         );
         // A removed binding disappears at the next scrape.
-        let t = m.encode(&[], 4_000);
+        let t = m.encode(&[], 4_000, Format::Prometheus);
         assert_eq!(value(&t, "tributary_bindings"), 0.0);
         assert!(!t.contains("binding=\"web\""), "{t}");
+    }
+
+    #[test]
+    fn the_accept_header_chooses_the_format() {
+        let f = |accept: &[&str]| Format::from_accept(accept.iter().copied());
+        // What Prometheus sends.
+        assert_eq!(
+            f(&["application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1"]),
+            Format::OpenMetrics
+        );
+        assert_eq!(f(&["Application/OpenMetrics-Text"]), Format::OpenMetrics);
+        assert_eq!(
+            f(&["text/plain", "application/openmetrics-text"]),
+            Format::OpenMetrics
+        );
+        // curl, a browser, a 0.0.4 scraper, or a client that prefers text/plain.
+        assert_eq!(f(&[]), Format::Prometheus);
+        assert_eq!(f(&["*/*"]), Format::Prometheus);
+        assert_eq!(
+            f(&["text/html,application/xhtml+xml,*/*;q=0.8"]),
+            Format::Prometheus
+        );
+        assert_eq!(f(&["text/plain;version=0.0.4"]), Format::Prometheus);
+        assert_eq!(
+            f(&["application/openmetrics-text;q=0.4, text/plain;q=0.9"]),
+            Format::Prometheus
+        );
+        assert_eq!(f(&["application/openmetrics-text;q=0"]), Format::Prometheus);
+        assert_eq!(
+            f(&["application/openmetrics-text;q=oops"]),
+            Format::Prometheus
+        );
+    }
+
+    #[test]
+    fn each_format_names_counter_families_its_own_way() {
+        let m = Metrics::default();
+        m.observe(&EngineEvent::Outcome {
+            binding: "api".into(),
+            outcome: outcome(OutcomeStatus::Ok, 3, None),
+        });
+        let om = m.encode(&[], 0, Format::OpenMetrics);
+        let text = m.encode(&[], 0, Format::Prometheus);
+        // The samples are the same; the family names and the end are not.
+        for t in [&om, &text] {
+            assert_eq!(value(t, "tributary_resolutions_total{outcome=\"ok\"}"), 1.0);
+        }
+        assert!(
+            om.contains("# TYPE tributary_resolutions counter\n"),
+            "{om}"
+        );
+        assert!(om.ends_with("# EOF\n"), "{om}");
+        assert!(
+            text.contains("# HELP tributary_resolutions_total "),
+            "{text}"
+        );
+        assert!(
+            text.contains("# TYPE tributary_resolutions_total counter\n"),
+            "{text}"
+        );
+        assert!(!text.contains("# EOF"), "{text}");
+        // Every sample of the 0.0.4 text belongs to a family declared before it (its name, or a
+        // histogram's name plus _bucket/_sum/_count).
+        let mut declared = Vec::new();
+        for l in text.lines() {
+            if let Some(rest) = l.strip_prefix("# TYPE ") {
+                declared.push(rest.split(' ').next().unwrap().to_string());
+            } else if !l.starts_with('#') {
+                let name = l.split(['{', ' ']).next().unwrap();
+                assert!(
+                    declared.iter().any(|d| name == d
+                        || ["_bucket", "_sum", "_count"]
+                            .iter()
+                            .any(|s| name == format!("{d}{s}"))),
+                    "{name} has no # TYPE before it:\n{text}"
+                );
+            }
+        }
     }
 }

@@ -2,7 +2,7 @@
 //!
 //! - [`api_extra`]: more `/api/v1` endpoints (history, test resolution, nginx status);
 //! - [`openapi`]: `/api/v1/openapi.json`, the document of every `/api/v1` endpoint;
-//! - [`metrics`]: `/metrics` in OpenMetrics/Prometheus text format (`prometheus-client`);
+//! - [`metrics`]: `/metrics` in OpenMetrics or Prometheus text format by `Accept` (`prometheus-client`);
 //! - [`session`]: the UI login (argon2 password hash), sessions, CSRF tokens, login rate limit;
 //! - [`host`]: refuses requests whose `Host` is not this daemon's (DNS rebinding);
 //! - [`ui`]: the server-rendered web UI under `/ui/` (plus `/`, `/login`, `/logout`).
@@ -176,23 +176,17 @@ async fn require_bearer_or_session(
     }
 }
 
-/// `/metrics`: OpenMetrics text. Scrapers that ask for it (Prometheus does, in `Accept`) get it
-/// as `application/openmetrics-text`; anyone else gets the same text as `text/plain` (a browser
-/// shows it; Prometheus' classic text parser reads it too).
+/// `/metrics`: the format the scraper asks for in `Accept` ([`metrics::Format`]).
 async fn metrics_text(State(st): State<WebState>, headers: axum::http::HeaderMap) -> Response {
-    let openmetrics = headers
-        .get_all(header::ACCEPT)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .any(|v| v.contains("application/openmetrics-text"));
-    let content_type = if openmetrics {
-        "application/openmetrics-text; version=1.0.0; charset=utf-8"
-    } else {
-        "text/plain; version=0.0.4; charset=utf-8"
-    };
+    let format = metrics::Format::from_accept(
+        headers
+            .get_all(header::ACCEPT)
+            .iter()
+            .filter_map(|v| v.to_str().ok()),
+    );
     (
-        [(header::CONTENT_TYPE, content_type)],
-        st.metrics.render(&st.api.engine),
+        [(header::CONTENT_TYPE, format.content_type())],
+        st.metrics.render(&st.api.engine, format),
     )
         .into_response()
 }

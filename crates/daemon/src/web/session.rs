@@ -26,6 +26,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use argon2::password_hash::SaltString;
 use argon2::{Argon2, PasswordHash, PasswordHasher, PasswordVerifier};
+use tributary_store::lock;
 
 /// Environment variable holding the UI password (optional).
 pub const PASSWORD_ENV: &str = "TRIBUTARY_UI_PASSWORD";
@@ -197,15 +198,11 @@ pub struct Sessions {
 }
 
 impl Sessions {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Session>> {
-        self.map.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
     /// Starts a session; returns its id (the cookie value).
     pub fn create(&self) -> anyhow::Result<String> {
         let id = random_hex(32)?;
         let csrf = random_hex(32)?;
-        let mut map = self.lock();
+        let mut map = lock(&self.map);
         map.retain(|_, s| s.last_used.elapsed() < SESSION_IDLE);
         while map.len() >= MAX_SESSIONS {
             let oldest = map
@@ -229,7 +226,7 @@ impl Sessions {
 
     /// The live session with this id (and marks it used).
     pub fn get(&self, id: &str) -> Option<Session> {
-        let mut map = self.lock();
+        let mut map = lock(&self.map);
         let s = map.get_mut(id)?;
         if s.last_used.elapsed() >= SESSION_IDLE {
             map.remove(id);
@@ -241,7 +238,7 @@ impl Sessions {
 
     /// Ends a session.
     pub fn remove(&self, id: &str) {
-        self.lock().remove(id);
+        lock(&self.map).remove(id);
     }
 }
 
@@ -296,14 +293,9 @@ fn limit_key(ip: std::net::IpAddr) -> std::net::IpAddr {
 }
 
 impl LoginLimiter {
-    fn lock_map(&self) -> std::sync::MutexGuard<'_, HashMap<std::net::IpAddr, Failures>> {
-        self.by_addr.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
     /// `Err(retry_after)` while `ip` is locked out; check before verifying a password.
     pub fn check(&self, ip: std::net::IpAddr, now: Instant) -> Result<(), Duration> {
-        match self
-            .lock_map()
+        match lock(&self.by_addr)
             .get(&limit_key(ip))
             .and_then(|f| f.locked_until)
         {
@@ -314,7 +306,7 @@ impl LoginLimiter {
 
     /// A wrong password from `ip`. Returns the lock-out it starts, if any.
     pub fn failed(&self, ip: std::net::IpAddr, now: Instant) -> Option<Duration> {
-        let mut map = self.lock_map();
+        let mut map = lock(&self.by_addr);
         if map.len() >= LOGIN_TRACKED_MAX && !map.contains_key(&limit_key(ip)) {
             map.retain(|_, f| now.saturating_duration_since(f.last) < LOGIN_FAILURE_WINDOW);
             if map.len() >= LOGIN_TRACKED_MAX {
@@ -350,7 +342,7 @@ impl LoginLimiter {
 
     /// A right password from `ip`: its failures are forgotten.
     pub fn succeeded(&self, ip: std::net::IpAddr) {
-        self.lock_map().remove(&limit_key(ip));
+        lock(&self.by_addr).remove(&limit_key(ip));
     }
 }
 
@@ -486,6 +478,6 @@ mod tests {
             let ip = std::net::IpAddr::V4(std::net::Ipv4Addr::from(0x0a00_0000 + i));
             l.failed(ip, t0 + Duration::from_millis(u64::from(i)));
         }
-        assert!(l.lock_map().len() <= LOGIN_TRACKED_MAX);
+        assert!(lock(&l.by_addr).len() <= LOGIN_TRACKED_MAX);
     }
 }

@@ -154,9 +154,7 @@ pub(crate) struct Shared {
     pub marker_lease: Mutex<Option<(i64, Instant)>>,
 }
 
-pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
+pub(crate) use crate::lock;
 
 /// The fleet's [`BindingStore`] on etcd. See the module docs.
 pub struct EtcdStore {

@@ -7,13 +7,13 @@ use axum::response::{IntoResponse, Redirect, Response};
 use axum::Extension;
 use maud::html;
 use serde_json::Value;
-use tributary_store::OutcomeStatus;
+use tributary_store::{now_ms, OutcomeStatus};
 
 use super::chart::chart;
 use super::widgets::{
     fleet_card, outcome_block, outcome_summary, state_of, store_banner, targets_table,
 };
-use super::{now_ms, require_csrf, urlencode};
+use super::{require_csrf, urlencode};
 use crate::engine::EngineError;
 use crate::web::html::{csrf_field, error_page, page, time_el};
 use crate::web::session::Session;

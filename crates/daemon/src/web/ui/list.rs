@@ -6,8 +6,8 @@ use axum::response::Response;
 use axum::Extension;
 use maud::html;
 use serde::Deserialize;
+use tributary_store::now_ms;
 
-use super::now_ms;
 use super::widgets::{outcome_summary, state_of, store_banner};
 use crate::web::html::{page, time_el};
 use crate::web::session::Session;

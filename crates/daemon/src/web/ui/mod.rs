@@ -70,13 +70,6 @@ pub(super) async fn asset(kind: &'static str, text: &'static str) -> Response {
     secure(([(header::CONTENT_TYPE, kind)], text).into_response())
 }
 
-pub(super) fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
-
 pub(super) async fn require_session(
     State(st): State<WebState>,
     mut req: Request,

@@ -5,8 +5,8 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use axum::Extension;
 use maud::html;
+use tributary_store::now_ms;
 
-use super::now_ms;
 use crate::web::html::{page, time_el};
 use crate::web::session::Session;
 use crate::web::WebState;

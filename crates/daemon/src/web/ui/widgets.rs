@@ -3,9 +3,8 @@
 
 use maud::{html, Markup};
 use serde_json::Value;
-use tributary_store::{DroppedRecord, HostState, OutcomeRecord, OutcomeStatus};
+use tributary_store::{now_ms, DroppedRecord, HostState, OutcomeRecord, OutcomeStatus};
 
-use super::now_ms;
 use crate::view::BindingView;
 use crate::web::html::{fmt_time, time_el};
 
