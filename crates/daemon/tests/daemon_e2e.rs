@@ -376,8 +376,17 @@ fn at_start_files_of_bindings_the_store_lacks_are_removed_but_never_a_persons_fi
     let target = format!("targets=127.0.0.1:{alpha}");
     let add = |d: &Daemon, name: &str| {
         let out = d.cli(&[
-            "binding", "add", name, "--plugin", "static", "--provider", "static", "--service",
-            "demo", "--config", &target,
+            "binding",
+            "add",
+            name,
+            "--plugin",
+            "static",
+            "--provider",
+            "static",
+            "--service",
+            "demo",
+            "--config",
+            &target,
         ]);
         assert_ok(&out, "binding add");
         nginx
@@ -427,7 +436,10 @@ fn at_start_files_of_bindings_the_store_lacks_are_removed_but_never_a_persons_fi
         .wait_until(&TestNginx::upstream_path("old"), WAIT, |st, _| st != 200)
         .unwrap();
     assert_eq!(std::fs::read_to_string(dir.join("mine.conf")).unwrap(), own);
-    assert_eq!(std::fs::read_to_string(dir.join("old.conf.bak")).unwrap(), copy);
+    assert_eq!(
+        std::fs::read_to_string(dir.join("old.conf.bak")).unwrap(),
+        copy
+    );
     assert!(dir.join("web.conf").exists());
     assert_eq!(
         nginx.get(&TestNginx::upstream_path("web")),

@@ -308,12 +308,14 @@ fn a_binding_removed_while_a_host_is_down_is_gone_from_it_when_it_starts() {
     assert_ok(&out, "binding rm web on A");
     for i in [0, 2] {
         let h = &f.hosts[i];
-        poll_for(&format!("{}'s nginx stops serving web", h.id), WAIT, || {
-            match h.body("web") {
+        poll_for(
+            &format!("{}'s nginx stops serving web", h.id),
+            WAIT,
+            || match h.body("web") {
                 None => Ok(()),
                 Some(b) => Err(b),
-            }
-        });
+            },
+        );
     }
     // B's nginx still has the file while B is down.
     assert!(b_dir.join("web.conf").exists());
@@ -330,13 +332,18 @@ fn a_binding_removed_while_a_host_is_down_is_gone_from_it_when_it_starts() {
             Ok(())
         }
     });
-    poll_for("B's nginx stops serving web", WAIT, || match b.body("web") {
-        None => Ok(()),
-        Some(body) => Err(body),
+    poll_for("B's nginx stops serving web", WAIT, || {
+        match b.body("web") {
+            None => Ok(()),
+            Some(body) => Err(body),
+        }
     });
     poll_for("B logs the removal", WAIT, || {
         let log = b.daemon.log_text();
-        match log.lines().find(|l| l.contains("binding no longer in the store")) {
+        match log
+            .lines()
+            .find(|l| l.contains("binding no longer in the store"))
+        {
             Some(l) if l.contains("file removed") => Ok(()),
             _ => Err(log),
         }

@@ -417,7 +417,9 @@ async fn remove_file(engine: &Engine, uname: UpstreamName, why: &str) {
         Ok(Ok(RemoveOutcome::Removed)) => {
             tracing::info!(binding = %name, why, "file removed (nginx tested and reloaded)")
         }
-        Ok(Ok(RemoveOutcome::NotFound)) => tracing::info!(binding = %name, why, "no file to remove"),
+        Ok(Ok(RemoveOutcome::NotFound)) => {
+            tracing::info!(binding = %name, why, "no file to remove")
+        }
         Ok(Ok(other)) => tracing::error!(
             binding = %name,
             why,

@@ -262,4 +262,3 @@ pub fn applied_all(f: &Fleet, viewer: usize, name: &str) -> Vec<Value> {
         ],
     )
 }
-
