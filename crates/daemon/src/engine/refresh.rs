@@ -12,7 +12,7 @@
 //! exact schedule.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use tokio::sync::oneshot;
 use tributary_apply::Change;
@@ -239,6 +239,7 @@ pub(crate) async fn apply_rendered(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     const S: fn(u64) -> Duration = Duration::from_secs;
 
