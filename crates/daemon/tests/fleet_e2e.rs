@@ -210,7 +210,8 @@ fn a_second_daemon_with_a_host_id_in_use_refuses_to_start_but_a_restart_after_a_
     let root_2 = tempfile::tempdir().unwrap();
     let nginx_2 = TestNginx::builder().start();
     let t0 = std::time::Instant::now();
-    let out = std::process::Command::new(common::tributary_bin())
+    let log = root_2.path().join("second.log");
+    let mut second = std::process::Command::new(common::tributary_bin())
         .arg("serve")
         .args(["--listen", "127.0.0.1:0", "--data-dir"])
         .arg(root_2.path().join("data"))
@@ -226,10 +227,28 @@ fn a_second_daemon_with_a_host_id_in_use_refuses_to_start_but_a_restart_after_a_
             "--no-reload-confirm",
         ])
         .args(&args)
-        .output()
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
         .unwrap();
-    let text = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "a second host-a started: {text}");
+    // It must end by itself, within the lease TTL plus the checks' time; one still running then
+    // has started (stopped here, and the test fails).
+    let status = loop {
+        if let Some(status) = second.try_wait().unwrap() {
+            break Some(status);
+        }
+        if t0.elapsed() > Duration::from_secs(40) {
+            let _ = second.kill();
+            let _ = second.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(
+        status.is_some_and(|s| !s.success()),
+        "a second host-a started ({status:?}): {text}"
+    );
     assert!(
         text.contains("host id \"host-a\" is in use") && text.contains("--host-id"),
         "{text}"
