@@ -5,6 +5,8 @@
 //!   [`MIN_INTERVAL`]. `ttl_seconds == 0` leaves it to the interval.
 //! - After failures: back-off starting at [`MIN_INTERVAL`], doubling with each consecutive
 //!   failure, capped at the interval.
+//! - Jitter ([`jittered`]): every delay is spread by a random part of it, so bindings saved or
+//!   woken together do not refresh in lockstep.
 
 use std::time::Duration;
 
@@ -38,4 +40,38 @@ pub fn failure_backoff(interval: Duration, consecutive_failures: u32) -> Duratio
     let doublings = consecutive_failures.saturating_sub(1).min(32);
     let factor = 1u32.checked_shl(doublings).unwrap_or(u32::MAX);
     MIN_INTERVAL.saturating_mul(factor).min(interval)
+}
+
+/// Default refresh jitter, in percent of each delay.
+pub const DEFAULT_JITTER_PCT: u8 = 10;
+/// Largest refresh jitter accepted, in percent.
+pub const MAX_JITTER_PCT: u8 = 50;
+
+/// The delay actually slept instead of `delay` (one of the delays above), with a jitter of
+/// `jitter_pct` % (capped at [`MAX_JITTER_PCT`]); `unit` is a random number in [0, 1).
+///
+/// - `first` (the first scheduled delay after a binding's task started, or after a run that was
+///   not on its schedule: a person's refresh, a claim taken over, a catch-up): drawn from
+///   [10 s, max(delay, 10 s + delay / 2)]: the binding's phase is spread over its interval (at
+///   least half of it, also at the 10 s minimum).
+/// - Every other delay: drawn from a window of `jitter_pct` % of the delay that ends at the delay
+///   (up to that much early), moved later when it would start below 10 s (a 10 s delay with 10 %
+///   becomes 10-11 s). So the window always has its full width: phases keep drifting apart at
+///   every reschedule, whatever the interval.
+///
+/// Never below [`MIN_INTERVAL`]. A jitter of 0 keeps `delay` exactly.
+pub fn jittered(delay: Duration, jitter_pct: u8, first: bool, unit: f64) -> Duration {
+    if jitter_pct == 0 {
+        return delay;
+    }
+    let unit = unit.clamp(0.0, 1.0);
+    let delay = delay.max(MIN_INTERVAL);
+    if first {
+        let hi = delay.max(MIN_INTERVAL + delay / 2);
+        return MIN_INTERVAL + (hi - MIN_INTERVAL).mul_f64(unit);
+    }
+    let pct = f64::from(jitter_pct.min(MAX_JITTER_PCT)) / 100.0;
+    let width = delay.mul_f64(pct);
+    let hi = delay.max(MIN_INTERVAL + width);
+    hi.saturating_sub(width.mul_f64(unit)).max(MIN_INTERVAL)
 }

@@ -82,3 +82,26 @@ fn backoff_never_shrinks_and_stays_in_bounds() {
         }
     }
 }
+
+#[test]
+fn bindings_in_lockstep_at_the_minimum_interval_drift_apart_every_round() {
+    use tributary_core::schedule::{jittered, DEFAULT_JITTER_PCT};
+    // 30 bindings resolved at the same moment, 10 s interval, the default jitter: the spread of
+    // each round's refresh times (pure simulation with a fixed sequence of random numbers).
+    let mut rng = 0x2545_f491_4f6c_dd1d_u64;
+    let mut unit = move || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        (rng >> 11) as f64 / (1u64 << 53) as f64
+    };
+    let mut at = [Duration::ZERO; 30];
+    for round in 0..5 {
+        for t in &mut at {
+            *t += jittered(s(10), DEFAULT_JITTER_PCT, round == 0, unit());
+            assert!(*t >= s(10) * (round + 1));
+        }
+        let spread = *at.iter().max().unwrap() - *at.iter().min().unwrap();
+        assert!(spread >= s(2), "round {round}: spread {spread:?}");
+    }
+}

@@ -161,9 +161,15 @@ impl StoreArgs {
                     _ => bail!("--etcd-user and --etcd-password-file go together"),
                 }
                 tracing::info!(endpoints = ?opts.endpoints, prefix = %opts.prefix, host_id = %host_id, secrets_key = %secrets.active_id(), "store: etcd");
-                let wait = opts.op_timeout * 2;
+                // A lease left by a crashed daemon with this host id may take one lease TTL to
+                // expire before the first session starts (`docs/fleet.md`).
+                let wait = opts.op_timeout * 2 + opts.lease_ttl + Duration::from_secs(2);
                 let store = EtcdStore::open(opts, secrets)?;
-                if !store.wait_connected(wait).await {
+                let connected = store.wait_connected(wait).await;
+                if let Some(why) = store.refused() {
+                    bail!("{why}");
+                }
+                if !connected {
                     let st = store.status();
                     tracing::warn!(error = st.last_error.as_deref().unwrap_or(""), "etcd does not answer: starting from the local mirror; the store keeps connecting");
                 }

@@ -368,6 +368,88 @@ fn restart_keeps_bindings_and_their_outcomes() {
 }
 
 #[test]
+fn at_start_files_of_bindings_the_store_lacks_are_removed_but_never_a_persons_file() {
+    let nginx = nginx_with_backends();
+    let alpha = nginx.backend_port("alpha");
+    let root = tempfile::tempdir().unwrap();
+    let mut daemon = Daemon::start(root.path(), &nginx);
+    let target = format!("targets=127.0.0.1:{alpha}");
+    let add = |d: &Daemon, name: &str| {
+        let out = d.cli(&[
+            "binding",
+            "add",
+            name,
+            "--plugin",
+            "static",
+            "--provider",
+            "static",
+            "--service",
+            "demo",
+            "--config",
+            &target,
+        ]);
+        assert_ok(&out, "binding add");
+        nginx
+            .wait_for_body(&TestNginx::upstream_path(name), "alpha", WAIT)
+            .unwrap();
+    };
+    add(&daemon, "web");
+    // A copy of the store holding `web` only (an older backup, say).
+    daemon.stop();
+    let backup = tempfile::tempdir().unwrap();
+    for e in std::fs::read_dir(&daemon.data_dir).unwrap().flatten() {
+        if e.file_type().unwrap().is_file() {
+            std::fs::copy(e.path(), backup.path().join(e.file_name())).unwrap();
+        }
+    }
+    daemon.spawn();
+    add(&daemon, "old");
+    daemon.stop();
+    // A person's own files in the folder: no header line, or not `NAME.conf`.
+    let dir = nginx.upstreams_dir();
+    let own = "upstream mine { server 127.0.0.1:9; }\n";
+    std::fs::write(dir.join("mine.conf"), own).unwrap();
+    let copy = std::fs::read_to_string(dir.join("old.conf")).unwrap();
+    std::fs::write(dir.join("old.conf.bak"), &copy).unwrap();
+
+    // The daemon starts on the store without `old`: its file goes (tested, reloaded), the
+    // person's files stay.
+    for e in std::fs::read_dir(&daemon.data_dir).unwrap().flatten() {
+        if e.file_type().unwrap().is_file() {
+            std::fs::remove_file(e.path()).unwrap();
+        }
+    }
+    for e in std::fs::read_dir(backup.path()).unwrap().flatten() {
+        std::fs::copy(e.path(), daemon.data_dir.join(e.file_name())).unwrap();
+    }
+    daemon.spawn();
+    let gone = std::time::Instant::now() + WAIT;
+    while dir.join("old.conf").exists() {
+        assert!(
+            std::time::Instant::now() < gone,
+            "old.conf stays: {}",
+            daemon.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    nginx
+        .wait_until(&TestNginx::upstream_path("old"), WAIT, |st, _| st != 200)
+        .unwrap();
+    assert_eq!(std::fs::read_to_string(dir.join("mine.conf")).unwrap(), own);
+    assert_eq!(
+        std::fs::read_to_string(dir.join("old.conf.bak")).unwrap(),
+        copy
+    );
+    assert!(dir.join("web.conf").exists());
+    assert_eq!(
+        nginx.get(&TestNginx::upstream_path("web")),
+        (200, "alpha".to_string())
+    );
+    let (ok, list) = daemon.cli_json(&["binding", "list"]);
+    assert!(ok && !list.to_string().contains("\"old\""), "{list}");
+}
+
+#[test]
 fn a_second_daemon_on_the_same_conf_dir_is_refused() {
     let root = tempfile::tempdir().unwrap();
     let nginx = TestNginx::start();

@@ -1,268 +1,15 @@
 //! The fleet end to end (issue 13): a real 3-member etcd cluster, three real daemons
-//! (`serve --store etcd`), each with its own real nginx prefix. A counting plugin (a shell script
-//! answering the targets of a shared file and appending one line per call to its host's `calls`
-//! file) shows which host called the registry. The servers are two backends of a fourth nginx
-//! (`one`, `two`), so every host's nginx serves the same bodies. A watcher asks every host's
-//! nginx for the binding all along and records any answer that is not a backend's body.
+//! (`serve --store etcd`), each with its own real nginx prefix (the harness:
+//! `common/fleet.rs`).
 
 mod common;
 
-use std::os::unix::fs::PermissionsExt;
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use common::{assert_ok, fleet_args, http, Daemon};
+use common::fleet::{applied_all, Fleet, Watcher, ALL, TTL_SECS, WAIT};
+use common::{assert_ok, http};
 use serde_json::{json, Value};
-use tributary_fakes::etcd_cluster::EtcdCluster;
 use tributary_fakes::wait::poll_for;
-use tributary_testkit::TestNginx;
-
-/// Generous: the machine is loaded.
-const WAIT: Duration = Duration::from_secs(60);
-const PREFIX: &str = "/fleet-e2e/";
-const TTL_SECS: u64 = 2;
-
-struct Host {
-    id: String,
-    root: tempfile::TempDir,
-    // Field order: the daemon stops before its nginx.
-    daemon: Daemon,
-    nginx: TestNginx,
-}
-
-impl Host {
-    fn calls(&self) -> usize {
-        std::fs::read_to_string(self.root.path().join("calls"))
-            .map(|t| t.lines().count())
-            .unwrap_or(0)
-    }
-
-    fn body(&self, name: &str) -> Option<String> {
-        match self.nginx.try_get(&TestNginx::upstream_path(name)) {
-            Ok((200, b)) => Some(b),
-            _ => None,
-        }
-    }
-
-    fn detail(&self, name: &str) -> (u16, Value) {
-        self.daemon
-            .api("GET", &format!("/api/v1/bindings/{name}"), None)
-    }
-
-    /// `host id -> state` of the binding's fleet view, as this host's API shows it.
-    fn fleet_states(&self, name: &str) -> Vec<(String, String, Value)> {
-        let (_, v) = self.detail(name);
-        v["binding"]["fleet"]["hosts"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default()
-            .iter()
-            .map(|h| {
-                (
-                    h["host"].as_str().unwrap_or("").to_string(),
-                    h["state"].as_str().unwrap_or("").to_string(),
-                    h.clone(),
-                )
-            })
-            .collect()
-    }
-
-    fn resolver(&self, name: &str) -> Option<String> {
-        let (_, v) = self.detail(name);
-        v["binding"]["fleet"]["resolver"]
-            .as_str()
-            .map(str::to_string)
-    }
-
-    fn sigkill(&self) {
-        let pid = self.daemon.pid().expect("daemon runs");
-        let st = std::process::Command::new("kill")
-            .args(["-KILL", &pid.to_string()])
-            .status()
-            .unwrap();
-        assert!(st.success());
-    }
-}
-
-struct Fleet {
-    hosts: Vec<Host>,
-    backends: TestNginx,
-    targets: PathBuf,
-    cluster: EtcdCluster,
-    _shared: tempfile::TempDir,
-}
-
-impl Fleet {
-    /// Three hosts `host-a`, `host-b`, `host-c`; `snippets[i]` is extra `http` text of host i's
-    /// nginx.
-    fn start(snippets: [&str; 3]) -> Fleet {
-        let cluster = EtcdCluster::start(3);
-        let shared = tempfile::tempdir().unwrap();
-        let key = shared.path().join("secrets.key");
-        std::fs::write(&key, [9u8; 32]).unwrap();
-        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
-        let targets = shared.path().join("targets.json");
-        let backends = TestNginx::builder().backend("one").backend("two").start();
-        let fleet_targets = |name: &str| {
-            json!([{"address": "127.0.0.1", "port": backends.backend_port(name)}]).to_string()
-        };
-        std::fs::write(&targets, fleet_targets("one")).unwrap();
-        let hosts = ["host-a", "host-b", "host-c"]
-            .iter()
-            .zip(snippets)
-            .map(|(id, snippet)| {
-                let root = tempfile::tempdir().unwrap();
-                let mut b = TestNginx::builder();
-                if !snippet.is_empty() {
-                    b = b.http_snippet(snippet);
-                }
-                let nginx = b.start();
-                tributary_fakes::counting_plugin::counting_plugin(root.path(), &targets);
-                let mut extra: Vec<String> = tributary_fakes::daemon::FAST
-                    .iter()
-                    .map(|s| s.to_string())
-                    .collect();
-                extra.extend(fleet_args(&cluster, PREFIX, &key, id, TTL_SECS));
-                let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
-                let daemon = Daemon::start_with(root.path(), &nginx, &extra);
-                Host {
-                    id: id.to_string(),
-                    root,
-                    daemon,
-                    nginx,
-                }
-            })
-            .collect();
-        Fleet {
-            hosts,
-            backends,
-            targets,
-            cluster,
-            _shared: shared,
-        }
-    }
-
-    /// Points the registry at backend `name` (`one` or `two`).
-    fn registry(&self, name: &str) {
-        let t = json!([{"address": "127.0.0.1", "port": self.backends.backend_port(name)}]);
-        std::fs::write(&self.targets, t.to_string()).unwrap();
-    }
-
-    fn calls(&self) -> Vec<usize> {
-        self.hosts.iter().map(Host::calls).collect()
-    }
-
-    fn host(&self, id: &str) -> &Host {
-        self.hosts.iter().find(|h| h.id == id).unwrap()
-    }
-
-    /// Waits until every host in `which` serves `body` for `name` through its nginx.
-    fn wait_served(&self, which: &[usize], name: &str, body: &str) {
-        for &i in which {
-            let h = &self.hosts[i];
-            h.nginx
-                .wait_for_body(&TestNginx::upstream_path(name), body, WAIT)
-                .unwrap_or_else(|e| panic!("{}: {e}; log: {}", h.id, h.daemon.log_text()));
-        }
-    }
-
-    /// Waits until `viewer`'s fleet view of `name` shows each of `want` (host id, state).
-    fn wait_fleet(&self, viewer: usize, name: &str, want: &[(&str, &str)]) -> Vec<Value> {
-        let h = &self.hosts[viewer];
-        poll_for(
-            &format!("{}'s fleet view of {name}: {want:?}", h.id),
-            WAIT,
-            || {
-                let got = h.fleet_states(name);
-                let ok = want
-                    .iter()
-                    .all(|(id, st)| got.iter().any(|(gid, gst, _)| gid == id && gst == st));
-                if ok {
-                    Ok(got.into_iter().map(|(_, _, v)| v).collect())
-                } else {
-                    Err(format!("{got:?}"))
-                }
-            },
-        )
-    }
-
-    /// Creates binding `name` (the counting plugin, interval 10 s) through host `i`'s CLI.
-    fn add(&self, i: usize, name: &str) {
-        let out =
-            self.hosts[i]
-                .daemon
-                .binding_add(name, "count", "c", "web", &[], &["--interval", "10"]);
-        assert_ok(&out, &format!("binding add {name} on {}", self.hosts[i].id));
-    }
-}
-
-/// Asks every listed host's nginx for `name` every 100 ms; records any answer that is not one of
-/// the backends' bodies.
-struct Watcher {
-    stop: Arc<AtomicBool>,
-    bad: Arc<Mutex<Vec<String>>>,
-    handle: Option<JoinHandle<()>>,
-}
-
-impl Watcher {
-    fn start(ports: Vec<u16>, name: &str) -> Watcher {
-        let stop = Arc::new(AtomicBool::new(false));
-        let bad = Arc::new(Mutex::new(Vec::new()));
-        let (s, b) = (stop.clone(), bad.clone());
-        let path = TestNginx::upstream_path(name);
-        let handle = std::thread::spawn(move || {
-            while !s.load(Ordering::SeqCst) {
-                for &p in &ports {
-                    let r = std::panic::catch_unwind(|| http(p, "GET", &path, None, None));
-                    match r {
-                        Ok((200, body)) if body == "one" || body == "two" => {}
-                        other => b.lock().unwrap().push(format!("nginx :{p}: {other:?}")),
-                    }
-                }
-                std::thread::sleep(Duration::from_millis(100));
-            }
-        });
-        Watcher {
-            stop,
-            bad,
-            handle: Some(handle),
-        }
-    }
-
-    fn finish(mut self) -> Vec<String> {
-        self.stop.store(true, Ordering::SeqCst);
-        if let Some(h) = self.handle.take() {
-            let _ = h.join();
-        }
-        self.bad.lock().unwrap().clone()
-    }
-}
-
-impl Drop for Watcher {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        if let Some(h) = self.handle.take() {
-            let _ = h.join();
-        }
-    }
-}
-
-const ALL: [usize; 3] = [0, 1, 2];
-
-fn applied_all(f: &Fleet, viewer: usize, name: &str) -> Vec<Value> {
-    f.wait_fleet(
-        viewer,
-        name,
-        &[
-            ("host-a", "applied"),
-            ("host-b", "applied"),
-            ("host-c", "applied"),
-        ],
-    )
-}
 
 #[test]
 fn a_binding_created_on_one_host_is_resolved_once_and_applied_by_all_three() {
@@ -541,4 +288,72 @@ fn a_host_whose_nginx_refuses_the_change_shows_failed_with_nginx_message_everywh
     // Host C's nginx is unchanged: its own upstream (nothing listens on port 9), no file.
     assert!(!f.hosts[2].nginx.upstreams_dir().join("bad.conf").exists());
     assert_ne!(f.hosts[2].body("bad").as_deref(), Some("one"));
+}
+
+#[test]
+fn a_binding_removed_while_a_host_is_down_is_gone_from_it_when_it_starts() {
+    let mut f = Fleet::start(["", "", ""]);
+    f.add(0, "web");
+    f.add(0, "keep");
+    f.wait_served(&ALL, "web", "one");
+    f.wait_served(&ALL, "keep", "one");
+    let b_dir = f.hosts[1].nginx.upstreams_dir();
+    // A person's own file in B's folder (not written by Tributary): never touched.
+    let own = "upstream mine { server 127.0.0.1:9; }\n";
+    std::fs::write(b_dir.join("mine.conf"), own).unwrap();
+
+    // B stops (SIGTERM); the binding is removed through A's CLI meanwhile.
+    f.hosts[1].daemon.stop();
+    let out = f.hosts[0].daemon.cli(&["binding", "rm", "web"]);
+    assert_ok(&out, "binding rm web on A");
+    for i in [0, 2] {
+        let h = &f.hosts[i];
+        poll_for(
+            &format!("{}'s nginx stops serving web", h.id),
+            WAIT,
+            || match h.body("web") {
+                None => Ok(()),
+                Some(b) => Err(b),
+            },
+        );
+    }
+    // B's nginx still has the file while B is down.
+    assert!(b_dir.join("web.conf").exists());
+    assert_eq!(f.hosts[1].body("web").as_deref(), Some("one"));
+
+    // B starts again: the file of the removed binding goes (tested, reloaded), nginx stops
+    // serving it; the binding still stored and the person's own file stay.
+    f.hosts[1].daemon.spawn();
+    let b = &f.hosts[1];
+    poll_for("B removes web.conf", WAIT, || {
+        if b_dir.join("web.conf").exists() {
+            Err(b.daemon.log_text())
+        } else {
+            Ok(())
+        }
+    });
+    poll_for("B's nginx stops serving web", WAIT, || {
+        match b.body("web") {
+            None => Ok(()),
+            Some(body) => Err(body),
+        }
+    });
+    poll_for("B logs the removal", WAIT, || {
+        let log = b.daemon.log_text();
+        match log
+            .lines()
+            .find(|l| l.contains("binding no longer in the store"))
+        {
+            Some(l) if l.contains("file removed") => Ok(()),
+            _ => Err(log),
+        }
+    });
+    assert_eq!(
+        std::fs::read_to_string(b_dir.join("mine.conf")).unwrap(),
+        own
+    );
+    assert!(b_dir.join("keep.conf").exists());
+    assert_eq!(b.body("keep").as_deref(), Some("one"));
+    let (st, v) = b.daemon.api("GET", "/api/v1/bindings/web", None);
+    assert_eq!(st, 404, "{v}");
 }

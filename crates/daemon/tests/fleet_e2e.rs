@@ -195,3 +195,92 @@ fn wrong_fleet_settings_stop_the_daemon_with_a_message() {
         assert!(text.contains(want), "{args:?}: {text}");
     }
 }
+
+#[test]
+fn a_second_daemon_with_a_host_id_in_use_refuses_to_start_but_a_restart_after_a_crash_does_not() {
+    let cluster = EtcdCluster::start(3);
+    let shared = tempfile::tempdir().unwrap();
+    let key = key_file(shared.path());
+    let root_a = tempfile::tempdir().unwrap();
+    let nginx_a = TestNginx::builder().start();
+    let args = fleet_args(&cluster, PREFIX, &key, "host-a", TTL_SECS);
+    let mut a = start(root_a.path(), &nginx_a, &args);
+
+    // Another daemon (its own data dir and nginx) with A's host id while A runs: refused.
+    let root_2 = tempfile::tempdir().unwrap();
+    let nginx_2 = TestNginx::builder().start();
+    let t0 = std::time::Instant::now();
+    let log = root_2.path().join("second.log");
+    let mut second = std::process::Command::new(common::tributary_bin())
+        .arg("serve")
+        .args(["--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(root_2.path().join("data"))
+        .arg("--plugins-dir")
+        .arg(common::static_plugins_dir(root_2.path()))
+        .arg("--conf-dir")
+        .arg(nginx_2.conf_dir())
+        .args([
+            "--test-cmd",
+            "true",
+            "--reload-cmd",
+            "true",
+            "--no-reload-confirm",
+        ])
+        .args(&args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    // It must end by itself, within the lease TTL plus the checks' time; one still running then
+    // has started (stopped here, and the test fails).
+    let status = loop {
+        if let Some(status) = second.try_wait().unwrap() {
+            break Some(status);
+        }
+        if t0.elapsed() > Duration::from_secs(40) {
+            let _ = second.kill();
+            let _ = second.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(
+        status.is_some_and(|s| !s.success()),
+        "a second host-a started ({status:?}): {text}"
+    );
+    assert!(
+        text.contains("host id \"host-a\" is in use") && text.contains("--host-id"),
+        "{text}"
+    );
+    eprintln!("refused after {:?}", t0.elapsed());
+    // A is not disturbed: still alive in etcd, still answering.
+    let dump = cluster.dump(PREFIX);
+    assert!(
+        dump.iter().any(|(k, _)| k == "/e2e/hosts/host-a"),
+        "{dump:?}"
+    );
+    let (st, store) = a.api("GET", "/api/v1/store", None);
+    assert_eq!(
+        (st, &store["connected"]),
+        (200, &serde_json::json!(true)),
+        "{store}"
+    );
+
+    // A crashes (SIGKILL: its lease lives on for up to a TTL) and starts again at once: it
+    // waits for its old lease to expire and starts.
+    let pid = a.pid().unwrap();
+    let st = std::process::Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    a.stop();
+    a.spawn();
+    let (st, store) = a.api("GET", "/api/v1/store", None);
+    assert_eq!(
+        (st, &store["connected"]),
+        (200, &serde_json::json!(true)),
+        "{store}"
+    );
+}

@@ -234,6 +234,100 @@ fn a_stored_secret_is_never_sent_to_another_endpoint_save_and_test_resolution() 
 }
 
 #[test]
+fn without_an_endpoint_field_a_change_of_any_plain_field_needs_the_secrets_again() {
+    let nginx = TestNginx::builder().start();
+    let root = tempfile::tempdir().unwrap();
+    let d = Daemon::start_with(root.path(), &nginx, &["--with-testplug"]);
+    // Provider `n` marks no field `endpoint` (as a plugin written from the seed manifest).
+    let body = |config: Value| {
+        json!({"plugin": "testplug", "provider": "n", "service": "ok", "config": config})
+            .to_string()
+    };
+    let (status, v) = d.api(
+        "PUT",
+        "/api/v1/bindings/third",
+        Some(&body(
+            json!({"token": "s3cr3t-token-1", "key": "s3cr3t-key-1",
+                          "address": "a.example", "note": "one"}),
+        )),
+    );
+    assert_eq!(status, 201, "{v}");
+    // Nothing changed but the secrets left out (as a form sends it): kept.
+    let (status, v) = d.api(
+        "PUT",
+        "/api/v1/bindings/third",
+        Some(&body(json!({"address": "a.example", "note": "one"}))),
+    );
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["binding"]["secrets"]["token"], true, "{v}");
+    assert_eq!(v["binding"]["secrets"]["key"], true, "{v}");
+    // Any plain field changed without the secrets: refused naming both; nothing changed.
+    for (what, config) in [
+        (
+            "address",
+            json!({"address": "attacker.example", "note": "one"}),
+        ),
+        ("note", json!({"address": "a.example", "note": "two"})),
+    ] {
+        let (status, v) = d.api("PUT", "/api/v1/bindings/third", Some(&body(config)));
+        assert_eq!(status, 400, "{what}: {v}");
+        let msg = v["error"]["message"].as_str().unwrap_or("");
+        assert!(
+            msg.contains("give \"key\", \"token\" again")
+                || msg.contains("give \"token\", \"key\" again"),
+            "{what}: {msg}"
+        );
+        assert!(msg.contains("marks no field `endpoint`"), "{what}: {msg}");
+        assert!(!v.to_string().contains("s3cr3t"), "{what}: {v}");
+    }
+    let (_, shown) = d.api("GET", "/api/v1/bindings/third", None);
+    assert_eq!(
+        shown["binding"]["config"]["address"], "a.example",
+        "{shown}"
+    );
+    assert_eq!(shown["binding"]["config"]["note"], "one", "{shown}");
+    // The CLI goes through the same check (`binding add --replace` without the secrets).
+    let out = d.cli(&[
+        "binding",
+        "add",
+        "third",
+        "--plugin",
+        "testplug",
+        "--provider",
+        "n",
+        "--service",
+        "ok",
+        "--config",
+        "address=attacker.example",
+        "--config",
+        "note=one",
+        "--replace",
+    ]);
+    let text = assert_fails(
+        &out,
+        "a changed address without the secrets, through the CLI",
+    );
+    assert!(text.contains("give \""), "{text}");
+    assert!(!text.contains("s3cr3t"), "{text}");
+    // And a test resolution (nothing is sent to the plugin).
+    let b = json!({"name": "third", "plugin": "testplug", "provider": "n", "service": "ok",
+                   "config": {"address": "attacker.example", "note": "one"}});
+    let (status, v) = d.api("POST", "/api/v1/resolve", Some(&b.to_string()));
+    assert_eq!(status, 400, "{v}");
+    // Given again, the secrets go with the new address.
+    let (status, v) = d.api(
+        "PUT",
+        "/api/v1/bindings/third",
+        Some(&body(
+            json!({"token": "s3cr3t-token-2", "key": "s3cr3t-key-2",
+                          "address": "b.example"}),
+        )),
+    );
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["binding"]["config"]["address"], "b.example");
+}
+
+#[test]
 fn a_hundred_thousand_invalid_targets_keep_a_bounded_outcome() {
     let nginx = TestNginx::builder().start();
     let root = tempfile::tempdir().unwrap();

@@ -71,7 +71,8 @@ pub fn tributary_bin(sibling: &Path) -> PathBuf {
 
 /// Adds the plugin host's misbehaving test plugin (the built `tributary-testplug` at `bin`) to the
 /// plugins directory `plugins` as `testplug`: provider `t` with a secret `token`, a plain
-/// `note` and an `endpoint` field `address`; its `service` picks the behaviour (`ok`, `hang`, `exit`, `garbage`, `config-error`, ...;
+/// `note` and an `endpoint` field `address`, and provider `n` as a third-party manifest may
+/// declare it (secrets `token` and `key`, `note` and `address` marked nothing); its `service` picks the behaviour (`ok`, `hang`, `exit`, `garbage`, `config-error`, ...;
 /// see `crates/plugin-host/src/bin/tributary-testplug.rs`).
 pub fn add_testplug(plugins: &Path, bin: &Path) {
     assert!(
@@ -93,6 +94,15 @@ pub fn add_testplug(plugins: &Path, bin: &Path) {
                 {"key": "token", "display_name": "Token", "secret": true},
                 {"key": "note", "display_name": "Note"},
                 {"key": "address", "display_name": "Address", "endpoint": true}
+            ]}
+        }, {
+            "code": "n",
+            "name": "Test, no endpoint marked",
+            "configuration": {"fields": [
+                {"key": "token", "display_name": "Token", "secret": true},
+                {"key": "note", "display_name": "Note"},
+                {"key": "address", "display_name": "Address"},
+                {"key": "key", "display_name": "Key", "secret": true}
             ]}
         }]}
     });

@@ -158,14 +158,40 @@ pub struct ProviderDecl {
 /// Why stored secrets cannot be kept for a new configuration ([`ProviderDecl::carry_secrets`]).
 /// Names fields only, never values.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "field {secret:?} is secret and was saved for another {endpoint:?}: give {secret:?} again to send it to the new {endpoint:?} (a stored secret is only sent to the endpoint it was saved with)"
-)]
 pub struct SecretNotResent {
-    /// The secret field that must be given again.
+    /// The first secret field that must be given again.
     pub secret: String,
+    /// Every secret field left out that must be given again (`secret` first), in declaration
+    /// order.
+    pub secrets: Vec<String>,
     /// The endpoint field whose value changed.
     pub endpoint: String,
+    /// The provider marks no field `endpoint`: `endpoint` is a plain field, taken as one.
+    pub implied: bool,
+}
+
+impl std::fmt::Display for SecretNotResent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let list: Vec<String> = self.secrets.iter().map(|s| format!("{s:?}")).collect();
+        let list = list.join(", ");
+        let endpoint = &self.endpoint;
+        if self.secrets.len() > 1 {
+            write!(
+                f,
+                "fields {list} are secret and were saved for another {endpoint:?}: give {list} again to send them to the new {endpoint:?}"
+            )?;
+        } else {
+            write!(
+                f,
+                "field {list} is secret and was saved for another {endpoint:?}: give {list} again to send it to the new {endpoint:?}"
+            )?;
+        }
+        f.write_str(" (a stored secret is only sent to the endpoint it was saved with")?;
+        if self.implied {
+            f.write_str("; this provider marks no field `endpoint`, so every field that is not secret counts as one")?;
+        }
+        f.write_str(")")
+    }
 }
 
 impl ProviderDecl {
@@ -177,30 +203,35 @@ impl ProviderDecl {
     /// Keeps the stored values of secret fields that `input` leaves out (a form does not send
     /// secrets back), copying them from `previous` (the saved configuration of the same provider),
     /// unless a field marked `endpoint` differs between `previous` and `input`: a stored secret is
-    /// never sent to an endpoint it was not saved with. Then the first secret field left out is
-    /// named in the error (the person must give it again). Absent, `null` and blank values are the
-    /// same; text and numbers compare by their trimmed text.
+    /// never sent to an endpoint it was not saved with. A provider that marks no field `endpoint`
+    /// (a plugin whose author did not think of it) has every non-secret field taken as one. Then
+    /// every secret field left out is named in the error (the person must give them again).
+    /// Absent, `null` and blank values are the same; text and numbers compare by their trimmed
+    /// text.
     pub fn carry_secrets(
         &self,
         previous: &crate::ConfigMap,
         input: &mut crate::ConfigMap,
     ) -> Result<(), SecretNotResent> {
-        let missing: Vec<&FieldDecl> = self
-            .configuration
-            .fields
+        let fields = &self.configuration.fields;
+        let missing: Vec<&FieldDecl> = fields
             .iter()
             .filter(|f| f.secret && !input.contains_key(&f.key) && previous.contains_key(&f.key))
             .collect();
         let Some(first) = missing.first() else {
             return Ok(());
         };
-        let changed = self.configuration.fields.iter().find(|f| {
-            f.endpoint && comparable(previous.get(&f.key)) != comparable(input.get(&f.key))
+        let implied = !fields.iter().any(|f| f.endpoint);
+        let is_endpoint = |f: &FieldDecl| f.endpoint || (implied && !f.secret);
+        let changed = fields.iter().find(|f| {
+            is_endpoint(f) && comparable(previous.get(&f.key)) != comparable(input.get(&f.key))
         });
         if let Some(endpoint) = changed {
             return Err(SecretNotResent {
                 secret: first.key.clone(),
+                secrets: missing.iter().map(|f| f.key.clone()).collect(),
                 endpoint: endpoint.key.clone(),
+                implied,
             });
         }
         for f in missing {

@@ -213,3 +213,70 @@ fn a_changed_endpoint_without_the_secret_is_refused_naming_the_secret() {
     p.carry_secrets(&prev, &mut input).unwrap();
     assert_eq!(input.get_str("token"), Some("s3cret-token"));
 }
+
+/// A provider as a third-party plugin written from the seed manifest declares it: no field
+/// marked `endpoint`.
+fn unmarked_provider() -> ProviderDecl {
+    let v = json!({
+        "name": "third", "version": "1.0.0", "executable": "run",
+        "capabilities": ["upstream.discovery"], "permissions": ["network"],
+        "discovery": {"providers": [{"code": "p", "name": "P", "configuration": {"fields": [
+            {"key": "address", "display_name": "Address", "required": true},
+            {"key": "token", "display_name": "Token", "secret": true},
+            {"key": "port", "display_name": "Port", "type": "number"},
+            {"key": "password", "display_name": "Password", "secret": true}
+        ]}}]}
+    });
+    Manifest::parse(&v.to_string())
+        .unwrap()
+        .provider("p")
+        .unwrap()
+        .clone()
+}
+
+#[test]
+fn without_an_endpoint_field_every_plain_field_counts_as_one() {
+    let p = unmarked_provider();
+    let prev = config(
+        json!({"address": "http://a", "port": 80, "token": "s3cret-t",
+                             "password": "s3cret-p"}),
+    );
+    for (what, input) in [
+        (
+            "address changed",
+            json!({"address": "http://evil", "port": 80}),
+        ),
+        ("port changed", json!({"address": "http://a", "port": 81})),
+        ("port removed", json!({"address": "http://a"})),
+    ] {
+        let mut input = config(input);
+        let before = input.clone();
+        let e = p.carry_secrets(&prev, &mut input).unwrap_err();
+        assert_eq!(e.secrets, ["token", "password"], "{what}");
+        assert!(e.implied, "{what}");
+        let msg = e.to_string();
+        assert!(
+            msg.contains("give \"token\", \"password\" again") && msg.contains("marks no field"),
+            "{what}: {msg}"
+        );
+        assert!(!msg.contains("s3cret"), "{what}: {msg}");
+        assert_eq!(input, before, "{what}: nothing carried");
+    }
+    // One secret given again, the other left out: the one left out is named.
+    let mut input = config(json!({"address": "http://b", "port": 80, "token": "new"}));
+    let e = p.carry_secrets(&prev, &mut input).unwrap_err();
+    assert_eq!(e.secrets, ["password"]);
+    assert!(
+        e.to_string().starts_with("field \"password\" is secret"),
+        "{e}"
+    );
+    // Every plain field unchanged: both secrets are kept.
+    let mut input = config(json!({"address": " http://a ", "port": "80"}));
+    p.carry_secrets(&prev, &mut input).unwrap();
+    assert_eq!(input.get_str("token"), Some("s3cret-t"));
+    assert_eq!(input.get_str("password"), Some("s3cret-p"));
+    // Both given again: taken as given, whatever changed.
+    let mut input = config(json!({"address": "http://b", "token": "t2", "password": "p2"}));
+    p.carry_secrets(&prev, &mut input).unwrap();
+    assert_eq!(input.get_str("password"), Some("p2"));
+}

@@ -86,7 +86,8 @@ pub(super) struct ServeArgs {
     #[arg(long = "allowed-host", value_name = "NAME")]
     allowed_hosts: Vec<String>,
     /// Refresh jitter in percent (0-50): the first scheduled refresh of a binding is spread over its
-    /// interval and each later one comes up to this much early; 0 keeps the exact schedule.
+    /// interval and each later one is drawn from a window of this much of the delay (up to this
+    /// much early; later at the 10 s minimum); 0 keeps the exact schedule.
     #[arg(long, default_value_t = crate::engine::refresh::DEFAULT_JITTER_PCT,
           value_parser = clap::value_parser!(u8).range(0..=crate::engine::refresh::MAX_JITTER_PCT as i64))]
     refresh_jitter_pct: u8,

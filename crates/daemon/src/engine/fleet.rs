@@ -18,12 +18,14 @@
 //!   `Resync` re-reads everything.
 
 use std::collections::HashSet;
+use std::io::Read as _;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
 use tokio::sync::{broadcast, oneshot};
 use tributary_apply::RemoveOutcome;
-use tributary_core::Binding;
+use tributary_core::{Binding, UpstreamName};
 use tributary_protocol::ResolveResult;
 use tributary_store::{
     Failure, HostOutcome, HostState, OutcomeRecord, OutcomeStatus, StoreError, StoreEvent,
@@ -193,7 +195,21 @@ pub(crate) async fn publish_outcome(
 pub(crate) async fn store_task(
     inner: std::sync::Weak<Inner>,
     mut rx: broadcast::Receiver<StoreEvent>,
+    sweep_now: bool,
 ) {
+    if sweep_now {
+        if let Some(inner) = inner.upgrade() {
+            let engine = Engine { inner };
+            let _admin = engine.inner.admin.lock().await;
+            match engine.inner.store.list_bindings() {
+                Ok(list) => {
+                    let names = list.into_iter().map(|b| b.binding.name).collect();
+                    sweep(&engine, &names).await;
+                }
+                Err(e) => tracing::warn!(error = %e, "reading the bindings failed"),
+            }
+        }
+    }
     // The store was unreachable at the last `Status` event: when it answers again every binding
     // asks for its claim and applies newer sets (whether or not the store also sends `Resync`).
     let mut was_down = false;
@@ -253,8 +269,9 @@ pub(crate) async fn store_task(
     }
 }
 
-/// Re-reads every binding; bindings gone from the store are removed here too; every binding
-/// then applies a newer published set and asks for the claim (catching up after an outage).
+/// Re-reads every binding; bindings gone from the store are removed here too (and the files of
+/// bindings this host no longer knew, [`sweep`]); every binding then applies a newer published
+/// set and asks for the claim (catching up after an outage).
 async fn resync(engine: &Engine) {
     let _admin = engine.inner.admin.lock().await;
     let list = match engine.inner.store.list_bindings() {
@@ -277,6 +294,7 @@ async fn resync(engine: &Engine) {
     for name in gone {
         sync_binding(engine, &name, None).await;
     }
+    sweep(engine, &names).await;
     let slots: Vec<Arc<Slot>> = lock(&engine.inner.slots).values().cloned().collect();
     for s in slots {
         s.follow.notify_one();
@@ -333,27 +351,84 @@ async fn remove_here(engine: &Engine, name: &str, slot: &Slot) {
         }
         st.binding.name.clone()
     };
+    remove_file(engine, uname, "binding removed on another host").await;
+    lock(&engine.inner.slots).remove(name);
+}
+
+/// Removes the files Tributary wrote (first line [`tributary_core::HEADER`]) whose binding is
+/// neither in `stored` (the store's list) nor has a slot here: bindings removed while this host
+/// was down (their removal event came before the engine listened, or was never sent). Each goes
+/// through the apply task like any removal (tested, reloaded; a file nginx still needs stays).
+/// Any other file of the folder (a person's own, a helper file) is never touched. The caller
+/// holds the admin lock.
+pub(crate) async fn sweep(engine: &Engine, stored: &HashSet<String>) {
+    let dir = engine.inner.upstreams_dir.clone();
+    let known: HashSet<String> = lock(&engine.inner.slots).keys().cloned().collect();
+    let found = tokio::task::spawn_blocking(move || unbound_files(&dir, |n| known.contains(n)))
+        .await
+        .unwrap_or_default();
+    for name in found {
+        if stored.contains(name.as_str()) {
+            continue;
+        }
+        remove_file(engine, name, "binding no longer in the store").await;
+    }
+}
+
+/// The names of the files in `dir` that Tributary wrote (`NAME.conf`, NAME a valid upstream
+/// name, first line [`tributary_core::HEADER`]) and `known` does not name.
+fn unbound_files(dir: &Path, known: impl Fn(&str) -> bool) -> Vec<UpstreamName> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut found: Vec<UpstreamName> = entries
+        .flatten()
+        .filter_map(|e| {
+            let file = e.file_name().into_string().ok()?;
+            let name = UpstreamName::parse(file.strip_suffix(".conf")?).ok()?;
+            if known(name.as_str()) || !e.file_type().ok()?.is_file() {
+                return None;
+            }
+            let mut first = String::new();
+            let f = std::fs::File::open(e.path()).ok()?;
+            std::io::BufRead::read_line(&mut std::io::BufReader::new(f).take(256), &mut first)
+                .ok()?;
+            (first.trim_end_matches('\n') == tributary_core::HEADER).then_some(name)
+        })
+        .collect();
+    found.sort_by(|a, b| a.as_str().cmp(b.as_str()));
+    found
+}
+
+/// Removes `uname`'s file through the apply task and logs what happened (`why`: why the binding
+/// is gone).
+async fn remove_file(engine: &Engine, uname: UpstreamName, why: &str) {
+    let name = uname.as_str().to_string();
     let (tx, rx) = oneshot::channel();
     if engine
         .inner
         .apply_tx
         .send(ApplyMsg::Remove(uname, tx))
-        .is_ok()
+        .is_err()
     {
-        match rx.await {
-            Ok(Ok(RemoveOutcome::Removed | RemoveOutcome::NotFound)) => {
-                tracing::info!(binding = %name, "binding removed on another host; file removed")
-            }
-            Ok(Ok(other)) => tracing::error!(
-                binding = %name,
-                outcome = ?other,
-                "binding removed on another host, but this host's nginx still needs its file: kept; remove the include line"
-            ),
-            Ok(Err(e)) => {
-                tracing::error!(binding = %name, error = %e, "removing the file of a binding removed on another host failed")
-            }
-            Err(_) => {}
-        }
+        return;
     }
-    lock(&engine.inner.slots).remove(name);
+    match rx.await {
+        Ok(Ok(RemoveOutcome::Removed)) => {
+            tracing::info!(binding = %name, why, "file removed (nginx tested and reloaded)")
+        }
+        Ok(Ok(RemoveOutcome::NotFound)) => {
+            tracing::info!(binding = %name, why, "no file to remove")
+        }
+        Ok(Ok(other)) => tracing::error!(
+            binding = %name,
+            why,
+            outcome = ?other,
+            "this host's nginx still needs the file: kept; remove the include line"
+        ),
+        Ok(Err(e)) => {
+            tracing::error!(binding = %name, why, error = %e, "removing the file failed")
+        }
+        Err(_) => {}
+    }
 }

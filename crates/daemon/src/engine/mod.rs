@@ -159,6 +159,8 @@ pub(crate) struct Inner {
     pub(crate) host: Arc<PluginHost>,
     /// The store (SQLite or etcd: the engine does not know which; see `BindingStore`).
     pub(crate) store: Arc<dyn BindingStore>,
+    /// The applier's `<conf dir>/upstreams` (to find files of bindings no longer stored).
+    pub(crate) upstreams_dir: PathBuf,
     pub(crate) apply_tx: mpsc::UnboundedSender<ApplyMsg>,
     pub(crate) record_tx: mpsc::UnboundedSender<RecordMsg>,
     pub(crate) slots: Mutex<HashMap<String, Arc<Slot>>>,
@@ -206,6 +208,9 @@ impl Engine {
         applier: Applier,
         opts: EngineOptions,
     ) -> Result<Engine, EngineError> {
+        // Subscribed before the bindings are read: a change made elsewhere in between is an event
+        // (events are level-triggered: one about a binding already read is harmless).
+        let events = store.subscribe();
         let stored = store.list_bindings()?;
         let last = store.last_outcomes()?;
         let mut seeds = Vec::new();
@@ -230,8 +235,10 @@ impl Engine {
 
         let (apply_tx, apply_rx) = mpsc::unbounded_channel();
         let (record_tx, record_rx) = mpsc::unbounded_channel();
+        let upstreams_dir = applier.upstreams_dir().to_path_buf();
         let inner = Arc::new(Inner {
             host,
+            upstreams_dir,
             store: store.clone(),
             apply_tx,
             record_tx,
@@ -254,9 +261,12 @@ impl Engine {
             },
             inner.opts.live.clone(),
         ));
-        let events = store.subscribe();
+        // Files of bindings the store no longer has (removed while this host was down) are
+        // removed first thing, once the store's list can be trusted; otherwise at the store's
+        // first `Resync`.
+        let sweep = store.status().connected;
         let record = tokio::spawn(record::record_task(store, record_rx));
-        let follow = tokio::spawn(fleet::store_task(Arc::downgrade(&inner), events));
+        let follow = tokio::spawn(fleet::store_task(Arc::downgrade(&inner), events, sweep));
         *lock(&inner.tasks) = vec![
             ("apply", apply.abort_handle()),
             ("record", record.abort_handle()),

@@ -26,8 +26,9 @@ impl Engine {
 
     /// Validates `input` (name taken from `path_name` when given) into a binding and its record,
     /// reporting every invalid field at once ([`BindingDraft::check`]). Secret fields absent from
-    /// `input` keep their value from `previous` unless an `endpoint` field changed
-    /// ([`ProviderDecl::carry_secrets`]: then the secret field is reported invalid).
+    /// `input` keep their value from `previous` unless an `endpoint` field changed (any
+    /// non-secret field when the provider marks none; [`ProviderDecl::carry_secrets`]: then each
+    /// secret field left out is reported invalid).
     pub(crate) fn prepare(
         &self,
         input: &BindingInput,
@@ -56,11 +57,13 @@ impl Engine {
         let mut config = ConfigMap::from(input.config.clone());
         if let (Some(prev), Some(decl)) = (previous, &decl) {
             if prev.plugin == input.plugin && prev.provider == input.provider {
-                // Kept only while every `endpoint` field is unchanged: a stored secret is never
-                // sent to an endpoint it was not saved with.
+                // Kept only while every `endpoint` field is unchanged (every non-secret field
+                // when the provider marks none): a stored secret is never sent to an endpoint it
+                // was not saved with.
                 let stored = ConfigMap::from(prev.config.clone());
                 if let Err(e) = decl.carry_secrets(&stored, &mut config) {
-                    errors.push(FieldError::new(e.secret.clone(), e.to_string()));
+                    let message = e.to_string();
+                    errors.extend(e.secrets.iter().map(|k| FieldError::new(k, &message)));
                 }
             }
         }

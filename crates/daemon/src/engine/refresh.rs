@@ -1,16 +1,18 @@
 //! The per-binding refresh task and one resolution (plugin call → validate → render → apply).
 //!
-//! Jitter: bindings saved together (a bulk request, a restart) must not call their registry in
-//! lockstep forever. The first resolution of a task is immediate (a person waits for it; at start
-//! it brings stale files up to date), bounded only by the plugin host's calls in flight per plugin.
-//! With a jitter of J % (default [`DEFAULT_JITTER_PCT`], `tributary serve --refresh-jitter-pct`),
-//! the **first scheduled** delay after it is drawn uniformly from [10 s, delay] (the binding's
-//! phase is spread over its whole interval), and every later delay is shortened by a random
-//! 0–J % (so phases keep drifting apart), never below the 10 s minimum. J = 0 keeps the exact
-//! schedule.
+//! Jitter: bindings saved together (a bulk request, an import, a fleet's mirror sync, a restart)
+//! must not call their registry in lockstep forever. The first resolution of a task is immediate
+//! (a person waits for it; at start it brings stale files up to date), bounded only by the plugin
+//! host's calls in flight per plugin. Every delay after it goes through
+//! [`tributary_core::schedule::jittered`] (`tributary serve --refresh-jitter-pct`, default
+//! [`DEFAULT_JITTER_PCT`]): the first scheduled one, and the one after any run that was not on
+//! schedule (a person's refresh, a claim taken over from a dead host, the catch-up after a store
+//! outage: those wake many bindings at once), spreads the binding's phase over its interval; every
+//! other one is drawn from a window of J % of the delay, also at the 10 s minimum. J = 0 keeps the
+//! exact schedule.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use tokio::sync::oneshot;
 use tributary_apply::Change;
@@ -21,27 +23,8 @@ use tributary_store::{Failure, OutcomeRecord, OutcomeStatus};
 
 use super::{lock, now_ms, ApplyMsg, EngineEvent, Inner, RecordMsg, Slot};
 
-/// Default refresh jitter, in percent of each delay.
-pub const DEFAULT_JITTER_PCT: u8 = 10;
-/// Largest refresh jitter accepted, in percent.
-pub const MAX_JITTER_PCT: u8 = 50;
+pub use tributary_core::schedule::{jittered, DEFAULT_JITTER_PCT, MAX_JITTER_PCT};
 
-/// The delay actually slept: `delay` with the jitter rules of the module docs. `first`: the first
-/// scheduled delay of the task; `unit`: a random number in [0, 1).
-pub fn jittered(delay: Duration, jitter_pct: u8, first: bool, unit: f64) -> Duration {
-    let min = schedule::MIN_INTERVAL;
-    if jitter_pct == 0 || delay <= min {
-        return delay;
-    }
-    let unit = unit.clamp(0.0, 1.0);
-    let d = if first {
-        min + (delay - min).mul_f64(unit)
-    } else {
-        let pct = f64::from(jitter_pct.min(MAX_JITTER_PCT)) / 100.0;
-        delay.saturating_sub(delay.mul_f64(pct * unit))
-    };
-    d.max(min)
-}
 use crate::resolution::Resolved;
 
 /// What woke a binding's task.
@@ -136,10 +119,12 @@ pub(crate) async fn binding_task(
             } else {
                 schedule::next_refresh_delay(binding.interval, outcome.ttl_seconds.unwrap_or(0))
             };
+            // A run off schedule (a refresh, a claim taken over, a catch-up) usually woke many
+            // bindings at once: their phases are spread again.
             let delay = jittered(
                 delay,
                 engine.opts.refresh_jitter_pct,
-                first,
+                first || why != Why::Scheduled,
                 fastrand::f64(),
             );
             deadline = tokio::time::Instant::now() + delay;
@@ -254,6 +239,7 @@ pub(crate) async fn apply_rendered(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     const S: fn(u64) -> Duration = Duration::from_secs;
 
@@ -271,17 +257,45 @@ mod tests {
         assert_eq!(jittered(S(60), 10, false, 0.0), S(60));
         assert_eq!(jittered(S(60), 10, false, 0.5), S(57));
         assert!(jittered(S(60), 10, false, 0.999_999) > S(54));
-        assert_eq!(jittered(S(11), 50, false, 0.999), S(10));
+        // At the minimum the window moves later rather than collapsing on 10 s.
+        assert!(jittered(S(11), 50, false, 0.999) >= S(10));
+        assert!(jittered(S(11), 50, false, 0.999) < S(10) + Duration::from_millis(10));
+        assert_eq!(
+            jittered(S(11), 50, false, 0.0),
+            Duration::from_millis(15_500)
+        );
         // Over the cap: 50 %.
         assert_eq!(jittered(S(100), 200, false, 1.0), S(50));
     }
 
     #[test]
-    fn no_jitter_and_the_minimum_interval_keep_the_exact_delay() {
+    fn no_jitter_keeps_the_exact_delay() {
         for first in [true, false] {
             assert_eq!(jittered(S(60), 0, first, 0.7), S(60));
-            assert_eq!(jittered(S(10), 10, first, 0.7), S(10));
+            assert_eq!(jittered(S(10), 0, first, 0.7), S(10));
         }
+    }
+
+    #[test]
+    fn delays_at_the_10_s_minimum_are_spread_too() {
+        // First: over half the interval past the minimum.
+        assert_eq!(jittered(S(10), 10, true, 0.0), S(10));
+        assert_eq!(
+            jittered(S(10), 10, true, 0.5),
+            Duration::from_millis(12_500)
+        );
+        assert!(jittered(S(10), 10, true, 0.999_999) <= S(15));
+        // Later: a window of 10 % of the delay, moved to start at 10 s.
+        assert_eq!(jittered(S(10), 10, false, 0.0), S(11));
+        assert_eq!(
+            jittered(S(10), 10, false, 0.5),
+            Duration::from_millis(10_500)
+        );
+        assert!(jittered(S(10), 10, false, 0.999_999) >= S(10));
+        // Continuous around the minimum: 11.1 s is where the window stops moving.
+        let d = Duration::from_millis(11_200);
+        assert_eq!(jittered(d, 10, false, 0.0), d);
+        assert!(jittered(d, 10, false, 0.999_999) >= Duration::from_millis(10_080));
     }
 
     #[test]

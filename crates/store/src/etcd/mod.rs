@@ -133,6 +133,10 @@ pub(crate) struct Conn {
     pub lease: Option<i64>,
     pub unreachable_since_ms: Option<i64>,
     pub last_error: Option<String>,
+    /// This process's first heartbeat is written: the host id was checked (`session.rs`).
+    pub host_checked: bool,
+    /// Why the session stopped for good (another running daemon has this host id).
+    pub fatal: Option<String>,
 }
 
 pub(crate) struct Shared {
@@ -211,18 +215,28 @@ impl EtcdStore {
         Ok(EtcdStore { shared, task })
     }
 
-    /// Waits until the store is connected and its mirror synced, at most `limit`.
+    /// Waits until the store is connected and its mirror synced, at most `limit`; `false` at once
+    /// when the store stopped for good ([`EtcdStore::refused`]).
     pub async fn wait_connected(&self, limit: Duration) -> bool {
         let deadline = tokio::time::Instant::now() + limit;
         loop {
             if self.status().connected {
                 return true;
             }
+            if self.refused().is_some() {
+                return false;
+            }
             if tokio::time::Instant::now() >= deadline {
                 return false;
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+    }
+
+    /// Why the store stopped for good: another daemon whose session is alive runs with this
+    /// host id under this prefix (the daemon must not start). `None` otherwise.
+    pub fn refused(&self) -> Option<String> {
+        lock(&self.shared.conn).fatal.clone()
     }
 
     pub(crate) fn unavailable(&self, why: impl Into<String>) -> StoreError {

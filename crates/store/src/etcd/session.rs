@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{
-    Certificate, Client, ConnectOptions, EventType, GetOptions, Identity, PutOptions, TlsOptions,
-    Txn, TxnOp, WatchOptions,
+    Certificate, Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, Identity,
+    PutOptions, TlsOptions, Txn, TxnOp, TxnOpResponse, WatchOptions,
 };
 use tokio::time::{timeout, Instant};
 
@@ -39,6 +39,14 @@ pub async fn run(shared: Arc<Shared>) {
         let endpoint = shared.opts.endpoints[member].clone();
         member = (member + 1) % n;
         let err = session(&shared, &endpoint, index, &mut lease, started_ms).await;
+        if lock(&shared.conn).fatal.is_some() {
+            // Another daemon runs with this host id: this store stops here (the daemon refuses
+            // to start; `status()` says why).
+            tracing::error!(store = %shared.location, error = %err, "etcd session stopped");
+            lock(&shared.conn).last_error = Some(err);
+            let _ = shared.events.send(StoreEvent::Status);
+            return;
+        }
         {
             let mut c = lock(&shared.conn);
             if c.client.is_some() {
@@ -145,6 +153,10 @@ async fn session_inner(
     let keys = &shared.keys;
     let opts = connect_options(shared)?;
     let mut client = bounded(shared, "connect", Client::connect([endpoint], Some(opts))).await?;
+    let checked = lock(&shared.conn).host_checked;
+    if !checked {
+        host_id_free(shared, &mut client, *lease_slot).await?;
+    }
 
     // This host's lease: the old one while it lives (its claims with it), else a new one.
     let ttl = o.lease_ttl.as_secs().max(2) as i64;
@@ -165,16 +177,47 @@ async fn session_inner(
     let (mut keeper, mut ka) =
         bounded(shared, "lease keep-alive", client.lease_keep_alive(lease)).await?;
     let beat = serde_json::to_vec(&HostBeat { started_ms }).unwrap_or_default();
-    bounded(
-        shared,
-        "heartbeat",
-        client.put(
-            keys.host(&o.host_id),
-            beat,
-            Some(PutOptions::new().with_lease(lease)),
-        ),
-    )
-    .await?;
+    let host_key = keys.host(&o.host_id);
+    let put = TxnOp::put(
+        host_key.clone(),
+        beat,
+        Some(PutOptions::new().with_lease(lease)),
+    );
+    // The first heartbeat of the process is created only where none is (or it is ours): a daemon
+    // that started at the same moment with the same host id is found by the next session's check.
+    let guard = if checked {
+        Vec::new()
+    } else {
+        vec![Compare::create_revision(
+            host_key.clone(),
+            CompareOp::Equal,
+            0,
+        )]
+    };
+    let txn = Txn::new()
+        .when(guard)
+        .and_then(vec![put.clone()])
+        .or_else(vec![TxnOp::get(host_key.clone(), None)]);
+    let r = bounded(shared, "heartbeat", client.txn(txn)).await?;
+    if !r.succeeded() {
+        let holder = r.op_responses().into_iter().find_map(|op| match op {
+            TxnOpResponse::Get(g) => g.kvs().first().map(|kv| kv.lease()),
+            _ => None,
+        });
+        if holder != Some(lease) {
+            return Err(format!(
+                "heartbeat: the key of host id {:?} was created by another session meanwhile",
+                o.host_id
+            ));
+        }
+        bounded(
+            shared,
+            "heartbeat",
+            client.txn(Txn::new().and_then(vec![put])),
+        )
+        .await?;
+    }
+    lock(&shared.conn).host_checked = true;
 
     // The whole prefix at one revision, in pages.
     let prefix = keys.prefix.clone();
@@ -290,6 +333,54 @@ async fn session_inner(
             }
         }
     }
+}
+
+/// Refuses the host id when a running daemon holds it: its heartbeat key exists under a session
+/// lease other than `own` that is still alive once its remaining time has passed (someone keeps
+/// it alive). A lease left by a daemon that crashed expires in that time: then the host id is
+/// free (a restart after a crash waits at most one lease TTL). Sets the store's fatal error.
+async fn host_id_free(
+    shared: &Arc<Shared>,
+    client: &mut Client,
+    own: Option<i64>,
+) -> Result<(), String> {
+    let o = &shared.opts;
+    let key = shared.keys.host(&o.host_id);
+    let r = bounded(shared, "host id check", client.get(key, None)).await?;
+    let Some(other) = r.kvs().first().map(|kv| kv.lease()) else {
+        return Ok(());
+    };
+    if other == 0 || Some(other) == own {
+        return Ok(());
+    }
+    let left = bounded(
+        shared,
+        "host id check",
+        client.lease_time_to_live(other, None),
+    )
+    .await?
+    .ttl();
+    if left <= 0 {
+        return Ok(());
+    }
+    tracing::info!(store = %shared.location, host_id = %o.host_id, lease = other, left_secs = left, "the host id's heartbeat is held by another session lease; waiting for it to expire (a restart after a crash) or prove alive (another daemon with this host id)");
+    tokio::time::sleep(Duration::from_secs(left as u64) + Duration::from_millis(1500)).await;
+    let now = bounded(
+        shared,
+        "host id check",
+        client.lease_time_to_live(other, None),
+    )
+    .await?
+    .ttl();
+    if now <= 0 {
+        return Ok(());
+    }
+    let msg = format!(
+        "host id {:?} is in use under etcd prefix {} by another running daemon (its session lease {other:x} is kept alive): give every daemon its own --host-id (the default is the host name)",
+        o.host_id, shared.keys.prefix
+    );
+    lock(&shared.conn).fatal = Some(msg.clone());
+    Err(msg)
 }
 
 /// The first key after every key starting with `prefix`.

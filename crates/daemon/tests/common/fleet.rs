@@ -1,0 +1,264 @@
+//! The fleet harness of the end-to-end tests: a real 3-member etcd cluster, three real daemons
+//! (`serve --store etcd`), each with its own real nginx prefix. A counting plugin (a shell script
+//! answering the targets of a shared file and appending one line per call to its host's `calls`
+//! file) shows which host called the registry. The servers are two backends of a fourth nginx
+//! (`one`, `two`), so every host's nginx serves the same bodies. A watcher asks every host's
+//! nginx for the binding all along and records any answer that is not a backend's body.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use tributary_fakes::etcd_cluster::EtcdCluster;
+use tributary_fakes::wait::poll_for;
+use tributary_testkit::TestNginx;
+
+use super::{assert_ok, fleet_args, http, Daemon};
+
+/// Generous: the machine is loaded.
+pub const WAIT: Duration = Duration::from_secs(60);
+pub const PREFIX: &str = "/fleet-e2e/";
+pub const TTL_SECS: u64 = 2;
+
+pub struct Host {
+    pub id: String,
+    pub root: tempfile::TempDir,
+    // Field order: the daemon stops before its nginx.
+    pub daemon: Daemon,
+    pub nginx: TestNginx,
+}
+
+impl Host {
+    pub fn calls(&self) -> usize {
+        std::fs::read_to_string(self.root.path().join("calls"))
+            .map(|t| t.lines().count())
+            .unwrap_or(0)
+    }
+
+    pub fn body(&self, name: &str) -> Option<String> {
+        match self.nginx.try_get(&TestNginx::upstream_path(name)) {
+            Ok((200, b)) => Some(b),
+            _ => None,
+        }
+    }
+
+    pub fn detail(&self, name: &str) -> (u16, Value) {
+        self.daemon
+            .api("GET", &format!("/api/v1/bindings/{name}"), None)
+    }
+
+    /// `host id -> state` of the binding's fleet view, as this host's API shows it.
+    pub fn fleet_states(&self, name: &str) -> Vec<(String, String, Value)> {
+        let (_, v) = self.detail(name);
+        v["binding"]["fleet"]["hosts"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .iter()
+            .map(|h| {
+                (
+                    h["host"].as_str().unwrap_or("").to_string(),
+                    h["state"].as_str().unwrap_or("").to_string(),
+                    h.clone(),
+                )
+            })
+            .collect()
+    }
+
+    pub fn resolver(&self, name: &str) -> Option<String> {
+        let (_, v) = self.detail(name);
+        v["binding"]["fleet"]["resolver"]
+            .as_str()
+            .map(str::to_string)
+    }
+
+    pub fn sigkill(&self) {
+        let pid = self.daemon.pid().expect("daemon runs");
+        let st = std::process::Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status()
+            .unwrap();
+        assert!(st.success());
+    }
+}
+
+pub struct Fleet {
+    pub hosts: Vec<Host>,
+    pub backends: TestNginx,
+    pub targets: PathBuf,
+    pub cluster: EtcdCluster,
+    _shared: tempfile::TempDir,
+}
+
+impl Fleet {
+    /// Three hosts `host-a`, `host-b`, `host-c`; `snippets[i]` is extra `http` text of host i's
+    /// nginx.
+    pub fn start(snippets: [&str; 3]) -> Fleet {
+        let cluster = EtcdCluster::start(3);
+        let shared = tempfile::tempdir().unwrap();
+        let key = shared.path().join("secrets.key");
+        std::fs::write(&key, [9u8; 32]).unwrap();
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let targets = shared.path().join("targets.json");
+        let backends = TestNginx::builder().backend("one").backend("two").start();
+        let fleet_targets = |name: &str| {
+            json!([{"address": "127.0.0.1", "port": backends.backend_port(name)}]).to_string()
+        };
+        std::fs::write(&targets, fleet_targets("one")).unwrap();
+        let hosts = ["host-a", "host-b", "host-c"]
+            .iter()
+            .zip(snippets)
+            .map(|(id, snippet)| {
+                let root = tempfile::tempdir().unwrap();
+                let mut b = TestNginx::builder();
+                if !snippet.is_empty() {
+                    b = b.http_snippet(snippet);
+                }
+                let nginx = b.start();
+                tributary_fakes::counting_plugin::counting_plugin(root.path(), &targets);
+                let mut extra: Vec<String> = tributary_fakes::daemon::FAST
+                    .iter()
+                    .map(|s| s.to_string())
+                    .collect();
+                extra.extend(fleet_args(&cluster, PREFIX, &key, id, TTL_SECS));
+                let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+                let daemon = Daemon::start_with(root.path(), &nginx, &extra);
+                Host {
+                    id: id.to_string(),
+                    root,
+                    daemon,
+                    nginx,
+                }
+            })
+            .collect();
+        Fleet {
+            hosts,
+            backends,
+            targets,
+            cluster,
+            _shared: shared,
+        }
+    }
+
+    /// Points the registry at backend `name` (`one` or `two`).
+    pub fn registry(&self, name: &str) {
+        let t = json!([{"address": "127.0.0.1", "port": self.backends.backend_port(name)}]);
+        std::fs::write(&self.targets, t.to_string()).unwrap();
+    }
+
+    pub fn calls(&self) -> Vec<usize> {
+        self.hosts.iter().map(Host::calls).collect()
+    }
+
+    pub fn host(&self, id: &str) -> &Host {
+        self.hosts.iter().find(|h| h.id == id).unwrap()
+    }
+
+    /// Waits until every host in `which` serves `body` for `name` through its nginx.
+    pub fn wait_served(&self, which: &[usize], name: &str, body: &str) {
+        for &i in which {
+            let h = &self.hosts[i];
+            h.nginx
+                .wait_for_body(&TestNginx::upstream_path(name), body, WAIT)
+                .unwrap_or_else(|e| panic!("{}: {e}; log: {}", h.id, h.daemon.log_text()));
+        }
+    }
+
+    /// Waits until `viewer`'s fleet view of `name` shows each of `want` (host id, state).
+    pub fn wait_fleet(&self, viewer: usize, name: &str, want: &[(&str, &str)]) -> Vec<Value> {
+        let h = &self.hosts[viewer];
+        poll_for(
+            &format!("{}'s fleet view of {name}: {want:?}", h.id),
+            WAIT,
+            || {
+                let got = h.fleet_states(name);
+                let ok = want
+                    .iter()
+                    .all(|(id, st)| got.iter().any(|(gid, gst, _)| gid == id && gst == st));
+                if ok {
+                    Ok(got.into_iter().map(|(_, _, v)| v).collect())
+                } else {
+                    Err(format!("{got:?}"))
+                }
+            },
+        )
+    }
+
+    /// Creates binding `name` (the counting plugin, interval 10 s) through host `i`'s CLI.
+    pub fn add(&self, i: usize, name: &str) {
+        let out =
+            self.hosts[i]
+                .daemon
+                .binding_add(name, "count", "c", "web", &[], &["--interval", "10"]);
+        assert_ok(&out, &format!("binding add {name} on {}", self.hosts[i].id));
+    }
+}
+
+/// Asks every listed host's nginx for `name` every 100 ms; records any answer that is not one of
+/// the backends' bodies.
+pub struct Watcher {
+    stop: Arc<AtomicBool>,
+    bad: Arc<Mutex<Vec<String>>>,
+    handle: Option<JoinHandle<()>>,
+}
+
+impl Watcher {
+    pub fn start(ports: Vec<u16>, name: &str) -> Watcher {
+        let stop = Arc::new(AtomicBool::new(false));
+        let bad = Arc::new(Mutex::new(Vec::new()));
+        let (s, b) = (stop.clone(), bad.clone());
+        let path = TestNginx::upstream_path(name);
+        let handle = std::thread::spawn(move || {
+            while !s.load(Ordering::SeqCst) {
+                for &p in &ports {
+                    let r = std::panic::catch_unwind(|| http(p, "GET", &path, None, None));
+                    match r {
+                        Ok((200, body)) if body == "one" || body == "two" => {}
+                        other => b.lock().unwrap().push(format!("nginx :{p}: {other:?}")),
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        });
+        Watcher {
+            stop,
+            bad,
+            handle: Some(handle),
+        }
+    }
+
+    pub fn finish(mut self) -> Vec<String> {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+        self.bad.lock().unwrap().clone()
+    }
+}
+
+impl Drop for Watcher {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+pub const ALL: [usize; 3] = [0, 1, 2];
+
+pub fn applied_all(f: &Fleet, viewer: usize, name: &str) -> Vec<Value> {
+    f.wait_fleet(
+        viewer,
+        name,
+        &[
+            ("host-a", "applied"),
+            ("host-b", "applied"),
+            ("host-c", "applied"),
+        ],
+    )
+}
