@@ -42,7 +42,12 @@ const PATHS: [&str; 3] = ["/s", "/d?u=us1", "/d?u=us2"];
 /// reload would exceed it many times over.
 const MASTER_RSS_SLACK_KIB: u64 = 512;
 /// Allowed growth of the median worker RSS between the warm-up and the last generations, in KiB.
-const WORKER_RSS_SLACK_KIB: u64 = 512;
+/// With nginx 1.30 the workers of later generations keep growing by about 3 KiB per reload while
+/// the master stays flat, with this module as it was before its live-API changes too (measured:
+/// 488-552 KiB from generation 40 to 200, both builds): not module data of a configuration (that
+/// shows in the master, bounded above), and still unexplained, so the bound leaves room for it and
+/// catches growth beyond it.
+const WORKER_RSS_SLACK_KIB: u64 = 1024;
 /// Extra upstrands (regex members) and `add_upstream`/`combine_server_singlets` upstreams in every
 /// configuration, so that module data leaked per reload would show in the master's RSS.
 const FILLERS: usize = 50;
