@@ -357,3 +357,110 @@ fn a_binding_removed_while_a_host_is_down_is_gone_from_it_when_it_starts() {
     let (st, v) = b.daemon.api("GET", "/api/v1/bindings/web", None);
     assert_eq!(st, 404, "{v}");
 }
+
+/// The etcd member a host's session is connected to (its store state says "connected to URL").
+fn member_of(f: &Fleet, i: usize) -> usize {
+    poll_for(
+        &format!("{} connected to a member", f.hosts[i].id),
+        WAIT,
+        || {
+            let (_, v) = f.hosts[i].daemon.api("GET", "/api/v1/store", None);
+            let loc = v["location"].as_str().unwrap_or("").to_string();
+            f.cluster
+                .endpoints()
+                .iter()
+                .position(|e| loc.contains(&format!("connected to {e}")))
+                .ok_or(format!("{v}"))
+        },
+    )
+}
+
+#[test]
+fn a_move_to_another_etcd_member_resolves_no_binding_again() {
+    // No jitter: a binding is due again exactly one interval after it was resolved.
+    let mut f = Fleet::start_with(["", "", ""], &["--refresh-jitter-pct", "0"]);
+    // Six bindings of a long interval (60 s): after their first resolution none is due again
+    // during this test.
+    let names: Vec<String> = (0..6).map(|i| format!("m{i}")).collect();
+    for n in &names {
+        let body = json!({"name": n, "plugin": "count", "provider": "c", "service": "web",
+            "interval_secs": 60});
+        let (st, v) = f.hosts[0]
+            .daemon
+            .api("POST", "/api/v1/bindings", Some(&body.to_string()));
+        assert!(st < 300, "{n}: {st} {v}");
+    }
+    for n in &names {
+        f.wait_served(&ALL, n, "one");
+        applied_all(&f, 0, n);
+    }
+    // Each binding resolved once, by its resolver; nothing more while idle (a few TTLs).
+    poll_for("one registry call per binding", WAIT, || {
+        let c = f.calls();
+        (c.iter().sum::<usize>() == names.len())
+            .then_some(())
+            .ok_or(format!("{c:?}"))
+    });
+    std::thread::sleep(Duration::from_secs(3 * TTL_SECS));
+    let before = f.calls();
+    assert_eq!(before.iter().sum::<usize>(), names.len(), "{before:?}");
+
+    // The member of the host resolving the most bindings dies: that host's session (and any
+    // other host's on the same member) moves to another member and syncs its mirror again.
+    let busiest = (0..3).max_by_key(|i| before[*i]).unwrap();
+    let member = member_of(&f, busiest);
+    let moved: Vec<usize> = ALL
+        .iter()
+        .copied()
+        .filter(|i| member_of(&f, *i) == member)
+        .collect();
+    f.cluster.kill(member);
+    let killed = Instant::now();
+    for &i in &moved {
+        poll_for(
+            &format!("{} moves to another member", f.hosts[i].id),
+            WAIT,
+            || {
+                let (_, v) = f.hosts[i].daemon.api("GET", "/api/v1/store", None);
+                let loc = v["location"].as_str().unwrap_or("");
+                let eps = f.cluster.endpoints();
+                let on = eps
+                    .iter()
+                    .position(|e| loc.contains(&format!("connected to {e}")));
+                match on {
+                    Some(m) if m != member && v["connected"] == true => Ok(()),
+                    _ => Err(format!("{v}")),
+                }
+            },
+        );
+    }
+    eprintln!(
+        "member {member} killed; {:?} moved within {:?}; calls before {before:?}",
+        moved.iter().map(|i| &f.hosts[*i].id).collect::<Vec<_>>(),
+        killed.elapsed()
+    );
+    // Every binding keeps its deadline: no registry call in the seconds after the move.
+    std::thread::sleep(Duration::from_secs(5));
+    let after = f.calls();
+    assert_eq!(
+        before,
+        after,
+        "a move to another member resolved bindings again; {}'s log: {}",
+        f.hosts[busiest].id,
+        f.hosts[busiest].daemon.log_text()
+    );
+    // The fleet still works: a change, refreshed on each binding's resolver, reaches every
+    // host.
+    f.registry("two");
+    for n in &names {
+        let r = f.hosts[1].resolver(n).expect("a resolver");
+        let (st, v) =
+            f.host(&r)
+                .daemon
+                .api("POST", &format!("/api/v1/bindings/{n}/refresh"), Some("{}"));
+        assert!(st < 300, "{n}: {st} {v}");
+    }
+    for n in &names {
+        f.wait_served(&ALL, n, "two");
+    }
+}

@@ -15,7 +15,7 @@
 //! - [`store_task`]: follows the store's events. A binding created, changed or removed on
 //!   another host is re-read and its slot created, replaced or removed (a removal deletes the file
 //!   through the apply task, as a local removal does; a file nginx still needs is kept);
-//!   `Resync` re-reads everything.
+//!   `Resync` re-reads everything but wakes only what changed: refresh deadlines are kept.
 
 use std::collections::HashSet;
 use std::io::Read as _;
@@ -251,12 +251,7 @@ pub(crate) async fn store_task(
                 let connected = engine.inner.store.status().connected;
                 if connected && was_down {
                     tracing::info!("the store answers again; catching up");
-                    let slots: Vec<Arc<Slot>> =
-                        lock(&engine.inner.slots).values().cloned().collect();
-                    for s in slots {
-                        s.follow.notify_one();
-                        s.wake.notify_one();
-                    }
+                    catch_up(&engine);
                 } else if !connected && !was_down {
                     tracing::warn!(
                         "the store is unreachable; serving the last applied servers until it answers"
@@ -270,8 +265,10 @@ pub(crate) async fn store_task(
 }
 
 /// Re-reads every binding; bindings gone from the store are removed here too (and the files of
-/// bindings this host no longer knew, [`sweep`]); every binding then applies a newer published
-/// set and asks for the claim (catching up after an outage).
+/// bindings this host no longer knew, [`sweep`]). A binding whose stored record changed is
+/// rescheduled ([`sync_binding`]); every other one keeps its refresh deadline and only checks
+/// what the mirror holds now ([`catch_up`]): nothing is resolved again because the session moved
+/// to another member or synced its mirror again.
 async fn resync(engine: &Engine) {
     let _admin = engine.inner.admin.lock().await;
     let list = match engine.inner.store.list_bindings() {
@@ -295,10 +292,22 @@ async fn resync(engine: &Engine) {
         sync_binding(engine, &name, None).await;
     }
     sweep(engine, &names).await;
+    catch_up(engine);
+}
+
+/// After a resync or an outage, each binding checks the mirror without resolving: a newer
+/// published set is applied, a free claim is taken (and only then resolved). A binding whose
+/// last run could not reach the store runs again now (it resolved nothing); every other one
+/// keeps its refresh deadline. A session that moved to another member changed nothing here:
+/// no plugin is called.
+fn catch_up(engine: &Engine) {
     let slots: Vec<Arc<Slot>> = lock(&engine.inner.slots).values().cloned().collect();
     for s in slots {
-        s.follow.notify_one();
-        s.wake.notify_one();
+        if lock(&s.state).store_down {
+            s.wake.notify_one();
+        } else {
+            s.claim.notify_one();
+        }
     }
 }
 

@@ -141,6 +141,9 @@ pub(crate) struct SlotState {
     pub(crate) updated_at_ms: i64,
     /// Generation of the newest published target set this host applied or attempted (0: none).
     pub(crate) applied_generation: i64,
+    /// The last run could not reach the store (nothing was resolved or applied): it runs again
+    /// when the store answers.
+    pub(crate) store_down: bool,
 }
 
 pub(crate) struct Slot {
@@ -310,6 +313,7 @@ impl Engine {
                 spawn_seq: 0,
                 updated_at_ms,
                 applied_generation: 0,
+                store_down: false,
             }),
         });
         lock(&self.inner.slots).insert(name, slot.clone());

@@ -100,6 +100,7 @@ pub(crate) async fn binding_task(
         let (failures, servers, applied) = {
             let mut st = lock(&slot.state);
             st.running = false;
+            st.store_down = store_down;
             if outcome.status == OutcomeStatus::Failed {
                 st.failures = st.failures.saturating_add(1);
             } else {

@@ -98,6 +98,11 @@ impl Fleet {
     /// Three hosts `host-a`, `host-b`, `host-c`; `snippets[i]` is extra `http` text of host i's
     /// nginx.
     pub fn start(snippets: [&str; 3]) -> Fleet {
+        Fleet::start_with(snippets, &[])
+    }
+
+    /// [`Fleet::start`] with `args` added to every daemon's `serve` arguments.
+    pub fn start_with(snippets: [&str; 3], args: &[&str]) -> Fleet {
         let cluster = EtcdCluster::start(3);
         let shared = tempfile::tempdir().unwrap();
         let key = shared.path().join("secrets.key");
@@ -125,6 +130,7 @@ impl Fleet {
                     .map(|s| s.to_string())
                     .collect();
                 extra.extend(fleet_args(&cluster, PREFIX, &key, id, TTL_SECS));
+                extra.extend(args.iter().map(|s| s.to_string()));
                 let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
                 let daemon = Daemon::start_with(root.path(), &nginx, &extra);
                 Host {

@@ -1,5 +1,6 @@
 //! The session task: connect, read the prefix into the mirror, keep this host's lease and
-//! heartbeat alive, follow the watch, write pending host outcomes. Any failure ends the session:
+//! heartbeat alive (the lease on a task of its own, so a long sync never delays it), follow the
+//! watch, write pending host outcomes. Any failure ends the session:
 //! the store says unreachable (the mirror stays as it was) and the task reconnects with a
 //! back-off, reusing its lease when it is still alive (claims survive a short outage). From the
 //! loss of a connected member until the next member is connected, or every member failed once,
@@ -22,6 +23,11 @@ use crate::{now_ms, StoreEvent};
 
 const PAGE: i64 = 1000;
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
+/// HTTP/2 keep-alive pings to the member: etcd refuses a client that pings more often than its
+/// `--grpc-keepalive-min-time` (5 s by default) with `too_many_pings` and closes the connection.
+/// A member that dies is noticed sooner anyway: its connection is reset, or the lease keep-alive
+/// (every TTL/3, each bounded by the operation timeout) gets no answer.
+pub(crate) const KEEP_ALIVE: Duration = Duration::from_secs(10);
 
 pub async fn run(shared: Arc<Shared>) {
     let started_ms = now_ms();
@@ -84,7 +90,7 @@ pub(crate) fn connect_options(shared: &Shared) -> Result<ConnectOptions, String>
     let o = &shared.opts;
     let mut opts = ConnectOptions::new()
         .with_connect_timeout(o.op_timeout)
-        .with_keep_alive(Duration::from_secs(2), o.op_timeout)
+        .with_keep_alive(KEEP_ALIVE, o.op_timeout)
         .with_keep_alive_while_idle(true)
         .with_require_leader(true);
     if let Some((user, password)) = &o.user {
@@ -174,8 +180,17 @@ async fn session_inner(
             .id(),
     };
     *lease_slot = Some(lease);
-    let (mut keeper, mut ka) =
-        bounded(shared, "lease keep-alive", client.lease_keep_alive(lease)).await?;
+    let (keeper, ka) = bounded(shared, "lease keep-alive", client.lease_keep_alive(lease)).await?;
+    // The lease is kept alive on its own task from here on: a long mirror sync, a slow SQLite
+    // write or a flush does not delay it (the session's claims and heartbeat live with it).
+    let period = Duration::from_millis((ttl as u64 * 1000) / 3);
+    let mut keep_alive = KeepAlive(tokio::spawn(keep_lease_alive(
+        keeper,
+        ka,
+        period,
+        o.lease_ttl,
+        o.op_timeout,
+    )));
     let beat = serde_json::to_vec(&HostBeat { started_ms }).unwrap_or_default();
     let host_key = keys.host(&o.host_id);
     let put = TxnOp::put(
@@ -287,9 +302,6 @@ async fn session_inner(
     flush_pending(shared, &mut client).await?;
     rewrite_stale_keys(shared, &mut client).await?;
 
-    let period = Duration::from_millis((ttl as u64 * 1000) / 3);
-    let mut tick = tokio::time::interval(period);
-    let mut last_ka = Instant::now();
     loop {
         tokio::select! {
             msg = watch.message() => {
@@ -312,25 +324,74 @@ async fn session_inner(
                     rewrite_stale_keys(shared, &mut client).await?;
                 }
             }
-            _ = tick.tick() => {
-                if last_ka.elapsed() > o.lease_ttl {
-                    return Err("lease keep-alive: no answer within the lease TTL".into());
+            end = &mut keep_alive.0 => {
+                match end {
+                    Ok(LeaseEnd::Expired) => {
+                        *lease_slot = None;
+                        lock(&shared.conn).lease = None;
+                        return Err("this host's lease expired; a new one is taken".into());
+                    }
+                    Ok(LeaseEnd::Failed(e)) => return Err(e),
+                    Err(e) => return Err(format!("lease keep-alive task: {e}")),
                 }
-                bounded(shared, "lease keep-alive", keeper.keep_alive()).await?;
-            }
-            r = ka.message() => {
-                let r = r.map_err(|e| format!("lease keep-alive: {e}"))?
-                    .ok_or_else(|| "lease keep-alive: the stream ended".to_string())?;
-                if r.ttl() <= 0 {
-                    *lease_slot = None;
-                    lock(&shared.conn).lease = None;
-                    return Err("this host's lease expired; a new one is taken".into());
-                }
-                last_ka = Instant::now();
             }
             _ = shared.flush.notified() => {
                 flush_pending(shared, &mut client).await?;
             }
+        }
+    }
+}
+
+/// How the lease keep-alive task ended.
+enum LeaseEnd {
+    /// etcd says the lease is gone: a new one is to be taken.
+    Expired,
+    /// No answer or a broken stream: the session ends.
+    Failed(String),
+}
+
+/// The keep-alive task of a session (aborted with the session).
+struct KeepAlive(tokio::task::JoinHandle<LeaseEnd>);
+
+impl Drop for KeepAlive {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Renews the lease every `period` until it fails: no answer within the lease TTL or the
+/// operation timeout, the stream ended, or the lease expired.
+async fn keep_lease_alive(
+    mut keeper: etcd_client::LeaseKeeper,
+    mut ka: etcd_client::LeaseKeepAliveStream,
+    period: Duration,
+    lease_ttl: Duration,
+    op_timeout: Duration,
+) -> LeaseEnd {
+    let mut tick = tokio::time::interval(period);
+    let mut last = Instant::now();
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {
+                if last.elapsed() > lease_ttl {
+                    return LeaseEnd::Failed("lease keep-alive: no answer within the lease TTL".into());
+                }
+                match timeout(op_timeout, keeper.keep_alive()).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => return LeaseEnd::Failed(format!("lease keep-alive: {e}")),
+                    Err(_) => {
+                        return LeaseEnd::Failed(format!(
+                            "lease keep-alive: no answer within {op_timeout:?}"
+                        ))
+                    }
+                }
+            }
+            r = ka.message() => match r {
+                Ok(Some(r)) if r.ttl() <= 0 => return LeaseEnd::Expired,
+                Ok(Some(_)) => last = Instant::now(),
+                Ok(None) => return LeaseEnd::Failed("lease keep-alive: the stream ended".into()),
+                Err(e) => return LeaseEnd::Failed(format!("lease keep-alive: {e}")),
+            },
         }
     }
 }
