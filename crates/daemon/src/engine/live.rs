@@ -411,7 +411,8 @@ fn zone_too_small(
     floors.raise(name.as_str(), z.needed);
     let e = format!(
         "zone too small (need {} bytes, zone is {}): applied by a reload, which makes the zone \
-         anew; the next change writes a zone of at least {} (one more reload) ({text})",
+         anew; a zone line the daemon writes for this upstream is at least {} from now on (one \
+         more reload; a binding's own zone directive stays as written) ({text})",
         z.needed,
         z.zone,
         tributary_core::zone_size_text(z.needed.next_power_of_two())
