@@ -30,5 +30,6 @@ pub use target::{
     MAX_WEIGHT,
 };
 pub use zone::{
-    add_zone, render_live, zone_size, zone_size_text, ZONE_BYTES_PER_SERVER, ZONE_MIN_BYTES,
+    add_zone, add_zone_at_least, render_live, zone_size, zone_size_at_least, zone_size_text,
+    ZONE_BYTES_PER_SERVER, ZONE_MIN_BYTES, ZONE_TLS_SESSION_BYTES,
 };

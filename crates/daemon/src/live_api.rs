@@ -133,6 +133,43 @@ struct PutBody<'a> {
 #[derive(Debug, Deserialize)]
 struct ErrorAnswer {
     error: String,
+    /// With a 507: the size the module says the zone needs, and the zone's size.
+    #[serde(default)]
+    needed_bytes: Option<u64>,
+    #[serde(default)]
+    zone_bytes: Option<u64>,
+}
+
+/// A `PUT` the module refused because the upstream's zone has no room (507), with the size it
+/// says the zone needs for the change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ZoneTooSmall {
+    /// About the size the zone needs (bytes).
+    pub needed: u64,
+    /// The zone's size now (bytes).
+    pub zone: u64,
+}
+
+/// Why a [`LiveApi::replace`] failed: the text naming the step, and for a full zone the sizes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PutError {
+    pub text: String,
+    pub zone_too_small: Option<ZoneTooSmall>,
+}
+
+impl From<String> for PutError {
+    fn from(text: String) -> PutError {
+        PutError {
+            text,
+            zone_too_small: None,
+        }
+    }
+}
+
+impl std::fmt::Display for PutError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.text)
+    }
 }
 
 impl LiveApi {
@@ -257,7 +294,7 @@ impl LiveApi {
         name: &str,
         servers: &[LiveServer],
         generation: u64,
-    ) -> Result<PushTimes, String> {
+    ) -> Result<PushTimes, PutError> {
         let t0 = std::time::Instant::now();
         let path = format!("{}{name}", self.prefix);
         let body = serde_json::to_vec(&PutBody {
@@ -266,6 +303,17 @@ impl LiveApi {
         })
         .map_err(|e| format!("encoding the set: {e}"))?;
         let (status, answer) = self.request(Method::PUT, &path, Some(body)).await?;
+        if status == 507 {
+            if let Some(z) = zone_too_small(&answer) {
+                let text = parse_answer::<PutAnswer>(status, &answer, &format!("PUT {name}"))
+                    .err()
+                    .unwrap_or_default();
+                return Err(PutError {
+                    text,
+                    zone_too_small: Some(z),
+                });
+            }
+        }
         let put: PutAnswer = parse_answer(status, &answer, &format!("PUT {name}"))?;
         let visible_at = std::time::Instant::now();
         Ok(PushTimes {
@@ -305,7 +353,10 @@ impl LiveApi {
         servers: &[LiveServer],
         generation: u64,
     ) -> Result<PushTimes, String> {
-        let mut times = self.replace(name, servers, generation).await?;
+        let mut times = self
+            .replace(name, servers, generation)
+            .await
+            .map_err(|e| e.text)?;
         let (generation, readback) = self.confirm(name, servers).await?;
         times.generation = generation;
         times.readback = readback;
@@ -410,6 +461,15 @@ fn parse_answer<T: serde::de::DeserializeOwned>(
     serde_json::from_slice(body).map_err(|e| format!("{what}: unexpected answer: {e}"))
 }
 
+/// The sizes of a 507 answer that names them (a module that does not: `None`).
+fn zone_too_small(body: &[u8]) -> Option<ZoneTooSmall> {
+    let e: ErrorAnswer = serde_json::from_slice(body).ok()?;
+    Some(ZoneTooSmall {
+        needed: e.needed_bytes?,
+        zone: e.zone_bytes?,
+    })
+}
+
 /// Equal as sets (the API keeps primary then backup servers, each in its own order).
 pub fn same_set(a: &[LiveServer], b: &[LiveServer]) -> bool {
     let key = |s: &LiveServer| {
@@ -457,6 +517,24 @@ mod tests {
             let e = LiveApi::parse(bad).unwrap_err();
             assert!(e.contains(bad), "{bad}: {e}");
         }
+    }
+
+    #[test]
+    fn a_507_naming_the_size_is_typed() {
+        let body = br#"{"error":"zone \"a\" too small: about 123904 bytes needed for this set (zone is 65536)","needed_bytes":123904,"zone_bytes":65536,"per_server_bytes":2832}"#;
+        assert_eq!(
+            zone_too_small(body),
+            Some(ZoneTooSmall {
+                needed: 123_904,
+                zone: 65_536
+            })
+        );
+        // A module that does not name it: no sizes, the text only.
+        assert_eq!(
+            zone_too_small(br#"{"error":"zone \"a\" has no room"}"#),
+            None
+        );
+        assert_eq!(zone_too_small(b"not json"), None);
     }
 
     #[test]

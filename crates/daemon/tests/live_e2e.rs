@@ -218,6 +218,42 @@ fn live_failure_falls_back_to_a_reload_with_the_reason() {
     );
 }
 
+/// A binding whose own `zone web 64k;` holds 40 servers but not 40 more beside them (a `PUT`
+/// of a disjoint set needs room for both): the module answers 507 naming the size, the change is
+/// applied by a reload (a new zone holds the new set alone), and the outcome says "zone too small"
+/// with that size instead of a bare fallback.
+#[test]
+fn a_full_zone_reloads_and_the_outcome_says_zone_too_small_with_the_size() {
+    let root = tempfile::tempdir().unwrap();
+    let nginx = live_nginx("", &["a"]);
+    let d = live_daemon(root.path(), &nginx, &[]);
+    // Addresses nothing connects to (no request goes to this upstream).
+    let set = |from: u16| {
+        (from..from + 40)
+            .map(|p| format!("127.0.0.1:{p}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let own_zone = ["zone web 64k;"];
+    let o = put_wait(&d, "web", &binding(&set(20000), &own_zone));
+    assert_eq!(o["status"], "ok", "{o}");
+    let o = put_wait(&d, "web", &binding(&set(21000), &own_zone));
+    assert_eq!(o["status"], "ok", "{o}");
+    assert_eq!(o["applied"], "reload", "{o}");
+    assert_eq!(o["reloaded"], true, "{o}");
+    let why = o["applied_reason"].as_str().unwrap();
+    let need: u64 = why
+        .strip_prefix("zone too small (need ")
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("not a zone-too-small reason: {why}"));
+    assert!(need > 65536, "{why}");
+    assert!(why.contains("zone is 65536"), "{why}");
+    let (_, now) = live_set(&nginx, "web");
+    assert_eq!(now.len(), 40);
+    assert!(now.contains("127.0.0.1:21000"), "{now:?}");
+}
+
 /// One request to the live API on its unix socket: the answer's JSON body.
 fn live_request(nginx: &TestNginx, method: &str, name: &str, body: Option<&Value>) -> Value {
     use std::io::{Read, Write};

@@ -18,6 +18,8 @@ mod helpers;
 mod liveness;
 #[path = "live_api/master.rs"]
 mod master;
+#[path = "live_api/zone_size.rs"]
+mod zone_size;
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -722,7 +724,7 @@ fn case_bad_inputs_change_nothing() -> CaseResult {
             "/tiny",
             format!(r#"{{"servers":[{}]}}"#, tiny_many.join(",")),
             507,
-            "no room",
+            "too small: about",
         ),
         ("DELETE", "/app", String::new(), 405, "GET or PUT"),
         ("POST", "/", String::new(), 405, "use GET"),
@@ -1253,5 +1255,6 @@ fn main() {
         ),
     ];
     trials.extend(access::trials());
+    trials.extend(zone_size::trials());
     run_tests(trials);
 }

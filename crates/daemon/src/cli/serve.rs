@@ -218,7 +218,12 @@ async fn live_options(
             tracing::info!("--apply reload: --live-api is not used")
         }
     }
-    Ok(LiveOptions { mode, api, test })
+    Ok(LiveOptions {
+        mode,
+        api,
+        test,
+        zone_floors: Default::default(),
+    })
 }
 
 pub(super) async fn run(a: ServeArgs) -> anyhow::Result<()> {

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use tributary_apply::{Applier, Change, ChangeOutcome, Push};
 use tributary_store::Applied;
 
-use crate::live_api::{LiveApi, LiveServer, PushTimes};
+use crate::live_api::{LiveApi, LiveServer, PushTimes, PutError, ZoneTooSmall};
 
 /// `--apply`: how changes are made live.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
@@ -53,6 +53,36 @@ pub struct LiveOptions {
     pub mode: ApplyMode,
     pub api: Option<LiveApi>,
     pub test: LiveTest,
+    /// Zone sizes the module said changes needed (507), per upstream.
+    pub zone_floors: ZoneFloors,
+}
+
+/// Per upstream, the largest zone size (bytes) the module named when it refused a change for
+/// want of room: the `zone` line written for it is at least that from then on (kept while the
+/// daemon runs; shared by the clones of [`LiveOptions`]).
+#[derive(Debug, Clone, Default)]
+pub struct ZoneFloors(std::sync::Arc<std::sync::Mutex<HashMap<String, u64>>>);
+
+impl ZoneFloors {
+    /// The floor of `name` (0: none).
+    pub fn get(&self, name: &str) -> u64 {
+        self.0
+            .lock()
+            .map(|m| m.get(name).copied().unwrap_or(0))
+            .unwrap_or(0)
+    }
+
+    /// Raises the floor of `name` to `bytes`.
+    pub fn raise(&self, name: &str, bytes: u64) {
+        if let Ok(mut m) = self.0.lock() {
+            let f = m.entry(name.to_string()).or_insert(0);
+            *f = (*f).max(bytes);
+        }
+    }
+
+    fn add_zone(&self, rendered: &str) -> String {
+        tributary_core::add_zone_at_least(rendered, |n| self.get(n))
+    }
 }
 
 impl LiveOptions {
@@ -72,7 +102,7 @@ impl LiveOptions {
     /// `resolve` dry run), so that they show the exact bytes this mode writes.
     pub fn file_text(&self, rendered: String) -> String {
         if self.zoned() {
-            tributary_core::add_zone(&rendered)
+            self.zone_floors.add_zone(&rendered)
         } else {
             rendered
         }
@@ -84,7 +114,7 @@ impl LiveOptions {
             return rendered;
         }
         match String::from_utf8(rendered) {
-            Ok(text) => tributary_core::add_zone(&text).into_bytes(),
+            Ok(text) => self.zone_floors.add_zone(&text).into_bytes(),
             Err(e) => e.into_bytes(),
         }
     }
@@ -266,6 +296,7 @@ pub(crate) fn apply_batch(
             .unzip();
         let mut push = ApiPush {
             api,
+            floors: &opts.zone_floors,
             rt,
             plans,
             listing: Some(listing),
@@ -315,6 +346,8 @@ pub(crate) fn apply_batch(
 /// the test that follows fails.
 struct ApiPush<'a> {
     api: &'a LiveApi,
+    /// Where a size the module names in a 507 is kept for the next `zone` line.
+    floors: &'a ZoneFloors,
     rt: &'a tokio::runtime::Handle,
     /// Per upstream: the set to push and the set it replaces.
     plans: HashMap<String, LivePlan>,
@@ -330,7 +363,7 @@ struct ApiPush<'a> {
 
 impl ApiPush<'_> {
     /// PUTs `set` to `name` under its generation; the new generation is kept.
-    fn replace(&mut self, name: &str, set: &[LiveServer]) -> Result<PushTimes, String> {
+    fn replace(&mut self, name: &str, set: &[LiveServer]) -> Result<PushTimes, PutError> {
         if let Some(task) = self.listing.take() {
             let t0 = Instant::now();
             self.generations = self
@@ -345,7 +378,7 @@ impl ApiPush<'_> {
                  change live): needs a reload"
                     .to_string()
             })?,
-            Err(e) => return Err(format!("live API unavailable: {e}")),
+            Err(e) => return Err(format!("live API unavailable: {e}").into()),
         };
         let times = self.rt.block_on(self.api.replace(name, set, generation))?;
         self.note_generation(name, times.generation);
@@ -366,6 +399,29 @@ impl ApiPush<'_> {
     }
 }
 
+/// A `PUT` the zone had no room for: logged, the size the module named kept as the upstream's
+/// floor, and the reason the change falls back to a reload.
+fn zone_too_small(
+    name: &tributary_core::UpstreamName,
+    t0: Instant,
+    z: ZoneTooSmall,
+    text: &str,
+    floors: &ZoneFloors,
+) -> String {
+    floors.raise(name.as_str(), z.needed);
+    let e = format!(
+        "zone too small (need {} bytes, zone is {}): applied by a reload, which makes the zone \
+         anew; a zone line the daemon writes for this upstream is at least {} from now on (one \
+         more reload; a binding's own zone directive stays as written) ({text})",
+        z.needed,
+        z.zone,
+        tributary_core::zone_size_text(z.needed.next_power_of_two())
+    );
+    let push_ms = ms(t0.elapsed());
+    tracing::warn!(upstream = %name, push_ms, needed = z.needed, zone = z.zone, error = %e, "live apply refused: zone too small");
+    e
+}
+
 /// A live failure: logged, and the reason the change falls back to a reload.
 fn live_failed(name: &tributary_core::UpstreamName, t0: Instant, e: String) -> String {
     let e = format!("live apply failed, fell back to a reload: {e}");
@@ -378,9 +434,14 @@ impl Push for ApiPush<'_> {
     fn push(&mut self, c: &Change) -> Result<(), String> {
         let set = self.plans[c.name.as_str()].set.clone();
         let t0 = Instant::now();
-        let times = self
-            .replace(c.name.as_str(), &set)
-            .map_err(|e| live_failed(&c.name, t0, e))?;
+        let times = match self.replace(c.name.as_str(), &set) {
+            Ok(t) => t,
+            Err(PutError {
+                text,
+                zone_too_small: Some(z),
+            }) => return Err(zone_too_small(&c.name, t0, z, &text, self.floors)),
+            Err(e) => return Err(live_failed(&c.name, t0, e.text)),
+        };
         self.pushed.insert(c.name.as_str().to_string(), times);
         Ok(())
     }
@@ -403,6 +464,7 @@ impl Push for ApiPush<'_> {
         self.pushed.remove(c.name.as_str());
         let r = self
             .replace(c.name.as_str(), &before)
+            .map_err(|e| e.text)
             .and_then(|_| self.confirm_set(c.name.as_str(), &before).map(|_| ()));
         tracing::info!(upstream = %c.name, undone = r.is_ok(), "the set pushed live is taken back (its file could not be written, or nginx -t failed)");
         r
@@ -505,6 +567,46 @@ mod tests {
             let e = live_plan(old.map(str::as_bytes), new.as_bytes()).unwrap_err();
             assert!(e.contains(why), "{why}: {e}");
         }
+    }
+
+    #[test]
+    fn a_size_named_by_a_507_is_the_floor_of_the_next_zone_line() {
+        let live = LiveOptions {
+            mode: ApplyMode::Live,
+            api: Some(LiveApi::parse("unix:/run/x.sock").unwrap()),
+            ..LiveOptions::default()
+        };
+        let file =
+            "# generated by tributary\nupstream api {\n    server 10.0.0.1:80 weight=1;\n}\n";
+        assert!(live.file_text(file.into()).contains("    zone api 64k;\n"));
+        let name = tributary_core::UpstreamName::parse("api").unwrap();
+        let why = zone_too_small(
+            &name,
+            Instant::now(),
+            ZoneTooSmall {
+                needed: 123_904,
+                zone: 65_536,
+            },
+            "PUT api: HTTP 507: zone \"api\" too small",
+            &live.zone_floors,
+        );
+        assert!(
+            why.starts_with("zone too small (need 123904 bytes, zone is 65536)"),
+            "{why}"
+        );
+        // A clone (the engine's) sees the floor too; other upstreams do not.
+        let clone = live.clone();
+        assert!(clone
+            .file_text(file.into())
+            .contains("    zone api 128k;\n"));
+        let other = file.replace("api", "web");
+        assert!(clone.file_text(other).contains("    zone web 64k;\n"));
+        // The next change differs from the running file in its zone line: a reload.
+        let running = live_plan(
+            Some(tributary_core::add_zone(file).as_bytes()),
+            &live.file_bytes(file.replace("10.0.0.1", "10.0.0.2").into_bytes()),
+        );
+        assert!(running.unwrap_err().contains("zone line changes"));
     }
 
     #[test]

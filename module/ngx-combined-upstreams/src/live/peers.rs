@@ -74,12 +74,13 @@ use std::time::Instant;
 use ngx::ffi::{
     ngx_atomic_t, ngx_http_upstream_rr_peer_t, ngx_http_upstream_rr_peers_t, ngx_pagesize,
     ngx_pagesize_shift, ngx_rwlock_rlock, ngx_rwlock_unlock, ngx_shmtx_lock, ngx_shmtx_unlock,
-    ngx_slab_calloc, ngx_slab_calloc_locked, ngx_slab_free_locked, ngx_slab_pool_t,
-    ngx_slab_stat_t, ngx_sockaddr_t, sockaddr_in, sockaddr_in6, sockaddr_un,
+    ngx_slab_calloc, ngx_slab_calloc_locked, ngx_slab_free_locked, ngx_slab_page_t,
+    ngx_slab_pool_t, ngx_slab_stat_t, ngx_sockaddr_t, sockaddr_in, sockaddr_in6, sockaddr_un,
 };
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use upstrand_core::live::plan::ListTotals;
 use upstrand_core::live::render::{RetiredView, SlabView};
+use upstrand_core::live::sizing::{PeerLayout, SlabShape};
 use upstrand_core::live::{Addr, Current, Server};
 
 /// `AF_INET`, `AF_INET6`, `AF_UNIX` as the socket structures store them.
@@ -573,6 +574,19 @@ impl Peer {
         }
     }
 
+    /// The size of the TLS session nginx stored in the zone for this peer (0: none). Read under
+    /// its list's lock (nginx writes it under the peer's lock; a snapshot).
+    pub fn ssl_session_len(self) -> u64 {
+        // SAFETY: p is live (handle).
+        unsafe {
+            if (*self.raw()).ssl_session.is_null() {
+                0
+            } else {
+                u64::try_from((*self.raw()).ssl_session_len).unwrap_or(0)
+            }
+        }
+    }
+
     /// True while a request holds the peer: connections in use (`conns`), and from nginx 1.27.3
     /// the peer's references (`refs`). Read under both list write locks, so no balancer is
     /// between taking and dropping them.
@@ -619,6 +633,18 @@ impl Slab {
         SlabLocked(self)
     }
 
+    /// The pool's shape for the size estimate of a refused change.
+    pub fn shape(self) -> SlabShape {
+        let f = self.figures("");
+        SlabShape {
+            zone_bytes: f.zone_bytes,
+            page_size: f.page_size,
+            pages_total: f.pages_total,
+            pages_free: f.pages_free,
+            page_desc_bytes: size_of::<ngx_slab_page_t>() as u64,
+        }
+    }
+
     /// The pool's figures, read under its mutex.
     pub fn figures(self, zone: &str) -> SlabView {
         let _m = self.lock();
@@ -633,6 +659,8 @@ impl Slab {
             let total = ((*pool).end as usize - (*pool).start as usize) as u64 / page.max(1);
             SlabView {
                 zone: zone.to_string(),
+                // The pool is at the start of the zone, `end` at its end.
+                zone_bytes: ((*pool).end as usize).saturating_sub(pool as usize) as u64,
                 page_size: page,
                 pages_total: total,
                 pages_free: (*pool).pfree as u64,
@@ -778,6 +806,19 @@ impl Drop for SlabLocked {
     fn drop(&mut self) {
         // SAFETY: taken in `Slab::lock` by this process.
         unsafe { ngx_shmtx_unlock(ptr::addr_of_mut!((*self.0.raw()).mutex)) };
+    }
+}
+
+/// The sizes of a peer's slab allocations in this build ([`SlabLocked::alloc_peer`]'s layout).
+pub fn peer_layout() -> PeerLayout {
+    PeerLayout {
+        peer: size_of::<ngx_http_upstream_rr_peer_t>() as u64,
+        sockaddr: size_of::<ngx_sockaddr_t>() as u64,
+        name_buf: NGX_SOCKADDR_STRLEN as u64,
+        #[cfg(ngx_upstream_sid)]
+        sid: NGX_HTTP_UPSTREAM_SID_LEN as u64,
+        #[cfg(not(ngx_upstream_sid))]
+        sid: 0,
     }
 }
 

@@ -36,9 +36,9 @@ use std::time::{Duration, Instant};
 use ngx::ffi::{ngx_atomic_t, ngx_current_msec, ngx_rwlock_rlock, ngx_rwlock_unlock};
 use upstrand_core::live::plan::{totals, ListTotals};
 use upstrand_core::live::render::{PutView, ServerView, SlabView, UpstreamView};
-use upstrand_core::live::{plan, ApiError, Current, PutRequest, Server};
+use upstrand_core::live::{plan, sizing, ApiError, Current, PutRequest, Server};
 
-use super::peers::{wlock_until, Peer, Peers, Retired, RetiredChain, Slab};
+use super::peers::{peer_layout, wlock_until, Peer, Peers, Retired, RetiredChain, Slab};
 
 /// How long a `PUT` waits for the write sides of the gate and the list locks together before it
 /// answers 503.
@@ -331,10 +331,39 @@ impl LiveUpstream {
                 }
                 Swapped::Moved => continue,
                 Swapped::Busy => return Err(ApiError::busy(name, WRITE_WAIT.as_secs())),
-                Swapped::Full => return Err(ApiError::zone_full(name, zone)),
+                Swapped::Full => {
+                    // Measured after the locks are released (the figures under the slab mutex,
+                    // the sessions under the lists' read locks).
+                    let new_names: Vec<u64> = slots
+                        .iter()
+                        .filter_map(|s| s.name.as_ref().map(|n| n.len() as u64))
+                        .collect();
+                    let need = sizing::zone_need(
+                        &self.slab.shape(),
+                        &peer_layout(),
+                        &new_names,
+                        self.tls_session_bytes(),
+                    );
+                    return Err(ApiError::zone_full(name, zone, need));
+                }
             }
         }
         Err(ApiError::busy(name, WRITE_WAIT.as_secs()))
+    }
+
+    /// The largest TLS session stored in the zone for a server of the set (0: none); read under
+    /// the gate's and the lists' read sides.
+    fn tls_session_bytes(self) -> u64 {
+        let _g = self.state.gate_read();
+        let mut most = 0;
+        for list in [Some(self.primary), self.primary.backup()] {
+            let Some(list) = list else { continue };
+            let lock = list.read();
+            for p in lock.peers() {
+                most = most.max(p.ssl_session_len());
+            }
+        }
+        most
     }
 
     /// The current set (primary first: the plan's current index order) and its generation, read

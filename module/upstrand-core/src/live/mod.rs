@@ -12,6 +12,7 @@
 pub mod access;
 pub mod plan;
 pub mod render;
+pub mod sizing;
 
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
@@ -37,6 +38,8 @@ pub struct ApiError {
     pub status: u16,
     /// Human-readable text naming the problem.
     pub message: String,
+    /// For a 507: how big the zone needs to be (its figures go into the answer too).
+    pub zone_need: Option<render::ZoneNeed>,
 }
 
 impl ApiError {
@@ -45,6 +48,7 @@ impl ApiError {
         ApiError {
             status,
             message: message.into(),
+            zone_need: None,
         }
     }
 
@@ -97,14 +101,29 @@ impl ApiError {
         )
     }
 
-    /// 507: the zone has no room for the new peers.
-    pub fn zone_full(name: &str, zone: &str) -> Self {
-        Self::new(
-            507,
+    /// 507: the zone has no room for the new peers; `need`: the estimate of the size it needs
+    /// ([`sizing::zone_need`]).
+    pub fn zone_full(name: &str, zone: &str, need: render::ZoneNeed) -> Self {
+        let tls = if need.tls_session_bytes > 0 {
             format!(
-                "zone \"{zone}\" of upstream \"{name}\" has no room for the new servers; nothing changed (make the zone larger)"
+                " with {} for the TLS session nginx keeps per server",
+                need.tls_session_bytes
+            )
+        } else {
+            String::new()
+        };
+        ApiError {
+            status: 507,
+            message: format!(
+                "zone \"{zone}\" too small: about {} bytes needed for this set (zone is {}); upstream \"{name}\" has no room for its {} new servers of about {} bytes each{tls} beside the {} bytes in use; nothing changed (make the zone larger)",
+                need.needed_bytes,
+                need.zone_bytes,
+                need.servers_added,
+                need.per_server_bytes,
+                need.in_use_bytes
             ),
-        )
+            zone_need: Some(need),
+        }
     }
 
     /// 503: a lock of the upstream's zone stayed taken for `secs` seconds (another change, or a
@@ -138,7 +157,10 @@ impl ApiError {
 
     /// The answer body.
     pub fn to_json(&self) -> String {
-        render::error(&self.message)
+        match &self.zone_need {
+            Some(need) => render::error_with_need(&self.message, need),
+            None => render::error(&self.message),
+        }
     }
 }
 

@@ -80,6 +80,8 @@ pub struct ListView {
 pub struct SlabView {
     /// Zone name.
     pub zone: String,
+    /// The zone's size in bytes (`zone NAME SIZE`).
+    pub zone_bytes: u64,
     /// Page size of the slab allocator.
     pub page_size: u64,
     /// Pages the allocator manages.
@@ -90,6 +92,27 @@ pub struct SlabView {
     pub chunks_used: u64,
     /// Failed allocations so far, summed over the size classes (`stats[i].fails`).
     pub alloc_failures: u64,
+}
+
+/// The figures of a `PUT` refused with 507 because the zone has no room: how big the zone needs
+/// to be (an estimate, see `sizing.rs`), all in bytes. In the error answer next to `error`.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct ZoneNeed {
+    /// The zone's size now.
+    pub zone_bytes: u64,
+    /// About the size the zone needs for this change (rounded up to KiB; always more than
+    /// `zone_bytes`).
+    pub needed_bytes: u64,
+    /// Bytes of the zone's pages in use before the change.
+    pub in_use_bytes: u64,
+    /// Bytes the refused change needed: `servers_added` × `per_server_bytes`.
+    pub change_bytes: u64,
+    /// New servers of the change.
+    pub servers_added: u64,
+    /// Zone bytes counted per new server.
+    pub per_server_bytes: u64,
+    /// Of those, the TLS session counted per server (0: no peer of the upstream has one stored).
+    pub tls_session_bytes: u64,
 }
 
 /// Answer of a `PUT`.
@@ -128,6 +151,15 @@ fn to_json<T: Serialize>(v: &T) -> String {
 /// `{"error": MESSAGE}`.
 pub fn error(message: &str) -> String {
     to_json(&serde_json::json!({ "error": message }))
+}
+
+/// `{"error": MESSAGE, "zone_bytes": ..., "needed_bytes": ..., ...}` (507).
+pub fn error_with_need(message: &str, need: &ZoneNeed) -> String {
+    let mut v = serde_json::to_value(need).unwrap_or_else(|_| serde_json::json!({}));
+    if let Some(o) = v.as_object_mut() {
+        o.insert("error".into(), message.into());
+    }
+    to_json(&v)
 }
 
 impl UpstreamView {

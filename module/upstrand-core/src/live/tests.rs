@@ -338,3 +338,41 @@ fn the_log_line_names_client_upstream_changes_and_generation() {
         "{line}"
     );
 }
+
+#[test]
+fn zone_full_names_the_size_needed_in_text_and_fields() {
+    let need = render::ZoneNeed {
+        zone_bytes: 65536,
+        needed_bytes: 111_616,
+        in_use_bytes: 49152,
+        change_bytes: 51520,
+        servers_added: 20,
+        per_server_bytes: 2576,
+        tls_session_bytes: 2048,
+    };
+    let e = ApiError::zone_full("up", "z", need.clone());
+    assert_eq!(e.status, 507);
+    assert!(
+        e.message.starts_with(
+            "zone \"z\" too small: about 111616 bytes needed for this set (zone is 65536)"
+        ),
+        "{}",
+        e.message
+    );
+    assert!(
+        e.message.contains("2048 for the TLS session"),
+        "{}",
+        e.message
+    );
+    let v: serde_json::Value = serde_json::from_str(&e.to_json()).unwrap();
+    assert_eq!(v["error"], e.message.as_str());
+    assert_eq!(v["needed_bytes"], 111_616);
+    assert_eq!(v["zone_bytes"], 65536);
+    assert_eq!(v["per_server_bytes"], 2576);
+    assert_eq!(v["tls_session_bytes"], 2048);
+    assert_eq!(v["servers_added"], 20);
+    // Other errors keep their one field.
+    let v: serde_json::Value =
+        serde_json::from_str(&ApiError::unknown_upstream("x").to_json()).unwrap();
+    assert_eq!(v.as_object().map(|o| o.len()), Some(1));
+}
