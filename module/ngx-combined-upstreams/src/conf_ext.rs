@@ -21,6 +21,14 @@ pub trait ConfExt {
     /// The words of the directive being handled (`cf->args`), the directive name first; empty
     /// outside a directive handler.
     fn args(&self) -> Vec<&[u8]>;
+    /// The directive's parameters (the words after its name) as text, invalid UTF-8 replaced.
+    fn param_texts(&self) -> Vec<String> {
+        self.args()
+            .iter()
+            .skip(1)
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect()
+    }
     /// Copies `data` into the configuration pool; `None` when out of memory.
     fn copy_str(&self, data: &[u8]) -> Option<ngx_str_t>;
     /// Moves plain data (no `Drop`) into the configuration pool.

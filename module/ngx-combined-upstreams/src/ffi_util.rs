@@ -6,8 +6,8 @@ use core::ffi::{c_char, c_void, CStr};
 use core::{ptr, slice};
 
 use ngx::ffi::{
-    ngx_command_t, ngx_conf_t, ngx_int_t, ngx_palloc, ngx_pnalloc, ngx_pool_cleanup_add,
-    ngx_pool_t, ngx_str_t, ngx_uint_t,
+    ngx_command_t, ngx_conf_t, ngx_int_t, ngx_log_error_core, ngx_log_t, ngx_palloc, ngx_pnalloc,
+    ngx_pool_cleanup_add, ngx_pool_t, ngx_str_t, ngx_uint_t,
 };
 
 /// nginx's `NGX_OK` as the `ngx_int_t` hooks and handlers return.
@@ -164,4 +164,25 @@ fn error_page_bit() -> usize {
             .find(|i| probe._bitfield_1.get_bit(*i))
             .unwrap_or(0)
     })
+}
+
+/// Logs `msg` at `level` on `log` (as `%V`: no format directives are read from `msg`).
+///
+/// # Safety
+/// `log` is a live nginx log (a request's connection log, the cycle's log).
+pub unsafe fn log_str(log: *mut ngx_log_t, level: u32, msg: &str) {
+    let mut s = borrowed(msg.as_bytes());
+    // SAFETY: caller (live log); "%V" takes an ngx_str_t pointer valid for the call; logging runs
+    // no module code.
+    unsafe {
+        if (*log).log_level >= level as ngx_uint_t {
+            ngx_log_error_core(
+                level as ngx_uint_t,
+                log,
+                0,
+                c"%V".as_ptr(),
+                ptr::addr_of_mut!(s),
+            );
+        }
+    }
 }

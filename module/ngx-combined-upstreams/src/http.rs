@@ -12,14 +12,14 @@ use core::ptr::{self, NonNull};
 use core::slice;
 
 use ngx::ffi::{
-    ngx_http_get_flushed_variable, ngx_http_request_t, ngx_log_error_core, ngx_str_t, ngx_uint_t,
-    ngx_variable_value_t, NGX_HTTP_LOCK, NGX_HTTP_PATCH, NGX_HTTP_POST, NGX_LOG_DEBUG_HTTP,
+    ngx_http_get_flushed_variable, ngx_http_request_t, ngx_str_t, ngx_uint_t, ngx_variable_value_t,
+    NGX_HTTP_LOCK, NGX_HTTP_PATCH, NGX_HTTP_POST, NGX_LOG_DEBUG_HTTP,
 };
 use ngx::http::{HttpModule, HttpModuleLocationConf, HttpModuleMainConf};
 use upstrand_core::upstrand::status::Origin;
 
 use crate::conf::{MainConf, Module};
-use crate::ffi_util::{borrowed, bytes, pool_copy, pool_new};
+use crate::ffi_util::{bytes, log_str, pool_copy, pool_new};
 use crate::upstrand::dynamic::LocConf;
 
 /// A live request of the request tree a callback runs for.
@@ -96,21 +96,9 @@ impl Req {
 
     /// Logs `msg` on the request's connection log at `level`.
     pub fn log(self, level: u32, msg: &str) {
-        let mut s = borrowed(msg.as_bytes());
-        // SAFETY: the connection's log is live; "%V" takes an ngx_str_t pointer valid for the
-        // call; logging runs no module code.
-        unsafe {
-            let log = self.get(|r| (*r.connection).log);
-            if (*log).log_level >= level as ngx_uint_t {
-                ngx_log_error_core(
-                    level as ngx_uint_t,
-                    log,
-                    0,
-                    c"%V".as_ptr(),
-                    ptr::addr_of_mut!(s),
-                );
-            }
-        }
+        let log = self.get(|r| r.connection);
+        // SAFETY: the request's connection and its log are live while the request is.
+        unsafe { log_str((*log).log, level, msg) };
     }
 
     /// Copies `data` into the request's pool (shared by the request tree).

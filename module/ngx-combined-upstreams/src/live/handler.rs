@@ -12,9 +12,9 @@ use core::ptr::{self, NonNull};
 use ngx::ffi::{
     ngx_buf_t, ngx_chain_t, ngx_connection_local_sockaddr, ngx_http_discard_request_body,
     ngx_http_finalize_request, ngx_http_output_filter, ngx_http_read_client_request_body,
-    ngx_http_request_t, ngx_http_send_header, ngx_int_t, ngx_log_error_core, ngx_pcalloc,
-    ngx_read_file, ngx_uint_t, sockaddr_in, sockaddr_in6, NGX_HTTP_GET, NGX_HTTP_HEAD,
-    NGX_HTTP_PUT, NGX_HTTP_SPECIAL_RESPONSE, NGX_LOG_NOTICE,
+    ngx_http_request_t, ngx_http_send_header, ngx_int_t, ngx_pcalloc, ngx_read_file, sockaddr_in,
+    sockaddr_in6, NGX_HTTP_GET, NGX_HTTP_HEAD, NGX_HTTP_PUT, NGX_HTTP_SPECIAL_RESPONSE,
+    NGX_LOG_NOTICE,
 };
 use ngx::http::{
     HttpModuleLocationConf, HttpModuleMainConf, NgxHttpCoreModule, NgxHttpUpstreamModule,
@@ -25,7 +25,7 @@ use upstrand_core::live::{parse_put, route, Access, ApiError, Listener, Route, M
 use super::with_entry;
 use super::zone::LiveUpstream;
 use crate::conf::Module;
-use crate::ffi_util::{borrowed, bytes, pool_copy, NGX_ERROR, NGX_OK};
+use crate::ffi_util::{bytes, log_str, pool_copy, NGX_ERROR, NGX_OK};
 use crate::upstreams::Upstream;
 
 /// An answer: status and JSON body.
@@ -137,21 +137,9 @@ impl ApiReq {
 
     /// Logs `msg` at `level` on the request's connection log.
     fn log(self, level: u32, msg: &str) {
-        let mut s = borrowed(msg.as_bytes());
-        // SAFETY: the connection's log is live; "%V" takes an ngx_str_t pointer valid for the
-        // call; logging runs no module code.
-        unsafe {
-            let log = self.get(|r| (*r.connection).log);
-            if (*log).log_level >= level as ngx_uint_t {
-                ngx_log_error_core(
-                    level as ngx_uint_t,
-                    log,
-                    0,
-                    c"%V".as_ptr(),
-                    ptr::addr_of_mut!(s),
-                );
-            }
-        }
+        let log = self.get(|r| r.connection);
+        // SAFETY: the request's connection and its log are live while the request is.
+        unsafe { log_str((*log).log, level, msg) };
     }
 
     /// True when the query string has the argument `name` (without value).

@@ -182,12 +182,7 @@ fn declare(cf: &mut ngx_conf_t, lc: &mut LocConf) -> Result<(), ConfFail> {
     if lc.api_access.is_some() {
         return Err(upstrand_core::ConfError::ApiDuplicate.into());
     }
-    let texts: Vec<String> = cf
-        .args()
-        .iter()
-        .skip(1)
-        .map(|a| String::from_utf8_lossy(a).into_owned())
-        .collect();
+    let texts = cf.param_texts();
     let params: Vec<&str> = texts.iter().map(String::as_str).collect();
     lc.api_access = Some(upstrand_core::live::Access::parse(&params)?);
     let Some(clcf) = NgxHttpCoreModule::location_conf_mut(cf) else {

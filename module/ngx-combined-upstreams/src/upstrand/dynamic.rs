@@ -86,12 +86,7 @@ extern "C" fn handler(
 
 /// Registers the result variable of one declaration and records the declaration in `lc`.
 fn declare(cf: &mut ngx_conf_t, lc: &mut LocConf) -> Result<(), ConfFail> {
-    let texts: Vec<String> = cf
-        .args()
-        .iter()
-        .skip(1)
-        .map(|a| String::from_utf8_lossy(a).into_owned())
-        .collect();
+    let texts = cf.param_texts();
     let args: Vec<&str> = texts.iter().map(String::as_str).collect();
     let spec = parse_args(&args)?;
     let mut name = borrowed(spec.result.as_bytes());
