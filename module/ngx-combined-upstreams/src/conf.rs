@@ -65,7 +65,10 @@ fn hook_result<T>(conf: Option<&'static mut T>) -> *mut c_void {
 /// `create_main_conf` hook.
 pub extern "C" fn create_main_conf(cf: *mut ngx_conf_t) -> *mut c_void {
     // SAFETY: nginx calls the hook with the configuration being parsed.
-    let cf = unsafe { &*cf };
+    let cf = unsafe { &mut *cf };
+    if crate::live::configuration_begins(cf).is_err() {
+        return ptr::null_mut();
+    }
     hook_result(cf.alloc_box(MainConf::default()))
 }
 

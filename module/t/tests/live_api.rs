@@ -18,6 +18,8 @@ mod helpers;
 mod liveness;
 #[path = "live_api/master.rs"]
 mod master;
+#[path = "live_api/reload_race.rs"]
+mod reload_race;
 #[path = "live_api/zone_size.rs"]
 mod zone_size;
 
@@ -1256,5 +1258,6 @@ fn main() {
     ];
     trials.extend(access::trials());
     trials.extend(zone_size::trials());
+    trials.extend(reload_race::trials());
     run_tests(trials);
 }

@@ -387,15 +387,22 @@ fn list(r: ApiReq) -> Answer {
         // Only what a PUT can change (`resolve` upstreams have no live state).
         let e = with_entry(u.as_ptr(), |e| {
             let live = e.live()?;
-            (e.zone.is_some() && e.balancer.live.is_some()).then(|| ListEntry {
-                name: e.name.clone(),
-                balancer: e.balancer.name.clone(),
-                zone: e.zone.clone().unwrap_or_default(),
-                generation: live.state().generation(),
-            })
+            if live.state().superseded() {
+                return Some(Err(ApiError::superseded(&e.name)));
+            }
+            (e.zone.is_some() && e.balancer.live.is_some())
+                .then(|| ListEntry {
+                    name: e.name.clone(),
+                    balancer: e.balancer.name.clone(),
+                    zone: e.zone.clone().unwrap_or_default(),
+                    generation: live.state().generation(),
+                })
+                .map(Ok)
         });
-        if let Some(Some(e)) = e {
-            upstreams.push(e);
+        match e {
+            Some(Some(Ok(e))) => upstreams.push(e),
+            Some(Some(Err(e))) => return err(e),
+            _ => {}
         }
     }
     let write = r.access().write;
@@ -407,6 +414,9 @@ fn one(r: ApiReq, name: &str) -> Answer {
         Ok(t) => t,
         Err(e) => return err(e),
     };
+    if t.live.state().superseded() {
+        return err(ApiError::superseded(&t.name));
+    }
     if r.has_arg(b"slab") {
         return (200, t.live.slab(&t.zone).to_json());
     }

@@ -255,6 +255,60 @@ pub fn init_main_conf(cf: &mut ngx_conf_t) -> Result<(), &'static str> {
     Ok(())
 }
 
+/// From the module's `create_main_conf`, when nginx starts reading an `http {}` block: in the
+/// master during a reload, marks the zone state of every live upstream of the running
+/// configuration as replaced by the one being read (`cf.cycle`), so the workers of the running
+/// configuration answer 503 instead of changing (or showing) a zone the new configuration will
+/// not use: nginx never reuses an upstream zone across a reload, and the old workers keep
+/// serving for a while after the new zone is made (issue 20). When the new configuration fails
+/// to load, its pool's cleanup ([`withdraw_supersede`]) takes the marks back.
+pub fn configuration_begins(cf: &mut ngx_conf_t) -> Result<(), &'static str> {
+    let new = cf.cycle;
+    // SAFETY: `ngx_cycle` is nginx's running configuration, read on nginx's thread; while a
+    // configuration is read it is still the previous one.
+    let running = unsafe { ngx::ffi::ngx_cycle };
+    let marked = mark_running(running, new, LiveState::supersede);
+    if !marked {
+        return Ok(());
+    }
+    // SAFETY: cf.pool is the new configuration's pool; the cleanup nginx returns is ours.
+    unsafe {
+        let cln = ngx_pool_cleanup_add(cf.pool, 0);
+        if cln.is_null() {
+            mark_running(running, new, LiveState::withdraw);
+            return Err("out of memory");
+        }
+        (*cln).handler = Some(withdraw_supersede);
+        (*cln).data = new.cast();
+    }
+    Ok(())
+}
+
+/// Calls `f(state, token of new)` for every live state of the running configuration; whether
+/// there was one. Only the running configuration's zones are sure to be mapped.
+fn mark_running(running: *mut ngx_cycle_t, new: *mut ngx_cycle_t, f: fn(LiveState, u64)) -> bool {
+    if running.is_null() || running == new {
+        return false;
+    }
+    let mut any = false;
+    for e in registry().values().filter(|e| e.cycle == running) {
+        if let Some(st) = e.state {
+            f(st, new as u64);
+            any = true;
+        }
+    }
+    any
+}
+
+/// Pool cleanup of a configuration that marked the running one's zones: when it failed to load
+/// (the running configuration stays), takes its marks back. When it loaded, the configurations
+/// it marked are no longer running and the running one was never marked with its token: nothing.
+extern "C" fn withdraw_supersede(data: *mut c_void) {
+    // SAFETY: as in `configuration_begins`.
+    let running = unsafe { ngx::ffi::ngx_cycle };
+    mark_running(running, data.cast(), LiveState::withdraw);
+}
+
 extern "C" fn forget_cycle(data: *mut c_void) {
     let cycle = data.cast::<ngx_cycle_t>();
     registry().retain(|_, e| e.cycle != cycle);

@@ -77,6 +77,10 @@ pub struct Shared {
     rebalanced: AtomicU64,
     /// `ngx_current_msec` before which a `free` does not sweep (see [`SWEEP_EVERY_MS`]).
     next_sweep_ms: AtomicU64,
+    /// Not 0 while nginx reads a new configuration that replaces this zone's (a reload): the
+    /// token of that configuration (see `mod.rs`, `configuration_begins`). Set and cleared by
+    /// the master; the API then answers 503 in the workers of this zone's configuration.
+    superseded: AtomicU64,
 }
 
 /// A handle on one upstream's [`Shared`] block in its zone (valid as long as the zone: the
@@ -112,6 +116,24 @@ impl LiveState {
     /// The current generation.
     pub fn generation(self) -> u64 {
         self.shared().generation.load(Ordering::SeqCst)
+    }
+
+    /// Marks the zone replaced by the configuration `token` nginx is reading (a reload).
+    pub fn supersede(self, token: u64) {
+        self.shared().superseded.store(token, Ordering::SeqCst);
+    }
+
+    /// Takes back [`Self::supersede`] of `token` (that configuration failed to load).
+    pub fn withdraw(self, token: u64) {
+        let _ =
+            self.shared()
+                .superseded
+                .compare_exchange(token, 0, Ordering::SeqCst, Ordering::SeqCst);
+    }
+
+    /// Whether a reload is replacing this zone's configuration.
+    pub fn superseded(self) -> bool {
+        self.shared().superseded.load(Ordering::SeqCst) != 0
     }
 
     /// Counts one request whose balancer data was made again after a change.
@@ -330,6 +352,7 @@ impl LiveUpstream {
                     })
                 }
                 Swapped::Moved => continue,
+                Swapped::Superseded => return Err(ApiError::superseded(name)),
                 Swapped::Busy => return Err(ApiError::busy(name, WRITE_WAIT.as_secs())),
                 Swapped::Full => {
                     // Measured after the locks are released (the figures under the slab mutex,
@@ -369,6 +392,9 @@ impl LiveUpstream {
     /// The current set (primary first: the plan's current index order) and its generation, read
     /// under the gate's read side.
     fn snapshot(self, name: &str) -> Result<Snapshot, ApiError> {
+        if self.state.superseded() {
+            return Err(ApiError::superseded(name));
+        }
         let _g = self.state.gate_read();
         let mut snap = Snapshot {
             generation: self.state.generation(),
@@ -410,6 +436,10 @@ impl LiveUpstream {
         // frees a member): its peers are still members of their lists, as the plan says.
         if self.state.generation() != c.generation {
             return Swapped::Moved;
+        }
+        // A reload began since the snapshot: its zone is made from the files, not from this one.
+        if self.state.superseded() {
+            return Swapped::Superseded;
         }
         let Some(lists) = self.primary.write_both(deadline) else {
             return Swapped::Busy;
@@ -605,4 +635,6 @@ enum Swapped {
     Busy,
     /// The zone has no room: nothing done.
     Full,
+    /// A reload is replacing this zone's configuration: nothing done.
+    Superseded,
 }

@@ -137,6 +137,17 @@ impl ApiError {
         )
     }
 
+    /// 503: nginx is loading a new configuration (a reload) and this worker belongs to the one
+    /// it replaces, whose zone the new configuration does not use; nothing changed.
+    pub fn superseded(name: &str) -> Self {
+        Self::new(
+            503,
+            format!(
+                "reloading, retry: nginx is loading a new configuration and this worker serves the one it replaces, whose zone of upstream \"{name}\" is no longer used; nothing changed (a new connection reaches a worker of the new configuration)"
+            ),
+        )
+    }
+
     /// 405 with the methods the resource allows.
     pub fn method(allowed: &str) -> Self {
         Self::new(405, format!("method not allowed here; use {allowed}"))
