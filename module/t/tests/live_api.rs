@@ -20,6 +20,10 @@ mod liveness;
 mod master;
 #[path = "live_api/reload_race.rs"]
 mod reload_race;
+#[path = "live_api/retired.rs"]
+mod retired;
+#[path = "live_api/sticky.rs"]
+mod sticky;
 #[path = "live_api/zone_size.rs"]
 mod zone_size;
 
@@ -1145,7 +1149,12 @@ fn main() {
         emerg_trial(
             "directive_takes_only_write_and_host",
             "server { listen 127.0.0.1:{P0}; location /api/ { upstreams_api on; } }",
-            "invalid parameter \"on\" in \"upstreams_api\" directive: the parameters are write=on|off and host=NAME",
+            "invalid parameter \"on\" in \"upstreams_api\" directive: the parameters are write=on|off, host=NAME and retired_warn=TIME|off",
+        ),
+        emerg_trial(
+            "directive_retired_warn_takes_a_time_or_off",
+            "server { listen 127.0.0.1:{P0}; location /api/ { upstreams_api retired_warn=1d; } }",
+            "invalid parameter \"retired_warn=1d\" in \"upstreams_api\" directive: retired_warn takes a time",
         ),
         emerg_trial(
             "directive_write_takes_on_or_off",
@@ -1253,11 +1262,19 @@ fn main() {
         ),
         Trial::test(
             "a_retired_server_whose_worker_died_shows_its_age_until_a_reload",
-            liveness::case_a_retired_server_whose_worker_died_shows_its_age_until_a_reload,
+            retired::case_a_retired_server_whose_worker_died_shows_its_age_until_a_reload,
+        ),
+        Trial::test(
+            "a_retired_server_whose_worker_died_is_named_once_in_a_warn_line",
+            retired::case_a_retired_server_whose_worker_died_is_named_once_in_a_warn_line,
         ),
     ];
     trials.extend(access::trials());
     trials.extend(zone_size::trials());
     trials.extend(reload_race::trials());
+    trials.push(Trial::ignorable_test(
+        "sticky_upstreams_are_refused_and_keep_learning",
+        sticky::case_sticky_upstreams_are_refused_and_keep_learning,
+    ));
     run_tests(trials);
 }

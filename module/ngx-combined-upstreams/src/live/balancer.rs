@@ -38,14 +38,15 @@ use ngx::ffi::{
     ngx_event_free_peer_pt, ngx_event_get_peer_pt, ngx_event_notify_peer_pt,
     ngx_event_save_peer_session_pt, ngx_event_set_peer_session_pt, ngx_http_request_t,
     ngx_http_upstream_srv_conf_t, ngx_int_t, ngx_palloc, ngx_peer_connection_t, ngx_pool_t,
-    ngx_uint_t, sockaddr, NGX_BUSY, NGX_DONE,
+    ngx_uint_t, sockaddr, NGX_BUSY, NGX_DONE, NGX_LOG_WARN,
 };
 
 use upstrand_core::live::plan::tries_in_new_set;
+use upstrand_core::live::render::overdue_retired_line;
 
 use super::zone::LiveUpstream;
 use super::InitPeer;
-use crate::ffi_util::{pool_copy, pool_new, NGX_ERROR, NGX_OK};
+use crate::ffi_util::{log_str, pool_copy, pool_new, NGX_ERROR, NGX_OK};
 
 /// Per-request state of the wrapper (request pool; plain data).
 #[derive(Clone, Copy)]
@@ -382,7 +383,28 @@ extern "C" fn free_peer(pc: *mut ngx_peer_connection_t, data: *mut c_void, state
             c.made + 1,
         ));
     }
-    c.live.sweep_due();
+    if c.live.sweep_due() {
+        warn_overdue(c.live, c.us, pc);
+    }
+}
+
+/// Logs, once over all workers, the retired peers of the request's upstream whose connections
+/// outlived `retired_warn` (issue 20; `docs/live-api.md`, Limits).
+fn warn_overdue(live: LiveUpstream, us: *mut ngx_http_upstream_srv_conf_t, pc: Pc) {
+    let overdue = live.overdue_retired();
+    if overdue.is_empty() {
+        return;
+    }
+    // SAFETY: `us` is the request's upstream configuration, alive with the configuration.
+    let name = unsafe { crate::upstreams::Upstream::from_ptr(us) }
+        .map(|u| String::from_utf8_lossy(u.host()).into_owned())
+        .unwrap_or_default();
+    let line = overdue_retired_line(&name, &overdue, live.retired_warn_ms());
+    let log = pc.with(|pc| pc.log);
+    if !log.is_null() {
+        // SAFETY: the peer connection's log is the request's, live during its `free`.
+        unsafe { log_str(log, NGX_LOG_WARN, &line) };
+    }
 }
 
 extern "C" fn set_session_peer(pc: *mut ngx_peer_connection_t, data: *mut c_void) -> ngx_int_t {

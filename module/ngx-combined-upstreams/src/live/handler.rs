@@ -14,12 +14,12 @@ use ngx::ffi::{
     ngx_http_finalize_request, ngx_http_output_filter, ngx_http_read_client_request_body,
     ngx_http_request_t, ngx_http_send_header, ngx_int_t, ngx_pcalloc, ngx_read_file, sockaddr_in,
     sockaddr_in6, NGX_HTTP_GET, NGX_HTTP_HEAD, NGX_HTTP_PUT, NGX_HTTP_SPECIAL_RESPONSE,
-    NGX_LOG_NOTICE,
+    NGX_LOG_NOTICE, NGX_LOG_WARN,
 };
 use ngx::http::{
     HttpModuleLocationConf, HttpModuleMainConf, NgxHttpCoreModule, NgxHttpUpstreamModule,
 };
-use upstrand_core::live::render::{ListEntry, ListView};
+use upstrand_core::live::render::{overdue_retired_line, ListEntry, ListView};
 use upstrand_core::live::{parse_put, route, Access, ApiError, Listener, Route, MAX_BODY};
 
 use super::with_entry;
@@ -420,7 +420,16 @@ fn one(r: ApiReq, name: &str) -> Answer {
     if r.has_arg(b"slab") {
         return (200, t.live.slab(&t.zone).to_json());
     }
-    (200, t.live.view().to_json())
+    let view = t.live.view();
+    let overdue = t.live.overdue_retired();
+    if !overdue.is_empty() {
+        let warn_ms = t.live.retired_warn_ms();
+        r.log(
+            NGX_LOG_WARN,
+            &overdue_retired_line(&t.name, &overdue, warn_ms),
+        );
+    }
+    (200, view.to_json())
 }
 
 extern "C" fn put_body_read(r: *mut ngx_http_request_t) {

@@ -145,6 +145,10 @@ static REGISTRY: Mutex<BTreeMap<usize, Entry>> = Mutex::new(BTreeMap::new());
 /// The cycle whose configuration contains `upstreams_api` (set while it is parsed).
 static API_CYCLE: Mutex<usize> = Mutex::new(0);
 
+/// `(cycle, retired_warn in ms, 0: off)`: the smallest `retired_warn` of the `upstreams_api`
+/// locations of the configuration being parsed (`off` only when every location says it).
+static RETIRED_WARN: Mutex<(usize, u64)> = Mutex::new((0, 0));
+
 fn registry() -> std::sync::MutexGuard<'static, BTreeMap<usize, Entry>> {
     REGISTRY.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -184,7 +188,17 @@ fn declare(cf: &mut ngx_conf_t, lc: &mut LocConf) -> Result<(), ConfFail> {
     }
     let texts = cf.param_texts();
     let params: Vec<&str> = texts.iter().map(String::as_str).collect();
-    lc.api_access = Some(upstrand_core::live::Access::parse(&params)?);
+    let access = upstrand_core::live::Access::parse(&params)?;
+    let warn = access.retired_warn_ms.unwrap_or(0);
+    {
+        let mut w = RETIRED_WARN.lock().unwrap_or_else(|e| e.into_inner());
+        if w.0 != cf.cycle as usize {
+            *w = (cf.cycle as usize, warn);
+        } else if warn != 0 && (w.1 == 0 || warn < w.1) {
+            w.1 = warn;
+        }
+    }
+    lc.api_access = Some(access);
     let Some(clcf) = NgxHttpCoreModule::location_conf_mut(cf) else {
         return Err(ConfFail::Logged);
     };
@@ -340,9 +354,15 @@ extern "C" fn zone_init(shm_zone: *mut ngx_shm_zone_t, data: *mut c_void) -> ngx
     let now_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(1, |d| d.as_millis() as u64);
+    let warn = RETIRED_WARN.lock().unwrap_or_else(|e| e.into_inner());
     for e in reg.values_mut() {
         if e.shm_zone == Some(z) && e.orig_zone_init.is_some() {
-            e.state = LiveState::create(slab, now_ms);
+            let warn_ms = if warn.0 == e.cycle as usize {
+                warn.1
+            } else {
+                0
+            };
+            e.state = LiveState::create(slab, now_ms, warn_ms);
             if e.state.is_none() {
                 return NGX_ERROR;
             }

@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 
 use ngx::ffi::{ngx_atomic_t, ngx_current_msec, ngx_rwlock_rlock, ngx_rwlock_unlock};
 use upstrand_core::live::plan::{totals, ListTotals};
-use upstrand_core::live::render::{PutView, ServerView, SlabView, UpstreamView};
+use upstrand_core::live::render::{PutView, RetiredView, ServerView, SlabView, UpstreamView};
 use upstrand_core::live::{plan, sizing, ApiError, Current, PutRequest, Server};
 
 use super::peers::{peer_layout, wlock_until, Peer, Peers, Retired, RetiredChain, Slab};
@@ -81,6 +81,11 @@ pub struct Shared {
     /// token of that configuration (see `mod.rs`, `configuration_begins`). Set and cleared by
     /// the master; the API then answers 503 in the workers of this zone's configuration.
     superseded: AtomicU64,
+    /// `retired_warn` in `ngx_current_msec` units (0: off), set when the zone is made.
+    retired_warn_ms: AtomicU64,
+    /// The removal time (`ngx_current_msec`) of the newest retired peer a `warn` line named:
+    /// each is named once, by the worker that moves this forward.
+    warned_since: AtomicU64,
 }
 
 /// A handle on one upstream's [`Shared`] block in its zone (valid as long as the zone: the
@@ -90,13 +95,17 @@ pub struct LiveState(NonNull<Shared>);
 
 impl LiveState {
     /// Allocates the state in the zone (while nginx creates the zone); None when it is full.
-    pub fn create(slab: Slab, now_ms: u64) -> Option<LiveState> {
+    /// `retired_warn_ms`: see [`Shared`] (0: off).
+    pub fn create(slab: Slab, now_ms: u64, retired_warn_ms: u64) -> Option<LiveState> {
         // Zeroed memory is a valid Shared (lock free, no retired peers).
         let s = slab.calloc::<Shared>()?;
         let st = LiveState(s);
         st.shared()
             .generation
             .store(now_ms.max(1), Ordering::SeqCst);
+        st.shared()
+            .retired_warn_ms
+            .store(retired_warn_ms, Ordering::SeqCst);
         Some(st)
     }
 
@@ -539,9 +548,10 @@ impl LiveUpstream {
     /// [`Self::sweep`] from a request's `free`: at most once per [`SWEEP_EVERY_MS`] for this
     /// upstream over all workers (a retired peer is freed at most that long after its last
     /// connection ended, or at the next `GET`).
-    pub fn sweep_due(self) {
+    /// Whether it swept (then [`Self::overdue_retired`] is worth asking).
+    pub fn sweep_due(self) -> bool {
         if !self.state.has_retiring() {
-            return;
+            return false;
         }
         let now = now_ms();
         let next = &self.state.shared().next_sweep_ms;
@@ -556,9 +566,45 @@ impl LiveUpstream {
                 )
                 .is_err()
         {
-            return;
+            return false;
         }
         self.sweep();
+        true
+    }
+
+    /// Retired peers that still have connections `retired_warn` after their removal and no
+    /// `warn` line named yet (oldest first); the caller logs them. Each is returned once over all
+    /// workers: to the caller that moves the zone's `warned_since` past their removal times.
+    pub fn overdue_retired(self) -> Vec<RetiredView> {
+        let sh = self.state.shared();
+        let warn = sh.retired_warn_ms.load(Ordering::Relaxed);
+        if warn == 0 || !self.state.has_retiring() {
+            return Vec::new();
+        }
+        let now = now_ms();
+        let warned = sh.warned_since.load(Ordering::SeqCst);
+        let due: Vec<RetiredView> = self
+            .primary
+            .read_both()
+            .retired(self.retired(), now)
+            .into_iter()
+            .filter(|v| v.active > 0 && v.age_ms >= warn && now.saturating_sub(v.age_ms) > warned)
+            .collect();
+        let Some(newest) = due.iter().map(|v| now.saturating_sub(v.age_ms)).max() else {
+            return due;
+        };
+        match sh
+            .warned_since
+            .compare_exchange(warned, newest, Ordering::SeqCst, Ordering::SeqCst)
+        {
+            Ok(_) => due,
+            Err(_) => Vec::new(),
+        }
+    }
+
+    /// `retired_warn` of the zone in ms (0: off).
+    pub fn retired_warn_ms(self) -> u64 {
+        self.state.shared().retired_warn_ms.load(Ordering::Relaxed)
     }
 
     /// Frees retired peers whose last connection ended. Tries the list locks once (no waiting:

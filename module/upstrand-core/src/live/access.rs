@@ -1,5 +1,6 @@
 //! Who may change sets through one `upstreams_api` location: the directive's parameters
-//! (`write=on|off`, `host=NAME`) and the `Host` check of a `PUT`.
+//! (`write=on|off`, `host=NAME`, and `retired_warn=TIME|off`, when to warn about a removed server
+//! whose connections never end) and the `Host` check of a `PUT`.
 //!
 //! A location is read-only unless it says `write=on`. With writes on, a `PUT` is taken only when
 //! the host it names (`Host`, or the host of an absolute request URI; nginx has already removed
@@ -15,8 +16,11 @@ use crate::ConfError;
 
 /// The access settings of one `upstreams_api` location (its directive's parameters). The
 /// default is read-only.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Access {
+    /// `retired_warn=TIME`: a removed server that still has connections this long after its
+    /// removal is named once in a `warn` line of the error log (`None`: `off`).
+    pub retired_warn_ms: Option<u64>,
     /// `write=on`: `PUT` is allowed.
     pub write: bool,
     /// `host=NAME` values (lower case; IP literals parsed), accepted besides the defaults.
@@ -29,6 +33,38 @@ pub struct Access {
 enum HostName {
     Ip(IpAddr),
     Name(String),
+}
+
+/// `retired_warn` when the directive does not say it: one hour.
+pub const DEFAULT_RETIRED_WARN_MS: u64 = 3_600_000;
+
+impl Default for Access {
+    fn default() -> Self {
+        Access {
+            retired_warn_ms: Some(DEFAULT_RETIRED_WARN_MS),
+            write: false,
+            hosts: Vec::new(),
+            any_host: false,
+        }
+    }
+}
+
+/// A time as the directive takes it: `N` (seconds) or `N` followed by `ms`, `s`, `m` or `h`; at
+/// least 1 ms.
+fn parse_ms(text: &str) -> Option<u64> {
+    let (digits, unit) = text.split_at(
+        text.find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(text.len()),
+    );
+    let n: u64 = digits.parse().ok()?;
+    let ms = match unit {
+        "ms" => n,
+        "" | "s" => n.checked_mul(1000)?,
+        "m" => n.checked_mul(60_000)?,
+        "h" => n.checked_mul(3_600_000)?,
+        _ => return None,
+    };
+    (ms > 0).then_some(ms)
 }
 
 impl HostName {
@@ -66,6 +102,7 @@ impl Access {
         };
         let mut a = Access::default();
         let mut write_seen = false;
+        let mut warn_seen = false;
         for &p in params {
             if let Some(v) = p.strip_prefix("write=") {
                 if write_seen {
@@ -100,8 +137,25 @@ impl Access {
                 if !a.hosts.contains(&h) {
                     a.hosts.push(h);
                 }
+            } else if let Some(v) = p.strip_prefix("retired_warn=") {
+                if warn_seen {
+                    return Err(ConfError::AlreadyDeclared("retired_warn"));
+                }
+                warn_seen = true;
+                a.retired_warn_ms = match v {
+                    "off" => None,
+                    _ => Some(parse_ms(v).ok_or_else(|| {
+                        bad(
+                            p,
+                            "retired_warn takes a time (such as 500ms, 60s, 10m, 1h; a bare number is seconds) or off",
+                        )
+                    })?),
+                };
             } else {
-                return Err(bad(p, "the parameters are write=on|off and host=NAME"));
+                return Err(bad(
+                    p,
+                    "the parameters are write=on|off, host=NAME and retired_warn=TIME|off",
+                ));
             }
         }
         Ok(a)
@@ -144,6 +198,34 @@ impl Access {
 mod tests {
     use super::*;
 
+    #[test]
+    fn retired_warn_takes_a_time_or_off() {
+        let w = |p: &str| Access::parse(&[p]).map(|a| a.retired_warn_ms);
+        assert_eq!(
+            Access::default().retired_warn_ms,
+            Some(DEFAULT_RETIRED_WARN_MS)
+        );
+        assert_eq!(w("retired_warn=500ms").unwrap(), Some(500));
+        assert_eq!(w("retired_warn=90").unwrap(), Some(90_000));
+        assert_eq!(w("retired_warn=60s").unwrap(), Some(60_000));
+        assert_eq!(w("retired_warn=10m").unwrap(), Some(600_000));
+        assert_eq!(w("retired_warn=2h").unwrap(), Some(7_200_000));
+        assert_eq!(w("retired_warn=off").unwrap(), None);
+        for bad in [
+            "retired_warn=",
+            "retired_warn=0",
+            "retired_warn=1d",
+            "retired_warn=-1s",
+            "retired_warn=s",
+            "retired_warn=99999999999999999999h",
+        ] {
+            let e = w(bad).unwrap_err().to_string();
+            assert!(e.contains("retired_warn takes a time"), "{bad}: {e}");
+        }
+        let e = Access::parse(&["retired_warn=1s", "retired_warn=off"]).unwrap_err();
+        assert_eq!(e, ConfError::AlreadyDeclared("retired_warn"));
+    }
+
     fn inet(s: &str) -> Listener {
         Listener::Inet(s.parse().unwrap())
     }
@@ -164,7 +246,7 @@ mod tests {
         );
         for (params, text) in [
             (&["write=yes"][..], "invalid parameter \"write=yes\""),
-            (&["on"][..], "write=on|off and host=NAME"),
+            (&["on"][..], "write=on|off, host=NAME and retired_warn=TIME|off"),
             (&["write=on", "write=off"][..], "\"write\" has been already"),
             (&["host=a.b:8080"][..], "without a port"),
             (&["host="][..], "without a port"),

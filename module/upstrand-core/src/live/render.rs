@@ -53,6 +53,38 @@ pub struct RetiredView {
     pub age_ms: u64,
 }
 
+/// The `warn` line for removed servers of upstream `name` that still had connections
+/// `retired_warn` (`warn_ms`) after their removal: at most 16 named, then `and N more`.
+pub fn overdue_retired_line(name: &str, servers: &[RetiredView], warn_ms: u64) -> String {
+    let mut named: Vec<String> = servers
+        .iter()
+        .take(16)
+        .map(|s| {
+            format!(
+                "{} ({} active, removed {} s ago)",
+                s.address,
+                s.active,
+                s.age_ms / 1000
+            )
+        })
+        .collect();
+    if servers.len() > 16 {
+        named.push(format!("and {} more", servers.len() - 16));
+    }
+    let warn = if warn_ms % 1000 == 0 {
+        format!("{}s", warn_ms / 1000)
+    } else {
+        format!("{warn_ms}ms")
+    };
+    format!(
+        "upstreams_api: upstream \"{name}\": removed server{} {} still counted connections longer than retired_warn={warn} after removal: if no request to {} can last that long, a worker died holding them (nginx never gives back a dead worker's counts), and {} its zone memory until a reload frees it",
+        if servers.len() == 1 { "" } else { "s" },
+        named.join(", "),
+        if servers.len() == 1 { "it" } else { "them" },
+        if servers.len() == 1 { "it keeps" } else { "each keeps" },
+    )
+}
+
 /// One entry of `GET <loc>/`.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 pub struct ListEntry {

@@ -376,3 +376,29 @@ fn zone_full_names_the_size_needed_in_text_and_fields() {
         serde_json::from_str(&ApiError::unknown_upstream("x").to_json()).unwrap();
     assert_eq!(v.as_object().map(|o| o.len()), Some(1));
 }
+
+#[test]
+fn overdue_retired_line_names_the_servers_and_the_way_out() {
+    let one = [render::RetiredView {
+        address: "10.0.0.2:8080".into(),
+        active: 1,
+        age_ms: 61_500,
+    }];
+    assert_eq!(
+        render::overdue_retired_line("app", &one, 60_000),
+        "upstreams_api: upstream \"app\": removed server 10.0.0.2:8080 (1 active, removed 61 s ago) still counted connections longer than retired_warn=60s after removal: if no request to it can last that long, a worker died holding them (nginx never gives back a dead worker's counts), and it keeps its zone memory until a reload frees it"
+    );
+    let many: Vec<render::RetiredView> = (0..18)
+        .map(|i| render::RetiredView {
+            address: format!("10.0.0.{i}:80"),
+            active: 2,
+            age_ms: 1_500,
+        })
+        .collect();
+    let line = render::overdue_retired_line("app", &many, 1_500);
+    assert!(line.contains("removed servers 10.0.0.0:80 (2 active, removed 1 s ago), "));
+    assert!(line.contains("10.0.0.15:80 (2 active, removed 1 s ago), and 2 more still"));
+    assert!(!line.contains("10.0.0.16:80"));
+    assert!(line.contains("retired_warn=1500ms"));
+    assert!(line.contains("each keeps its zone memory"));
+}
