@@ -100,21 +100,29 @@ fn warn_lines(m: &Master) -> Vec<String> {
 pub fn case_a_retired_server_whose_worker_died_is_named_once_in_a_warn_line() -> CaseResult {
     let conf = standard().replace(
         "upstreams_api write=on;",
-        "upstreams_api write=on retired_warn=1s;",
+        "upstreams_api write=on retired_warn=2s;",
     );
-    check(conf.contains("retired_warn=1s"), || {
+    check(conf.contains("retired_warn=2s"), || {
         "standard() changed: no `upstreams_api write=on;`".into()
     })?;
     let (m, slow) = retired_for_good(&conf)?;
-    // Before retired_warn: requests (each `free` may sweep) and GETs name nothing.
+    // Before retired_warn: requests (each `free` may sweep) and GETs name nothing. (Starting
+    // the replacement workers can take most of the 2 s on a loaded machine: then this part is
+    // left out, said so.)
     both_workers_answer(&m, &["b1"], 3)?;
-    m.get_json("/app")?;
-    check_eq(
-        warn_lines(&m),
-        Vec::<String>::new(),
-        "warn lines before 1 s",
-    )?;
-    std::thread::sleep(Duration::from_millis(1200));
+    let age0 = m.get_json("/app")?["retired"][0]["age_ms"]
+        .as_u64()
+        .ok_or("no retired server")?;
+    if age0 < 1900 {
+        check_eq(
+            warn_lines(&m),
+            Vec::<String>::new(),
+            "warn lines before 2 s",
+        )?;
+    } else {
+        eprintln!("the server was already {age0} ms retired: no check before retired_warn");
+    }
+    std::thread::sleep(Duration::from_millis(2200u64.saturating_sub(age0)));
     // After it: traffic (sweeps at most every 100 ms, in both workers) and GETs, for 1 s.
     let until = Instant::now() + Duration::from_secs(1);
     while Instant::now() < until {
@@ -125,16 +133,15 @@ pub fn case_a_retired_server_whose_worker_died_is_named_once_in_a_warn_line() ->
     let lines = warn_lines(&m);
     eprintln!("{}", lines.join("\n"));
     check_eq(lines.len(), 1, "warn lines naming the retired server")?;
-    let want = format!(
-        "removed server 127.0.0.1:{} (1 active, removed 1 s ago) still counted connections longer than retired_warn=1s",
-        slow.port
-    );
-    check(lines[0].contains(&want), || {
-        format!("{:?} does not contain {want:?}", lines[0])
-    })?;
-    check(lines[0].contains("until a reload frees it"), || {
-        format!("{:?} does not say a reload frees it", lines[0])
-    })?;
+    for want in [
+        format!("removed server 127.0.0.1:{} (1 active, removed ", slow.port),
+        "still counted connections longer than retired_warn=2s after removal".to_string(),
+        "until a reload frees it".to_string(),
+    ] {
+        check(lines[0].contains(&want), || {
+            format!("{:?} does not contain {want:?}", lines[0])
+        })?;
+    }
     // Still retired and shown: the line reports, it reclaims nothing.
     check_eq(
         m.get_json("/app")?["retiring"].as_u64(),

@@ -246,7 +246,10 @@ mod tests {
         );
         for (params, text) in [
             (&["write=yes"][..], "invalid parameter \"write=yes\""),
-            (&["on"][..], "write=on|off, host=NAME and retired_warn=TIME|off"),
+            (
+                &["on"][..],
+                "write=on|off, host=NAME and retired_warn=TIME|off",
+            ),
             (&["write=on", "write=off"][..], "\"write\" has been already"),
             (&["host=a.b:8080"][..], "without a port"),
             (&["host="][..], "without a port"),
