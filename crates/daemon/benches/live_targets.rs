@@ -101,8 +101,11 @@ fn run(n: usize, secs: u64, rate: u64) -> Row {
     let root = tempfile::tempdir().unwrap();
     let nginx = TestNginx::builder().workers(2).live_api("").start();
     let api = nginx.live_api_address();
-    let mut daemon =
-        common::Daemon::start_with(root.path(), &nginx, &["--apply", "live", "--live-api", &api]);
+    let mut daemon = common::Daemon::start_with(
+        root.path(),
+        &nginx,
+        &["--apply", "live", "--live-api", &api],
+    );
     let name = format!("t{n}");
     let (status, v) = daemon.api(
         "PUT",
@@ -130,15 +133,20 @@ fn run(n: usize, secs: u64, rate: u64) -> Row {
     }
     // The last save applied.
     let last = addr(n, n + saves * (n / 100).max(1));
+    let last_ip = last.trim_end_matches(":80");
     let t = Instant::now();
     let detail = loop {
         let (_, d) = daemon.api("GET", &format!("/api/v1/bindings/{name}"), None);
-        if d["binding"]["servers"].to_string().contains(&last)
-            && d["binding"]["last_outcome"]["status"] == "ok"
+        let o = &d["binding"]["last_outcome"];
+        if o["kept"].to_string().contains(&format!("\"{last_ip}\""))
+            && o["status"] == "ok"
         {
             break d;
         }
-        assert!(t.elapsed() < Duration::from_secs(60), "last save not applied: {d}");
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "last save not applied: {d}"
+        );
         std::thread::sleep(Duration::from_millis(50));
     };
     let log = daemon.log_text();

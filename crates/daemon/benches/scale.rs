@@ -218,9 +218,11 @@ fn main() {
         }
     }
     let (_, list) = daemon.api("GET", "/api/v1/bindings", None);
-    let applied_live = list["bindings"]
-        .as_array()
-        .map_or(0, |a| a.iter().filter(|b| b["last_outcome"]["applied"] == "live").count());
+    let applied_live = list["bindings"].as_array().map_or(0, |a| {
+        a.iter()
+            .filter(|b| b["last_outcome"]["applied"] == "live")
+            .count()
+    });
     let log = daemon.log_text();
     let batch_lines: Vec<String> = log
         .lines()
@@ -272,18 +274,29 @@ fn main() {
     );
     println!("| reloads while idle                        | {reloads_idle:>12} | 0       |");
     if live {
-        let mut d2v: Vec<f64> = visible.iter().map(|v| v.1).collect();
-        d2v.sort_by(f64::total_cmp);
-        let q = |p: f64| {
-            d2v.get(((d2v.len() as f64 * p).ceil() as usize).saturating_sub(1))
+        let sorted = |i: usize| {
+            let mut v: Vec<f64> = visible.iter().map(|x| x[i]).collect();
+            v.sort_by(f64::total_cmp);
+            v
+        };
+        let quant = |v: &[f64], p: f64| {
+            v.get(((v.len() as f64 * p).ceil() as usize).saturating_sub(1))
                 .copied()
                 .unwrap_or(f64::NAN)
         };
-        let at: Vec<f64> = visible.iter().map(|v| v.0 + v.1 - sent_unix_ms).collect();
+        let d2v = sorted(1);
+        let q = |p: f64| quant(&d2v, p);
+        let at: Vec<f64> = visible.iter().map(|v| v[0] + v[1] - sent_unix_ms).collect();
         let last = at.iter().copied().fold(f64::NAN, f64::max);
         let first = at.iter().copied().fold(f64::NAN, f64::min);
-        println!("| live: outcomes applied live / reload      | {:>12} |         |", format!("{applied_live}/{}", n as usize - applied_live));
-        println!("| live: changes logged `applied live`       | {:>12} |         |", visible.len());
+        println!(
+            "| live: outcomes applied live / reload      | {:>12} |         |",
+            format!("{applied_live}/{}", n as usize - applied_live)
+        );
+        println!(
+            "| live: changes logged `applied live`       | {:>12} |         |",
+            visible.len()
+        );
         println!("| live: bulk sent → first set visible       | {first:>9.1} ms |         |");
         println!("| live: bulk sent → last set visible        | {last:>9.1} ms | < 300   |");
         println!(
@@ -291,6 +304,40 @@ fn main() {
             q(0.5),
             q(0.99),
             q(1.0)
+        );
+        // Where the time went: per batch (write, list_wait and test are the batch's; waited is
+        // each change's own, decision → batch start), and the PUTs, which go one after the other.
+        let mut batches: Vec<[f64; 3]> = Vec::new();
+        for v in &visible {
+            let b = [v[3], v[4], v[6]];
+            if !batches.contains(&b) {
+                batches.push(b);
+            }
+        }
+        for b in &batches {
+            let mut waited: Vec<f64> = visible
+                .iter()
+                .filter(|v| [v[3], v[4], v[6]] == *b)
+                .map(|v| v[2])
+                .collect();
+            waited.sort_by(f64::total_cmp);
+            println!(
+                "| live batch: {} changes; waited {:.1}–{:.1} ms, write {:.1} ms, list_wait {:.1} ms, test {:.1} ms |",
+                waited.len(),
+                quant(&waited, 0.0),
+                quant(&waited, 1.0),
+                b[0],
+                b[1],
+                b[2]
+            );
+        }
+        let put = sorted(5);
+        println!(
+            "| live: put_ms p50 / p99 / max, sum        | {:.2} / {:.2} / {:.2} ms, {:.0} ms |",
+            quant(&put, 0.5),
+            quant(&put, 0.99),
+            quant(&put, 1.0),
+            put.iter().sum::<f64>()
         );
     }
     assert_eq!(wrong, 0, "some files do not hold the new targets");
@@ -303,8 +350,10 @@ fn unix_ms() -> f64 {
         .map_or(0.0, |d| d.as_secs_f64() * 1000.0)
 }
 
-/// `(decided_unix_ms, decided_to_visible_ms)` of each `applied live` line of the daemon's log.
-fn live_visible(log: &str) -> Vec<(f64, f64)> {
+/// The fields of each `applied live` line of the daemon's log: `decided_unix_ms`,
+/// `decided_to_visible_ms`, then the parts `waited_ms`, `write_ms`, `list_wait_ms`, `put_ms`,
+/// `test_ms`.
+fn live_visible(log: &str) -> Vec<[f64; 7]> {
     let field = |l: &str, key: &str| -> Option<f64> {
         let rest = &l[l.find(key)? + key.len()..];
         rest.trim_start_matches('"')
@@ -316,10 +365,15 @@ fn live_visible(log: &str) -> Vec<(f64, f64)> {
     log.lines()
         .filter(|l| l.contains("applied live"))
         .filter_map(|l| {
-            Some((
+            Some([
                 field(l, "decided_unix_ms=")?,
                 field(l, "decided_to_visible_ms=")?,
-            ))
+                field(l, "waited_ms=")?,
+                field(l, "write_ms=")?,
+                field(l, "list_wait_ms=")?,
+                field(l, "put_ms=")?,
+                field(l, "test_ms=")?,
+            ])
         })
         .collect()
 }

@@ -92,6 +92,8 @@ struct Row {
     first_put_ms: f64,
     warm: u64,
     rated: Vec<Duration>,
+    /// Worker CPU time (user + system, both workers) per `PUT` of the latency phase, ms.
+    rated_cpu_ms: f64,
     late: usize,
     fast: Vec<Duration>,
     fast_secs: f64,
@@ -137,6 +139,13 @@ fn run_size(size: Size, secs: u64, rate: u64, cycles: u64) -> Result<Row, Failed
             .collect::<Vec<_>>()
     };
     let mem_before = mem(&workers);
+    let worker_cpu = || -> u64 {
+        workers
+            .iter()
+            .filter_map(|&p| ngx_harness::procfs::cpu_ticks(p))
+            .sum()
+    };
+    let cpu0 = worker_cpu();
 
     // Latency phase: `rate` PUTs a second, over the upstreams in turn.
     let total_rated = (secs * rate).min(cycles);
@@ -156,6 +165,9 @@ fn run_size(size: Size, secs: u64, rate: u64, cycles: u64) -> Result<Row, Failed
         }
         rated.push(timed_put(&m, &ch.name, &body)?);
     }
+    let rated_cpu_ms = (worker_cpu() - cpu0) as f64 * 1000.0
+        / ngx_harness::procfs::clock_ticks_per_second() as f64
+        / total_rated.max(1) as f64;
     // The rest back to back, until every upstream made its share and is back on its base set.
     let per_upstream = cycles.div_ceil(size.upstreams as u64);
     let mut fast = Vec::new();
@@ -191,6 +203,7 @@ fn run_size(size: Size, secs: u64, rate: u64, cycles: u64) -> Result<Row, Failed
         first_put_ms,
         warm,
         rated,
+        rated_cpu_ms,
         late,
         fast,
         fast_secs,
@@ -286,13 +299,13 @@ fn main() {
         }
     }
     println!();
-    println!("| servers | zone | first PUT of the set, ms | PUTs at {rate}/s (late) | PUT p50 / p99 / max ms at {rate}/s | back-to-back PUTs: p50 / p99 ms, PUT/s | change cycles after warm-up (warm-up) | slab chunks_used / pages_free: before → after | alloc_failures | worker VmRSS KiB before→after | worker RssAnon KiB before→after | workers kept |");
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("| servers | zone | first PUT of the set, ms | PUTs at {rate}/s (late) | PUT p50 / p99 / max ms at {rate}/s | worker CPU per PUT, ms | back-to-back PUTs: p50 / p99 ms, PUT/s | change cycles after warm-up (warm-up) | slab chunks_used / pages_free: before → after | alloc_failures | worker VmRSS KiB before→after | worker RssAnon KiB before→after | workers kept |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for r in &rows {
         let (slab, fails) = slab_text(&r.slab_before, &r.slab_after);
         let (rss, anon) = mem_text(&r.mem_before, &r.mem_after);
         println!(
-            "| {} | {} KiB{} | {:.1} | {} ({}) | {:.2} / {:.2} / {:.2} | {:.2} / {:.2}, {:.0} | {} ({}) | {} | {} | {} | {} | {} |",
+            "| {} | {} KiB{} | {:.1} | {} ({}) | {:.2} / {:.2} / {:.2} | {:.2} | {:.2} / {:.2}, {:.0} | {} ({}) | {} | {} | {} | {} | {} |",
             label(r.size),
             r.zone / 1024,
             if r.size.upstreams > 1 { " each" } else { "" },
@@ -302,6 +315,7 @@ fn main() {
             quantile_ms(&r.rated, 0.5),
             quantile_ms(&r.rated, 0.99),
             r.rated.last().map_or(f64::NAN, |d| d.as_secs_f64() * 1000.0),
+            r.rated_cpu_ms,
             quantile_ms(&r.fast, 0.5),
             quantile_ms(&r.fast, 0.99),
             r.fast.len() as f64 / r.fast_secs.max(1e-9),
