@@ -138,9 +138,7 @@ fn run(n: usize, secs: u64, rate: u64) -> Row {
     let detail = loop {
         let (_, d) = daemon.api("GET", &format!("/api/v1/bindings/{name}"), None);
         let o = &d["binding"]["last_outcome"];
-        if o["kept"].to_string().contains(&format!("\"{last_ip}\""))
-            && o["status"] == "ok"
-        {
+        if o["kept"].to_string().contains(&format!("\"{last_ip}\"")) && o["status"] == "ok" {
             break d;
         }
         assert!(
