@@ -5,7 +5,17 @@
 //! cargo build --release -p tributary-plugin-static && cargo bench -p tributary --bench scale
 //! ```
 //! Environment: `BENCH_BINDINGS` (default 1000), `BENCH_IDLE_SECS` (default 65: one full refresh
-//! round of the 60 s interval falls inside the idle window).
+//! round of the 60 s interval falls inside the idle window), `BENCH_APPLY` (`reload`, the
+//! default, or `live`).
+//!
+//! Live mode (`BENCH_APPLY=live`, issue 20; also `cargo build --release -p
+//! ngx-combined-upstreams`): nginx (master + 2 workers) loads the combined-upstreams module and
+//! serves its `upstreams_api` on a unix socket, and the daemon runs with `--apply live
+//! --live-api`. The bindings are created by reload (a new upstream needs one); the change of all
+//! targets then goes live. Measured there, from the daemon's `applied live` log lines: the time
+//! from the bulk request sent to the last set visible (its `PUT` answered: `decided_unix_ms +
+//! decided_to_visible_ms`), to the first one, and the spread of `decided_to_visible_ms`; the
+//! outcomes that went live and by reload; nginx reloads (0 wanted).
 //!
 //! It starts a real nginx (testkit) and the release `tributary serve` with its defaults (2 s
 //! minimum reload gap, 100 ms batch quiet time), creates the bindings in one bulk request, waits
@@ -144,13 +154,27 @@ fn main() {
     }
     let n = env_num("BENCH_BINDINGS", 1000);
     let idle_secs = env_num("BENCH_IDLE_SECS", 65);
+    let live = std::env::var("BENCH_APPLY").is_ok_and(|m| m == "live");
     let root = tempfile::tempdir().unwrap();
-    let nginx = TestNginx::builder().backend("a").backend("b").start();
+    let mut builder = TestNginx::builder().backend("a").backend("b");
+    if live {
+        builder = builder.workers(2).live_api("");
+    }
+    let nginx = builder.start();
     let (pa, pb) = (nginx.backend_port("a"), nginx.backend_port("b"));
-    let mut daemon = common::Daemon::start_with(root.path(), &nginx, &[]);
+    let api = nginx.live_api_address();
+    let args: &[&str] = if live {
+        &["--apply", "live", "--live-api", &api]
+    } else {
+        &[]
+    };
+    let mut daemon = common::Daemon::start_with(root.path(), &nginx, args);
     let pid = daemon.pid().expect("daemon pid");
 
-    println!("scale benchmark: {n} bindings (static plugin, real nginx, release daemon)");
+    println!(
+        "scale benchmark: {n} bindings (static plugin, real nginx, release daemon, apply {})",
+        if live { "live" } else { "reload" }
+    );
     let since = now_ms();
     let reloads0 = reloads(&nginx);
     let t = Instant::now();
@@ -172,6 +196,8 @@ fn main() {
     let (_, stats0) = daemon.api("GET", "/api/v1/stats", None);
     let reloads1 = reloads(&nginx);
     let since = now_ms();
+    let sent_unix_ms = unix_ms();
+    let log_before = daemon.log_text().len();
     let t = Instant::now();
     bulk(&daemon, n, pb, 1);
     let bulk_time = t.elapsed();
@@ -191,12 +217,19 @@ fn main() {
             wrong += 1;
         }
     }
-    let batch_lines: Vec<String> = daemon
-        .log_text()
+    let (_, list) = daemon.api("GET", "/api/v1/bindings", None);
+    let applied_live = list["bindings"].as_array().map_or(0, |a| {
+        a.iter()
+            .filter(|b| b["last_outcome"]["applied"] == "live")
+            .count()
+    });
+    let log = daemon.log_text();
+    let batch_lines: Vec<String> = log
         .lines()
         .filter(|l| l.contains("batch applied"))
         .map(str::to_string)
         .collect();
+    let visible = live_visible(log.get(log_before..).unwrap_or(""));
     daemon.stop();
 
     println!();
@@ -240,5 +273,107 @@ fn main() {
         "| idle CPU over {idle_secs} s (60 s interval)        | {idle_cpu:>10.2} % |         |"
     );
     println!("| reloads while idle                        | {reloads_idle:>12} | 0       |");
+    if live {
+        let sorted = |i: usize| {
+            let mut v: Vec<f64> = visible.iter().map(|x| x[i]).collect();
+            v.sort_by(f64::total_cmp);
+            v
+        };
+        let quant = |v: &[f64], p: f64| {
+            v.get(((v.len() as f64 * p).ceil() as usize).saturating_sub(1))
+                .copied()
+                .unwrap_or(f64::NAN)
+        };
+        let d2v = sorted(1);
+        let q = |p: f64| quant(&d2v, p);
+        let at: Vec<f64> = visible.iter().map(|v| v[0] + v[1] - sent_unix_ms).collect();
+        let last = at.iter().copied().fold(f64::NAN, f64::max);
+        let first = at.iter().copied().fold(f64::NAN, f64::min);
+        println!(
+            "| live: outcomes applied live / reload      | {:>12} |         |",
+            format!("{applied_live}/{}", n as usize - applied_live)
+        );
+        println!(
+            "| live: changes logged `applied live`       | {:>12} |         |",
+            visible.len()
+        );
+        println!("| live: bulk sent → first set visible       | {first:>9.1} ms |         |");
+        println!("| live: bulk sent → last set visible        | {last:>9.1} ms | < 300   |");
+        println!(
+            "| live: decided→visible p50 / p99 / max     | {:>5.1} / {:>5.1} / {:>5.1} ms |  |",
+            q(0.5),
+            q(0.99),
+            q(1.0)
+        );
+        // Where the time went: per batch (write, list_wait and test are the batch's; waited is
+        // each change's own, decision → batch start), and the PUTs, which go one after the other.
+        let mut batches: Vec<[f64; 3]> = Vec::new();
+        for v in &visible {
+            let b = [v[3], v[4], v[6]];
+            if !batches.contains(&b) {
+                batches.push(b);
+            }
+        }
+        for b in &batches {
+            let mut waited: Vec<f64> = visible
+                .iter()
+                .filter(|v| [v[3], v[4], v[6]] == *b)
+                .map(|v| v[2])
+                .collect();
+            waited.sort_by(f64::total_cmp);
+            println!(
+                "| live batch: {} changes; waited {:.1}–{:.1} ms, write {:.1} ms, list_wait {:.1} ms, test {:.1} ms |",
+                waited.len(),
+                quant(&waited, 0.0),
+                quant(&waited, 1.0),
+                b[0],
+                b[1],
+                b[2]
+            );
+        }
+        let put = sorted(5);
+        println!(
+            "| live: put_ms p50 / p99 / max, sum        | {:.2} / {:.2} / {:.2} ms, {:.0} ms |",
+            quant(&put, 0.5),
+            quant(&put, 0.99),
+            quant(&put, 1.0),
+            put.iter().sum::<f64>()
+        );
+    }
     assert_eq!(wrong, 0, "some files do not hold the new targets");
+}
+
+/// Wall-clock time now, in ms since the epoch.
+fn unix_ms() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64() * 1000.0)
+}
+
+/// The fields of each `applied live` line of the daemon's log: `decided_unix_ms`,
+/// `decided_to_visible_ms`, then the parts `waited_ms`, `write_ms`, `list_wait_ms`, `put_ms`,
+/// `test_ms`.
+fn live_visible(log: &str) -> Vec<[f64; 7]> {
+    let field = |l: &str, key: &str| -> Option<f64> {
+        let rest = &l[l.find(key)? + key.len()..];
+        rest.trim_start_matches('"')
+            .split(|c: char| c != '.' && !c.is_ascii_digit())
+            .next()?
+            .parse()
+            .ok()
+    };
+    log.lines()
+        .filter(|l| l.contains("applied live"))
+        .filter_map(|l| {
+            Some([
+                field(l, "decided_unix_ms=")?,
+                field(l, "decided_to_visible_ms=")?,
+                field(l, "waited_ms=")?,
+                field(l, "write_ms=")?,
+                field(l, "list_wait_ms=")?,
+                field(l, "put_ms=")?,
+                field(l, "test_ms=")?,
+            ])
+        })
+        .collect()
 }

@@ -12,6 +12,8 @@
 
 #[path = "live_api/access.rs"]
 mod access;
+#[path = "live_api/churn.rs"]
+mod churn;
 #[path = "live_api/helpers.rs"]
 mod helpers;
 #[path = "live_api/liveness.rs"]
@@ -24,6 +26,8 @@ mod reload_race;
 mod retired;
 #[path = "live_api/sticky.rs"]
 mod sticky;
+#[path = "live_api/scale.rs"]
+mod scale;
 #[path = "live_api/zone_size.rs"]
 mod zone_size;
 
@@ -674,7 +678,7 @@ fn case_bad_inputs_change_nothing() -> CaseResult {
         "PUT",
     )?;
     let before = m.get_json("/app")?;
-    let many: Vec<String> = (0..513)
+    let many: Vec<String> = (0..16_385)
         .map(|i| format!(r#"{{"address":"10.1.{}.{}:80"}}"#, i / 250, i % 250 + 1))
         .collect();
     let tiny_many: Vec<String> = (0..300)
@@ -682,7 +686,7 @@ fn case_bad_inputs_change_nothing() -> CaseResult {
         .collect();
     let huge = format!(
         r#"{{"servers":[{{"address":"10.0.0.1:80"}}]{}}}"#,
-        " ".repeat(300 * 1024)
+        " ".repeat(4 * 1024 * 1024)
     );
     let cases: Vec<(&str, &str, String, u16, &str)> = vec![
         ("PUT", "/app", "{\"servers\":".into(), 400, "bad JSON"),
@@ -722,7 +726,7 @@ fn case_bad_inputs_change_nothing() -> CaseResult {
             "/app",
             format!(r#"{{"servers":[{}]}}"#, many.join(",")),
             400,
-            "at most 512",
+            "at most 16384",
         ),
         ("PUT", "/app", huge, 413, "larger than"),
         (
@@ -1276,5 +1280,6 @@ fn main() {
         "sticky_upstreams_are_refused_and_keep_learning",
         sticky::case_sticky_upstreams_are_refused_and_keep_learning,
     ));
+    trials.extend(scale::trials());
     run_tests(trials);
 }

@@ -22,7 +22,7 @@ pub fn front(upstream: &str, extra: &str) -> String {
         "server {{ listen 127.0.0.1:{{P0}} reuseport;\n\
          add_header X-Worker $pid always;\n\
          location / {{ proxy_pass http://{upstream}; proxy_next_upstream_tries 0; {extra} }}\n\
-         location /api/ {{ allow 127.0.0.1; deny all; client_max_body_size 2m; upstreams_api write=on; }}\n\
+         location /api/ {{ allow 127.0.0.1; deny all; client_max_body_size 8m; upstreams_api write=on; }}\n\
          }}\n{}",
         (1..=5).map(backend).collect::<String>()
     )

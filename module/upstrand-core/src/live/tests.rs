@@ -111,7 +111,7 @@ fn limits_servers_and_body_size() {
         .collect();
     let e = put(&format!(r#"{{"servers":[{}]}}"#, many.join(","))).unwrap_err();
     assert_eq!(e.status, 400);
-    assert!(e.message.contains("at most 512"), "{e}");
+    assert!(e.message.contains("at most 16384"), "{e}");
     let ok: Vec<String> = many[..MAX_SERVERS].to_vec();
     assert_eq!(
         put(&format!(r#"{{"servers":[{}]}}"#, ok.join(",")))
