@@ -277,3 +277,15 @@ pub fn scan_log(text: &str, killed: &BTreeSet<u32>) -> (Vec<String>, Vec<String>
     }
     (explained, other)
 }
+
+/// One line per check: each binding's settle time or what went wrong.
+pub fn settle_text(s: &[Settle]) -> String {
+    s.iter()
+        .map(|x| match (&x.took_s, &x.mismatch) {
+            (Some(t), None) => format!("{} {t:.2} s", x.binding),
+            (Some(_), Some(m)) => format!("{} MISMATCH {m}", x.binding),
+            (None, _) => format!("{} NOT SETTLED ({})", x.binding, x.last_wait),
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}

@@ -16,7 +16,7 @@
 //!
 //! Faults (seeded; the seed is printed): SIGKILL of the daemon, restarted after 0.1–5 s (systemd's
 //! default `RestartSec` is 100 ms, the packaged unit's 5 s); SIGKILL of the plugin process; SIGKILL
-//! of one nginx worker; `nginx -s reload`. One at a time, 3–12 s apart, each followed by its
+//! of one nginx worker; `nginx -s reload`. One at a time, 2–10 s apart, each followed by its
 //! recovery and the settle check.
 //!
 //! Asserted (the table it prints, then `N passed, N failed`; exit status 1 on a failure): client
@@ -27,6 +27,7 @@
 //! killed workers' own lines; and that the soak did what it says (every fault kind, traffic of every
 //! kind, live changes, the daemon never exited by itself).
 
+mod args;
 mod checks;
 mod client;
 mod faults;
@@ -42,53 +43,11 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use args::Args;
 use faults::Kind;
 use report::Row;
-use stack::{DaemonProc, Registry, BINDINGS};
+use stack::{DaemonProc, Registry};
 use traffic::Shared;
-
-struct Args {
-    minutes: f64,
-    seed: u64,
-    keep: bool,
-}
-
-fn args() -> Result<Args, String> {
-    let mut a = Args {
-        minutes: 3.0,
-        seed: SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(1, |d| d.as_nanos() as u64 % 1_000_000_007),
-        keep: false,
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(arg) = it.next() {
-        match arg.as_str() {
-            "--minutes" => {
-                a.minutes = it
-                    .next()
-                    .and_then(|v| v.parse().ok())
-                    .filter(|m: &f64| *m > 0.0)
-                    .ok_or("--minutes takes a positive number")?
-            }
-            "--seed" => {
-                a.seed = it
-                    .next()
-                    .and_then(|v| v.parse().ok())
-                    .ok_or("--seed takes a number")?
-            }
-            "--keep" => a.keep = true,
-            // what cargo's bench/test runner may pass
-            "--bench" | "--nocapture" => {}
-            other => {
-                return Err(format!(
-                    "unknown argument {other:?} (use --minutes N, --seed S, --keep)"
-                ))
-            }
-        }
-    }
-    Ok(a)
-}
 
 fn now_ms() -> i64 {
     SystemTime::now()
@@ -105,7 +64,7 @@ struct FaultRecord {
 }
 
 fn main() -> ExitCode {
-    let a = match args() {
+    let a = match args::parse() {
         Ok(a) => a,
         Err(e) => {
             eprintln!("soak: {e}");
@@ -204,7 +163,7 @@ fn run(a: &Args, root: &Path) -> usize {
             d.token().expect("token"),
             rng.u64(..),
         );
-        thread::spawn(move || refresh_loop(&s, port, &token, seed))
+        thread::spawn(move || traffic::refresh_loop(&s, port, &token, seed))
     };
     let nginx_t = {
         let (s, cmd, seed) = (shared.clone(), front.test_cmd(), rng.u64(..));
@@ -222,7 +181,7 @@ fn run(a: &Args, root: &Path) -> usize {
     let mut worker_kills: Vec<(u32, f64)> = Vec::new();
     let mut unexpected_exits = Vec::new();
     loop {
-        let gap = Duration::from_millis(rng.u64(3000..=12000));
+        let gap = Duration::from_millis(rng.u64(2000..=10000));
         if Instant::now() + gap + Duration::from_secs(5) >= end_at {
             break;
         }
@@ -262,7 +221,7 @@ fn run(a: &Args, root: &Path) -> usize {
                 .as_ref()
                 .map(|p| format!(" PROBLEM: {p}"))
                 .unwrap_or_default(),
-            settle_text(&settle)
+            checks::settle_text(&settle)
         );
         records.push(FaultRecord {
             kind,
@@ -274,7 +233,10 @@ fn run(a: &Args, root: &Path) -> usize {
     // A last check with everything still running, then stop the clients.
     thread::sleep(end_at.saturating_duration_since(Instant::now()));
     let last_settle = checks::settle(&d, &front, now_ms(), Instant::now());
-    println!("soak: end: settled in {}", settle_text(&last_settle));
+    println!(
+        "soak: end: settled in {}",
+        checks::settle_text(&last_settle)
+    );
     shared.stop.store(true, Ordering::Relaxed);
     for c in clients {
         let _ = c.join();
@@ -506,38 +468,4 @@ fn run(a: &Args, root: &Path) -> usize {
     println!();
     println!("{} passed, {} failed", rows.len() - failed, failed);
     failed
-}
-
-fn settle_text(s: &[checks::Settle]) -> String {
-    s.iter()
-        .map(|x| match (&x.took_s, &x.mismatch) {
-            (Some(t), None) => format!("{} {t:.2} s", x.binding),
-            (Some(_), Some(m)) => format!("{} MISMATCH {m}", x.binding),
-            (None, _) => format!("{} NOT SETTLED ({})", x.binding, x.last_wait),
-        })
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
-/// Asks the daemon to resolve a random binding every 0.1–0.6 s: (requests, not answered).
-fn refresh_loop(shared: &Shared, port: u16, token: &str, seed: u64) -> (u64, u64) {
-    let mut rng = fastrand::Rng::with_seed(seed);
-    let (mut n, mut failed) = (0, 0);
-    while !shared.stop.load(Ordering::Relaxed) {
-        let (name, _) = BINDINGS[rng.usize(..BINDINGS.len())];
-        n += 1;
-        let r = client::tcp_once(
-            port,
-            "POST",
-            &format!("/api/v1/bindings/{name}/refresh"),
-            Some(token),
-            "",
-            Duration::from_secs(60),
-        );
-        if !matches!(r, Ok((200, _))) {
-            failed += 1;
-        }
-        thread::sleep(Duration::from_millis(rng.u64(100..=600)));
-    }
-    (n, failed)
 }

@@ -12,10 +12,8 @@ const SLACK_S: f64 = 0.25;
 
 /// Why an error happened, when a fault explains it.
 pub fn explain(e: &ClientError, worker_kills: &[(u32, f64)]) -> Option<String> {
-    if e.stage.is_none() {
-        // An answer came, and it was wrong: nothing the soak does explains that.
-        return None;
-    }
+    // An answer that came and was wrong (no stage): nothing the soak does explains that.
+    e.stage?;
     if let Some(w) = e.worker {
         if let Some((_, t)) = worker_kills
             .iter()

@@ -236,3 +236,26 @@ pub fn long_client(shared: Arc<Shared>, seed: u64) {
         std::thread::sleep(Duration::from_millis(rng.u64(100..1000)));
     }
 }
+
+/// Asks the daemon to resolve a random binding every 0.1–0.6 s: (requests, not answered).
+pub fn refresh_loop(shared: &Shared, port: u16, token: &str, seed: u64) -> (u64, u64) {
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let (mut n, mut failed) = (0, 0);
+    while !shared.stop.load(Ordering::Relaxed) {
+        let (name, _) = BINDINGS[rng.usize(..BINDINGS.len())];
+        n += 1;
+        let r = client::tcp_once(
+            port,
+            "POST",
+            &format!("/api/v1/bindings/{name}/refresh"),
+            Some(token),
+            "",
+            Duration::from_secs(60),
+        );
+        if !matches!(r, Ok((200, _))) {
+            failed += 1;
+        }
+        std::thread::sleep(Duration::from_millis(rng.u64(100..=600)));
+    }
+    (n, failed)
+}
