@@ -25,14 +25,22 @@ pub struct Failure {
     pub stage: Stage,
     pub error: String,
     pub bytes: u64,
+    /// The peer closed or reset the connection (EOF, `ECONNRESET`, `EPIPE`): what a killed or
+    /// closing worker does, unlike a timeout or a refused connection.
+    pub closed: bool,
 }
 
 impl Failure {
     fn new(stage: Stage, e: &io::Error, bytes: u64) -> Failure {
+        use io::ErrorKind::*;
         Failure {
             stage,
             error: format!("{:?}: {e}", e.kind()),
             bytes,
+            closed: matches!(
+                e.kind(),
+                UnexpectedEof | ConnectionReset | ConnectionAborted | BrokenPipe
+            ),
         }
     }
 }

@@ -12,8 +12,12 @@ const SLACK_S: f64 = 0.25;
 
 /// Why an error happened, when a fault explains it.
 pub fn explain(e: &ClientError, worker_kills: &[(u32, f64)]) -> Option<String> {
-    // An answer that came and was wrong (no stage): nothing the soak does explains that.
+    // An answer that came and was wrong (no stage), a timeout, a refused connection: nothing the
+    // soak does explains those. A kill or a closing worker closes or resets the connection.
     e.stage?;
+    if !e.closed {
+        return None;
+    }
     if let Some(w) = e.worker {
         if let Some((_, t)) = worker_kills
             .iter()

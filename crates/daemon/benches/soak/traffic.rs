@@ -29,6 +29,8 @@ pub struct ClientError {
     pub status: Option<u16>,
     pub error: String,
     pub bytes: u64,
+    /// The connection was closed or reset by the peer (not a timeout, not refused).
+    pub closed: bool,
     /// The worker that served the connection (from an earlier answer on it or its own header).
     pub worker: Option<u32>,
     /// Its state when the request failed: `running`, `shutting down` or `gone`.
@@ -101,6 +103,7 @@ impl Req<'_> {
                 |f| f.error.clone(),
             ),
             bytes: f.map_or(0, |f| f.bytes),
+            closed: f.is_some_and(|f| f.closed),
             worker,
             worker_state: worker_state(worker),
             reused,
@@ -163,7 +166,11 @@ pub fn keepalive_client(shared: Arc<Shared>, seed: u64) {
                 let w = *worker;
                 req.fail(Some(&f), None, w, reused);
                 conn = None;
-                if reused && f.bytes == 0 && matches!(f.stage, Stage::Send | Stage::Head) {
+                if reused
+                    && f.closed
+                    && f.bytes == 0
+                    && matches!(f.stage, Stage::Send | Stage::Head)
+                {
                     shared.retried.fetch_add(1, Ordering::Relaxed);
                     retry_path = Some(path);
                     continue;
