@@ -6,6 +6,7 @@
 //! PREFIX/resolvers/NAME           HOST resolving NAME                   (HOST's lease)
 //! PREFIX/targets/NAME             TargetSet JSON of the last resolution (no lease)
 //! PREFIX/outcomes/NAME/HOST       HostOutcome JSON of HOST for NAME     (no lease)
+//! PREFIX/unable/NAME/HOST         why HOST stepped out of resolving NAME (HOST's lease)
 //! PREFIX/writes/HOST/ID[/refused] empty: the markers of one write (write.rs) (HOST's writes' lease)
 //! ```
 
@@ -31,6 +32,8 @@ pub enum Kind {
     Resolver(String),
     Targets(String),
     Outcome { binding: String, host: String },
+    /// `HOST` stepped out of resolving `binding` (repeated failures, `docs/fleet.md`).
+    Unable { binding: String, host: String },
 }
 
 impl Keys {
@@ -62,6 +65,13 @@ impl Keys {
     pub fn outcome(&self, name: &str, host: &str) -> String {
         format!("{}outcomes/{name}/{host}", self.prefix)
     }
+    pub fn unable(&self, name: &str, host: &str) -> String {
+        format!("{}unable/{name}/{host}", self.prefix)
+    }
+    /// The prefix of every host's "cannot resolve" marker for `name`.
+    pub fn unable_of(&self, name: &str) -> String {
+        format!("{}unable/{name}/", self.prefix)
+    }
     /// The marker of write `id` of `host` (`write.rs`); not a kind the mirror applies.
     pub fn write_marker(&self, host: &str, id: &str) -> String {
         format!("{}writes/{host}/{id}", self.prefix)
@@ -87,6 +97,13 @@ impl Keys {
             "outcomes" => {
                 let (binding, host) = name.rsplit_once('/')?;
                 Kind::Outcome {
+                    binding: binding.to_string(),
+                    host: host.to_string(),
+                }
+            }
+            "unable" => {
+                let (binding, host) = name.rsplit_once('/')?;
+                Kind::Unable {
                     binding: binding.to_string(),
                     host: host.to_string(),
                 }
@@ -124,6 +141,53 @@ struct BindingValue {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct HostBeat {
     pub started_ms: i64,
+    /// What the host can resolve; absent (a daemon of before) means anything.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub can: Option<Can>,
+}
+
+/// What a host can resolve: the `plugin/provider` pairs of its plugins dir and the ids of the
+/// secrets keys it can open (key ids are public: every sealed value names its own). The other
+/// hosts leave a host out of the rendezvous choice of a binding it cannot resolve.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Can {
+    /// `None`: any (the host did not say).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub providers: Option<Vec<String>>,
+    pub keys: Vec<String>,
+}
+
+impl Can {
+    /// Whether a host with these capabilities can resolve a binding of `need`.
+    pub fn covers(&self, need: &Need) -> bool {
+        self.providers
+            .as_ref()
+            .is_none_or(|ps| ps.iter().any(|p| *p == need.provider))
+            && self.keys.iter().any(|k| *k == need.key_id)
+    }
+}
+
+/// What resolving one binding takes, read from its newest stored value without opening it
+/// (`plugin/provider` and the id of the key that sealed its config are plain text).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Need {
+    pub provider: String,
+    pub key_id: String,
+}
+
+/// `plugin/provider`, the form of [`Can::providers`] and [`Need::provider`].
+pub fn provider_pair(plugin: &str, provider: &str) -> String {
+    format!("{plugin}/{provider}")
+}
+
+/// What resolving the binding stored as `value` takes; `None` for a value that is not a binding
+/// of this format (every host is then as able as any other).
+pub fn need_of(value: &[u8]) -> Option<Need> {
+    let v: BindingValue = serde_json::from_slice(value).ok()?;
+    Some(Need {
+        provider: provider_pair(&v.plugin, &v.provider),
+        key_id: SecretKeys::key_id_of(&v.config)?.to_string(),
+    })
 }
 
 pub fn encode_binding(sb: &StoredBinding, secrets: &SecretKeys) -> Vec<u8> {
