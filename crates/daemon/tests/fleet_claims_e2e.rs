@@ -186,3 +186,54 @@ fn a_host_without_the_new_secrets_key_gives_its_claims_up_and_the_others_serve_e
         "C's log says why it stopped resolving"
     );
 }
+
+#[test]
+fn a_host_whose_resolutions_keep_failing_steps_out_and_every_host_serves_every_change_within_3_intervals(
+) {
+    // Host C's plugin cannot reach the registry: each of its calls fails. It has the plugin, so
+    // only its failures tell: after 3 in a row it steps out of each binding it resolved.
+    let f = Fleet::start_hosts(
+        [
+            HostSetup::default(),
+            HostSetup::default(),
+            HostSetup {
+                registry_unreachable: true,
+                ..HostSetup::default()
+            },
+        ],
+        &[],
+    );
+    let names = names();
+    save_all(&f, 0, &names, "web");
+    // C's first resolutions fail; its failure back-off at interval 10 s is 10 s: it steps out
+    // after about 2 intervals, and another host resolves at once.
+    if let Err(left) = served_within(&f, &[0, 1, 2], &names, "one", WAIT) {
+        panic!(
+            "bindings created on A not served everywhere: {left:?}\nC's log: {}",
+            f.hosts[2].daemon.log_text()
+        );
+    }
+    let c_calls = f.hosts[2].calls();
+    assert!(c_calls > 0, "C tried to resolve (it is preferred for some)");
+    assert_eq!(held_by(&f, 0, &names, "host-c"), Vec::<String>::new());
+    assert!(
+        f.hosts[2]
+            .daemon
+            .log_text()
+            .contains("this host steps out of resolving the binding"),
+        "C's log says it stepped out"
+    );
+
+    f.registry("two");
+    match served_within(&f, &[0, 1, 2], &names, "two", 3 * INTERVAL) {
+        Ok(took) => eprintln!("every host serves the change of {BINDINGS} bindings after {took:?}"),
+        Err(left) => panic!(
+            "not served within 3 intervals ({:?}): {} pairs: {left:?}",
+            3 * INTERVAL,
+            left.len()
+        ),
+    }
+    // C calls its registry no more while it stays out (10 intervals at least 5 minutes).
+    assert_eq!(f.hosts[2].calls(), c_calls);
+    assert_eq!(held_by(&f, 1, &names, "host-c"), Vec::<String>::new());
+}

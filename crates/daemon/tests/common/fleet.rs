@@ -96,6 +96,8 @@ pub struct HostSetup<'a> {
     pub snippet: &'a str,
     /// Its plugins dir is empty (no counting plugin).
     pub empty_plugins_dir: bool,
+    /// Its counting plugin cannot reach the registry: every call fails (a malformed answer).
+    pub registry_unreachable: bool,
     /// Its `--secrets-key` files, by index in [`KEYS`], the sealing one first (empty: `[0]`).
     pub keys: &'a [usize],
 }
@@ -188,7 +190,14 @@ impl Fleet {
                         &extra,
                     ))
                 } else {
-                    tributary_fakes::counting_plugin::counting_plugin(root.path(), &targets);
+                    let registry = if setup.registry_unreachable {
+                        let broken = root.path().join("unreachable-registry");
+                        std::fs::write(&broken, "no route to the registry").unwrap();
+                        broken
+                    } else {
+                        targets.clone()
+                    };
+                    tributary_fakes::counting_plugin::counting_plugin(root.path(), &registry);
                     Daemon::start_with(root.path(), &nginx, &extra)
                 };
                 Host {
