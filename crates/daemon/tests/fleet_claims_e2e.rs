@@ -123,7 +123,9 @@ fn a_host_with_an_empty_plugins_dir_holds_no_claim_and_every_host_serves_every_c
     let c = &f.hosts[2];
     let states = c.fleet_states(&names[0]);
     assert!(
-        states.iter().any(|(h, st, _)| h == "host-c" && st == "applied"),
+        states
+            .iter()
+            .any(|(h, st, _)| h == "host-c" && st == "applied"),
         "{states:?}"
     );
 }
@@ -182,7 +184,10 @@ fn a_host_without_the_new_secrets_key_gives_its_claims_up_and_the_others_serve_e
         );
     }
     assert!(
-        f.hosts[2].daemon.log_text().contains("this host stops resolving it"),
+        f.hosts[2]
+            .daemon
+            .log_text()
+            .contains("this host stops resolving it"),
         "C's log says why it stopped resolving"
     );
 }

@@ -98,7 +98,10 @@ async fn a_host_that_cannot_open_the_newest_version_gives_its_claim_up_and_canno
     let mut raw = raw_client(&cluster).await;
     // A alone, with the old key: it saves the binding and holds its claim.
     let a = host(&cluster, "host-a", &[&OLD_KEY]).await;
-    a.store.insert_binding(&binding("api", "web")).await.unwrap();
+    a.store
+        .insert_binding(&binding("api", "web"))
+        .await
+        .unwrap();
     let v1 = a.store.get_binding("api").unwrap().unwrap().updated_at_ms;
     assert!(a.store.claim_resolver("api").await.unwrap());
     a.store
@@ -124,7 +127,10 @@ async fn a_host_that_cannot_open_the_newest_version_gives_its_claim_up_and_canno
     let v2 = b.store.get_binding("api").unwrap().unwrap().updated_at_ms;
     assert_ne!(v1, v2);
     // A still holds v1 decoded (whether or not its watch has delivered v2 yet).
-    assert_eq!(a.store.get_binding("api").unwrap().unwrap().updated_at_ms, v1);
+    assert_eq!(
+        a.store.get_binding("api").unwrap().unwrap().updated_at_ms,
+        v1
+    );
 
     // A resolved v1 (it holds the claim): that set is not published, by A's store nor by etcd.
     let err = a
@@ -140,10 +146,16 @@ async fn a_host_that_cannot_open_the_newest_version_gives_its_claim_up_and_canno
     // B, which can, takes it.
     let deadline = Instant::now() + Duration::from_secs(10);
     while a.store.claim_resolver("api").await.unwrap() {
-        assert!(Instant::now() < deadline, "A keeps the claim of a binding it cannot open");
+        assert!(
+            Instant::now() < deadline,
+            "A keeps the claim of a binding it cannot open"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert_eq!(a.store.get_binding("api").unwrap().unwrap().updated_at_ms, v1);
+    assert_eq!(
+        a.store.get_binding("api").unwrap().unwrap().updated_at_ms,
+        v1
+    );
     until(Duration::from_secs(10), "B sees the claim free", || {
         b.store.fleet_view("api").resolver.is_none()
     })
@@ -166,7 +178,10 @@ async fn a_claim_of_this_host_id_under_another_lease_does_not_let_this_host_publ
     let cluster = tokio::task::block_in_place(|| EtcdCluster::start(3));
     let mut raw = raw_client(&cluster).await;
     let a = host(&cluster, "host-a", &[&OLD_KEY]).await;
-    a.store.insert_binding(&binding("api", "web")).await.unwrap();
+    a.store
+        .insert_binding(&binding("api", "web"))
+        .await
+        .unwrap();
     let v1 = a.store.get_binding("api").unwrap().unwrap().updated_at_ms;
 
     // The claim is held under this host id by another session (another daemon started with the
@@ -221,13 +236,20 @@ async fn a_host_that_stepped_out_is_left_out_until_it_steps_back_in() {
 
     // A's resolutions keep failing: it steps out. Its claim goes, its marker is in etcd under
     // its lease, and B, not preferred, takes the binding at once and keeps it.
-    a.store.step_out(&name, "3 failed resolutions in a row").await.unwrap();
+    a.store
+        .step_out(&name, "3 failed resolutions in a row")
+        .await
+        .unwrap();
     let marker = raw
         .get(format!("{PREFIX}unable/{name}/host-a"), None)
         .await
         .unwrap();
     assert_eq!(marker.kvs().len(), 1);
-    assert_ne!(marker.kvs()[0].lease(), 0, "the marker lives with A's lease");
+    assert_ne!(
+        marker.kvs()[0].lease(),
+        0,
+        "the marker lives with A's lease"
+    );
     until(Duration::from_secs(10), "B sees the step-out", || {
         b.store.fleet_view(&name).resolver.is_none()
     })

@@ -119,10 +119,13 @@ impl Fleet {
 
     /// [`Fleet::start`] with `args` added to every daemon's `serve` arguments.
     pub fn start_with(snippets: [&str; 3], args: &[&str]) -> Fleet {
-        Fleet::start_hosts(snippets.map(|snippet| HostSetup {
-            snippet,
-            ..HostSetup::default()
-        }), args)
+        Fleet::start_hosts(
+            snippets.map(|snippet| HostSetup {
+                snippet,
+                ..HostSetup::default()
+            }),
+            args,
+        )
     }
 
     /// Three hosts set up each as `setups` says, with `args` added to every daemon's `serve`

@@ -95,7 +95,10 @@ impl EtcdStore {
         // refused here; one whose binding changed since in etcd is refused by etcd.
         let binding_rev = {
             let m = lock(&self.shared.mirror);
-            if m.targets.get(name).is_some_and(|old| same_targets(old, set)) {
+            if m.targets
+                .get(name)
+                .is_some_and(|old| same_targets(old, set))
+            {
                 return Ok(());
             }
             let held = m.file.get_binding(name)?;

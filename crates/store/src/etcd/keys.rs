@@ -31,9 +31,15 @@ pub enum Kind {
     Host(String),
     Resolver(String),
     Targets(String),
-    Outcome { binding: String, host: String },
+    Outcome {
+        binding: String,
+        host: String,
+    },
     /// `HOST` stepped out of resolving `binding` (repeated failures, `docs/fleet.md`).
-    Unable { binding: String, host: String },
+    Unable {
+        binding: String,
+        host: String,
+    },
 }
 
 impl Keys {
@@ -162,8 +168,8 @@ impl Can {
     pub fn covers(&self, need: &Need) -> bool {
         self.providers
             .as_ref()
-            .is_none_or(|ps| ps.iter().any(|p| *p == need.provider))
-            && self.keys.iter().any(|k| *k == need.key_id)
+            .is_none_or(|ps| ps.contains(&need.provider))
+            && self.keys.contains(&need.key_id)
     }
 }
 
@@ -269,6 +275,45 @@ mod tests {
         assert!(check_host_id("a/b").is_err());
         assert!(check_host_id("").is_err());
         assert!(check_host_id("web-1.example").is_ok());
+    }
+
+    #[test]
+    fn what_a_binding_needs_is_read_without_its_key_and_checked_against_a_heartbeat() {
+        let old = SecretKeys::from_bytes(&[&[1u8; 32]]).unwrap();
+        let new = SecretKeys::from_bytes(&[&[2u8; 32], &[1u8; 32]]).unwrap();
+        let sb = StoredBinding {
+            binding: BindingRecord {
+                name: "api".into(),
+                plugin: "consul".into(),
+                provider: "c".into(),
+                config: BTreeMap::new(),
+                service: "web".into(),
+                interval_secs: 30,
+                directives: vec![],
+            },
+            created_at_ms: 1,
+            updated_at_ms: 2,
+        };
+        // Sealed with the new key: a host with the old key only cannot open it, but reads what
+        // it needs.
+        let v = encode_binding(&sb, &new);
+        assert!(decode_binding("api", &v, &old).is_err());
+        let need = need_of(&v).unwrap();
+        assert_eq!(need.provider, "consul/c");
+        assert_eq!(need.key_id, new.active_id());
+        let can = |providers: Option<&[&str]>, keys: &SecretKeys| Can {
+            providers: providers.map(|p| p.iter().map(|s| s.to_string()).collect()),
+            keys: keys.ids(),
+        };
+        assert!(can(Some(&["consul/c"]), &new).covers(&need));
+        assert!(can(None, &new).covers(&need));
+        assert!(!can(Some(&["consul/c"]), &old).covers(&need), "key missing");
+        assert!(!can(Some(&["dns/a"]), &new).covers(&need), "plugin missing");
+        assert!(!can(Some(&[]), &new).covers(&need), "empty plugins dir");
+        // A heartbeat of before (no `can`) still parses.
+        let beat: HostBeat = serde_json::from_str(r#"{"started_ms":5}"#).unwrap();
+        assert!(beat.can.is_none());
+        assert_eq!(need_of(b"not json"), None);
     }
 
     #[test]
