@@ -21,7 +21,7 @@ use std::collections::HashSet;
 use std::io::Read as _;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use tokio::sync::{broadcast, oneshot};
 use tributary_apply::RemoveOutcome;
@@ -40,7 +40,7 @@ use crate::resolution::Resolved;
 /// resolve the binding and has no newer published set to apply).
 pub(crate) async fn step(inner: &Inner, slot: &Slot, binding: &Binding, why: Why) -> Option<Step> {
     if why != Why::Follow {
-        step_back_in(inner, slot, binding).await;
+        super::step_out::step_back_in(inner, slot, binding).await;
     }
     if why == Why::Follow {
         return follow(inner, slot, binding, false).await;
@@ -65,73 +65,6 @@ pub(crate) async fn step(inner: &Inner, slot: &Slot, binding: &Binding, why: Why
         // A free claim taken by another host: nothing to apply unless a newer set is out.
         Ok(false) => follow(inner, slot, binding, why != Why::Claim).await,
         Err(e) => Some(store_down(&e)),
-    }
-}
-
-/// Failed resolutions in a row after which a host steps out of resolving a binding.
-pub(crate) const STEP_OUT_AFTER: u32 = 3;
-
-/// How long a host that stepped out of a binding stays out: ten intervals, at least 5 minutes.
-fn step_out_for(binding: &Binding) -> Duration {
-    (binding.interval * 10).max(Duration::from_secs(300))
-}
-
-/// Counts this host's failed resolutions of the binding; at [`STEP_OUT_AFTER`] in a row the host
-/// steps out of resolving it (`BindingStore::step_out`: its claim goes, the other hosts leave it
-/// out of the choice), so that a host that cannot reach the registry, or whose plugin keeps
-/// failing, does not freeze the binding for the whole fleet. A host alone (SQLite) never does.
-pub(crate) async fn count_resolution(inner: &Inner, slot: &Slot, binding: &Binding, step: &Step) {
-    if !step.resolved || inner.store.status().kind == "sqlite" {
-        return;
-    }
-    let failed = step.outcome.status == OutcomeStatus::Failed && step.generation.is_none();
-    let n = {
-        let mut st = lock(&slot.state);
-        st.resolve_failures = if failed {
-            st.resolve_failures.saturating_add(1)
-        } else {
-            0
-        };
-        st.resolve_failures
-    };
-    if n < STEP_OUT_AFTER {
-        return;
-    }
-    let name = binding.name.as_str();
-    let kind = step.outcome.failure.map_or("failure", |f| f.as_str());
-    let why = format!("{n} failed resolutions in a row ({kind})");
-    let out_for = step_out_for(binding);
-    match inner.store.step_out(name, &why).await {
-        Ok(()) => {
-            let mut st = lock(&slot.state);
-            st.resolve_failures = 0;
-            st.stepped_out_until = Some(Instant::now() + out_for);
-            tracing::warn!(binding = %name, why = %why, back_in_secs = out_for.as_secs(), "this host steps out of resolving the binding; another host resolves it");
-        }
-        Err(e) => {
-            tracing::warn!(binding = %name, error = %e, "stepping out of resolving the binding failed")
-        }
-    }
-}
-
-/// A host whose time out of resolving the binding is over is a candidate again.
-async fn step_back_in(inner: &Inner, slot: &Slot, binding: &Binding) {
-    let due = {
-        let st = lock(&slot.state);
-        st.stepped_out_until.is_some_and(|t| t <= Instant::now())
-    };
-    if !due {
-        return;
-    }
-    let name = binding.name.as_str();
-    match inner.store.step_in(name).await {
-        Ok(()) => {
-            lock(&slot.state).stepped_out_until = None;
-            tracing::info!(binding = %name, "this host steps back in as a candidate resolver of the binding");
-        }
-        Err(e) => {
-            tracing::warn!(binding = %name, error = %e, "stepping back in failed; tried again at the next run")
-        }
     }
 }
 

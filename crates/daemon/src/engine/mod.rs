@@ -32,6 +32,7 @@ mod live;
 mod prepare;
 mod record;
 pub mod refresh;
+mod step_out;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -145,7 +146,7 @@ pub(crate) struct SlotState {
     /// when the store answers.
     pub(crate) store_down: bool,
     /// This host's resolutions of the binding that failed in a row (plugin error, no answer, no
-    /// valid target): at [`fleet::STEP_OUT_AFTER`] it steps out of resolving it.
+    /// valid target): at [`step_out::STEP_OUT_AFTER`] it steps out of resolving it.
     pub(crate) resolve_failures: u32,
     /// It stepped out (`BindingStore::step_out`) until then; it steps back in at its first run
     /// after it.

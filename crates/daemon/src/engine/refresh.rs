@@ -94,7 +94,7 @@ pub(crate) async fn binding_task(
             }
             continue;
         };
-        super::fleet::count_resolution(&engine, &slot, &binding, &step).await;
+        super::step_out::count_resolution(&engine, &slot, &binding, &step).await;
         let Step {
             outcome,
             generation,
