@@ -101,6 +101,7 @@ impl StoreArgs {
         &self,
         data_dir: &Path,
         history: usize,
+        providers: Vec<String>,
     ) -> anyhow::Result<Arc<dyn BindingStore>> {
         let host_id = self.host_id.clone().unwrap_or_else(default_host_id);
         let history = StoreOptions {
@@ -135,6 +136,7 @@ impl StoreArgs {
                     &data_dir.join("tributary-etcd.db"),
                 );
                 opts.history = history;
+                opts.providers = Some(providers);
                 opts.lease_ttl = Duration::from_secs(self.etcd_lease_ttl_secs);
                 opts.op_timeout = Duration::from_millis(self.etcd_timeout_ms);
                 if self.etcd_ca.is_some() || self.etcd_cert.is_some() || self.etcd_key.is_some() {

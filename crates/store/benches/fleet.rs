@@ -180,7 +180,12 @@ async fn main() {
         let set = TargetSet {
             resolved_by: String::new(),
             at_ms: round as i64,
-            binding_updated_at_ms: 0,
+            // Resolved from the version the resolver holds (another version's set is refused).
+            binding_updated_at_ms: resolver
+                .get_binding(&b.name)
+                .unwrap()
+                .unwrap()
+                .updated_at_ms,
             targets: vec![
                 serde_json::json!({"address": format!("10.0.0.{round}"), "port": 80, "weight": 1}),
             ],

@@ -237,8 +237,24 @@ pub trait BindingStore: Send + Sync + fmt::Debug {
 
     /// Publishes the validated target set of a resolution of `name` by this host, for every host
     /// to render and apply. A set equal to the published one (targets, dropped, ttl) is not
-    /// written again.
+    /// written again. etcd: refused ([`StoreError::Conflict`]) unless this host still holds the
+    /// claim under its current lease and the binding is still the version the set was resolved
+    /// from (`binding_updated_at_ms`, and in etcd the revision this host decoded).
     async fn publish_targets(&self, name: &str, set: &TargetSet) -> Result<(), StoreError>;
+
+    /// This host stops resolving `name` for now (its resolutions keep failing here): it gives
+    /// its claim up and the other hosts leave it out of the binding's resolver choice, until
+    /// [`BindingStore::step_in`] or the end of its session (etcd: a marker under its session
+    /// lease, with `why`). It keeps applying the sets others publish. SQLite: nothing (the only
+    /// host keeps resolving).
+    async fn step_out(&self, _name: &str, _why: &str) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    /// Undoes [`BindingStore::step_out`]: this host is a candidate for `name` again.
+    async fn step_in(&self, _name: &str) -> Result<(), StoreError> {
+        Ok(())
+    }
 
     /// The newest published target set of `name` (local read), this host's own included.
     fn published_targets(&self, name: &str) -> Option<TargetSet>;

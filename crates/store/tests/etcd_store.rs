@@ -186,15 +186,7 @@ async fn a_binding_written_on_one_host_reaches_the_others_and_secrets_never_reac
     } else {
         &b
     };
-    let set = TargetSet {
-        resolved_by: String::new(),
-        at_ms: 1,
-        binding_updated_at_ms: 1,
-        targets: vec![serde_json::json!({"address": "10.0.0.7", "port": 80, "weight": 1})],
-        dropped: vec![],
-        ttl_seconds: None,
-        generation: 0,
-    };
+    let set = target_set(resolver, "api", "10.0.0.7");
     resolver.store.publish_targets("api", &set).await.unwrap();
     for h in [&a, &b] {
         h.store
@@ -333,11 +325,12 @@ async fn resolvers_spread_over_hosts_and_a_dead_holder_is_replaced_within_the_le
     );
 }
 
-fn target_set(address: &str) -> TargetSet {
+/// A set resolved from the version of `name` that `h` holds (a set of another version is refused).
+fn target_set(h: &Host, name: &str, address: &str) -> TargetSet {
     TargetSet {
         resolved_by: String::new(),
         at_ms: 1,
-        binding_updated_at_ms: 1,
+        binding_updated_at_ms: h.store.get_binding(name).unwrap().unwrap().updated_at_ms,
         targets: vec![serde_json::json!({"address": address, "port": 80, "weight": 1})],
         dropped: vec![],
         ttl_seconds: None,
@@ -396,7 +389,7 @@ async fn writes_right_after_the_sessions_member_is_killed_succeed_on_another_mem
         step("upsert");
         let r = a
             .store
-            .publish_targets("api", &target_set(&format!("10.0.0.{round}")))
+            .publish_targets("api", &target_set(&a, "api", &format!("10.0.0.{round}")))
             .await;
         assert!(r.is_ok(), "round {round}: publish targets: {r:?}");
         step("publish");

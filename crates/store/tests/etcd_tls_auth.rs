@@ -121,7 +121,8 @@ async fn a_user_limited_to_the_prefix_writes_everything() {
     let set = tributary_store::TargetSet {
         resolved_by: String::new(),
         at_ms: 1,
-        binding_updated_at_ms: 1,
+        // Resolved from the version the store holds (another version's set is refused).
+        binding_updated_at_ms: s.get_binding("api").unwrap().unwrap().updated_at_ms,
         targets: vec![serde_json::json!({"address": "10.0.0.1", "port": 80, "weight": 1})],
         dropped: vec![],
         ttl_seconds: None,

@@ -245,7 +245,33 @@ pub(super) async fn run(a: ServeArgs) -> anyhow::Result<()> {
             .with_context(|| format!("creating data folder {}", data_dir.display()))?;
     }
     let token = crate::token::load_or_create(&data_dir)?;
-    let store = a.store.open(&data_dir, a.history).await?;
+    let host_opts = HostOptions {
+        timeout: Duration::from_secs(a.plugin_timeout_secs.max(1)),
+        max_concurrent: a.plugin_concurrency as usize,
+        // Each plugin's private HOME: <data dir>/plugin-homes/<plugin>.
+        home_root: Some(std::path::absolute(data_dir.join("plugin-homes"))?),
+        ..HostOptions::default()
+    };
+    let (host, load_errors) = PluginHost::load(&plugins_dir, host_opts);
+    for e in &load_errors {
+        tracing::warn!(error = %e, "plugin refused");
+    }
+    let names: Vec<String> = host.plugins().into_iter().map(|p| p.name).collect();
+    tracing::info!(plugins_dir = %plugins_dir.display(), plugins = ?names, "plugins loaded");
+    // What this host can resolve, for the fleet's resolver choice (`docs/fleet.md`): a host
+    // without a binding's plugin is left out of it rather than holding its claim.
+    let providers = host
+        .plugins()
+        .iter()
+        .flat_map(|p| {
+            p.manifest
+                .providers()
+                .iter()
+                .map(|d| tributary_store::provider_pair(&p.name, &d.code))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let store = a.store.open(&data_dir, a.history, providers).await?;
     let conf_dir = match a.conf_dir {
         Some(d) => d,
         None => tributary_apply::conf_dir_from_nginx_v(&a.nginx).with_context(|| {
@@ -282,19 +308,6 @@ pub(super) async fn run(a: ServeArgs) -> anyhow::Result<()> {
     )
     .with_context(|| format!("opening the nginx conf dir {}", conf_dir.display()))?;
     log_recovery(applier.recovery());
-    let host_opts = HostOptions {
-        timeout: Duration::from_secs(a.plugin_timeout_secs.max(1)),
-        max_concurrent: a.plugin_concurrency as usize,
-        // Each plugin's private HOME: <data dir>/plugin-homes/<plugin>.
-        home_root: Some(std::path::absolute(data_dir.join("plugin-homes"))?),
-        ..HostOptions::default()
-    };
-    let (host, load_errors) = PluginHost::load(&plugins_dir, host_opts);
-    for e in &load_errors {
-        tracing::warn!(error = %e, "plugin refused");
-    }
-    let names: Vec<String> = host.plugins().into_iter().map(|p| p.name).collect();
-    tracing::info!(plugins_dir = %plugins_dir.display(), plugins = ?names, "plugins loaded");
     let engine = Engine::start(
         store,
         Arc::new(host),

@@ -39,6 +39,9 @@ use crate::resolution::Resolved;
 /// One wake-up of a binding's task; `None` when there was nothing to do (a host that does not
 /// resolve the binding and has no newer published set to apply).
 pub(crate) async fn step(inner: &Inner, slot: &Slot, binding: &Binding, why: Why) -> Option<Step> {
+    if why != Why::Follow {
+        super::step_out::step_back_in(inner, slot, binding).await;
+    }
     if why == Why::Follow {
         return follow(inner, slot, binding, false).await;
     }
@@ -75,6 +78,7 @@ fn store_down(e: &StoreError) -> Step {
         outcome: rec,
         generation: None,
         store_down: true,
+        resolved: false,
     }
 }
 
@@ -122,6 +126,7 @@ async fn follow(inner: &Inner, slot: &Slot, binding: &Binding, again: bool) -> O
         outcome: rec,
         generation: Some(set.generation),
         store_down: false,
+        resolved: false,
     })
 }
 

@@ -32,6 +32,7 @@ mod live;
 mod prepare;
 mod record;
 pub mod refresh;
+mod step_out;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -144,6 +145,12 @@ pub(crate) struct SlotState {
     /// The last run could not reach the store (nothing was resolved or applied): it runs again
     /// when the store answers.
     pub(crate) store_down: bool,
+    /// This host's resolutions of the binding that failed in a row (plugin error, no answer, no
+    /// valid target): at [`step_out::STEP_OUT_AFTER`] it steps out of resolving it.
+    pub(crate) resolve_failures: u32,
+    /// It stepped out (`BindingStore::step_out`) until then; it steps back in at its first run
+    /// after it.
+    pub(crate) stepped_out_until: Option<std::time::Instant>,
 }
 
 pub(crate) struct Slot {
@@ -314,6 +321,8 @@ impl Engine {
                 updated_at_ms,
                 applied_generation: 0,
                 store_down: false,
+                resolve_failures: 0,
+                stepped_out_until: None,
             }),
         });
         lock(&self.inner.slots).insert(name, slot.clone());
@@ -328,6 +337,7 @@ impl Engine {
         }
         st.running = false;
         st.failures = 0;
+        st.resolve_failures = 0;
         st.spawn_seq = *slot.seq.borrow();
         let handle = tokio::spawn(refresh::binding_task(
             Arc::downgrade(&self.inner),

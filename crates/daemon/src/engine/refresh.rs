@@ -47,6 +47,8 @@ pub(crate) struct Step {
     pub(crate) generation: Option<i64>,
     /// The store could not be reached: nothing was resolved or applied.
     pub(crate) store_down: bool,
+    /// This host resolved the binding through its plugin (it held the claim).
+    pub(crate) resolved: bool,
 }
 
 pub(crate) async fn binding_task(
@@ -92,10 +94,12 @@ pub(crate) async fn binding_task(
             }
             continue;
         };
+        super::step_out::count_resolution(&engine, &slot, &binding, &step).await;
         let Step {
             outcome,
             generation,
             store_down,
+            ..
         } = step;
         let (failures, servers, applied) = {
             let mut st = lock(&slot.state);
@@ -212,6 +216,7 @@ pub(crate) async fn resolve(inner: &Inner, binding: &Binding, updated_at_ms: i64
         outcome: rec,
         generation,
         store_down: false,
+        resolved: true,
     }
 }
 

@@ -86,6 +86,22 @@ impl Host {
     }
 }
 
+/// The two secrets keys of [`Fleet::start_hosts`] (by index in [`HostSetup::keys`]).
+pub const KEYS: [[u8; 32]; 2] = [[9u8; 32], [7u8; 32]];
+
+/// How one host of [`Fleet::start_hosts`] is set up.
+#[derive(Default)]
+pub struct HostSetup<'a> {
+    /// Extra `http` text of its nginx.
+    pub snippet: &'a str,
+    /// Its plugins dir is empty (no counting plugin).
+    pub empty_plugins_dir: bool,
+    /// Its counting plugin cannot reach the registry: every call fails (a malformed answer).
+    pub registry_unreachable: bool,
+    /// Its `--secrets-key` files, by index in [`KEYS`], the sealing one first (empty: `[0]`).
+    pub keys: &'a [usize],
+}
+
 pub struct Fleet {
     pub hosts: Vec<Host>,
     pub backends: TestNginx,
@@ -103,11 +119,31 @@ impl Fleet {
 
     /// [`Fleet::start`] with `args` added to every daemon's `serve` arguments.
     pub fn start_with(snippets: [&str; 3], args: &[&str]) -> Fleet {
+        Fleet::start_hosts(
+            snippets.map(|snippet| HostSetup {
+                snippet,
+                ..HostSetup::default()
+            }),
+            args,
+        )
+    }
+
+    /// Three hosts set up each as `setups` says, with `args` added to every daemon's `serve`
+    /// arguments.
+    pub fn start_hosts(setups: [HostSetup<'_>; 3], args: &[&str]) -> Fleet {
         let cluster = EtcdCluster::start(3);
         let shared = tempfile::tempdir().unwrap();
-        let key = shared.path().join("secrets.key");
-        std::fs::write(&key, [9u8; 32]).unwrap();
-        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+        // Two secrets keys: `KEYS[0]` (every host's by default) and `KEYS[1]`.
+        let key_files: Vec<PathBuf> = KEYS
+            .iter()
+            .enumerate()
+            .map(|(i, bytes)| {
+                let f = shared.path().join(format!("secrets-{i}.key"));
+                std::fs::write(&f, bytes).unwrap();
+                std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o600)).unwrap();
+                f
+            })
+            .collect();
         let targets = shared.path().join("targets.json");
         let backends = TestNginx::builder().backend("one").backend("two").start();
         let fleet_targets = |name: &str| {
@@ -116,23 +152,57 @@ impl Fleet {
         std::fs::write(&targets, fleet_targets("one")).unwrap();
         let hosts = ["host-a", "host-b", "host-c"]
             .iter()
-            .zip(snippets)
-            .map(|(id, snippet)| {
+            .zip(setups)
+            .map(|(id, setup)| {
                 let root = tempfile::tempdir().unwrap();
                 let mut b = TestNginx::builder();
-                if !snippet.is_empty() {
-                    b = b.http_snippet(snippet);
+                if !setup.snippet.is_empty() {
+                    b = b.http_snippet(setup.snippet);
                 }
                 let nginx = b.start();
-                tributary_fakes::counting_plugin::counting_plugin(root.path(), &targets);
                 let mut extra: Vec<String> = tributary_fakes::daemon::FAST
                     .iter()
                     .map(|s| s.to_string())
                     .collect();
-                extra.extend(fleet_args(&cluster, PREFIX, &key, id, TTL_SECS));
+                let keys = if setup.keys.is_empty() {
+                    &[0][..]
+                } else {
+                    setup.keys
+                };
+                extra.extend(fleet_args(
+                    &cluster,
+                    PREFIX,
+                    &key_files[keys[0]],
+                    id,
+                    TTL_SECS,
+                ));
+                for k in &keys[1..] {
+                    extra.push("--secrets-key".into());
+                    extra.push(key_files[*k].display().to_string());
+                }
                 extra.extend(args.iter().map(|s| s.to_string()));
                 let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
-                let daemon = Daemon::start_with(root.path(), &nginx, &extra);
+                let daemon = if setup.empty_plugins_dir {
+                    let empty = root.path().join("no-plugins");
+                    std::fs::create_dir_all(&empty).unwrap();
+                    Daemon(tributary_fakes::daemon::Daemon::start_with(
+                        &super::tributary_bin(),
+                        root.path(),
+                        &empty,
+                        &nginx,
+                        &extra,
+                    ))
+                } else {
+                    let registry = if setup.registry_unreachable {
+                        let broken = root.path().join("unreachable-registry");
+                        std::fs::write(&broken, "no route to the registry").unwrap();
+                        broken
+                    } else {
+                        targets.clone()
+                    };
+                    tributary_fakes::counting_plugin::counting_plugin(root.path(), &registry);
+                    Daemon::start_with(root.path(), &nginx, &extra)
+                };
                 Host {
                     id: id.to_string(),
                     root,

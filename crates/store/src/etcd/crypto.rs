@@ -111,6 +111,11 @@ impl SecretKeys {
         &self.keys[0].id
     }
 
+    /// The ids of every key this host has (the keys it can open), the active one first.
+    pub fn ids(&self) -> Vec<String> {
+        self.keys.iter().map(|k| k.id.clone()).collect()
+    }
+
     /// Encrypts `plain` for the binding `name` with the active key.
     pub fn seal(&self, name: &str, plain: &[u8]) -> String {
         let key = &self.keys[0];

@@ -6,6 +6,7 @@
 //! PREFIX/resolvers/NAME           HOST resolving NAME                   (HOST's lease)
 //! PREFIX/targets/NAME             TargetSet JSON of the last resolution (no lease)
 //! PREFIX/outcomes/NAME/HOST       HostOutcome JSON of HOST for NAME     (no lease)
+//! PREFIX/unable/NAME/HOST         why HOST stepped out of resolving NAME (HOST's lease)
 //! PREFIX/writes/HOST/ID[/refused] empty: the markers of one write (write.rs) (HOST's writes' lease)
 //! ```
 
@@ -30,7 +31,15 @@ pub enum Kind {
     Host(String),
     Resolver(String),
     Targets(String),
-    Outcome { binding: String, host: String },
+    Outcome {
+        binding: String,
+        host: String,
+    },
+    /// `HOST` stepped out of resolving `binding` (repeated failures, `docs/fleet.md`).
+    Unable {
+        binding: String,
+        host: String,
+    },
 }
 
 impl Keys {
@@ -62,6 +71,13 @@ impl Keys {
     pub fn outcome(&self, name: &str, host: &str) -> String {
         format!("{}outcomes/{name}/{host}", self.prefix)
     }
+    pub fn unable(&self, name: &str, host: &str) -> String {
+        format!("{}unable/{name}/{host}", self.prefix)
+    }
+    /// The prefix of every host's "cannot resolve" marker for `name`.
+    pub fn unable_of(&self, name: &str) -> String {
+        format!("{}unable/{name}/", self.prefix)
+    }
     /// The marker of write `id` of `host` (`write.rs`); not a kind the mirror applies.
     pub fn write_marker(&self, host: &str, id: &str) -> String {
         format!("{}writes/{host}/{id}", self.prefix)
@@ -87,6 +103,13 @@ impl Keys {
             "outcomes" => {
                 let (binding, host) = name.rsplit_once('/')?;
                 Kind::Outcome {
+                    binding: binding.to_string(),
+                    host: host.to_string(),
+                }
+            }
+            "unable" => {
+                let (binding, host) = name.rsplit_once('/')?;
+                Kind::Unable {
                     binding: binding.to_string(),
                     host: host.to_string(),
                 }
@@ -124,6 +147,53 @@ struct BindingValue {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct HostBeat {
     pub started_ms: i64,
+    /// What the host can resolve; absent (a daemon of before) means anything.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub can: Option<Can>,
+}
+
+/// What a host can resolve: the `plugin/provider` pairs of its plugins dir and the ids of the
+/// secrets keys it can open (key ids are public: every sealed value names its own). The other
+/// hosts leave a host out of the rendezvous choice of a binding it cannot resolve.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Can {
+    /// `None`: any (the host did not say).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub providers: Option<Vec<String>>,
+    pub keys: Vec<String>,
+}
+
+impl Can {
+    /// Whether a host with these capabilities can resolve a binding of `need`.
+    pub fn covers(&self, need: &Need) -> bool {
+        self.providers
+            .as_ref()
+            .is_none_or(|ps| ps.contains(&need.provider))
+            && self.keys.contains(&need.key_id)
+    }
+}
+
+/// What resolving one binding takes, read from its newest stored value without opening it
+/// (`plugin/provider` and the id of the key that sealed its config are plain text).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Need {
+    pub provider: String,
+    pub key_id: String,
+}
+
+/// `plugin/provider`, the form of [`Can::providers`] and [`Need::provider`].
+pub fn provider_pair(plugin: &str, provider: &str) -> String {
+    format!("{plugin}/{provider}")
+}
+
+/// What resolving the binding stored as `value` takes; `None` for a value that is not a binding
+/// of this format (every host is then as able as any other).
+pub fn need_of(value: &[u8]) -> Option<Need> {
+    let v: BindingValue = serde_json::from_slice(value).ok()?;
+    Some(Need {
+        provider: provider_pair(&v.plugin, &v.provider),
+        key_id: SecretKeys::key_id_of(&v.config)?.to_string(),
+    })
 }
 
 pub fn encode_binding(sb: &StoredBinding, secrets: &SecretKeys) -> Vec<u8> {
@@ -205,6 +275,45 @@ mod tests {
         assert!(check_host_id("a/b").is_err());
         assert!(check_host_id("").is_err());
         assert!(check_host_id("web-1.example").is_ok());
+    }
+
+    #[test]
+    fn what_a_binding_needs_is_read_without_its_key_and_checked_against_a_heartbeat() {
+        let old = SecretKeys::from_bytes(&[&[1u8; 32]]).unwrap();
+        let new = SecretKeys::from_bytes(&[&[2u8; 32], &[1u8; 32]]).unwrap();
+        let sb = StoredBinding {
+            binding: BindingRecord {
+                name: "api".into(),
+                plugin: "consul".into(),
+                provider: "c".into(),
+                config: BTreeMap::new(),
+                service: "web".into(),
+                interval_secs: 30,
+                directives: vec![],
+            },
+            created_at_ms: 1,
+            updated_at_ms: 2,
+        };
+        // Sealed with the new key: a host with the old key only cannot open it, but reads what
+        // it needs.
+        let v = encode_binding(&sb, &new);
+        assert!(decode_binding("api", &v, &old).is_err());
+        let need = need_of(&v).unwrap();
+        assert_eq!(need.provider, "consul/c");
+        assert_eq!(need.key_id, new.active_id());
+        let can = |providers: Option<&[&str]>, keys: &SecretKeys| Can {
+            providers: providers.map(|p| p.iter().map(|s| s.to_string()).collect()),
+            keys: keys.ids(),
+        };
+        assert!(can(Some(&["consul/c"]), &new).covers(&need));
+        assert!(can(None, &new).covers(&need));
+        assert!(!can(Some(&["consul/c"]), &old).covers(&need), "key missing");
+        assert!(!can(Some(&["dns/a"]), &new).covers(&need), "plugin missing");
+        assert!(!can(Some(&[]), &new).covers(&need), "empty plugins dir");
+        // A heartbeat of before (no `can`) still parses.
+        let beat: HostBeat = serde_json::from_str(r#"{"started_ms":5}"#).unwrap();
+        assert!(beat.can.is_none());
+        assert_eq!(need_of(b"not json"), None);
     }
 
     #[test]

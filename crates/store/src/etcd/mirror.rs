@@ -3,12 +3,12 @@
 //! applied at, so a change older than (or equal to) what the mirror holds is ignored: the watch's
 //! echo of this host's own writes, and a late event after a newer write.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
 
-use super::keys::{self, HostBeat, Keys, Kind};
+use super::keys::{self, Can, HostBeat, Keys, Kind, Need};
 use super::SecretKeys;
 use crate::{
     FleetHost, FleetView, HostOutcome, SqliteFile, StoreError, StoreEvent, StoredBinding, TargetSet,
@@ -63,6 +63,19 @@ pub struct Mirror {
     hosts: HashMap<String, (HostBeat, Instant)>,
     /// Bindings sealed with a key that is not the active one (rewritten by the session task).
     pub stale_key: Vec<String>,
+    /// What resolving each binding takes, from its newest value (also one this host cannot
+    /// open): the rendezvous choice leaves out the hosts whose heartbeat does not cover it.
+    needs: HashMap<String, Need>,
+    /// Bindings whose newest value this host could not decode (a key it lacks, a corrupt
+    /// value): the file holds an older version, which this host must not resolve.
+    unreadable: HashSet<String>,
+    /// The etcd revision of the version of each binding the file holds (the set resolved from
+    /// it is published only while the binding key still has this revision).
+    decoded_rev: HashMap<String, i64>,
+    /// Hosts that stepped out of resolving a binding (`PREFIX/unable/NAME/HOST`).
+    unable: HashMap<String, BTreeSet<String>>,
+    /// What this host can resolve (`None`: anything; the SQLite-era default of tests).
+    can: Option<Can>,
 }
 
 /// Rendezvous score of `host` for `binding`: the highest-scoring live host is the preferred
@@ -86,8 +99,13 @@ pub fn same_outcome(a: &HostOutcome, b: &HostOutcome) -> bool {
 }
 
 impl Mirror {
-    pub fn new(file: SqliteFile) -> Mirror {
+    pub fn new(file: SqliteFile, can: Option<Can>) -> Mirror {
         Mirror {
+            needs: HashMap::new(),
+            unreadable: HashSet::new(),
+            decoded_rev: HashMap::new(),
+            unable: HashMap::new(),
+            can,
             file,
             revs: HashMap::new(),
             targets: HashMap::new(),
@@ -131,7 +149,21 @@ impl Mirror {
                         continue;
                     }
                     match value {
-                        Some(sb) => puts.push(sb),
+                        Some(sb) => {
+                            self.needs.insert(
+                                name.clone(),
+                                Need {
+                                    provider: keys::provider_pair(
+                                        &sb.binding.plugin,
+                                        &sb.binding.provider,
+                                    ),
+                                    key_id: secrets.active_id().to_string(),
+                                },
+                            );
+                            self.unreadable.remove(&name);
+                            self.decoded_rev.insert(name.clone(), rev);
+                            puts.push(sb)
+                        }
                         None => {
                             self.forget_binding(&name);
                             removes.push(name);
@@ -177,19 +209,29 @@ impl Mirror {
                                 self.forget_binding(&name);
                                 removes.push(name);
                             }
-                            Some(v) => match keys::decode_binding(&name, &v, secrets) {
-                                Ok((sb, key_id)) => {
-                                    if key_id != secrets.active_id() {
-                                        self.stale_key.push(name.clone());
+                            Some(v) => {
+                                match keys::need_of(&v) {
+                                    Some(n) => self.needs.insert(name.clone(), n),
+                                    None => self.needs.remove(&name),
+                                };
+                                match keys::decode_binding(&name, &v, secrets) {
+                                    Ok((sb, key_id)) => {
+                                        if key_id != secrets.active_id() {
+                                            self.stale_key.push(name.clone());
+                                        }
+                                        self.unreadable.remove(&name);
+                                        self.decoded_rev.insert(name.clone(), rev);
+                                        puts.push(sb);
                                     }
-                                    puts.push(sb);
+                                    // Kept as it was: a binding this host cannot read is not
+                                    // removed (its servers stay), and the log says why. This
+                                    // host no longer resolves it (`claim_decision`).
+                                    Err(e) => {
+                                        self.unreadable.insert(name.clone());
+                                        tracing::error!(binding = %name, error = %e, "binding from etcd not applied; this host stops resolving it")
+                                    }
                                 }
-                                // Kept as it was: a binding this host cannot read is not
-                                // removed (its servers stay), and the log says why.
-                                Err(e) => {
-                                    tracing::error!(binding = %name, error = %e, "binding from etcd not applied")
-                                }
-                            },
+                            }
                         },
                         Kind::Resolver(name) => {
                             let holder =
@@ -222,6 +264,17 @@ impl Mirror {
                                 }
                             }
                             events.push(StoreEvent::Fleet(binding));
+                        }
+                        Kind::Unable { binding, host } => {
+                            let entry = self.unable.entry(binding.clone()).or_default();
+                            if value.is_some() {
+                                entry.insert(host);
+                            } else {
+                                entry.remove(&host);
+                            }
+                            // The choice of resolver may change: hosts that schedule the binding
+                            // ask for the claim again.
+                            events.push(StoreEvent::Resolver(binding));
                         }
                         Kind::Host(host) => {
                             match value.and_then(|v| serde_json::from_slice::<HostBeat>(&v).ok()) {
@@ -256,6 +309,10 @@ impl Mirror {
     }
 
     fn forget_binding(&mut self, name: &str) {
+        self.needs.remove(name);
+        self.unreadable.remove(name);
+        self.decoded_rev.remove(name);
+        self.unable.remove(name);
         self.targets.remove(name);
         self.resolvers.remove(name);
         self.outcomes.remove(name);
@@ -293,6 +350,9 @@ impl Mirror {
             known.extend(hosts.keys().map(|h| keys.outcome(name, h)));
         }
         known.extend(self.hosts.keys().map(|h| keys.host(h)));
+        for (name, hosts) in &self.unable {
+            known.extend(hosts.iter().map(|h| keys.unable(name, h)));
+        }
         known.sort();
         known.dedup();
         for k in known {
@@ -335,23 +395,73 @@ impl Mirror {
         }
     }
 
+    /// The revision of the binding key whose value the mirror holds decoded (`None`: the newest
+    /// value could not be decoded, or the binding is unknown).
+    pub fn decoded_rev(&self, name: &str) -> Option<i64> {
+        if self.unreadable.contains(name) {
+            return None;
+        }
+        self.decoded_rev.get(name).copied()
+    }
+
+    /// Whether `host` can resolve `name`: it did not step out of it, and its capabilities (this
+    /// host's own, or the other host's heartbeat) cover the binding's newest value. This host
+    /// also cannot when it could not decode that value.
+    pub fn able(&self, host: &str, name: &str, me: &str) -> bool {
+        if self.unable.get(name).is_some_and(|s| s.contains(host)) {
+            return false;
+        }
+        let can = if host == me {
+            if self.unreadable.contains(name) {
+                return false;
+            }
+            self.can.as_ref()
+        } else {
+            self.hosts.get(host).and_then(|(b, _)| b.can.as_ref())
+        };
+        match (can, self.needs.get(name)) {
+            (Some(can), Some(need)) => can.covers(need),
+            _ => true,
+        }
+    }
+
     /// The live host preferred to resolve `name` (rendezvous hashing over heartbeats, this host
-    /// counted live).
-    fn preferred<'a>(&'a self, name: &str, me: &'a str) -> (&'a str, Option<Instant>) {
-        let mut best = (me, None, score(me, name));
-        for (h, (_, since)) in &self.hosts {
+    /// counted live) among those able to resolve it, or among all when none is; and whether any
+    /// live host is able.
+    fn preferred<'a>(&'a self, name: &str, me: &'a str) -> (&'a str, Option<Instant>, bool) {
+        let mut candidates: Vec<(&str, Option<Instant>)> = vec![(me, None)];
+        candidates.extend(
+            self.hosts
+                .iter()
+                .filter(|(h, _)| h.as_str() != me)
+                .map(|(h, (_, since))| (h.as_str(), Some(*since))),
+        );
+        let able: Vec<(&str, Option<Instant>)> = candidates
+            .iter()
+            .copied()
+            .filter(|(h, _)| self.able(h, name, me))
+            .collect();
+        let any_able = !able.is_empty();
+        let pool = if any_able { able } else { candidates };
+        let mut best = (me, None, 0u64, false);
+        for (h, since) in pool {
             let s = score(h, name);
-            if s > best.2 || (s == best.2 && h.as_str() > best.0) {
-                best = (h.as_str(), Some(*since), s);
+            if !best.3 || s > best.2 || (s == best.2 && h > best.0) {
+                best = (h, since, s, true);
             }
         }
-        (best.0, best.1)
+        (best.0, best.1, any_able)
     }
 
     pub fn claim_decision(&mut self, name: &str, me: &str, lease: i64, ttl: Duration) -> Claim {
-        let (preferred, seen_since) = self.preferred(name, me);
+        let (preferred, seen_since, any_able) = self.preferred(name, me);
         let preferred_is_me = preferred == me;
+        // This host cannot resolve the binding and another live host can: it never takes the
+        // claim, and gives it up at once when it holds it.
+        let stand_aside = any_able && !self.able(me, name, me);
         match self.resolvers.get(name) {
+            Some((h, l)) if h == me && *l == lease && stand_aside => Claim::Release,
+            None if stand_aside => Claim::Other,
             Some((h, l)) if h == me && *l == lease => {
                 // Hand over to a better-placed host once it has been live for a whole TTL
                 // (no flapping while hosts come and go).

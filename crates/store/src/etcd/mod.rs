@@ -16,6 +16,7 @@
 //! - Every binding's config map is sealed as one ciphertext ([`SecretKeys`]); nothing else in a
 //!   binding is secret.
 
+mod claims;
 mod crypto;
 pub mod keys;
 mod mirror;
@@ -36,7 +37,6 @@ pub use crypto::{SecretKeys, KEY_LEN};
 use mirror::{Mirror, Update};
 use write::{Guarded, Written};
 
-use crate::sqlite::same_targets;
 use crate::{
     now_ms, BindingRecord, BindingStore, FleetView, HostOutcome, OutcomeRecord, SqliteFile,
     StoreError, StoreEvent, StoreOptions, StoreStatus, StoredBinding, TargetSet, Upsert,
@@ -77,6 +77,10 @@ pub struct EtcdOptions {
     pub tls: Option<EtcdTls>,
     /// etcd user and password (read from a file by the caller; never on a command line).
     pub user: Option<(String, String)>,
+    /// The `plugin/provider` pairs this host can resolve (its loaded plugins); `None`: any. Put
+    /// in the heartbeat with the secrets key ids, so that the hosts leave this one out of the
+    /// resolver choice of a binding it cannot resolve (`docs/fleet.md`).
+    pub providers: Option<Vec<String>>,
     /// Outcome history of this host, and where the mirror lives.
     pub history: StoreOptions,
     pub mirror_path: PathBuf,
@@ -108,6 +112,7 @@ impl EtcdOptions {
             op_timeout: DEFAULT_OP_TIMEOUT,
             tls: None,
             user: None,
+            providers: None,
             history: StoreOptions::default(),
             mirror_path: mirror_path.to_path_buf(),
         }
@@ -195,7 +200,13 @@ impl EtcdStore {
         let file = SqliteFile::open_with(&opts.mirror_path, opts.history.clone())?;
         let location = format!("etcd {} prefix {}", opts.endpoints.join(","), keys.prefix);
         let shared = Arc::new(Shared {
-            mirror: Mutex::new(Mirror::new(file)),
+            mirror: Mutex::new(Mirror::new(
+                file,
+                Some(keys::Can {
+                    providers: opts.providers.clone(),
+                    keys: secrets.ids(),
+                }),
+            )),
             conn: Mutex::new(Conn {
                 unreachable_since_ms: Some(now_ms()),
                 last_error: Some("not connected yet".into()),
@@ -407,6 +418,7 @@ impl BindingStore for EtcdStore {
                         k.outcomes_of(name),
                         Some(DeleteOptions::new().with_prefix()),
                     ),
+                    TxnOp::delete(k.unable_of(name), Some(DeleteOptions::new().with_prefix())),
                 ],
             })
             .await?;
@@ -446,101 +458,19 @@ impl BindingStore for EtcdStore {
     }
 
     async fn claim_resolver(&self, name: &str) -> Result<bool, StoreError> {
-        let me = &self.shared.opts.host_id;
-        // The session's lease, also while the session moves to another member (the lease is
-        // the cluster's, not the member's).
-        let lease = {
-            let c = lock(&self.shared.conn);
-            self.writable(&c)?;
-            c.lease
-        };
-        let Some(lease) = lease else {
-            return Err(self.unavailable("no session with etcd"));
-        };
-        let key = self.shared.keys.resolver(name);
-        let decision =
-            lock(&self.shared.mirror).claim_decision(name, me, lease, self.shared.opts.lease_ttl);
-        match decision {
-            mirror::Claim::Mine => Ok(true),
-            mirror::Claim::Other => Ok(false),
-            mirror::Claim::Release => {
-                // A better-placed host is live: hand the binding over (it claims on the event).
-                let w = self
-                    .write(Guarded {
-                        compares: vec![
-                            Compare::value(key.clone(), CompareOp::Equal, me.as_bytes()),
-                            Compare::lease(key.clone(), CompareOp::Equal, lease),
-                        ],
-                        ops: vec![TxnOp::delete(key, None)],
-                    })
-                    .await?;
-                if let Written::Applied(rev) = w {
-                    self.apply_own(vec![Update::Resolver {
-                        name: name.to_string(),
-                        rev,
-                        holder: None,
-                    }])
-                    .await?;
-                }
-                Ok(false)
-            }
-            mirror::Claim::Take => {
-                let w = self
-                    .write(Guarded {
-                        compares: vec![Compare::create_revision(key.clone(), CompareOp::Equal, 0)],
-                        ops: vec![TxnOp::put(
-                            key,
-                            me.as_bytes(),
-                            Some(etcd_client::PutOptions::new().with_lease(lease)),
-                        )],
-                    })
-                    .await?;
-                let Written::Applied(rev) = w else {
-                    return Ok(false);
-                };
-                self.apply_own(vec![Update::Resolver {
-                    name: name.to_string(),
-                    rev,
-                    holder: Some((me.clone(), lease)),
-                }])
-                .await?;
-                Ok(true)
-            }
-        }
+        self.claim(name).await
     }
 
     async fn publish_targets(&self, name: &str, set: &TargetSet) -> Result<(), StoreError> {
-        let me = &self.shared.opts.host_id;
-        if lock(&self.shared.mirror)
-            .targets
-            .get(name)
-            .is_some_and(|old| same_targets(old, set))
-        {
-            return Ok(());
-        }
-        let mut set = set.clone();
-        set.resolved_by = me.clone();
-        let value = serde_json::to_vec(&set).unwrap_or_default();
-        let k = &self.shared.keys;
-        // Only the resolver publishes, and only for a binding that still exists.
-        let w = self
-            .write(Guarded {
-                compares: vec![
-                    Compare::value(k.resolver(name), CompareOp::Equal, me.as_bytes()),
-                    Compare::create_revision(k.binding(name), CompareOp::Greater, 0),
-                ],
-                ops: vec![TxnOp::put(k.targets(name), value, None)],
-            })
-            .await?;
-        let Written::Applied(rev) = w else {
-            return Err(StoreError::Conflict(name.to_string()));
-        };
-        self.apply_own(vec![Update::Targets {
-            name: name.to_string(),
-            rev,
-            value: Some(set),
-        }])
-        .await
+        self.publish(name, set).await
+    }
+
+    async fn step_out(&self, name: &str, why: &str) -> Result<(), StoreError> {
+        self.stand_aside(name, why).await
+    }
+
+    async fn step_in(&self, name: &str) -> Result<(), StoreError> {
+        self.stand_in(name).await
     }
 
     fn published_targets(&self, name: &str) -> Option<TargetSet> {

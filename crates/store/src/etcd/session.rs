@@ -191,7 +191,14 @@ async fn session_inner(
         o.lease_ttl,
         o.op_timeout,
     )));
-    let beat = serde_json::to_vec(&HostBeat { started_ms }).unwrap_or_default();
+    let beat = serde_json::to_vec(&HostBeat {
+        started_ms,
+        can: Some(super::keys::Can {
+            providers: o.providers.clone(),
+            keys: shared.secrets.ids(),
+        }),
+    })
+    .unwrap_or_default();
     let host_key = keys.host(&o.host_id);
     let put = TxnOp::put(
         host_key.clone(),
