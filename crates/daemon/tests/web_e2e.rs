@@ -142,7 +142,7 @@ fn nginx_with_backend() -> TestNginx {
 fn openapi_document_matches_the_routers_both_ways() {
     let src_dir = workspace_root().join("crates/daemon/src");
     let mut in_code = BTreeSet::new();
-    for f in ["api.rs", "web/mod.rs"] {
+    for f in ["http/api/mod.rs", "http/metrics/mod.rs"] {
         let text = std::fs::read_to_string(src_dir.join(f)).unwrap();
         in_code.extend(routes_in_source(&text));
     }
@@ -155,7 +155,7 @@ fn openapi_document_matches_the_routers_both_ways() {
         in_code.len() >= 14,
         "route scan found too little: {in_code:?}"
     );
-    let doc: Value = serde_json::from_str(tributary::web::openapi::DOCUMENT).unwrap();
+    let doc: Value = serde_json::from_str(tributary::http::api::openapi::DOCUMENT).unwrap();
     let documented = openapi_operations(&doc);
     let missing: Vec<_> = in_code.difference(&documented).collect();
     let extra: Vec<_> = documented.difference(&in_code).collect();
@@ -898,7 +898,7 @@ fn secrets_are_write_only_and_metrics_follow_outcomes() {
     assert_eq!(v["binding"]["secrets"]["token"], true, "{v}");
     assert_eq!(v["binding"]["config"]["note"], "plain", "{v}");
     // No example in the OpenAPI document carries a secret field's value.
-    assert!(!tributary::web::openapi::DOCUMENT.contains("tok_live"));
+    assert!(!tributary::http::api::openapi::DOCUMENT.contains("tok_live"));
     assert!(!d.log_text().contains(secret));
 }
 

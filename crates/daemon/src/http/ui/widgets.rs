@@ -5,8 +5,8 @@ use maud::{html, Markup};
 use serde_json::Value;
 use tributary_store::{now_ms, DroppedRecord, HostState, OutcomeRecord, OutcomeStatus};
 
+use super::html::{fmt_time, time_el};
 use crate::view::BindingView;
-use crate::web::html::{fmt_time, time_el};
 
 /// The state word and CSS class of a binding: ok, unchanged, failing, stale since ..., pending.
 pub fn state_of(b: &BindingView, last_success_ms: Option<i64>) -> (String, &'static str) {

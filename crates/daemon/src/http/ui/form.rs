@@ -10,12 +10,12 @@ use serde_json::Value;
 use tributary_protocol::{FieldDecl, FieldType, ProviderDecl};
 
 use super::get_field;
+use super::html::{csrf_field, page};
 use super::widgets::{dropped_list, targets_table};
 use crate::engine::EngineError;
+use crate::http::auth::session::Session;
+use crate::view::Preview;
 use crate::view::{BindingInput, BindingView};
-use crate::web::api_extra::Preview;
-use crate::web::html::{csrf_field, page};
-use crate::web::session::Session;
 
 /// What the form shows: the person's values (never secret values), errors by field, a preview.
 #[derive(Default)]
