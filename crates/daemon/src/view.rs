@@ -12,16 +12,21 @@ use tributary_store::{DroppedRecord, FleetView, HostState, OutcomeRecord, StoreS
 /// A binding as a person submits it (`POST /api/v1/bindings`, `PUT /api/v1/bindings/{name}`).
 /// Config values may be JSON strings, booleans or numbers; strings are converted to the type the
 /// provider declares for the field (`"true"` for a `bool` field, `"5"` for a `number` field).
+/// `plugin`, `provider` and `service` are required: one left out is reported with every other
+/// invalid field by `BindingDraft::check`, not by the parser.
 #[derive(Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BindingInput {
     #[serde(default)]
     pub name: String,
-    pub plugin: String,
-    pub provider: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plugin: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider: Option<String>,
     #[serde(default)]
     pub config: BTreeMap<String, Value>,
-    pub service: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service: Option<String>,
     /// Refresh interval in seconds; default 60, minimum 10.
     #[serde(default)]
     pub interval_secs: Option<u64>,

@@ -578,6 +578,36 @@ fn api_bad_input_names_the_field_and_changes_nothing() {
         json!([])
     );
     assert!(!nginx.upstreams_dir().join("api.conf").exists());
+    // Required members left out are checked with the other fields (not by the parser): each is
+    // listed in `errors`, next to the other invalid fields.
+    for (method, path) in [
+        ("POST", "/api/v1/bindings"),
+        ("POST", "/api/v1/resolve"),
+        ("PUT", "/api/v1/bindings/api"),
+        ("POST", "/api/v1/bindings/bulk"),
+    ] {
+        let one = json!({"name": "api", "interval_secs": 1});
+        let body = if path.ends_with("/bulk") {
+            json!({"bindings": [one]})
+        } else {
+            one
+        };
+        let (status, v) = d.api(method, path, Some(&body.to_string()));
+        assert_eq!(status, 400, "{method} {path}: {v}");
+        let errors: Vec<(&str, &str)> = v["errors"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{method} {path}: {v}"))
+            .iter()
+            .map(|e| (e["field"].as_str().unwrap(), e["message"].as_str().unwrap()))
+            .collect();
+        let fields: Vec<&str> = errors.iter().map(|(f, _)| *f).collect();
+        assert_eq!(
+            fields,
+            ["interval_secs", "plugin", "provider", "service"],
+            "{method} {path}: {v}"
+        );
+        assert!(errors[1].1.ends_with("plugin is required"), "{v}");
+    }
 
     // Several invalid fields at once: `errors` lists each; nothing is created.
     let bad = json!({"name": "bad name", "plugin": "static", "provider": "static", "service": "",

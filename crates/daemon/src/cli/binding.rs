@@ -148,8 +148,8 @@ async fn run_inner(c: &Client, json: bool, cmd: BindingCmd) -> anyhow::Result<Ex
             let secrets = secret_keys(decl);
             let input = BindingInput {
                 name: name.clone(),
-                plugin: a.source.plugin,
-                provider: a.source.provider,
+                plugin: Some(a.source.plugin),
+                provider: Some(a.source.provider),
                 config: read_config(
                     &parse_kv(&a.source.config)?,
                     |k| secrets.iter().any(|s| s == k),
@@ -158,7 +158,7 @@ async fn run_inner(c: &Client, json: bool, cmd: BindingCmd) -> anyhow::Result<Ex
                 .into_iter()
                 .map(|(k, v)| (k, Value::String(v)))
                 .collect(),
-                service: a.source.service,
+                service: Some(a.source.service),
                 interval_secs: a.interval,
                 directives: a.directives,
             };

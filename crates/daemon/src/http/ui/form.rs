@@ -280,10 +280,10 @@ pub(super) fn input_from_form(
     };
     BindingInput {
         name: fs.name.clone(),
-        plugin: plugin.to_string(),
-        provider: decl.code.clone(),
+        plugin: Some(plugin.to_string()),
+        provider: Some(decl.code.clone()),
         config,
-        service: fs.service.clone(),
+        service: Some(fs.service.clone()),
         interval_secs,
         directives: fs
             .directives
