@@ -161,25 +161,6 @@ impl From<StoreStatus> for StoreView {
     }
 }
 
-impl StoreView {
-    /// One sentence for a person when the store is unreachable (`None` while connected).
-    pub fn unreachable_note(&self) -> Option<String> {
-        if self.connected {
-            return None;
-        }
-        let why = self
-            .last_error
-            .as_deref()
-            .map(|e| format!(" ({e})"))
-            .unwrap_or_default();
-        Some(format!(
-            "the {} store is unreachable{why}: this host keeps serving its last applied servers; \
-             changes of bindings and new target sets reach it when the store answers again",
-            self.kind
-        ))
-    }
-}
-
 /// `GET /api/v1/bindings/{name}`: the binding plus its recent history (newest first).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct BindingDetail {

@@ -36,6 +36,23 @@ pub(super) fn outcome_line(o: &OutcomeRecord) -> String {
     s
 }
 
+/// One sentence for a person when the store is unreachable (`None` while connected).
+fn store_note(s: &StoreView) -> Option<String> {
+    if s.connected {
+        return None;
+    }
+    let why = s
+        .last_error
+        .as_deref()
+        .map(|e| format!(" ({e})"))
+        .unwrap_or_default();
+    Some(format!(
+        "the {} store is unreachable{why}: this host keeps serving its last applied servers; \
+         changes of bindings and new target sets reach it when the store answers again",
+        s.kind
+    ))
+}
+
 /// `YYYY-MM-DDTHH:MM:SSZ` (UTC) of a time in ms since the Unix epoch.
 fn format_time(ms: i64) -> String {
     crate::utc::utc(ms, 'T')
@@ -93,7 +110,7 @@ pub(super) fn print_view(b: &BindingView) {
 /// known) adds a line while it is unreachable.
 pub(super) fn fleet_lines(fleet: &BindingFleet, store: Option<&StoreView>) -> Vec<String> {
     let mut out = Vec::new();
-    if let Some(note) = store.and_then(StoreView::unreachable_note) {
+    if let Some(note) = store.and_then(store_note) {
         out.push(format!("  store: {note}"));
     }
     let single = store.is_none_or(|s| s.kind == "sqlite") && fleet.hosts.len() <= 1;

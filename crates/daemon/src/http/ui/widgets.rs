@@ -189,13 +189,18 @@ mod tests {
 /// The banner every binding page shows while the store is unreachable (empty while connected).
 pub(super) fn store_banner(store: &crate::view::StoreView) -> Markup {
     html! {
-        @if let Some(note) = store.unreachable_note() {
+        @if !store.connected {
             p.error.store-down role="alert" {
                 "Store unreachable"
                 @if let Some(since) = store.unreachable_since_ms {
                     " since " (time_el(since, now_ms()))
                 }
-                ": " (note) "."
+                ": the " (store.kind) " store is unreachable"
+                @if let Some(e) = &store.last_error {
+                    " (" (e) ")"
+                }
+                ": this host keeps serving its last applied servers; changes of bindings and new \
+                 target sets reach it when the store answers again."
             }
         }
     }
