@@ -555,6 +555,11 @@ fn api_bad_input_names_the_field_and_changes_nothing() {
             r#"{"name":"api","plugin":"static","provider":"static","service":"demo","colour":"blue"}"#,
             "colour",
         ),
+        // A member given twice is refused, not read as its last value.
+        (
+            r#"{"name":"api","plugin":"static","provider":"static","service":"demo","config":{"targets":"raw-secret-text","targets":"127.0.0.1:1"}}"#,
+            "config.targets",
+        ),
     ];
     for (body, field) in raw_cases {
         for path in [
