@@ -100,25 +100,35 @@ impl<S: Send + Sync> FromRequestParts<S> for WaitQuery {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, ApiError> {
-        let query = parts.uri.query().unwrap_or("");
+        WaitQuery::parse(parts.uri.query().unwrap_or(""))
+    }
+}
+
+impl WaitQuery {
+    /// Reads `wait` from a query string: `true` or `false`, at most once.
+    pub fn parse(query: &str) -> Result<WaitQuery, ApiError> {
         let pairs: Vec<(String, String)> = serde_urlencoded::from_str(query)
             .map_err(|_| ApiError::bad_request("the query string could not be read", None))?;
-        let mut out = WaitQuery::default();
+        let mut wait = None;
         for (k, v) in pairs {
-            if k == "wait" {
-                out.wait = match v.as_str() {
-                    "true" => true,
-                    "false" => false,
-                    _ => {
-                        return Err(ApiError::bad_request(
-                            "invalid query string: wait must be true or false",
-                            Some("wait".into()),
-                        ))
-                    }
-                };
+            if k != "wait" {
+                continue;
             }
+            let bad = |why: &str| {
+                ApiError::bad_request(format!("invalid query string: {why}"), Some("wait".into()))
+            };
+            if wait.is_some() {
+                return Err(bad("wait is given twice"));
+            }
+            wait = Some(match v.as_str() {
+                "true" => true,
+                "false" => false,
+                _ => return Err(bad("wait must be true or false")),
+            });
         }
-        Ok(out)
+        Ok(WaitQuery {
+            wait: wait.unwrap_or(false),
+        })
     }
 }
 
@@ -163,6 +173,18 @@ mod tests {
         assert_eq!(e.field, None);
         assert!(matches!(e.error, BodyError::Syntax(_)), "{e:?}");
         assert!(e.message().starts_with("invalid JSON body"), "{e:?}");
+    }
+
+    #[test]
+    fn wait_is_true_or_false_at_most_once() {
+        assert!(WaitQuery::parse("wait=true").unwrap().wait);
+        assert!(!WaitQuery::parse("wait=false&other=1").unwrap().wait);
+        assert!(!WaitQuery::parse("").unwrap().wait);
+        for bad in ["wait=maybe", "wait=", "wait=1", "wait=true&wait=false"] {
+            let e = WaitQuery::parse(bad).unwrap_err();
+            assert_eq!(e.status, axum::http::StatusCode::BAD_REQUEST, "{bad}");
+            assert_eq!(e.body.error.field.as_deref(), Some("wait"), "{bad}");
+        }
     }
 
     #[test]
