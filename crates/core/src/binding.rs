@@ -37,6 +37,9 @@ pub enum BindingError {
         directive: String,
         error: DirectiveError,
     },
+    /// A required field (`plugin`, `provider` or `service`) left out.
+    #[error("{0} is required")]
+    Missing(&'static str),
     #[error("plugin is empty")]
     EmptyPlugin,
     #[error("provider is empty")]
@@ -74,6 +77,7 @@ impl BindingError {
         match self {
             BindingError::BadName { .. } => "name",
             BindingError::BadDirective { .. } => "directives",
+            BindingError::Missing(field) => field,
             BindingError::EmptyPlugin => "plugin",
             BindingError::EmptyProvider | BindingError::ProviderMismatch { .. } => "provider",
             BindingError::EmptyService

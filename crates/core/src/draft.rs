@@ -11,15 +11,17 @@ use crate::schedule::DEFAULT_INTERVAL;
 use crate::{Binding, BindingError, ExtraDirective, UpstreamName};
 
 /// The text of a binding before validation. Field names are those of the API's binding input.
+/// The required fields are `Option`s: one left out is reported by [`BindingDraft::check`] like
+/// any other invalid field ([`BindingError::Missing`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct BindingDraft {
     pub name: String,
-    pub plugin: String,
-    pub provider: String,
+    pub plugin: Option<String>,
+    pub provider: Option<String>,
     /// Config values as given: text of `bool` and `number` fields is converted by
     /// [`BindingDraft::check`] (`"true"`, `"5"`).
     pub config: ConfigMap,
-    pub service: String,
+    pub service: Option<String>,
     /// Refresh interval in seconds; `None` means [`DEFAULT_INTERVAL`].
     pub interval_secs: Option<u64>,
     pub directives: Vec<String>,
@@ -77,14 +79,20 @@ impl BindingDraft {
                 })
             })
             .ok();
-        if self.plugin.trim().is_empty() {
-            problems.push(BindingError::EmptyPlugin);
+        match self.plugin.as_deref() {
+            None => problems.push(BindingError::Missing("plugin")),
+            Some(p) if p.trim().is_empty() => problems.push(BindingError::EmptyPlugin),
+            Some(_) => {}
         }
-        if self.provider.trim().is_empty() {
-            problems.push(BindingError::EmptyProvider);
+        match self.provider.as_deref() {
+            None => problems.push(BindingError::Missing("provider")),
+            Some(p) if p.trim().is_empty() => problems.push(BindingError::EmptyProvider),
+            Some(_) => {}
         }
-        if let Err(e) = check_service(&self.service) {
-            problems.push(e);
+        match self.service.as_deref().map(check_service) {
+            None => problems.push(BindingError::Missing("service")),
+            Some(Err(e)) => problems.push(e),
+            Some(Ok(())) => {}
         }
         let interval = self
             .interval_secs
@@ -104,6 +112,7 @@ impl BindingDraft {
             }
         }
         let mut config = self.config.clone();
+        let provider = self.provider.as_deref().unwrap_or_default();
         if let Some(decl) = decl {
             let unconverted = coerce_all(&mut config, decl);
             let unconverted_keys: Vec<String> =
@@ -111,21 +120,23 @@ impl BindingDraft {
             problems.extend(unconverted);
             // A field that did not convert is reported once, as such.
             problems.extend(
-                config_problems(&self.provider, &config, decl)
+                config_problems(provider, &config, decl)
                     .into_iter()
                     .filter(|e| !unconverted_keys.iter().any(|k| k == e.field())),
             );
         }
-        match name {
-            Some(name) if problems.is_empty() => Ok(Binding {
-                name,
-                plugin: self.plugin.clone(),
-                provider: self.provider.clone(),
-                config,
-                service: self.service.clone(),
-                interval,
-                directives,
-            }),
+        match (name, &self.plugin, &self.provider, &self.service) {
+            (Some(name), Some(plugin), Some(provider), Some(service)) if problems.is_empty() => {
+                Ok(Binding {
+                    name,
+                    plugin: plugin.clone(),
+                    provider: provider.clone(),
+                    config,
+                    service: service.clone(),
+                    interval,
+                    directives,
+                })
+            }
             _ => {
                 let mut errors: Vec<FieldError> =
                     problems.into_iter().map(FieldError::from).collect();

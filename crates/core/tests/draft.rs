@@ -24,13 +24,13 @@ const SECRET: &str = "tok_live_s3cr3t";
 fn draft(config: &[(&str, Value)]) -> BindingDraft {
     BindingDraft {
         name: "api".into(),
-        plugin: "p".into(),
-        provider: "r".into(),
+        plugin: Some("p".into()),
+        provider: Some("r".into()),
         config: config
             .iter()
             .map(|(k, v)| (*k, v.clone()))
             .collect::<ConfigMap>(),
-        service: "demo".into(),
+        service: Some("demo".into()),
         interval_secs: None,
         directives: vec!["keepalive 16;".into()],
     }
@@ -67,7 +67,7 @@ fn every_invalid_field_is_reported_at_once_ordered_by_field() {
         ("colour", json!("blue")),
     ]);
     d.name = ".x".into();
-    d.service = String::new();
+    d.service = Some(String::new());
     d.interval_secs = Some(1);
     d.directives = vec!["keepalive 1;".into(), "include x;".into(), "root /;".into()];
     let e = d.check(Some(&decl())).unwrap_err();
@@ -99,10 +99,10 @@ fn every_invalid_field_is_reported_at_once_ordered_by_field() {
 fn limits_of_service_interval_and_plugin() {
     let base = draft(&[("address", json!("a")), ("token", json!("t"))]);
     let mut d = base.clone();
-    d.service = "s".repeat(1025);
+    d.service = Some("s".repeat(1025));
     d.interval_secs = Some(7 * 24 * 3600 + 1);
-    d.plugin = " ".into();
-    d.provider = String::new();
+    d.plugin = Some(" ".into());
+    d.provider = Some(String::new());
     let e = d.check(None).unwrap_err();
     assert_eq!(
         fields(&e),
@@ -110,7 +110,7 @@ fn limits_of_service_interval_and_plugin() {
     );
     assert!(e[0].message.contains("too long"), "{e:?}");
     let mut d = base.clone();
-    d.service = "a\u{7}b".into();
+    d.service = Some("a\u{7}b".into());
     d.interval_secs = Some(7 * 24 * 3600);
     let e = d.check(Some(&decl())).unwrap_err();
     assert_eq!(fields(&e), ["service"]);
@@ -118,6 +118,25 @@ fn limits_of_service_interval_and_plugin() {
     let mut d = base;
     d.interval_secs = Some(10);
     d.check(Some(&decl())).unwrap();
+}
+
+#[test]
+fn required_fields_left_out_are_reported_with_the_others() {
+    let mut d = draft(&[("address", json!("a")), ("token", json!("t"))]);
+    d.plugin = None;
+    d.service = None;
+    d.interval_secs = Some(1);
+    let e = d.check(None).unwrap_err();
+    assert_eq!(fields(&e), ["interval_secs", "plugin", "service"]);
+    assert_eq!(e[1].message, "plugin is required");
+    assert_eq!(e[2].message, "service is required");
+    d.plugin = Some("p".into());
+    d.provider = None;
+    d.service = Some("demo".into());
+    d.interval_secs = None;
+    let e = d.check(None).unwrap_err();
+    assert_eq!(fields(&e), ["provider"]);
+    assert_eq!(e[0].message, "provider is required");
 }
 
 #[test]
@@ -135,7 +154,7 @@ fn empty_and_null_required_values_are_missing_and_defaults_count() {
 #[test]
 fn a_provider_other_than_the_declaration_is_an_error() {
     let mut d = draft(&[("address", json!("a")), ("token", json!("t"))]);
-    d.provider = "other".into();
+    d.provider = Some("other".into());
     let e = d.check(Some(&decl())).unwrap_err();
     assert_eq!(fields(&e), ["provider"]);
 }

@@ -1,26 +1,32 @@
-//! JSON shapes of the API (documented in `docs/api.md`), shared by the server ([`crate::api`])
-//! and the CLI client ([`crate::cli`]).
+//! JSON shapes of the API (documented in `docs/api.md`), shared by the server ([`crate::http`]),
+//! the engine that fills them and the CLI client ([`crate::cli`]). Data only: their text for a
+//! person is printed by `cli/print.rs` and rendered by the web UI (`http/ui/`).
 
 use std::collections::BTreeMap;
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tributary_store::{FleetView, HostState, OutcomeRecord, StoreStatus};
+use tributary_store::{DroppedRecord, FleetView, HostState, OutcomeRecord, StoreStatus};
 
 /// A binding as a person submits it (`POST /api/v1/bindings`, `PUT /api/v1/bindings/{name}`).
 /// Config values may be JSON strings, booleans or numbers; strings are converted to the type the
 /// provider declares for the field (`"true"` for a `bool` field, `"5"` for a `number` field).
+/// `plugin`, `provider` and `service` are required: one left out is reported with every other
+/// invalid field by `BindingDraft::check`, not by the parser.
 #[derive(Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BindingInput {
     #[serde(default)]
     pub name: String,
-    pub plugin: String,
-    pub provider: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plugin: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider: Option<String>,
     #[serde(default)]
     pub config: BTreeMap<String, Value>,
-    pub service: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service: Option<String>,
     /// Refresh interval in seconds; default 60, minimum 10.
     #[serde(default)]
     pub interval_secs: Option<u64>,
@@ -125,46 +131,6 @@ impl From<FleetView> for BindingFleet {
     }
 }
 
-impl BindingFleet {
-    /// The lines `tributary binding show` prints (indented by two spaces): nothing for one host
-    /// on the SQLite store (no fleet); else who resolves and one line per host. `store` (when
-    /// known) adds a line while it is unreachable.
-    pub fn text_lines(&self, store: Option<&StoreView>) -> Vec<String> {
-        let mut out = Vec::new();
-        if let Some(note) = store.and_then(StoreView::unreachable_note) {
-            out.push(format!("  store: {note}"));
-        }
-        let single = store.is_none_or(|s| s.kind == "sqlite") && self.hosts.len() <= 1;
-        if single {
-            return out;
-        }
-        let by = self.resolver.as_deref().unwrap_or("no host right now");
-        out.push(format!(
-            "  fleet: resolved by {by}, target set generation {}",
-            self.generation
-        ));
-        let width = self.hosts.iter().map(|h| h.host.len()).max().unwrap_or(4);
-        for h in &self.hosts {
-            let mut line = format!(
-                "    {:width$}  {:7}  {} servers  generation {}  since {}",
-                h.host,
-                h.state.as_str(),
-                h.servers,
-                h.generation,
-                crate::cli::format_time(h.at_ms),
-            );
-            if !h.alive {
-                line.push_str("  (not live)");
-            }
-            if let Some(m) = &h.message {
-                line.push_str(&format!(": {}", m.trim().replace('\n', " / ")));
-            }
-            out.push(line);
-        }
-        out
-    }
-}
-
 /// `GET /api/v1/store`: the store's connection state.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StoreView {
@@ -192,25 +158,6 @@ impl From<StoreStatus> for StoreView {
             last_error: s.last_error,
             location: s.location,
         }
-    }
-}
-
-impl StoreView {
-    /// One sentence for a person when the store is unreachable (`None` while connected).
-    pub fn unreachable_note(&self) -> Option<String> {
-        if self.connected {
-            return None;
-        }
-        let why = self
-            .last_error
-            .as_deref()
-            .map(|e| format!(" ({e})"))
-            .unwrap_or_default();
-        Some(format!(
-            "the {} store is unreachable{why}: this host keeps serving its last applied servers; \
-             changes of bindings and new target sets reach it when the store answers again",
-            self.kind
-        ))
     }
 }
 
@@ -294,6 +241,58 @@ impl From<tributary_plugin_host::PluginInfo> for PluginView {
     }
 }
 
+/// `GET /api/v1/bindings/{name}/history`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct History {
+    pub name: String,
+    /// Newest first.
+    pub history: Vec<OutcomeRecord>,
+}
+
+/// What a test resolution would write (`POST /api/v1/resolve`); nothing is saved or applied.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Preview {
+    /// `ok` or `failed`.
+    pub result: String,
+    pub targets: Vec<Value>,
+    pub dropped: Vec<DroppedRecord>,
+    pub ttl_seconds: Option<u64>,
+    /// The file that would be written (`null` when nothing would be).
+    pub rendered: Option<String>,
+    pub why: Option<String>,
+    pub code: Option<i64>,
+    pub field: Option<String>,
+}
+
+/// `GET /api/v1/nginx`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct NginxStatus {
+    pub conf_dir: String,
+    pub upstreams_dir: String,
+    /// `*.conf` files in the upstreams folder, by name.
+    pub files: Vec<String>,
+    #[serde(flatten)]
+    pub numbers: NginxNumbers,
+}
+
+/// The nginx-related counters since start (kept by the metrics task).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct NginxNumbers {
+    pub apply_batches: u64,
+    pub reloads: u64,
+    pub test_failures: u64,
+    pub last_reload_ms: Option<i64>,
+    pub last_test_failure: Option<TestFailure>,
+}
+
+/// The last change refused by `nginx -t`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TestFailure {
+    pub binding: String,
+    pub at_ms: i64,
+    pub nginx_error: String,
+}
+
 /// Every error answer: `{"error": {"message": "...", "field": "..."}}`; when the fields of a
 /// binding were checked one by one, `errors` lists every invalid one (`error` is the first).
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -309,80 +308,4 @@ pub struct ErrorDetail {
     pub message: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub field: Option<String>,
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn host(id: &str, state: HostState, alive: bool, message: Option<&str>) -> FleetHostView {
-        FleetHostView {
-            host: id.into(),
-            state,
-            alive,
-            at_ms: 0,
-            generation: 4,
-            servers: 2,
-            message: message.map(str::to_string),
-        }
-    }
-
-    fn store(kind: &str, connected: bool) -> StoreView {
-        StoreView {
-            kind: kind.into(),
-            host_id: "a".into(),
-            connected,
-            unreachable_since_ms: None,
-            last_error: None,
-            location: String::new(),
-        }
-    }
-
-    #[test]
-    fn binding_show_prints_no_fleet_for_one_sqlite_host() {
-        let f = BindingFleet {
-            resolver: Some("a".into()),
-            generation: 1,
-            hosts: vec![host("a", HostState::Applied, true, None)],
-        };
-        assert!(f.text_lines(Some(&store("sqlite", true))).is_empty());
-        assert!(f.text_lines(None).is_empty());
-    }
-
-    #[test]
-    fn binding_show_prints_every_host_of_a_fleet_and_an_unreachable_store() {
-        let f = BindingFleet {
-            resolver: Some("b".into()),
-            generation: 4,
-            hosts: vec![
-                host("a", HostState::Applied, true, None),
-                host(
-                    "bb",
-                    HostState::Failed,
-                    true,
-                    Some("[emerg] no\nsecond line"),
-                ),
-                host("c", HostState::Stale, false, Some("store unreachable")),
-            ],
-        };
-        let lines = f.text_lines(Some(&store("etcd", false)));
-        assert!(
-            lines[0].starts_with("  store: the etcd store is unreachable"),
-            "{lines:?}"
-        );
-        assert_eq!(lines[1], "  fleet: resolved by b, target set generation 4");
-        assert!(
-            lines[2].starts_with("    a   applied  2 servers  generation 4  since "),
-            "{lines:?}"
-        );
-        assert!(
-            lines[3].contains("bb  failed ") && lines[3].ends_with(": [emerg] no / second line"),
-            "{lines:?}"
-        );
-        assert!(
-            lines[4].contains("(not live): store unreachable"),
-            "{lines:?}"
-        );
-        assert_eq!(lines.len(), 5);
-    }
 }

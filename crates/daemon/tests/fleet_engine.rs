@@ -90,10 +90,10 @@ fn start_host(fleet: &Fleet, id: &str, base: &Path, targets: &Path, test_cmd: &[
 fn input(name: &str, directives: &[&str]) -> BindingInput {
     BindingInput {
         name: name.into(),
-        plugin: "count".into(),
-        provider: "c".into(),
+        plugin: Some("count".into()),
+        provider: Some("c".into()),
         config: BTreeMap::new(),
-        service: "web".into(),
+        service: Some("web".into()),
         // Long: only the test's own triggers resolve.
         interval_secs: Some(3600),
         directives: directives.iter().map(|d| d.to_string()).collect(),

@@ -142,7 +142,7 @@ fn nginx_with_backend() -> TestNginx {
 fn openapi_document_matches_the_routers_both_ways() {
     let src_dir = workspace_root().join("crates/daemon/src");
     let mut in_code = BTreeSet::new();
-    for f in ["api.rs", "web/mod.rs"] {
+    for f in ["http/api/mod.rs", "http/metrics/mod.rs"] {
         let text = std::fs::read_to_string(src_dir.join(f)).unwrap();
         in_code.extend(routes_in_source(&text));
     }
@@ -155,7 +155,7 @@ fn openapi_document_matches_the_routers_both_ways() {
         in_code.len() >= 14,
         "route scan found too little: {in_code:?}"
     );
-    let doc: Value = serde_json::from_str(tributary::web::openapi::DOCUMENT).unwrap();
+    let doc: Value = serde_json::from_str(tributary::http::api::openapi::DOCUMENT).unwrap();
     let documented = openapi_operations(&doc);
     let missing: Vec<_> = in_code.difference(&documented).collect();
     let extra: Vec<_> = documented.difference(&in_code).collect();
@@ -555,6 +555,11 @@ fn api_bad_input_names_the_field_and_changes_nothing() {
             r#"{"name":"api","plugin":"static","provider":"static","service":"demo","colour":"blue"}"#,
             "colour",
         ),
+        // A member given twice is refused, not read as its last value.
+        (
+            r#"{"name":"api","plugin":"static","provider":"static","service":"demo","config":{"targets":"raw-secret-text","targets":"127.0.0.1:1"}}"#,
+            "config.targets",
+        ),
     ];
     for (body, field) in raw_cases {
         for path in [
@@ -578,6 +583,36 @@ fn api_bad_input_names_the_field_and_changes_nothing() {
         json!([])
     );
     assert!(!nginx.upstreams_dir().join("api.conf").exists());
+    // Required members left out are checked with the other fields (not by the parser): each is
+    // listed in `errors`, next to the other invalid fields.
+    for (method, path) in [
+        ("POST", "/api/v1/bindings"),
+        ("POST", "/api/v1/resolve"),
+        ("PUT", "/api/v1/bindings/api"),
+        ("POST", "/api/v1/bindings/bulk"),
+    ] {
+        let one = json!({"name": "api", "interval_secs": 1});
+        let body = if path.ends_with("/bulk") {
+            json!({"bindings": [one]})
+        } else {
+            one
+        };
+        let (status, v) = d.api(method, path, Some(&body.to_string()));
+        assert_eq!(status, 400, "{method} {path}: {v}");
+        let errors: Vec<(&str, &str)> = v["errors"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{method} {path}: {v}"))
+            .iter()
+            .map(|e| (e["field"].as_str().unwrap(), e["message"].as_str().unwrap()))
+            .collect();
+        let fields: Vec<&str> = errors.iter().map(|(f, _)| *f).collect();
+        assert_eq!(
+            fields,
+            ["interval_secs", "plugin", "provider", "service"],
+            "{method} {path}: {v}"
+        );
+        assert!(errors[1].1.ends_with("plugin is required"), "{v}");
+    }
 
     // Several invalid fields at once: `errors` lists each; nothing is created.
     let bad = json!({"name": "bad name", "plugin": "static", "provider": "static", "service": "",
@@ -898,7 +933,7 @@ fn secrets_are_write_only_and_metrics_follow_outcomes() {
     assert_eq!(v["binding"]["secrets"]["token"], true, "{v}");
     assert_eq!(v["binding"]["config"]["note"], "plain", "{v}");
     // No example in the OpenAPI document carries a secret field's value.
-    assert!(!tributary::web::openapi::DOCUMENT.contains("tok_live"));
+    assert!(!tributary::http::api::openapi::DOCUMENT.contains("tok_live"));
     assert!(!d.log_text().contains(secret));
 }
 

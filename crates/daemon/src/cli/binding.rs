@@ -10,7 +10,7 @@ use serde_json::Value;
 use tributary_store::{OutcomeRecord, OutcomeStatus};
 
 use super::config::{parse_kv, read_config, secret_keys, SourceArgs};
-use super::print::{outcome_line, print_view};
+use super::print::{fleet_lines, outcome_line, print_view};
 use super::{env_path, print_json, DEFAULT_DATA_DIR, DEFAULT_LISTEN};
 use crate::client::{ApiFailure, Client};
 use crate::view::{
@@ -148,8 +148,8 @@ async fn run_inner(c: &Client, json: bool, cmd: BindingCmd) -> anyhow::Result<Ex
             let secrets = secret_keys(decl);
             let input = BindingInput {
                 name: name.clone(),
-                plugin: a.source.plugin,
-                provider: a.source.provider,
+                plugin: Some(a.source.plugin),
+                provider: Some(a.source.provider),
                 config: read_config(
                     &parse_kv(&a.source.config)?,
                     |k| secrets.iter().any(|s| s == k),
@@ -158,7 +158,7 @@ async fn run_inner(c: &Client, json: bool, cmd: BindingCmd) -> anyhow::Result<Ex
                 .into_iter()
                 .map(|(k, v)| (k, Value::String(v)))
                 .collect(),
-                service: a.source.service,
+                service: Some(a.source.service),
                 interval_secs: a.interval,
                 directives: a.directives,
             };
@@ -235,7 +235,7 @@ async fn run_inner(c: &Client, json: bool, cmd: BindingCmd) -> anyhow::Result<Ex
                     .call::<(), _>(Method::GET, "/api/v1/store", None)
                     .await
                     .ok();
-                for line in d.binding.fleet.text_lines(store.as_ref()) {
+                for line in fleet_lines(&d.binding.fleet, store.as_ref()) {
                     println!("{line}");
                 }
                 if !d.history.is_empty() {

@@ -21,8 +21,6 @@ mod print;
 mod resolve;
 mod serve;
 
-pub(crate) use print::format_time;
-
 /// Default API address.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:9180";
 /// Default data folder (relative to the working directory).

@@ -1,8 +1,8 @@
-//! The text form of binding views and outcomes (`binding add|show|refresh`).
+//! The text form of binding views, their fleet and outcomes (`binding add|show|refresh`).
 
 use tributary_store::{Applied, OutcomeRecord};
 
-use crate::view::BindingView;
+use crate::view::{BindingFleet, BindingView, StoreView};
 
 pub(super) fn outcome_line(o: &OutcomeRecord) -> String {
     let mut s = format!(
@@ -36,8 +36,25 @@ pub(super) fn outcome_line(o: &OutcomeRecord) -> String {
     s
 }
 
+/// One sentence for a person when the store is unreachable (`None` while connected).
+fn store_note(s: &StoreView) -> Option<String> {
+    if s.connected {
+        return None;
+    }
+    let why = s
+        .last_error
+        .as_deref()
+        .map(|e| format!(" ({e})"))
+        .unwrap_or_default();
+    Some(format!(
+        "the {} store is unreachable{why}: this host keeps serving its last applied servers; \
+         changes of bindings and new target sets reach it when the store answers again",
+        s.kind
+    ))
+}
+
 /// `YYYY-MM-DDTHH:MM:SSZ` (UTC) of a time in ms since the Unix epoch.
-pub(crate) fn format_time(ms: i64) -> String {
+fn format_time(ms: i64) -> String {
     crate::utc::utc(ms, 'T')
 }
 
@@ -88,13 +105,124 @@ pub(super) fn print_view(b: &BindingView) {
     }
 }
 
+/// The fleet lines `tributary binding show` prints (indented by two spaces): nothing for one host
+/// on the SQLite store (no fleet); else who resolves and one line per host. `store` (when
+/// known) adds a line while it is unreachable.
+pub(super) fn fleet_lines(fleet: &BindingFleet, store: Option<&StoreView>) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Some(note) = store.and_then(store_note) {
+        out.push(format!("  store: {note}"));
+    }
+    let single = store.is_none_or(|s| s.kind == "sqlite") && fleet.hosts.len() <= 1;
+    if single {
+        return out;
+    }
+    let by = fleet.resolver.as_deref().unwrap_or("no host right now");
+    out.push(format!(
+        "  fleet: resolved by {by}, target set generation {}",
+        fleet.generation
+    ));
+    let width = fleet.hosts.iter().map(|h| h.host.len()).max().unwrap_or(4);
+    for h in &fleet.hosts {
+        let mut line = format!(
+            "    {:width$}  {:7}  {} servers  generation {}  since {}",
+            h.host,
+            h.state.as_str(),
+            h.servers,
+            h.generation,
+            format_time(h.at_ms),
+        );
+        if !h.alive {
+            line.push_str("  (not live)");
+        }
+        if let Some(m) = &h.message {
+            line.push_str(&format!(": {}", m.trim().replace('\n', " / ")));
+        }
+        out.push(line);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::view::FleetHostView;
+    use tributary_store::HostState;
 
     #[test]
     fn time_formatting() {
         assert_eq!(format_time(0), "1970-01-01T00:00:00Z");
         assert_eq!(format_time(1_700_000_000_000), "2023-11-14T22:13:20Z");
+    }
+
+    fn host(id: &str, state: HostState, alive: bool, message: Option<&str>) -> FleetHostView {
+        FleetHostView {
+            host: id.into(),
+            state,
+            alive,
+            at_ms: 0,
+            generation: 4,
+            servers: 2,
+            message: message.map(str::to_string),
+        }
+    }
+
+    fn store(kind: &str, connected: bool) -> StoreView {
+        StoreView {
+            kind: kind.into(),
+            host_id: "a".into(),
+            connected,
+            unreachable_since_ms: None,
+            last_error: None,
+            location: String::new(),
+        }
+    }
+
+    #[test]
+    fn binding_show_prints_no_fleet_for_one_sqlite_host() {
+        let f = BindingFleet {
+            resolver: Some("a".into()),
+            generation: 1,
+            hosts: vec![host("a", HostState::Applied, true, None)],
+        };
+        assert!(fleet_lines(&f, Some(&store("sqlite", true))).is_empty());
+        assert!(fleet_lines(&f, None).is_empty());
+    }
+
+    #[test]
+    fn binding_show_prints_every_host_of_a_fleet_and_an_unreachable_store() {
+        let f = BindingFleet {
+            resolver: Some("b".into()),
+            generation: 4,
+            hosts: vec![
+                host("a", HostState::Applied, true, None),
+                host(
+                    "bb",
+                    HostState::Failed,
+                    true,
+                    Some("[emerg] no\nsecond line"),
+                ),
+                host("c", HostState::Stale, false, Some("store unreachable")),
+            ],
+        };
+        let lines = fleet_lines(&f, Some(&store("etcd", false)));
+        assert!(
+            lines[0].starts_with("  store: the etcd store is unreachable"),
+            "{lines:?}"
+        );
+        assert_eq!(lines[1], "  fleet: resolved by b, target set generation 4");
+        assert!(
+            lines[2].starts_with("    a   applied  2 servers  generation 4  since "),
+            "{lines:?}"
+        );
+        assert!(
+            lines[3].contains("bb  failed ") && lines[3].ends_with(": [emerg] no / second line"),
+            "{lines:?}"
+        );
+        assert!(
+            lines[4].contains("(not live): store unreachable"),
+            "{lines:?}"
+        );
+        assert_eq!(lines.len(), 5);
     }
 }

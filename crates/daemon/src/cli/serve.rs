@@ -12,7 +12,6 @@ use tributary_apply::{Applier, ApplyOptions, CommandNginx, ReloadConfirm};
 use tributary_plugin_host::{HostOptions, PluginHost};
 
 use super::{env_path, DEFAULT_DATA_DIR, DEFAULT_LISTEN};
-use crate::api::ApiState;
 use crate::engine::{ApplyMode, Engine, EngineOptions, LiveOptions, LiveTest};
 use crate::live_api::LiveApi;
 
@@ -232,7 +231,7 @@ pub(super) async fn run(a: ServeArgs) -> anyhow::Result<()> {
         tracing::info!(config_file = %f.display(), "settings read from the configuration file");
     }
     // Checked before anything is opened: a bad name changes nothing.
-    let allowed_hosts = crate::web::host::AllowedHosts::new(a.listen, &a.allowed_hosts)?;
+    let allowed_hosts = crate::http::host::AllowedHosts::new(a.listen, &a.allowed_hosts)?;
     let live = live_options(a.apply_mode, a.live_api.as_deref(), a.live_test).await?;
     let data_dir = env_path(a.data_dir, "TRIBUTARY_DATA_DIR", DEFAULT_DATA_DIR);
     let plugins_dir = env_path(a.plugins_dir, "TRIBUTARY_PLUGINS_DIR", "plugins");
@@ -335,14 +334,9 @@ pub(super) async fn run(a: ServeArgs) -> anyhow::Result<()> {
         token_file = %crate::token::token_path(&data_dir).display(),
         "tributary serving"
     );
-    let state = ApiState {
-        engine: engine.clone(),
-        token: token.into(),
-        load_errors: Arc::new(load_errors.iter().map(|e| e.to_string()).collect()),
-    };
-    let (login, source) = crate::web::session::Login::load_or_create(&data_dir)?;
+    let (login, source) = crate::http::auth::session::Login::load_or_create(&data_dir)?;
     match &source {
-        crate::web::session::PasswordSource::Created(file) => tracing::info!(
+        crate::http::auth::session::PasswordSource::Created(file) => tracing::info!(
             ui = %format!("http://{}/", listener.local_addr()?),
             password_file = %file.display(),
             "web UI login: a password was created; read it from the password file"
@@ -351,9 +345,11 @@ pub(super) async fn run(a: ServeArgs) -> anyhow::Result<()> {
             tracing::info!(ui = %format!("http://{}/", listener.local_addr()?), password = ?src, "web UI")
         }
     }
-    let app = crate::web::router(
-        state,
-        crate::web::WebOptions {
+    let app = crate::http::router(
+        engine.clone(),
+        crate::http::Options {
+            token,
+            load_errors: load_errors.iter().map(|e| e.to_string()).collect(),
             conf_dir: conf_dir.clone(),
             login,
             allowed_hosts,

@@ -50,13 +50,19 @@ impl Engine {
             Some(p) => p.to_string(),
             None => input.name.clone(),
         };
-        let decl = self
-            .provider_decl(&input.plugin, &input.provider)
-            .map_err(|e| errors.push(e))
-            .ok();
+        // A plugin or provider left out is reported by the check.
+        let decl = match (&input.plugin, &input.provider) {
+            (Some(plugin), Some(provider)) => self
+                .provider_decl(plugin, provider)
+                .map_err(|e| errors.push(e))
+                .ok(),
+            _ => None,
+        };
         let mut config = ConfigMap::from(input.config.clone());
         if let (Some(prev), Some(decl)) = (previous, &decl) {
-            if prev.plugin == input.plugin && prev.provider == input.provider {
+            if input.plugin.as_ref() == Some(&prev.plugin)
+                && input.provider.as_ref() == Some(&prev.provider)
+            {
                 // Kept only while every `endpoint` field is unchanged (every non-secret field
                 // when the provider marks none): a stored secret is never sent to an endpoint it
                 // was not saved with.
@@ -88,10 +94,10 @@ impl Engine {
         // Store the config as the plugin receives it (typed values after coercion).
         let record = BindingRecord {
             name: draft.name,
-            plugin: draft.plugin,
-            provider: draft.provider,
+            plugin: binding.plugin.clone(),
+            provider: binding.provider.clone(),
             config: binding.config.as_map().clone(),
-            service: draft.service,
+            service: binding.service.clone(),
             interval_secs: binding.interval.as_secs(),
             directives: draft.directives,
         };
@@ -118,10 +124,10 @@ impl Engine {
 pub fn record_to_binding(rec: &BindingRecord) -> Result<Binding, EngineError> {
     BindingDraft {
         name: rec.name.clone(),
-        plugin: rec.plugin.clone(),
-        provider: rec.provider.clone(),
+        plugin: Some(rec.plugin.clone()),
+        provider: Some(rec.provider.clone()),
         config: ConfigMap::from(rec.config.clone()),
-        service: rec.service.clone(),
+        service: Some(rec.service.clone()),
         interval_secs: Some(rec.interval_secs),
         directives: rec.directives.clone(),
     }

@@ -6,7 +6,7 @@ use axum::http::header;
 use axum::response::{IntoResponse, Response};
 
 /// The document's text.
-pub const DOCUMENT: &str = include_str!("../../assets/openapi.json");
+pub const DOCUMENT: &str = include_str!("../../../assets/openapi.json");
 
 pub async fn serve() -> Response {
     ([(header::CONTENT_TYPE, "application/json")], DOCUMENT).into_response()

@@ -5,8 +5,8 @@ use maud::{html, Markup};
 use serde_json::Value;
 use tributary_store::{now_ms, DroppedRecord, HostState, OutcomeRecord, OutcomeStatus};
 
+use super::html::{fmt_time, time_el};
 use crate::view::BindingView;
-use crate::web::html::{fmt_time, time_el};
 
 /// The state word and CSS class of a binding: ok, unchanged, failing, stale since ..., pending.
 pub fn state_of(b: &BindingView, last_success_ms: Option<i64>) -> (String, &'static str) {
@@ -189,13 +189,18 @@ mod tests {
 /// The banner every binding page shows while the store is unreachable (empty while connected).
 pub(super) fn store_banner(store: &crate::view::StoreView) -> Markup {
     html! {
-        @if let Some(note) = store.unreachable_note() {
+        @if !store.connected {
             p.error.store-down role="alert" {
                 "Store unreachable"
                 @if let Some(since) = store.unreachable_since_ms {
                     " since " (time_el(since, now_ms()))
                 }
-                ": " (note) "."
+                ": the " (store.kind) " store is unreachable"
+                @if let Some(e) = &store.last_error {
+                    " (" (e) ")"
+                }
+                ": this host keeps serving its last applied servers; changes of bindings and new \
+                 target sets reach it when the store answers again."
             }
         }
     }

@@ -10,12 +10,12 @@ use serde_json::Value;
 use tributary_protocol::{FieldDecl, FieldType, ProviderDecl};
 
 use super::get_field;
+use super::html::{csrf_field, page};
 use super::widgets::{dropped_list, targets_table};
 use crate::engine::EngineError;
+use crate::http::auth::session::Session;
+use crate::view::Preview;
 use crate::view::{BindingInput, BindingView};
-use crate::web::api_extra::Preview;
-use crate::web::html::{csrf_field, page};
-use crate::web::session::Session;
 
 /// What the form shows: the person's values (never secret values), errors by field, a preview.
 #[derive(Default)]
@@ -280,10 +280,10 @@ pub(super) fn input_from_form(
     };
     BindingInput {
         name: fs.name.clone(),
-        plugin: plugin.to_string(),
-        provider: decl.code.clone(),
+        plugin: Some(plugin.to_string()),
+        provider: Some(decl.code.clone()),
         config,
-        service: fs.service.clone(),
+        service: Some(fs.service.clone()),
         interval_secs,
         directives: fs
             .directives

@@ -7,16 +7,16 @@ use axum::Extension;
 use maud::html;
 use tributary_store::now_ms;
 
-use crate::web::html::{page, time_el};
-use crate::web::session::Session;
-use crate::web::WebState;
+use super::html::{page, time_el};
+use crate::http::auth::session::Session;
+use crate::http::AppState;
 
 pub(super) async fn nginx_page(
-    State(st): State<WebState>,
+    State(st): State<AppState>,
     Extension(s): Extension<Session>,
 ) -> Response {
     let now = now_ms();
-    let n = crate::web::api_extra::nginx_status(&st);
+    let n = crate::http::api::status::nginx_status(&st);
     let body = html! {
         h1 { "nginx" }
         section.card {

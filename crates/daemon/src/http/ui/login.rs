@@ -7,10 +7,10 @@ use axum::response::{IntoResponse, Redirect, Response};
 use axum::Extension;
 use maud::html;
 
+use super::html::{csrf_field, error_page, page, secure};
 use super::{form, get_field, require_csrf};
-use crate::web::html::{csrf_field, error_page, page, secure};
-use crate::web::session::{self, Session};
-use crate::web::WebState;
+use crate::http::auth::session::{self, Session};
+use crate::http::AppState;
 
 pub(super) fn login_page(status: StatusCode, token: &str, error: Option<&str>) -> Response {
     let body = html! {
@@ -36,7 +36,7 @@ pub(super) fn login_page(status: StatusCode, token: &str, error: Option<&str>) -
     resp
 }
 
-pub(super) async fn login_form(State(st): State<WebState>, headers: HeaderMap) -> Response {
+pub(super) async fn login_form(State(st): State<AppState>, headers: HeaderMap) -> Response {
     if session::cookie(&headers, session::SESSION_COOKIE)
         .and_then(|id| st.sessions.get(id))
         .is_some()
@@ -71,7 +71,7 @@ fn too_many(token: &str, wait: std::time::Duration) -> Response {
 }
 
 pub(super) async fn login_submit(
-    State(st): State<WebState>,
+    State(st): State<AppState>,
     ConnectInfo(client): ConnectInfo<std::net::SocketAddr>,
     headers: HeaderMap,
     body: Bytes,
@@ -135,7 +135,7 @@ pub(super) async fn login_submit(
 }
 
 pub(super) async fn logout(
-    State(st): State<WebState>,
+    State(st): State<AppState>,
     Extension(s): Extension<Session>,
     headers: HeaderMap,
     body: Bytes,

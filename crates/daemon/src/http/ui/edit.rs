@@ -12,13 +12,13 @@ use tributary_protocol::FieldType;
 
 use super::detail::engine_page;
 use super::form::{input_from_form, put_error, render_form, FormState};
+use super::html::page;
 use super::{check_csrf, form, get_field, urlencode};
 use crate::engine::EngineError;
+use crate::http::api::resolve::preview;
+use crate::http::auth::session::Session;
+use crate::http::AppState;
 use crate::view::BindingView;
-use crate::web::api_extra::preview;
-use crate::web::html::page;
-use crate::web::session::Session;
-use crate::web::WebState;
 
 #[derive(Debug, Deserialize)]
 pub(super) struct NewQuery {
@@ -26,8 +26,8 @@ pub(super) struct NewQuery {
     pub(super) provider: Option<String>,
 }
 
-pub(super) fn provider_choice(st: &WebState, s: &Session) -> Response {
-    let plugins = st.api.engine.host().plugins();
+pub(super) fn provider_choice(st: &AppState, s: &Session) -> Response {
+    let plugins = st.engine.host().plugins();
     let body = html! {
         h1 { "New binding" }
         p { "Choose a provider:" }
@@ -48,14 +48,14 @@ pub(super) fn provider_choice(st: &WebState, s: &Session) -> Response {
 }
 
 pub(super) async fn new_form(
-    State(st): State<WebState>,
+    State(st): State<AppState>,
     Extension(s): Extension<Session>,
     Query(q): Query<NewQuery>,
 ) -> Response {
     let (Some(plugin), Some(provider)) = (q.plugin, q.provider) else {
         return provider_choice(&st, &s);
     };
-    let Some(decl) = st.api.engine.host().provider(&plugin, &provider) else {
+    let Some(decl) = st.engine.host().provider(&plugin, &provider) else {
         return page(
             StatusCode::NOT_FOUND,
             "New binding",
@@ -83,7 +83,7 @@ pub(super) async fn new_form(
 }
 
 pub(super) async fn submit(
-    st: &WebState,
+    st: &AppState,
     s: &Session,
     body: &Bytes,
     edit: Option<BindingView>,
@@ -97,7 +97,7 @@ pub(super) async fn submit(
     }
     let plugin = get_field(&f, "plugin").unwrap_or("").to_string();
     let provider = get_field(&f, "provider").unwrap_or("").to_string();
-    let Some(decl) = st.api.engine.host().provider(&plugin, &provider) else {
+    let Some(decl) = st.engine.host().provider(&plugin, &provider) else {
         return page(
             StatusCode::BAD_REQUEST,
             "Bad request",
@@ -110,7 +110,7 @@ pub(super) async fn submit(
     let path_name = edit.as_ref().map(|b| b.name.as_str());
     if !fs.errors.is_empty() {
         // The form could not be read whole: show the other fields' problems with it.
-        if let Err(e) = st.api.engine.preview_binding(&input, path_name) {
+        if let Err(e) = st.engine.preview_binding(&input, path_name) {
             let _ = put_error(&mut fs, &decl, e);
         }
         return render_form(
@@ -123,7 +123,7 @@ pub(super) async fn submit(
         );
     }
     if get_field(&f, "action") == Some("test") {
-        match preview(&st.api.engine, &input, path_name).await {
+        match preview(&st.engine, &input, path_name).await {
             Ok(p) => {
                 fs.preview = Some(p);
                 return render_form(s, &decl, &plugin, edit.as_ref(), &fs, StatusCode::OK);
@@ -134,7 +134,7 @@ pub(super) async fn submit(
             }
         }
     }
-    let engine = &st.api.engine;
+    let engine = &st.engine;
     let saved = match path_name {
         Some(n) => engine
             .put(n, &input)
@@ -158,7 +158,7 @@ pub(super) async fn submit(
 }
 
 pub(super) async fn new_submit(
-    State(st): State<WebState>,
+    State(st): State<AppState>,
     Extension(s): Extension<Session>,
     body: Bytes,
 ) -> Response {
@@ -166,14 +166,14 @@ pub(super) async fn new_submit(
 }
 
 pub(super) async fn edit_form(
-    State(st): State<WebState>,
+    State(st): State<AppState>,
     Extension(s): Extension<Session>,
     Path(name): Path<String>,
 ) -> Response {
-    let Some(b) = st.api.engine.get(&name) else {
+    let Some(b) = st.engine.get(&name) else {
         return engine_page(&s, EngineError::NotFound(name));
     };
-    let Some(decl) = st.api.engine.host().provider(&b.plugin, &b.provider) else {
+    let Some(decl) = st.engine.host().provider(&b.plugin, &b.provider) else {
         return page(
             StatusCode::CONFLICT,
             "Edit",
@@ -207,12 +207,12 @@ pub(super) async fn edit_form(
 }
 
 pub(super) async fn edit_submit(
-    State(st): State<WebState>,
+    State(st): State<AppState>,
     Extension(s): Extension<Session>,
     Path(name): Path<String>,
     body: Bytes,
 ) -> Response {
-    let Some(b) = st.api.engine.get(&name) else {
+    let Some(b) = st.engine.get(&name) else {
         return engine_page(&s, EngineError::NotFound(name));
     };
     submit(&st, &s, &body, Some(b)).await

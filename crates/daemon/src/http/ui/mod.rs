@@ -5,9 +5,10 @@
 //! generated file, include line, refresh/edit/delete); `/ui/new` (provider choice, then the form);
 //! `/ui/bindings/{name}/edit`; `/ui/nginx`. Forms are generated from the provider's
 //! `configuration.fields`; secret fields are password inputs that are never filled in.
-
 //!
-//! Files: `mod.rs` routes, authenticates and reads forms; `login`, `list`, `detail`, `edit` and
+//! Files: `mod.rs` routes, guards the pages with a session ([`crate::http::auth::session_of`]),
+//! checks CSRF tokens ([`crate::http::auth::csrf_ok`]) and reads forms; `html` the page frame,
+//! security headers and times; `login`, `list`, `detail`, `edit` and
 //! `nginx` are the pages; `form` renders and reads the create/edit form; `chart` draws the SVG
 //! charts; `widgets` holds the pieces several pages share.
 
@@ -15,6 +16,7 @@ mod chart;
 mod detail;
 mod edit;
 mod form;
+pub mod html;
 mod list;
 mod login;
 mod nginx;
@@ -29,9 +31,10 @@ use axum::routing::{get, post};
 use axum::Router;
 use maud::html;
 
-use crate::web::html::{page, secure};
-use crate::web::session::{self, Session};
-use crate::web::WebState;
+use crate::http::auth::session::Session;
+use crate::http::auth::{csrf_ok, session_of};
+use crate::http::AppState;
+use html::{page, secure};
 
 pub use widgets::state_of;
 
@@ -39,7 +42,7 @@ const STYLE: &str = include_str!("../../../assets/style.css");
 const SCRIPT: &str = include_str!("../../../assets/app.js");
 
 /// The UI routes.
-pub fn router(st: WebState) -> Router {
+pub fn router(st: AppState) -> Router {
     let authed = Router::new()
         .route("/ui/bindings", get(list::list))
         .route("/ui/new", get(edit::new_form).post(edit::new_submit))
@@ -71,13 +74,11 @@ pub(super) async fn asset(kind: &'static str, text: &'static str) -> Response {
 }
 
 pub(super) async fn require_session(
-    State(st): State<WebState>,
+    State(st): State<AppState>,
     mut req: Request,
     next: Next,
 ) -> Response {
-    let s =
-        session::cookie(req.headers(), session::SESSION_COOKIE).and_then(|id| st.sessions.get(id));
-    match s {
+    match session_of(&st, req.headers()) {
         Some(s) => {
             req.extensions_mut().insert(s);
             next.run(req).await
@@ -109,19 +110,19 @@ pub(super) fn get_field<'a>(f: &'a [(String, String)], key: &str) -> Option<&'a 
 
 /// Checks the form's CSRF token against the session's.
 pub(super) fn check_csrf(s: &Session, f: &[(String, String)]) -> Result<(), Box<Response>> {
-    match get_field(f, "csrf") {
-        Some(t) if session::equal(t, &s.csrf) => Ok(()),
-        _ => Err(Box::new(page(
-            StatusCode::FORBIDDEN,
-            "Forbidden",
-            Some(&s.csrf),
-            html! {
-                p.error {
-                    "The form's security token is missing or stale: reload the page and try again."
-                }
-            },
-        ))),
+    if csrf_ok(s, get_field(f, "csrf")) {
+        return Ok(());
     }
+    Err(Box::new(page(
+        StatusCode::FORBIDDEN,
+        "Forbidden",
+        Some(&s.csrf),
+        html! {
+            p.error {
+                "The form's security token is missing or stale: reload the page and try again."
+            }
+        },
+    )))
 }
 
 pub(super) fn urlencode(s: &str) -> String {

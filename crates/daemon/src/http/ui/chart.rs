@@ -2,7 +2,7 @@
 
 use maud::{html, Markup};
 
-use crate::web::html::fmt_time;
+use super::html::fmt_time;
 
 /// A line chart of `points` (time in ms, value, failed); nothing when there are none.
 pub(super) fn chart(title: &str, points: &[(i64, f64, bool)], unit: &str) -> Markup {

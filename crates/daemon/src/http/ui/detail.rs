@@ -10,22 +10,22 @@ use serde_json::Value;
 use tributary_store::{now_ms, OutcomeStatus};
 
 use super::chart::chart;
+use super::html::{csrf_field, error_page, page, time_el};
 use super::widgets::{
     fleet_card, outcome_block, outcome_summary, state_of, store_banner, targets_table,
 };
 use super::{require_csrf, urlencode};
 use crate::engine::EngineError;
-use crate::web::html::{csrf_field, error_page, page, time_el};
-use crate::web::session::Session;
-use crate::web::WebState;
+use crate::http::auth::session::Session;
+use crate::http::AppState;
 
 pub(super) fn detail_page(
-    st: &WebState,
+    st: &AppState,
     s: &Session,
     name: &str,
     banner: Option<(&str, &str)>,
 ) -> Response {
-    let d = match st.api.engine.show(name) {
+    let d = match st.engine.show(name) {
         Ok(d) => d,
         Err(e) => return engine_page(s, e),
     };
@@ -33,7 +33,7 @@ pub(super) fn detail_page(
     let now = now_ms();
     let (state, class) = state_of(b, st.metrics.last_success_ms(&b.name));
     let n = &b.name;
-    let decl = st.api.engine.host().provider(&b.plugin, &b.provider);
+    let decl = st.engine.host().provider(&b.plugin, &b.provider);
     let label = |k: &str| {
         decl.as_ref()
             .and_then(|d| d.field(k))
@@ -53,7 +53,7 @@ pub(super) fn detail_page(
         latency.push((o.at_ms, o.duration_ms as f64, failed));
     }
     let file = std::fs::read_to_string(&b.file).ok();
-    let store = st.api.engine.store_status();
+    let store = st.engine.store_status();
     let body = html! {
         h1 { (n) " " span class={"state " (class)} { (state) } }
         (store_banner(&store))
@@ -178,7 +178,7 @@ pub(super) fn engine_page(s: &Session, e: EngineError) -> Response {
 }
 
 pub(super) async fn detail(
-    State(st): State<WebState>,
+    State(st): State<AppState>,
     Extension(s): Extension<Session>,
     Path(name): Path<String>,
 ) -> Response {
@@ -186,7 +186,7 @@ pub(super) async fn detail(
 }
 
 pub(super) async fn refresh(
-    State(st): State<WebState>,
+    State(st): State<AppState>,
     Extension(s): Extension<Session>,
     Path(name): Path<String>,
     body: Bytes,
@@ -194,14 +194,14 @@ pub(super) async fn refresh(
     if let Err(r) = require_csrf(&s, &body) {
         return *r;
     }
-    match st.api.engine.refresh(&name).await {
+    match st.engine.refresh(&name).await {
         Ok(_) => Redirect::to(&format!("/ui/bindings/{}", urlencode(&name))).into_response(),
         Err(e) => engine_page(&s, e),
     }
 }
 
 pub(super) async fn delete(
-    State(st): State<WebState>,
+    State(st): State<AppState>,
     Extension(s): Extension<Session>,
     Path(name): Path<String>,
     body: Bytes,
@@ -209,7 +209,7 @@ pub(super) async fn delete(
     if let Err(r) = require_csrf(&s, &body) {
         return *r;
     }
-    match st.api.engine.remove(&name).await {
+    match st.engine.remove(&name).await {
         Ok(_) => {
             Redirect::to(&format!("/ui/bindings?deleted={}", urlencode(&name))).into_response()
         }

@@ -126,7 +126,7 @@ fn refuse(path: &str, host: Option<&str>) -> Response {
         None => "the request has no Host header: refused (DNS rebinding protection)".to_string(),
     };
     if path.starts_with("/api/") {
-        super::api_extra::error(StatusCode::MISDIRECTED_REQUEST, message, None)
+        super::error::ApiError::new(StatusCode::MISDIRECTED_REQUEST, message, None).into_response()
     } else {
         (
             StatusCode::MISDIRECTED_REQUEST,

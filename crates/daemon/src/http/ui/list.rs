@@ -8,10 +8,10 @@ use maud::html;
 use serde::Deserialize;
 use tributary_store::now_ms;
 
+use super::html::{page, time_el};
 use super::widgets::{outcome_summary, state_of, store_banner};
-use crate::web::html::{page, time_el};
-use crate::web::session::Session;
-use crate::web::WebState;
+use crate::http::auth::session::Session;
+use crate::http::AppState;
 
 #[derive(Debug, Deserialize)]
 pub(super) struct ListQuery {
@@ -20,15 +20,15 @@ pub(super) struct ListQuery {
 }
 
 pub(super) async fn list(
-    State(st): State<WebState>,
+    State(st): State<AppState>,
     Extension(s): Extension<Session>,
     Query(q): Query<ListQuery>,
 ) -> Response {
     let now = now_ms();
-    let bindings = st.api.engine.list();
+    let bindings = st.engine.list();
     let body = html! {
         h1 { "Bindings" }
-        (store_banner(&st.api.engine.store_status()))
+        (store_banner(&st.engine.store_status()))
         @if let Some(d) = &q.deleted {
             p.notice role="status" { "Deleted binding " (d) " and its file." }
         }

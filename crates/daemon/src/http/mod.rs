@@ -1,0 +1,108 @@
+//! Everything `tributary serve` answers over HTTP, in one router ([`router`]) on one state
+//! ([`AppState`]):
+//!
+//! - [`api`]: the JSON API under `/api/v1` (`docs/api.md`), one file per resource;
+//! - [`error`]: the one JSON error body (`{"error": {"message", "field"}}`) and the HTTP status of
+//!   each engine error;
+//! - [`json`]: the JSON body and query extractors, whose errors are typed (never serde's prose);
+//! - [`auth`]: the bearer token, the UI login and sessions, CSRF tokens;
+//! - [`host`]: refuses requests whose `Host` is not this daemon's (DNS rebinding);
+//! - [`metrics`]: `/metrics` in OpenMetrics or Prometheus text format by `Accept`;
+//! - [`ui`]: the server-rendered web UI under `/ui/` (plus `/`, `/login`, `/logout`).
+//!
+//! Access: `GET /api/v1/health` is open; `/api/v1/*` needs the bearer token; `/metrics` takes
+//! the bearer token or a UI session; UI pages need a session (else they redirect to `/login`).
+//! The JSON shapes themselves are data in [`crate::view`], shared with the engine and the CLI.
+
+pub mod api;
+pub mod auth;
+pub mod error;
+pub mod host;
+pub mod json;
+pub mod metrics;
+pub mod ui;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use axum::middleware;
+use axum::Router;
+
+use crate::engine::Engine;
+use auth::session::{Login, LoginLimiter, Sessions};
+use metrics::Metrics;
+
+/// What `serve` hands the HTTP side besides the engine.
+pub struct Options {
+    /// The API token (compared in constant time, never logged).
+    pub token: String,
+    /// Plugins that failed to load at start-up, as text.
+    pub load_errors: Vec<String>,
+    /// nginx conf dir (for the nginx status).
+    pub conf_dir: PathBuf,
+    pub login: Login,
+    /// The `Host` values requests may carry.
+    pub allowed_hosts: host::AllowedHosts,
+}
+
+/// Shared state of every handler.
+#[derive(Clone)]
+pub struct AppState {
+    pub engine: Engine,
+    pub token: Arc<str>,
+    /// Plugins that failed to load at start-up, as text.
+    pub load_errors: Arc<Vec<String>>,
+    pub metrics: Arc<Metrics>,
+    pub sessions: Arc<Sessions>,
+    pub login: Arc<Login>,
+    pub conf_dir: Arc<PathBuf>,
+    /// At most two password checks at a time (argon2 costs memory and CPU on purpose).
+    pub login_gate: Arc<tokio::sync::Semaphore>,
+    /// Wrong passwords per client address ([`LoginLimiter`]).
+    pub login_limiter: Arc<LoginLimiter>,
+}
+
+impl AppState {
+    /// The state of a daemon serving `engine`. Starts the metrics task (needs a tokio runtime).
+    pub fn new(
+        engine: Engine,
+        token: String,
+        load_errors: Vec<String>,
+        conf_dir: PathBuf,
+        login: Login,
+    ) -> AppState {
+        AppState {
+            metrics: Metrics::start(&engine),
+            engine,
+            token: token.into(),
+            load_errors: Arc::new(load_errors),
+            sessions: Arc::new(Sessions::default()),
+            login: Arc::new(login),
+            conf_dir: Arc::new(conf_dir),
+            login_gate: Arc::new(tokio::sync::Semaphore::new(2)),
+            login_limiter: Arc::new(LoginLimiter::default()),
+        }
+    }
+}
+
+/// The whole HTTP surface: the JSON API, `/metrics` and the UI, every answer under `/api/` JSON
+/// (also axum's own refusals), behind the `Host` check. Starts the metrics task.
+pub fn router(engine: Engine, opts: Options) -> Router {
+    let st = AppState::new(
+        engine,
+        opts.token,
+        opts.load_errors,
+        opts.conf_dir,
+        opts.login,
+    );
+    Router::new()
+        .merge(api::router(st.clone()))
+        .merge(metrics::router(st.clone()))
+        .merge(ui::router(st))
+        .fallback(error::not_found)
+        .layer(middleware::from_fn(error::json_errors))
+        .layer(middleware::from_fn_with_state(
+            Arc::new(opts.allowed_hosts),
+            host::check,
+        ))
+}
