@@ -46,7 +46,9 @@ use upstrand_core::live::render::overdue_retired_line;
 
 use super::zone::LiveUpstream;
 use super::InitPeer;
-use crate::ffi_util::{log_str, pool_copy, pool_new, NGX_ERROR, NGX_OK};
+use crate::ffi::log::log_str;
+use crate::ffi::pool::{pool_copy, pool_new};
+use crate::ffi::{NGX_ERROR, NGX_OK};
 
 /// Per-request state of the wrapper (request pool; plain data).
 #[derive(Clone, Copy)]
@@ -212,7 +214,7 @@ impl Pc {
         // balancer from a peer it holds (conns counted), so they are valid to copy now.
         unsafe {
             if !name.is_null() {
-                let Some(copy) = pool_copy(pool, crate::ffi_util::bytes(&*name)) else {
+                let Some(copy) = pool_copy(pool, crate::ffi::bytes(&*name)) else {
                     return false;
                 };
                 let Some(s) = pool_new(pool, copy) else {
@@ -396,7 +398,7 @@ fn warn_overdue(live: LiveUpstream, us: *mut ngx_http_upstream_srv_conf_t, pc: P
         return;
     }
     // SAFETY: `us` is the request's upstream configuration, alive with the configuration.
-    let name = unsafe { crate::upstreams::Upstream::from_ptr(us) }
+    let name = unsafe { crate::ffi::upstream::Upstream::from_ptr(us) }
         .map(|u| String::from_utf8_lossy(u.host()).into_owned())
         .unwrap_or_default();
     let line = overdue_retired_line(&name, &overdue, live.retired_warn_ms());

@@ -24,9 +24,12 @@ use upstrand_core::live::{parse_put, route, Access, ApiError, Listener, Route, M
 
 use super::with_entry;
 use super::zone::LiveUpstream;
-use crate::conf::Module;
-use crate::ffi_util::{bytes, log_str, pool_copy, NGX_ERROR, NGX_OK};
-use crate::upstreams::Upstream;
+use crate::ffi::conf::ConfPart;
+use crate::ffi::log::log_str;
+use crate::ffi::pool::pool_copy;
+use crate::ffi::request::Req;
+use crate::ffi::upstream::Upstream;
+use crate::ffi::{bytes, NGX_ERROR, NGX_OK};
 
 /// An answer: status and JSON body.
 type Answer = (u16, String);
@@ -77,11 +80,11 @@ impl ApiReq {
 
     /// The access settings of the request's location (read-only when it has none).
     fn access(self) -> Access {
-        self.get(|r| {
-            <Module as HttpModuleLocationConf>::location_conf(r)
-                .and_then(|lc| lc.api_access.clone())
-                .unwrap_or_default()
-        })
+        // SAFETY: the request is live (handle).
+        let r = unsafe { Req::from_ptr(self.as_ptr()) };
+        r.and_then(super::ApiLocation::of_request)
+            .and_then(|a| a.access.clone())
+            .unwrap_or_default()
     }
 
     /// The host the request names, as nginx validated it (`headers_in.server`: from `Host` or
@@ -251,7 +254,7 @@ impl ApiReq {
             (*ho).content_length_n = body.len() as i64;
             let ct = b"application/json";
             (*ho).content_type_len = ct.len();
-            (*ho).content_type = crate::ffi_util::borrowed(ct);
+            (*ho).content_type = crate::ffi::borrowed(ct);
             let rc = ngx_http_send_header(r);
             if rc == NGX_ERROR || rc > NGX_OK || (*r).header_only() != 0 {
                 return rc;

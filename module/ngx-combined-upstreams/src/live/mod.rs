@@ -18,7 +18,7 @@ pub mod peers;
 pub mod probe;
 pub mod zone;
 
-use core::ffi::{c_char, c_void};
+use core::ffi::c_void;
 use core::ptr::NonNull;
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -30,20 +30,26 @@ use ngx::ffi::{
 };
 use ngx::http::{HttpModuleLocationConf, NgxHttpCoreModule};
 
-use crate::conf_ext::ConfExt;
-use crate::ffi_util::{bytes, command, ConfFail, NGX_ERROR, NGX_OK};
-use crate::upstrand::dynamic::LocConf;
-use crate::upstreams::Upstream;
+use crate::ffi::conf::{ConfExt, ConfPart, Directive};
+use crate::ffi::upstream::Upstream;
+use crate::ffi::{bytes, command, ConfFail, NGX_ERROR, NGX_OK};
 use peers::{Peers, Slab};
 use zone::{LiveState, LiveUpstream};
 
 /// `upstreams_api [write=on|off] [host=NAME ...];` in a `location`.
-pub const COMMAND: ngx_command_t = command(
+pub const COMMAND: ngx_command_t = command::<SetUpstreamsApi>(
     c"upstreams_api",
     NGX_HTTP_LOC_CONF | NGX_CONF_ANY,
-    set_upstreams_api,
     NGX_HTTP_LOC_CONF_OFFSET,
 );
+
+/// The live API's part of a location's configuration (not inherited: the directive sets the
+/// location's content handler).
+#[derive(Default)]
+pub struct ApiLocation {
+    /// `upstreams_api` of this location.
+    pub access: Option<upstrand_core::live::Access>,
+}
 
 /// A balancer's `peer.init`.
 pub type InitPeer =
@@ -168,22 +174,18 @@ pub fn lookup_peer_init(
     with_entry(uscf, |e| e.orig_init.map(|f| (f, e.live()))).flatten()
 }
 
-extern "C" fn set_upstreams_api(
-    cf: *mut ngx_conf_t,
-    _cmd: *mut ngx_command_t,
-    conf: *mut c_void,
-) -> *mut c_char {
-    // SAFETY: nginx calls the handler with the configuration being parsed, inside a location,
-    // and `conf` is this module's LocConf of that location (the command's loc conf offset);
-    // nothing else refers to them during the call.
-    let (cf, lc) = unsafe { (&mut *cf, &mut *conf.cast::<LocConf>()) };
-    let result = declare(cf, lc);
-    cf.result(result)
+struct SetUpstreamsApi;
+
+impl Directive for SetUpstreamsApi {
+    fn handle(cf: &mut ngx_conf_t) -> Result<(), ConfFail> {
+        let loc = ApiLocation::of_conf(cf).ok_or(ConfFail::Logged)?;
+        declare(cf, loc)
+    }
 }
 
 /// Records the location's access parameters and makes it the API's location.
-fn declare(cf: &mut ngx_conf_t, lc: &mut LocConf) -> Result<(), ConfFail> {
-    if lc.api_access.is_some() {
+fn declare(cf: &mut ngx_conf_t, loc: &mut ApiLocation) -> Result<(), ConfFail> {
+    if loc.access.is_some() {
         return Err(upstrand_core::ConfError::ApiDuplicate.into());
     }
     let texts = cf.param_texts();
@@ -198,7 +200,7 @@ fn declare(cf: &mut ngx_conf_t, lc: &mut LocConf) -> Result<(), ConfFail> {
             w.1 = warn;
         }
     }
-    lc.api_access = Some(access);
+    loc.access = Some(access);
     let Some(clcf) = NgxHttpCoreModule::location_conf_mut(cf) else {
         return Err(ConfFail::Logged);
     };
@@ -226,7 +228,7 @@ pub fn init_main_conf(cf: &mut ngx_conf_t) -> Result<(), &'static str> {
     }
     let probes = probe::Probes::run(cf);
     let mut reg = registry();
-    for up in crate::upstreams::all(cf) {
+    for up in crate::ffi::upstream::all(cf) {
         if !up.is_block() {
             continue; // an implicit upstream (proxy_pass http://host)
         }

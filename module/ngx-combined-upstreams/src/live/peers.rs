@@ -563,7 +563,7 @@ impl Peer {
         // SAFETY: p is live (handle); name.data holds name.len bytes in the zone.
         unsafe {
             let p = self.raw();
-            let name = crate::ffi_util::bytes(&(*p).name);
+            let name = crate::ffi::bytes(&(*p).name);
             (
                 String::from_utf8_lossy(name).into_owned(),
                 PeerState {

@@ -26,8 +26,8 @@ use ngx::ffi::{
     ngx_int_t, ngx_module_t, ngx_str_t,
 };
 
-use crate::ffi_util::borrowed;
-use crate::upstreams::Upstream;
+use crate::ffi::borrowed;
+use crate::ffi::upstream::Upstream;
 
 /// A balancer the live API can change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -266,7 +266,7 @@ fn call(
             return None;
         }
         while (*c).name.len != 0 {
-            if crate::ffi_util::bytes(&(*c).name) == cmd.to_bytes() {
+            if crate::ffi::bytes(&(*c).name) == cmd.to_bytes() {
                 break;
             }
             c = c.add(1);
