@@ -25,7 +25,7 @@ use ngx::http::{
     HttpModule, HttpModuleLocationConf, HttpModuleMainConf, HttpModuleServerConf, Merge,
 };
 
-use super::log::{conf_log, conf_log_plain};
+use super::log::{conf_log, log_str};
 use super::pool::{self, alloc, alloc_box, copy_str};
 use super::request::Req;
 use super::upstream::Upstream;
@@ -260,7 +260,10 @@ impl ConfExt for ngx_conf_t {
     }
 
     fn log_plain(&self, level: u32, msg: &str) {
-        conf_log_plain(self, level, msg);
+        // SAFETY: cf->log is the live configuration log while the configuration is parsed.
+        if let Some(log) = unsafe { self.log.as_ref() } {
+            log_str(log, level, msg);
+        }
     }
 
     fn result(&self, result: Result<(), ConfFail>) -> *mut c_char {

@@ -20,7 +20,9 @@
 //! no `unsafe {}` block and no `extern "C"`.
 
 pub mod conf;
+pub mod content;
 pub mod log;
+pub mod peers;
 pub mod pool;
 pub mod request;
 pub mod upstream;

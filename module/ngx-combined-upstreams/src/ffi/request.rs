@@ -48,7 +48,7 @@ impl Req {
         self.0.as_ptr()
     }
 
-    fn get<T>(self, f: impl FnOnce(&ngx_http_request_t) -> T) -> T {
+    pub(super) fn get<T>(self, f: impl FnOnce(&ngx_http_request_t) -> T) -> T {
         // SAFETY: see `from_ptr`; the reference lives only during `f`, which calls no nginx code.
         f(unsafe { self.0.as_ref() })
     }
@@ -110,18 +110,18 @@ impl Req {
     #[inline]
     pub fn debug_enabled(self) -> bool {
         // SAFETY: a request's connection and its log are live while the request is.
-        self.get(|r| unsafe { debug_http((*r.connection).log) })
+        self.get(|r| unsafe { debug_http(&*(*r.connection).log) })
     }
 
     /// Logs `msg` on the request's connection log at `level`.
     pub fn log(self, level: u32, msg: &str) {
         let log = self.get(|r| r.connection);
         // SAFETY: the request's connection and its log are live while the request is.
-        unsafe { log_str((*log).log, level, msg) };
+        unsafe { log_str(&*(*log).log, level, msg) };
     }
 
     /// The request's pool (shared by the request tree).
-    fn pool(self) -> Pool {
+    pub(super) fn pool(self) -> Pool {
         // SAFETY: the request's pool is live while the request is.
         unsafe { pool::pool(self.get(|r| r.pool)) }
     }

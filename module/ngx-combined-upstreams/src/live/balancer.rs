@@ -403,9 +403,9 @@ fn warn_overdue(live: LiveUpstream, us: *mut ngx_http_upstream_srv_conf_t, pc: P
         .unwrap_or_default();
     let line = overdue_retired_line(&name, &overdue, live.retired_warn_ms());
     let log = pc.with(|pc| pc.log);
-    if !log.is_null() {
-        // SAFETY: the peer connection's log is the request's, live during its `free`.
-        unsafe { log_str(log, NGX_LOG_WARN, &line) };
+    // SAFETY: the peer connection's log is the request's, live during its `free`.
+    if let Some(log) = unsafe { log.as_ref() } {
+        log_str(log, NGX_LOG_WARN, &line);
     }
 }
 

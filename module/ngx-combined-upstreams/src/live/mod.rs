@@ -5,7 +5,8 @@
 //!   the process-local registry that maps an upstream to its live state.
 //! - [`probe`]: which balancer an upstream uses.
 //! - [`zone`]: the state in the zone, `PUT` application, retiring and freeing of busy peers.
-//! - [`peers`]: every access to nginx's round-robin peer structures (the version-sensitive part).
+//! - [`crate::ffi::peers`]: every access to nginx's round-robin peer structures (the
+//!   version-sensitive part).
 //! - [`balancer`]: per-request wrappers around the balancer.
 //! - [`handler`]: the HTTP handler (`GET`/`PUT`, JSON answers).
 //!
@@ -14,7 +15,6 @@
 
 pub mod balancer;
 pub mod handler;
-pub mod peers;
 pub mod probe;
 pub mod zone;
 
@@ -28,12 +28,12 @@ use ngx::ffi::{
     ngx_http_upstream_srv_conf_t, ngx_int_t, ngx_pool_cleanup_add, ngx_shm_zone_init_pt,
     ngx_shm_zone_t, NGX_CONF_ANY, NGX_HTTP_LOC_CONF, NGX_HTTP_LOC_CONF_OFFSET,
 };
-use ngx::http::{HttpModuleLocationConf, NgxHttpCoreModule};
 
 use crate::ffi::conf::{ConfExt, ConfPart, Directive};
+use crate::ffi::content::set_content_handler;
+use crate::ffi::peers::{Peers, Slab};
 use crate::ffi::upstream::Upstream;
 use crate::ffi::{bytes, command, ConfFail, NGX_ERROR, NGX_OK};
-use peers::{Peers, Slab};
 use zone::{LiveState, LiveUpstream};
 
 /// `upstreams_api [write=on|off] [host=NAME ...];` in a `location`.
@@ -201,10 +201,7 @@ fn declare(cf: &mut ngx_conf_t, loc: &mut ApiLocation) -> Result<(), ConfFail> {
         }
     }
     loc.access = Some(access);
-    let Some(clcf) = NgxHttpCoreModule::location_conf_mut(cf) else {
-        return Err(ConfFail::Logged);
-    };
-    clcf.handler = Some(handler::handle);
+    set_content_handler::<handler::Api>(cf)?;
     *API_CYCLE.lock().unwrap_or_else(|e| e.into_inner()) = cf.cycle as usize;
     Ok(())
 }

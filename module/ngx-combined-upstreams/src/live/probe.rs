@@ -16,18 +16,11 @@
 //! `max_cached` is not 0. The module's own `init_main_conf` runs after the keepalive module's
 //! (dynamic modules come after the static ones), so the value is final when it classifies.
 
-use core::ffi::{c_char, c_void, CStr};
-use core::mem::{size_of, zeroed};
-use core::ptr;
+use core::mem::size_of;
 
-use ngx::ffi::{
-    ngx_array_t, ngx_command_t, ngx_conf_t, ngx_http_conf_ctx_t, ngx_http_upstream_init_pt,
-    ngx_http_upstream_init_round_robin, ngx_http_upstream_module, ngx_http_upstream_srv_conf_t,
-    ngx_int_t, ngx_module_t, ngx_str_t,
-};
+use ngx::ffi::{ngx_conf_t, ngx_http_upstream_init_pt, ngx_module_t};
 
-use crate::ffi::borrowed;
-use crate::ffi::upstream::Upstream;
+use crate::ffi::upstream::{find_module, is_round_robin, probe_directive as call, Upstream};
 
 /// A balancer the live API can change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,17 +52,9 @@ pub struct Probes {
     max_cached: Option<(&'static ngx_module_t, usize)>,
 }
 
-/// A marker init function whose address the keepalive probe looks for.
-extern "C" fn marker(_cf: *mut ngx_conf_t, _us: *mut ngx_http_upstream_srv_conf_t) -> ngx_int_t {
-    0
-}
-
 fn addr(f: ngx_http_upstream_init_pt) -> usize {
     f.map_or(0, |f| f as usize)
 }
-
-/// Scratch space handed to a balancer handler as its module configuration.
-const SCRATCH: usize = 512;
 
 impl Probes {
     /// Runs the probes against the modules of the configuration being parsed (inside `http {}`).
@@ -119,7 +104,7 @@ impl Probes {
                 "ngx_http_upstream_keepalive_module",
                 c"keepalive",
                 &[c"1"],
-                Some(marker),
+                Some(crate::ffi::upstream::probe_marker),
                 0,
             ) {
                 let words = conf.len() / size_of::<usize>();
@@ -128,7 +113,7 @@ impl Probes {
                         conf[i * size_of::<usize>()..(i + 1) * size_of::<usize>()]
                             .try_into()
                             .unwrap_or_default(),
-                    ) == marker as *const () as usize
+                    ) == crate::ffi::upstream::probe_marker as *const () as usize
                 });
                 if let (Some(off), true) = (off, init != 0) {
                     if let Some(m) = find_module(cf, "ngx_http_upstream_keepalive_module") {
@@ -169,11 +154,7 @@ impl Probes {
     pub fn classify(&self, up: Upstream) -> Balancer {
         let init = addr(up.init_upstream());
         if let Some((ka, m, off)) = self.keepalive {
-            let kcf = up.module_srv_conf(m).cast::<u8>();
-            if init == ka && !kcf.is_null() {
-                // SAFETY: kcf is keepalive's srv conf of this upstream, larger than `off` plus a
-                // word (the probe found the marker there in a conf of the same type).
-                let inner = unsafe { ptr::read_unaligned(kcf.add(off) as *const usize) };
+            if let (true, Some(inner)) = (init == ka, up.srv_conf_word(m, off)) {
                 let b = self.plain(inner);
                 return Balancer {
                     name: format!("{}+keepalive", b.name),
@@ -183,9 +164,7 @@ impl Probes {
         }
         #[cfg(nginx1_29_7)]
         if let Some((m, off)) = self.max_cached {
-            let kcf = up.module_srv_conf(m).cast::<u8>();
-            // SAFETY: as above, for `max_cached`.
-            if !kcf.is_null() && unsafe { ptr::read_unaligned(kcf.add(off) as *const usize) } != 0 {
+            if up.srv_conf_word(m, off).is_some_and(|w| w != 0) {
                 let b = self.plain(init);
                 return Balancer {
                     name: format!("{}+keepalive", b.name),
@@ -197,8 +176,7 @@ impl Probes {
     }
 
     fn plain(&self, init: usize) -> Balancer {
-        let rr = ngx_http_upstream_init_round_robin as *const () as usize;
-        if init == 0 || init == rr {
+        if init == 0 || is_round_robin(init) {
             return Balancer {
                 name: "round_robin".into(),
                 live: Some(Live::RoundRobin),
@@ -218,93 +196,5 @@ impl Probes {
                 live: None,
             },
         }
-    }
-}
-
-/// The loaded module called `name`.
-fn find_module(cf: &ngx_conf_t, name: &str) -> Option<&'static ngx_module_t> {
-    // SAFETY: cf->cycle->modules is the cycle's null-terminated array of loaded modules (static
-    // module objects, or those of loaded .so files, which stay loaded with the cycle) with
-    // their names.
-    unsafe {
-        let cycle = cf.cycle;
-        if cycle.is_null() || (*cycle).modules.is_null() {
-            return None;
-        }
-        let mut i = 0;
-        loop {
-            let m = *(*cycle).modules.add(i);
-            if m.is_null() {
-                return None;
-            }
-            if !(*m).name.is_null() && CStr::from_ptr((*m).name).to_bytes() == name.as_bytes() {
-                return Some(&*m);
-            }
-            i += 1;
-        }
-    }
-}
-
-/// Calls `module`'s directive `cmd` with `args` on a scratch upstream whose `init_upstream` is
-/// `preset` and whose module configuration is `SCRATCH` bytes of `fill`; returns the
-/// `init_upstream` it left and the scratch module configuration.
-fn call(
-    cf: &ngx_conf_t,
-    module: &str,
-    cmd: &CStr,
-    args: &[&CStr],
-    preset: ngx_http_upstream_init_pt,
-    fill: u8,
-) -> Option<(usize, Vec<u8>)> {
-    // SAFETY: the handler sees a copy of cf whose ctx points at scratch configurations that
-    // live until it returns; the words it reads are in `words`, and the module conf it writes
-    // is `SCRATCH` bytes (larger than any balancer's srv conf).
-    unsafe {
-        let m = find_module(cf, module)?;
-        let mut c = m.commands as *const ngx_command_t;
-        if c.is_null() {
-            return None;
-        }
-        while (*c).name.len != 0 {
-            if crate::ffi::bytes(&(*c).name) == cmd.to_bytes() {
-                break;
-            }
-            c = c.add(1);
-        }
-        let set = (*c).set?;
-        let mut scratch_uscf: ngx_http_upstream_srv_conf_t = zeroed();
-        scratch_uscf.peer.init_upstream = preset;
-        let up_idx = (*ptr::addr_of!(ngx_http_upstream_module)).ctx_index;
-        let mut srv: Vec<*mut c_void> = vec![ptr::null_mut(); up_idx + 1];
-        srv[up_idx] = ptr::addr_of_mut!(scratch_uscf).cast();
-        let mut ctx = ngx_http_conf_ctx_t {
-            main_conf: (*(cf.ctx as *mut ngx_http_conf_ctx_t)).main_conf,
-            srv_conf: srv.as_mut_ptr(),
-            loc_conf: (*(cf.ctx as *mut ngx_http_conf_ctx_t)).loc_conf,
-        };
-        let mut words: Vec<ngx_str_t> = Vec::with_capacity(args.len() + 1);
-        // C strings: handlers may compare with ngx_strcmp, which needs the terminating zero.
-        words.push(borrowed(cmd.to_bytes()));
-        words.extend(args.iter().map(|a| borrowed(a.to_bytes())));
-        let mut arr = ngx_array_t {
-            elts: words.as_mut_ptr().cast(),
-            nelts: words.len(),
-            size: size_of::<ngx_str_t>(),
-            nalloc: words.len(),
-            pool: cf.pool,
-        };
-        let mut scratch_cf = *cf;
-        scratch_cf.ctx = ptr::addr_of_mut!(ctx).cast();
-        scratch_cf.args = ptr::addr_of_mut!(arr);
-        let mut conf = vec![fill; SCRATCH];
-        let rv: *mut c_char = set(
-            ptr::addr_of_mut!(scratch_cf),
-            c.cast_mut(),
-            conf.as_mut_ptr().cast(),
-        );
-        if !rv.is_null() {
-            return None;
-        }
-        Some((addr(scratch_uscf.peer.init_upstream), conf))
     }
 }

@@ -38,7 +38,7 @@ use upstrand_core::live::plan::{totals, ListTotals};
 use upstrand_core::live::render::{PutView, RetiredView, ServerView, SlabView, UpstreamView};
 use upstrand_core::live::{plan, sizing, ApiError, Current, PutRequest, Server};
 
-use super::peers::{peer_layout, wlock_until, Peer, Peers, Retired, RetiredChain, Slab};
+use crate::ffi::peers::{peer_layout, wlock_until, Peer, Peers, Retired, RetiredChain, Slab};
 
 /// How long a `PUT` waits for the write sides of the gate and the list locks together before it
 /// answers 503.

@@ -99,6 +99,11 @@ impl Walk {
         f(&self.0.get())
     }
 
+    /// A copy of the walk's state.
+    fn snapshot(self) -> WalkCtx {
+        self.0.get()
+    }
+
     fn write<T>(self, f: impl FnOnce(&mut WalkCtx) -> T) -> T {
         self.0.update(f)
     }
@@ -128,11 +133,16 @@ impl Walk {
 
     /// Appends `p` to the list of participating requests.
     fn push(self, p: Part) {
-        match self.read(|w| w.last) {
-            None => self.write(|w| w.first = Some(p)),
-            Some(last) => last.update(|c| c.next = Some(p)),
+        let last = self.write(|w| {
+            let last = w.last.replace(p);
+            if last.is_none() {
+                w.first = Some(p);
+            }
+            last
+        });
+        if let Some(last) = last {
+            last.update(|c| c.next = Some(p));
         }
-        self.write(|w| w.last = Some(p));
     }
 }
 
@@ -253,9 +263,10 @@ fn poison(r: Req, walk: Walk, new: &Upstrand) {
 pub(super) fn upstrand_value(r: Req, v: &mut VarSlot, up: &'static Upstrand) -> Status {
     if let Some(ctx) = find_ctx(r) {
         let walk = ctx.walk();
-        if walk.poisoned() {
+        let w = walk.snapshot();
+        if w.poisoned {
             v.not_found();
-        } else if !ptr::eq(walk.upstrand(), up) {
+        } else if !ptr::eq(w.upstrand, up) {
             poison(r, walk, up);
             v.not_found();
         } else {
@@ -353,13 +364,16 @@ fn header_filter(r: Req) -> Status {
     };
     let c = ctx.get();
     let walk = c.walk;
-    if walk.poisoned() {
+    // One copy of the walk for the fields read below (root, upstrand and non_idempotent never
+    // change; poisoned is read before any call into nginx).
+    let w = walk.snapshot();
+    if w.poisoned {
         ctx.set_mode(Mode::Pass);
         return next_header(r);
     }
     if c.role == Role::Intercept {
         ctx.set_mode(Mode::Deliver);
-        return deliver(r, walk.root());
+        return deliver(r, w.root);
     }
     let Role::Step(current) = c.role else {
         return next_header(r);
@@ -367,12 +381,12 @@ fn header_filter(r: Req) -> Status {
     if c.mode != Mode::Undecided {
         return next_header(r);
     }
-    let up = walk.upstrand();
+    let up = w.upstrand;
     let answer = Answer {
         status: r.status(),
         origin: r.origin(),
     };
-    let non_idempotent = walk.read(|w| w.non_idempotent);
+    let non_idempotent = w.non_idempotent;
     let step = walk.write(|w| {
         // The time limit counts from the first contact with an upstream (nginx stamps
         // `peer.start_time` right before connecting, after a buffered request body was read).
@@ -385,7 +399,7 @@ fn header_filter(r: Req) -> Status {
         })
     });
     let here = part_name(up, Role::Step(current));
-    let root = walk.root();
+    let root = w.root;
     let (next_role, uri, clone) = match step {
         Step::Final {
             intercept: None,
