@@ -26,7 +26,7 @@ use ngx::http::{
 };
 
 use super::log::{conf_log, log_str};
-use super::pool::{self, alloc, alloc_box, copy_str};
+use super::pool::{self, add_cleanup, alloc, alloc_box, copy_str, Cleanup};
 use super::request::Req;
 use super::upstream::Upstream;
 use super::{bytes, ConfFail, Status};
@@ -211,6 +211,9 @@ pub trait ConfExt {
     fn alloc<T>(&self, value: T) -> Option<&'static mut T>;
     /// Moves a value into the configuration pool, dropped when the pool is destroyed.
     fn alloc_box<T>(&self, value: T) -> Option<&'static mut T>;
+    /// Makes `C::run(data)` run when the configuration pool is destroyed (the cycle ends);
+    /// false when out of memory.
+    fn on_cleanup<C: Cleanup>(&self, data: usize) -> bool;
     /// Logs `msg` at `level` as a configuration message: nginx adds ` in FILE:LINE` of the
     /// directive being handled.
     fn log(&self, level: u32, msg: &str);
@@ -253,6 +256,11 @@ impl ConfExt for ngx_conf_t {
     fn alloc_box<T>(&self, value: T) -> Option<&'static mut T> {
         // SAFETY: as for `alloc`; the pool's cleanup drops the value with the pool.
         unsafe { alloc_box(&pool::pool(self.pool), value).map(|mut p| p.as_mut()) }
+    }
+
+    fn on_cleanup<C: Cleanup>(&self, data: usize) -> bool {
+        // SAFETY: self.pool is the live configuration pool.
+        add_cleanup::<C>(&unsafe { pool::pool(self.pool) }, data)
     }
 
     fn log(&self, level: u32, msg: &str) {

@@ -24,9 +24,11 @@ pub mod content;
 pub mod log;
 pub mod peers;
 pub mod pool;
+pub mod probe;
 pub mod request;
 pub mod upstream;
 pub mod variables;
+pub mod zone;
 
 use core::ffi::CStr;
 use core::{ptr, slice};
@@ -102,6 +104,13 @@ pub(crate) const NGX_ERROR: ngx::ffi::ngx_int_t = Status::NGX_ERROR.0;
 pub fn current_msec() -> u64 {
     // SAFETY: a plain integer global nginx updates on its own thread, which this is.
     unsafe { ngx::ffi::ngx_current_msec as u64 }
+}
+
+/// The address of nginx's running configuration (`ngx_cycle`; while a new one is read, still the
+/// previous one), compared only.
+pub fn running_cycle() -> usize {
+    // SAFETY: a plain pointer global nginx sets on its own thread, which this is.
+    unsafe { ngx::ffi::ngx_cycle as usize }
 }
 
 /// libc's `random()` (nginx seeds it per worker), for choices nginx's balancers would make the

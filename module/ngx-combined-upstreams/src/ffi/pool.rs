@@ -146,3 +146,28 @@ pub(crate) unsafe fn pool_new<T>(p: *mut ngx_pool_t, value: T) -> Option<*mut T>
     // SAFETY: guaranteed by the caller.
     alloc(&unsafe { pool(p) }, value).map(NonNull::as_ptr)
 }
+
+/// What runs when a pool is destroyed ([`add_cleanup`]).
+pub trait Cleanup {
+    /// Runs with the `data` the cleanup was added with.
+    fn run(data: usize);
+}
+
+extern "C" fn cleanup<C: Cleanup>(data: *mut c_void) {
+    C::run(data as usize);
+}
+
+/// Makes `C::run(data)` run when `pool` is destroyed; false when out of memory.
+pub fn add_cleanup<C: Cleanup>(pool: &Pool, data: usize) -> bool {
+    // SAFETY: the pool is live (handle).
+    let cln = unsafe { ngx_pool_cleanup_add(pool.as_ptr(), 0) };
+    if cln.is_null() {
+        return false;
+    }
+    // SAFETY: cln was just returned by nginx and is ours to fill.
+    unsafe {
+        (*cln).handler = Some(cleanup::<C>);
+        (*cln).data = data as *mut c_void;
+    }
+    true
+}

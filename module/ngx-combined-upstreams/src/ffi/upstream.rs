@@ -6,19 +6,18 @@
 //! configuration being parsed, made only from nginx's own upstream list (or from nginx's call of
 //! a hook), whose safe methods each touch the structure briefly and hold no reference to it.
 
-use core::ffi::{c_char, c_void, CStr};
-use core::mem::{size_of, zeroed};
+use core::ffi::{c_void, CStr};
 use core::ptr::NonNull;
 use core::{mem, ptr, slice};
 
 use ngx::ffi::{
-    ngx_array_create, ngx_array_push, ngx_array_t, ngx_command_t, ngx_conf_t, ngx_http_conf_ctx_t,
-    ngx_http_max_module, ngx_http_module_t, ngx_http_request_t, ngx_http_upstream_add,
-    ngx_http_upstream_init_peer_pt, ngx_http_upstream_init_pt, ngx_http_upstream_init_round_robin,
-    ngx_http_upstream_module, ngx_http_upstream_server_t, ngx_http_upstream_srv_conf_t, ngx_int_t,
-    ngx_module_t, ngx_pcalloc, ngx_str_t, ngx_url_t, NGX_HTTP_MODULE, NGX_HTTP_UPSTREAM_BACKUP,
-    NGX_HTTP_UPSTREAM_CREATE, NGX_HTTP_UPSTREAM_DOWN, NGX_HTTP_UPSTREAM_FAIL_TIMEOUT,
-    NGX_HTTP_UPSTREAM_MAX_CONNS, NGX_HTTP_UPSTREAM_MAX_FAILS, NGX_HTTP_UPSTREAM_WEIGHT,
+    ngx_array_create, ngx_array_push, ngx_conf_t, ngx_http_max_module, ngx_http_module_t,
+    ngx_http_request_t, ngx_http_upstream_add, ngx_http_upstream_init_peer_pt,
+    ngx_http_upstream_init_pt, ngx_http_upstream_init_round_robin, ngx_http_upstream_server_t,
+    ngx_http_upstream_srv_conf_t, ngx_int_t, ngx_pcalloc, ngx_url_t, NGX_HTTP_MODULE,
+    NGX_HTTP_UPSTREAM_BACKUP, NGX_HTTP_UPSTREAM_CREATE, NGX_HTTP_UPSTREAM_DOWN,
+    NGX_HTTP_UPSTREAM_FAIL_TIMEOUT, NGX_HTTP_UPSTREAM_MAX_CONNS, NGX_HTTP_UPSTREAM_MAX_FAILS,
+    NGX_HTTP_UPSTREAM_WEIGHT,
 };
 use ngx::http::{HttpModule, HttpModuleMainConf, HttpModuleServerConf, NgxHttpUpstreamModule};
 use upstrand_core::upstreams::{find_by_name, UpstreamInfo};
@@ -26,7 +25,7 @@ use upstrand_core::{ConfError, ServerFlags};
 
 use super::conf::ConfExt;
 use super::request::Req;
-use super::{borrowed, bytes, ConfFail, Status};
+use super::{bytes, ConfFail, Status};
 
 /// The flags nginx gives an explicit `upstream {}` block (plain round robin).
 pub const ROUND_ROBIN_FLAGS: u32 = NGX_HTTP_UPSTREAM_CREATE
@@ -441,127 +440,5 @@ impl PeerInitFn {
         // SAFETY: the balancer's peer.init takes a live request being connected to its
         // upstream, as nginx passed them to the wrapper.
         Status(unsafe { (self.0)(r.as_ptr(), us.as_ptr()) })
-    }
-}
-
-// ---- the live API's balancer probe (`live/probe.rs`) ----------------------------------------
-
-/// A marker init function whose address the keepalive probe looks for.
-pub extern "C" fn probe_marker(
-    _cf: *mut ngx_conf_t,
-    _us: *mut ngx_http_upstream_srv_conf_t,
-) -> ngx_int_t {
-    0
-}
-
-/// True when `init` (an `init_upstream` address) is nginx's round robin.
-pub fn is_round_robin(init: usize) -> bool {
-    init == ngx_http_upstream_init_round_robin as *const () as usize
-}
-
-/// Scratch space handed to a balancer handler as its module configuration.
-const SCRATCH: usize = 512;
-
-impl Upstream {
-    /// The machine word at byte `off` of module `m`'s server configuration of the upstream
-    /// (None when it has none). `off` is an offset the probe found in a scratch configuration
-    /// of the same module ([`probe_directive`]), less than its `SCRATCH` bytes.
-    pub fn srv_conf_word(self, m: &ngx_module_t, off: usize) -> Option<usize> {
-        let conf = self.module_srv_conf(m).cast::<u8>();
-        if conf.is_null() || off + size_of::<usize>() > SCRATCH {
-            return None;
-        }
-        // SAFETY: conf is m's srv conf of this upstream, which holds a word at `off` (the probe
-        // found its directive's value there in a conf of the same type).
-        Some(unsafe { ptr::read_unaligned(conf.add(off).cast::<usize>()) })
-    }
-}
-
-/// The loaded module called `name`.
-pub fn find_module(cf: &ngx_conf_t, name: &str) -> Option<&'static ngx_module_t> {
-    // SAFETY: cf->cycle->modules is the cycle's null-terminated array of loaded modules (static
-    // module objects, or those of loaded .so files, which stay loaded with the cycle) with
-    // their names.
-    unsafe {
-        let cycle = cf.cycle;
-        if cycle.is_null() || (*cycle).modules.is_null() {
-            return None;
-        }
-        let mut i = 0;
-        loop {
-            let m = *(*cycle).modules.add(i);
-            if m.is_null() {
-                return None;
-            }
-            if !(*m).name.is_null() && CStr::from_ptr((*m).name).to_bytes() == name.as_bytes() {
-                return Some(&*m);
-            }
-            i += 1;
-        }
-    }
-}
-
-/// Calls `module`'s directive `cmd` (the live API's balancer probe, `live/probe.rs`) with `args` on a scratch upstream whose `init_upstream` is
-/// `preset` and whose module configuration is `SCRATCH` bytes of `fill`; returns the
-/// `init_upstream` it left and the scratch module configuration.
-pub fn probe_directive(
-    cf: &ngx_conf_t,
-    module: &str,
-    cmd: &CStr,
-    args: &[&CStr],
-    preset: ngx_http_upstream_init_pt,
-    fill: u8,
-) -> Option<(usize, Vec<u8>)> {
-    // SAFETY: the handler sees a copy of cf whose ctx points at scratch configurations that
-    // live until it returns; the words it reads are in `words`, and the module conf it writes
-    // is `SCRATCH` bytes (larger than any balancer's srv conf).
-    unsafe {
-        let m = find_module(cf, module)?;
-        let mut c = m.commands as *const ngx_command_t;
-        if c.is_null() {
-            return None;
-        }
-        while (*c).name.len != 0 {
-            if crate::ffi::bytes(&(*c).name) == cmd.to_bytes() {
-                break;
-            }
-            c = c.add(1);
-        }
-        let set = (*c).set?;
-        let mut scratch_uscf: ngx_http_upstream_srv_conf_t = zeroed();
-        scratch_uscf.peer.init_upstream = preset;
-        let up_idx = (*ptr::addr_of!(ngx_http_upstream_module)).ctx_index;
-        let mut srv: Vec<*mut c_void> = vec![ptr::null_mut(); up_idx + 1];
-        srv[up_idx] = ptr::addr_of_mut!(scratch_uscf).cast();
-        let mut ctx = ngx_http_conf_ctx_t {
-            main_conf: (*(cf.ctx as *mut ngx_http_conf_ctx_t)).main_conf,
-            srv_conf: srv.as_mut_ptr(),
-            loc_conf: (*(cf.ctx as *mut ngx_http_conf_ctx_t)).loc_conf,
-        };
-        let mut words: Vec<ngx_str_t> = Vec::with_capacity(args.len() + 1);
-        // C strings: handlers may compare with ngx_strcmp, which needs the terminating zero.
-        words.push(borrowed(cmd.to_bytes()));
-        words.extend(args.iter().map(|a| borrowed(a.to_bytes())));
-        let mut arr = ngx_array_t {
-            elts: words.as_mut_ptr().cast(),
-            nelts: words.len(),
-            size: size_of::<ngx_str_t>(),
-            nalloc: words.len(),
-            pool: cf.pool,
-        };
-        let mut scratch_cf = *cf;
-        scratch_cf.ctx = ptr::addr_of_mut!(ctx).cast();
-        scratch_cf.args = ptr::addr_of_mut!(arr);
-        let mut conf = vec![fill; SCRATCH];
-        let rv: *mut c_char = set(
-            ptr::addr_of_mut!(scratch_cf),
-            c.cast_mut(),
-            conf.as_mut_ptr().cast(),
-        );
-        if !rv.is_null() {
-            return None;
-        }
-        let init = scratch_uscf.peer.init_upstream.map_or(0, |f| f as usize);
-        Some((init, conf))
     }
 }

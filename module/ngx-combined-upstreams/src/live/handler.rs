@@ -133,7 +133,7 @@ fn target(r: ApiReq, name: &str) -> Result<Target, ApiError> {
         let Some(zone) = e.zone.clone() else {
             return Err(ApiError::no_zone(name));
         };
-        if e.balancer.live.is_none() {
+        if e.balancer.live().is_none() {
             return Err(ApiError::balancer_refused(name, &e.balancer.name));
         }
         if e.resolves_names {
@@ -168,7 +168,7 @@ fn list(r: ApiReq) -> Answer {
             if live.state().superseded() {
                 return Some(Err(ApiError::superseded(&e.name)));
             }
-            (e.zone.is_some() && e.balancer.live.is_some())
+            (e.zone.is_some() && e.balancer.live().is_some())
                 .then(|| ListEntry {
                     name: e.name.clone(),
                     balancer: e.balancer.name.clone(),

@@ -15,12 +15,27 @@
 //! scratch conf preset to `NGX_CONF_UNSET`), and an upstream is `+keepalive` when its
 //! `max_cached` is not 0. The module's own `init_main_conf` runs after the keepalive module's
 //! (dynamic modules come after the static ones), so the value is final when it classifies.
+//!
+//! Part of the FFI layer: [`Balancer::rr_list`] reads `peer.data` as nginx's round-robin list,
+//! which is sound only for the balancers this classification recognises, so only it makes a
+//! [`Balancer`] that says so.
 
 use core::mem::size_of;
 
 use ngx::ffi::{ngx_conf_t, ngx_http_upstream_init_pt, ngx_module_t};
 
-use crate::ffi::upstream::{find_module, is_round_robin, probe_directive as call, Upstream};
+use core::ffi::{c_char, c_void, CStr};
+use core::mem::zeroed;
+use core::ptr;
+
+use ngx::ffi::{
+    ngx_array_t, ngx_command_t, ngx_http_conf_ctx_t, ngx_http_upstream_init_round_robin,
+    ngx_http_upstream_module, ngx_http_upstream_srv_conf_t, ngx_int_t, ngx_str_t,
+};
+
+use super::borrowed;
+use super::peers::Peers;
+use super::upstream::Upstream;
 
 /// A balancer the live API can change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,8 +51,35 @@ pub enum Live {
 pub struct Balancer {
     /// `round_robin`, `least_conn`, `round_robin+keepalive`, `ip_hash`, ... or `unknown`.
     pub name: String,
+    /// Set when live changes are possible (only the probe sets it).
+    live: Option<Live>,
+    /// The upstream classified (set by [`Probes::classify`]).
+    up: Option<Upstream>,
+}
+
+impl Balancer {
     /// Set when live changes are possible.
-    pub live: Option<Live>,
+    pub fn live(&self) -> Option<Live> {
+        self.live
+    }
+
+    /// The upstream classified.
+    pub fn upstream(&self) -> Option<Upstream> {
+        self.up
+    }
+
+    /// The upstream's round-robin list (`peer.data`), for a balancer the probe recognised as
+    /// keeping one there (round robin, least_conn, with or without keepalive); None otherwise.
+    /// In the configuration pool until the zone exists, the zone's list after nginx's zone
+    /// `init` ran.
+    pub fn rr_list(&self) -> Option<Peers> {
+        let up = self.up?;
+        self.live?;
+        // SAFETY: for these balancers peer.data is the round-robin list their init_upstream
+        // made (nginx's zone init re-points it at the zone's copy), alive as long as the
+        // configuration.
+        unsafe { Peers::from_ptr(up.peer_data().cast()) }
+    }
 }
 
 /// The addresses learned for this configuration.
@@ -104,7 +146,7 @@ impl Probes {
                 "ngx_http_upstream_keepalive_module",
                 c"keepalive",
                 &[c"1"],
-                Some(crate::ffi::upstream::probe_marker),
+                Some(probe_marker),
                 0,
             ) {
                 let words = conf.len() / size_of::<usize>();
@@ -113,7 +155,7 @@ impl Probes {
                         conf[i * size_of::<usize>()..(i + 1) * size_of::<usize>()]
                             .try_into()
                             .unwrap_or_default(),
-                    ) == crate::ffi::upstream::probe_marker as *const () as usize
+                    ) == probe_marker as *const () as usize
                 });
                 if let (Some(off), true) = (off, init != 0) {
                     if let Some(m) = find_module(cf, "ngx_http_upstream_keepalive_module") {
@@ -152,13 +194,20 @@ impl Probes {
 
     /// Classifies an upstream by its `peer.init_upstream`.
     pub fn classify(&self, up: Upstream) -> Balancer {
+        Balancer {
+            up: Some(up),
+            ..self.classify_init(up)
+        }
+    }
+
+    fn classify_init(&self, up: Upstream) -> Balancer {
         let init = addr(up.init_upstream());
         if let Some((ka, m, off)) = self.keepalive {
             if let (true, Some(inner)) = (init == ka, up.srv_conf_word(m, off)) {
                 let b = self.plain(inner);
                 return Balancer {
                     name: format!("{}+keepalive", b.name),
-                    live: b.live,
+                    ..b
                 };
             }
         }
@@ -168,7 +217,7 @@ impl Probes {
                 let b = self.plain(init);
                 return Balancer {
                     name: format!("{}+keepalive", b.name),
-                    live: b.live,
+                    ..b
                 };
             }
         }
@@ -180,21 +229,147 @@ impl Probes {
             return Balancer {
                 name: "round_robin".into(),
                 live: Some(Live::RoundRobin),
+                up: None,
             };
         }
         match self.known.iter().find(|(a, _)| *a == init) {
             Some((_, "least_conn")) => Balancer {
                 name: "least_conn".into(),
                 live: Some(Live::LeastConn),
+                up: None,
             },
             Some((_, label)) => Balancer {
                 name: (*label).into(),
                 live: None,
+                up: None,
             },
             None => Balancer {
                 name: "unrecognised (third-party or module-made)".into(),
                 live: None,
+                up: None,
             },
         }
+    }
+}
+
+// ---- nginx access ------------------------------------------------------------------------
+
+/// A marker init function whose address the keepalive probe looks for.
+extern "C" fn probe_marker(
+    _cf: *mut ngx_conf_t,
+    _us: *mut ngx_http_upstream_srv_conf_t,
+) -> ngx_int_t {
+    0
+}
+
+/// True when `init` (an `init_upstream` address) is nginx's round robin.
+fn is_round_robin(init: usize) -> bool {
+    init == ngx_http_upstream_init_round_robin as *const () as usize
+}
+
+/// Scratch space handed to a balancer handler as its module configuration.
+const SCRATCH: usize = 512;
+
+impl Upstream {
+    /// The machine word at byte `off` of module `m`'s server configuration of the upstream
+    /// (None when it has none). `off` is an offset the probe found in a scratch configuration
+    /// of the same module ([`call`]), less than its `SCRATCH` bytes.
+    pub fn srv_conf_word(self, m: &ngx_module_t, off: usize) -> Option<usize> {
+        let conf = self.module_srv_conf(m).cast::<u8>();
+        if conf.is_null() || off + size_of::<usize>() > SCRATCH {
+            return None;
+        }
+        // SAFETY: conf is m's srv conf of this upstream, which holds a word at `off` (the probe
+        // found its directive's value there in a conf of the same type).
+        Some(unsafe { ptr::read_unaligned(conf.add(off).cast::<usize>()) })
+    }
+}
+
+/// The loaded module called `name`.
+fn find_module(cf: &ngx_conf_t, name: &str) -> Option<&'static ngx_module_t> {
+    // SAFETY: cf->cycle->modules is the cycle's null-terminated array of loaded modules (static
+    // module objects, or those of loaded .so files, which stay loaded with the cycle) with
+    // their names.
+    unsafe {
+        let cycle = cf.cycle;
+        if cycle.is_null() || (*cycle).modules.is_null() {
+            return None;
+        }
+        let mut i = 0;
+        loop {
+            let m = *(*cycle).modules.add(i);
+            if m.is_null() {
+                return None;
+            }
+            if !(*m).name.is_null() && CStr::from_ptr((*m).name).to_bytes() == name.as_bytes() {
+                return Some(&*m);
+            }
+            i += 1;
+        }
+    }
+}
+
+/// Calls `module`'s directive `cmd` (the live API's balancer probe, `live/probe.rs`) with `args` on a scratch upstream whose `init_upstream` is
+/// `preset` and whose module configuration is `SCRATCH` bytes of `fill`; returns the
+/// `init_upstream` it left and the scratch module configuration.
+fn call(
+    cf: &ngx_conf_t,
+    module: &str,
+    cmd: &CStr,
+    args: &[&CStr],
+    preset: ngx_http_upstream_init_pt,
+    fill: u8,
+) -> Option<(usize, Vec<u8>)> {
+    // SAFETY: the handler sees a copy of cf whose ctx points at scratch configurations that
+    // live until it returns; the words it reads are in `words`, and the module conf it writes
+    // is `SCRATCH` bytes (larger than any balancer's srv conf).
+    unsafe {
+        let m = find_module(cf, module)?;
+        let mut c = m.commands as *const ngx_command_t;
+        if c.is_null() {
+            return None;
+        }
+        while (*c).name.len != 0 {
+            if crate::ffi::bytes(&(*c).name) == cmd.to_bytes() {
+                break;
+            }
+            c = c.add(1);
+        }
+        let set = (*c).set?;
+        let mut scratch_uscf: ngx_http_upstream_srv_conf_t = zeroed();
+        scratch_uscf.peer.init_upstream = preset;
+        let up_idx = (*ptr::addr_of!(ngx_http_upstream_module)).ctx_index;
+        let mut srv: Vec<*mut c_void> = vec![ptr::null_mut(); up_idx + 1];
+        srv[up_idx] = ptr::addr_of_mut!(scratch_uscf).cast();
+        let mut ctx = ngx_http_conf_ctx_t {
+            main_conf: (*(cf.ctx as *mut ngx_http_conf_ctx_t)).main_conf,
+            srv_conf: srv.as_mut_ptr(),
+            loc_conf: (*(cf.ctx as *mut ngx_http_conf_ctx_t)).loc_conf,
+        };
+        let mut words: Vec<ngx_str_t> = Vec::with_capacity(args.len() + 1);
+        // C strings: handlers may compare with ngx_strcmp, which needs the terminating zero.
+        words.push(borrowed(cmd.to_bytes()));
+        words.extend(args.iter().map(|a| borrowed(a.to_bytes())));
+        let mut arr = ngx_array_t {
+            elts: words.as_mut_ptr().cast(),
+            nelts: words.len(),
+            size: size_of::<ngx_str_t>(),
+            nalloc: words.len(),
+            pool: cf.pool,
+        };
+        let mut scratch_cf = *cf;
+        scratch_cf.ctx = ptr::addr_of_mut!(ctx).cast();
+        scratch_cf.args = ptr::addr_of_mut!(arr);
+        let mut conf = vec![fill; SCRATCH];
+        let rv: *mut c_char = set(
+            ptr::addr_of_mut!(scratch_cf),
+            c.cast_mut(),
+            conf.as_mut_ptr().cast(),
+        );
+        if !rv.is_null() {
+            return None;
+        }
+        let init = scratch_uscf.peer.init_upstream.map_or(0, |f| f as usize);
+        Some((init, conf))
     }
 }
