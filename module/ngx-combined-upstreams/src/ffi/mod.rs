@@ -19,6 +19,7 @@
 //! Invariant: outside `ffi/` (and the live API's `live/`, still to be moved here) the module has
 //! no `unsafe {}` block and no `extern "C"`.
 
+pub mod balancer;
 pub mod conf;
 pub mod content;
 pub mod log;
@@ -93,11 +94,6 @@ pub(crate) fn borrowed(s: &[u8]) -> ngx_str_t {
         data: s.as_ptr().cast_mut(),
     }
 }
-
-/// nginx's `NGX_OK` as the `ngx_int_t` the live API's callbacks return.
-pub(crate) const NGX_OK: ngx::ffi::ngx_int_t = Status::NGX_OK.0;
-/// nginx's `NGX_ERROR` as the `ngx_int_t` the live API's callbacks return.
-pub(crate) const NGX_ERROR: ngx::ffi::ngx_int_t = Status::NGX_ERROR.0;
 
 /// nginx's cached clock in milliseconds (`ngx_current_msec`, the same clock in every worker).
 #[inline]

@@ -129,24 +129,6 @@ impl<T: Copy> PoolCell<T> {
     }
 }
 
-/// [`copy_str`] on a raw pool pointer (for the live API's callbacks).
-///
-/// # Safety
-/// `pool` is a live nginx pool; the copy lives as long as it.
-pub(crate) unsafe fn pool_copy(p: *mut ngx_pool_t, data: &[u8]) -> Option<ngx_str_t> {
-    // SAFETY: guaranteed by the caller.
-    copy_str(&unsafe { pool(p) }, data)
-}
-
-/// [`alloc`] on a raw pool pointer (for the live API's callbacks).
-///
-/// # Safety
-/// `pool` is a live nginx pool.
-pub(crate) unsafe fn pool_new<T>(p: *mut ngx_pool_t, value: T) -> Option<*mut T> {
-    // SAFETY: guaranteed by the caller.
-    alloc(&unsafe { pool(p) }, value).map(NonNull::as_ptr)
-}
-
 /// What runs when a pool is destroyed ([`add_cleanup`]).
 pub trait Cleanup {
     /// Runs with the `data` the cleanup was added with.

@@ -21,8 +21,7 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 
 use ngx::ffi::{
-    ngx_command_t, ngx_conf_t, ngx_http_request_t, ngx_http_upstream_init_peer_pt,
-    ngx_http_upstream_srv_conf_t, ngx_int_t, NGX_CONF_ANY, NGX_HTTP_LOC_CONF,
+    ngx_command_t, ngx_conf_t, ngx_http_upstream_srv_conf_t, NGX_CONF_ANY, NGX_HTTP_LOC_CONF,
     NGX_HTTP_LOC_CONF_OFFSET,
 };
 
@@ -31,7 +30,7 @@ use crate::ffi::content::set_content_handler;
 use crate::ffi::peers::Peers;
 use crate::ffi::pool::Cleanup;
 use crate::ffi::probe::{self, Balancer};
-use crate::ffi::upstream::Upstream;
+use crate::ffi::upstream::{PeerInitFn, Upstream};
 use crate::ffi::zone::{LiveState, LiveUpstream, ShmZone, ZoneData, ZoneInit, ZoneInitFn};
 use crate::ffi::{command, ConfFail, Status};
 
@@ -50,10 +49,6 @@ pub struct ApiLocation {
     pub access: Option<upstrand_core::live::Access>,
 }
 
-/// A balancer's `peer.init`.
-pub type InitPeer =
-    unsafe extern "C" fn(*mut ngx_http_request_t, *mut ngx_http_upstream_srv_conf_t) -> ngx_int_t;
-
 /// What the registry knows about one `upstream {}` block of a configuration.
 pub struct Entry {
     /// The configuration (cycle) it belongs to (its address, compared only).
@@ -71,8 +66,8 @@ pub struct Entry {
     /// It has `server ... resolve` servers (nginx 1.27.3+), which nginx keeps up to date
     /// itself: never live.
     pub resolves_names: bool,
-    /// The balancer's `peer.init` (wrapped by [`balancer::init_peer`] for live upstreams).
-    orig_init: ngx_http_upstream_init_peer_pt,
+    /// The balancer's `peer.init` (wrapped by [`balancer::LivePeerInit`] for live upstreams).
+    orig_init: Option<PeerInitFn>,
     /// The zone's `init` (wrapped by [`ZoneInitWrapper`]).
     orig_zone_init: ZoneInitFn,
     /// Live state in the zone, once the zone exists (live upstreams only).
@@ -115,11 +110,9 @@ pub fn with_entry<T>(
     registry().get(&(uscf as usize)).map(f)
 }
 
-/// The balancer's `peer.init` and the live upstream for `uscf`.
-pub fn lookup_peer_init(
-    uscf: *mut ngx_http_upstream_srv_conf_t,
-) -> Option<(InitPeer, Option<LiveUpstream>)> {
-    with_entry(uscf, |e| e.orig_init.map(|f| (f, e.live()))).flatten()
+/// The balancer's `peer.init` and the live upstream for `us`.
+pub fn lookup_peer_init(us: Upstream) -> Option<(PeerInitFn, Option<LiveUpstream>)> {
+    with_entry(us.as_ptr(), |e| e.orig_init.map(|f| (f, e.live()))).flatten()
 }
 
 struct SetUpstreamsApi;
@@ -184,14 +177,14 @@ pub fn init_main_conf(cf: &mut ngx_conf_t) -> Result<(), &'static str> {
             zone: shm_zone.map(ShmZone::name),
             balancer,
             resolves_names,
-            orig_init: up.peer_init(),
+            orig_init: up.peer_init_fn(),
             orig_zone_init: ZoneInitFn::default(),
             state: None,
         };
         if let (Some(z), Some(_), false, Some(_)) =
             (shm_zone, e.balancer.live(), e.resolves_names, e.orig_init)
         {
-            up.set_peer_init(Some(balancer::init_peer));
+            up.wrap_peer_init::<balancer::LivePeerInit>();
             let already = reg
                 .values()
                 .find(|o| o.cycle == cycle && o.shm_zone == Some(z) && o.orig_zone_init.is_some());
