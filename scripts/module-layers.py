@@ -4,8 +4,8 @@
 Prints, per file, the `unsafe {` blocks and `extern "C" fn`s outside comments, and the
 `crate::X` edges between the crate's top-level modules (lib, conf, ffi, the features), then
 the import cycles among them (strongly connected components). Exits 1 when there is a cycle,
-when `ffi` uses any other module of the crate, or when a feature file outside `ALLOWED` has an
-`unsafe {` block or an `extern "C" fn`.
+when `ffi` uses any other module of the crate, when a file outside `ALLOWED` has an `unsafe {`
+block, or when a file outside `ffi/` defines an `extern "C" fn`.
 
 Usage: python3 scripts/module-layers.py [SRC_DIR]
 """
@@ -16,9 +16,9 @@ import sys
 SRC = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else
                    pathlib.Path(__file__).resolve().parent.parent
                    / "module/ngx-combined-upstreams/src")
-# Files that may hold `unsafe {}` / `extern "C"`: the FFI layer, and the live API until it moves
-# there (issue 23 item 5, second step).
-ALLOWED = ("ffi/", "live/")
+# Files that may hold `unsafe {}`: the FFI layer, and live/zone.rs for its two calls of
+# `SlabLocked::free_peer` (only the PUT's plan knows that nobody uses the peer).
+ALLOWED = ("ffi/", "live/zone.rs")
 
 def top(rel: str) -> str:
     parts = rel.split("/")
@@ -41,8 +41,10 @@ for path in sorted(SRC.rglob("*.rs")):
     n_unsafe = sum(len(re.findall(r"\bunsafe\s*\{", l)) for l in lines)
     n_extern = sum(len(re.findall(r'extern\s+"C"\s+fn\s+\w', l)) for l in lines)
     print(f"{n_unsafe:>8} {n_extern:>8}  {rel}")
-    if (n_unsafe or n_extern) and not rel.startswith(ALLOWED):
-        bad.append(f"{rel}: unsafe/extern \"C\" outside {ALLOWED}")
+    if n_unsafe and not rel.startswith(ALLOWED):
+        bad.append(f"{rel}: unsafe {{}} outside {ALLOWED}")
+    if n_extern and not rel.startswith("ffi/"):
+        bad.append(f"{rel}: extern \"C\" fn outside ffi/")
     body = "\n".join(lines)
     deps = set(re.findall(r"\bcrate::(\w+)", body))
     # `use crate::{a, b::c}` groups

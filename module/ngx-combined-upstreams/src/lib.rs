@@ -3,11 +3,11 @@
 //! Layers, each using only the ones below it (no import cycle; `scripts/module-layers.py`
 //! checks the `use crate::` edges):
 //! - this file: the symbols nginx's `load_module` reads;
-//! - [`conf`]: the composition root (module object, directive table, configuration
+//! - `conf`: the composition root (module object, directive table, configuration
 //!   structures, hooks);
 //! - the features: `add_upstream`, `combine_server_singlets`, `extend_single_peers`,
 //!   `upstrand/`, `live/` — safe Rust over the seam;
-//! - [`ffi`]: the seam — every `extern "C"` trampoline nginx calls and the handles on nginx's
+//! - `ffi`: the seam — every `extern "C"` trampoline nginx calls and the handles on nginx's
 //!   structures.
 //!
 //! Argument parsing, naming and planning are in the pure crate `upstrand_core`; the features

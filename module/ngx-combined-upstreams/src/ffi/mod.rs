@@ -7,17 +7,21 @@
 //! - configuration hooks: [`conf::HttpHooks`] ([`conf::module_ctx`] builds nginx's table),
 //! - variables: [`variables::Variable`],
 //! - header/body filters: [`request::Filters`],
-//! - `init_upstream` / `peer.init` wrappers: [`upstream::InitUpstream`], [`upstream::PeerInit`].
+//! - `init_upstream` / `peer.init` wrappers: [`upstream::InitUpstream`], [`upstream::PeerInit`],
+//! - content handlers and request bodies: [`content::ContentHandler`], [`content::BodyReader`],
+//! - balancer wrappers: [`balancer::PeerWrapper`]; zone `init` wrappers: [`zone::ZoneInit`];
+//!   pool cleanups: [`pool::Cleanup`].
 //!
 //! Below the trampolines the features work on handles whose methods are safe: [`conf::ConfExt`]
 //! on `ngx_conf_t`, [`request::Req`], [`variables::VarSlot`], [`upstream::Upstream`],
-//! [`pool::PoolCell`]. A feature reaches its part of the module's configuration through
+//! [`pool::PoolCell`], and for the live API [`zone::ShmZone`], [`zone::LiveUpstream`],
+//! [`peers::Peers`] and their lock guards, [`balancer::Wrap`] / [`balancer::PeerConn`]. A feature reaches its part of the module's configuration through
 //! [`conf::ConfPart`], which the composition root (`crate::conf`) implements, so no feature names
 //! the module's configuration types and the layers have no import cycle:
 //! `lib` → `conf` → features → `ffi` → `ngx`/`upstrand_core`.
 //!
-//! Invariant: outside `ffi/` (and the live API's `live/`, still to be moved here) the module has
-//! no `unsafe {}` block and no `extern "C"`.
+//! Invariant: outside `ffi/` the module defines no `extern "C" fn` and has no `unsafe {}` block
+//! but the two `SlabLocked::free_peer` calls of `live/zone.rs` (`scripts/module-layers.py`).
 
 pub mod balancer;
 pub mod conf;

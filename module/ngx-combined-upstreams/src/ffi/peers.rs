@@ -30,7 +30,7 @@
 //! connection (`get`, `free`, `data`, `set_session`, `save_session`, `tries`, `name`, `sockaddr`,
 //! `socklen`: `live/balancer.rs`), the upstream (`peer`, `shm_zone`, `host`, `srv_conf`) and zone
 //! (`init`, `shm.name`, `shm.addr`) configurations (`live/mod.rs`), modules' `name`/`commands`
-//! (`live/probe.rs`).
+//! (`ffi/probe.rs`).
 //!
 //! The fence: [`Peers`] (a list), [`Peer`] (a peer) and [`Slab`] (the zone's slab pool) are
 //! copyable handles whose safe methods read or write nginx's structure for the duration of the

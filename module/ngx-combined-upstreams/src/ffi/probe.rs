@@ -309,7 +309,7 @@ fn find_module(cf: &ngx_conf_t, name: &str) -> Option<&'static ngx_module_t> {
     }
 }
 
-/// Calls `module`'s directive `cmd` (the live API's balancer probe, `live/probe.rs`) with `args` on a scratch upstream whose `init_upstream` is
+/// Calls `module`'s directive `cmd` with `args` on a scratch upstream whose `init_upstream` is
 /// `preset` and whose module configuration is `SCRATCH` bytes of `fill`; returns the
 /// `init_upstream` it left and the scratch module configuration.
 fn call(
