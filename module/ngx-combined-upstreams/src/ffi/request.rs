@@ -32,6 +32,12 @@ use super::pool::{self, PoolCell};
 use super::{bytes, Status};
 
 /// A live request of the request tree a callback runs for.
+///
+/// Deliberately a copyable pointer and not the `ngx` crate's `&mut Request`: nginx re-enters
+/// this module's variable handlers and filters on requests of the same tree while a filter of
+/// the module runs (the next filter, `ngx_http_subrequest`, `peer.init`), so a `&mut` kept
+/// across such a call would alias the one the re-entered handler makes. Each method makes its
+/// reference for the duration of the call only, and calls no nginx code while holding it.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub struct Req(NonNull<ngx_http_request_t>);
 
