@@ -22,6 +22,9 @@ cargo build --workspace --bins || exit 1
 echo "== clippy"
 cargo clippy --workspace --all-targets -- -D warnings || failed+=("cargo clippy")
 
+echo "== module layers (no import cycle; unsafe {} and extern \"C\" only in the module's FFI layer)"
+layers=$(python3 scripts/module-layers.py) || { echo "$layers"; failed+=("module layers"); }
+
 # Script suites: each prints `N passed, N failed` and exits non-zero on a failure; all of them run.
 SCRIPT_SUITES=(
   scripts/test-fresh-machine.sh  # the set-up of both README commands in a fresh Debian chroot

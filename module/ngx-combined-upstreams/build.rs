@@ -1,20 +1,20 @@
 //! Version cfgs of the module: `nginxX_Y_Z` is set when the nginx the module builds against (as
 //! `nginx-sys` found it: `DEP_NGINX_VERSION_NUMBER`) is X.Y.Z or newer. Code that depends on the nginx
-//! version is conditional on these, e.g. `#[cfg(nginx1_29_3)]` in `src/ffi_util.rs`.
+//! version is conditional on these, e.g. `#[cfg(nginx1_29_3)]` in `src/ffi/request.rs`.
 
 /// (first nginx version, cfg name), as `nginx_version` numbers.
 const VERSION_CHECKS: &[(u64, &str)] = &[
     // `server ... resolve`: the upstream zone module re-resolves names at run time and rewrites
-    // the peer lists itself; peers carry `refs` (live/peers.rs)
+    // the peer lists itself; peers carry `refs` (ffi/peers.rs)
     (1_027_003, "nginx1_27_3"),
     // `in_port_t port` before the request's bit fields (bindgen misplaces them, see set_error_page)
     (1_029_003, "nginx1_29_3"),
-    // upstream `keepalive` on by default, wrapping `peer.init` in its init_main_conf (live/probe.rs)
+    // upstream `keepalive` on by default, wrapping `peer.init` in its init_main_conf (ffi/probe.rs)
     (1_029_007, "nginx1_29_7"),
 ];
 
 /// Set when the nginx build defines `NGX_HTTP_UPSTREAM_SID` (sticky sessions, nginx 1.29.6+,
-/// on by default): its zone module gives every peer a `sid` slab allocation (live/peers.rs).
+/// on by default): its zone module gives every peer a `sid` slab allocation (ffi/peers.rs).
 const SID_CFG: &str = "ngx_upstream_sid";
 
 fn main() {

@@ -1,31 +1,26 @@
 //! `combine_server_singlets [SUFFIX] [WIDTH | byname] [nobackup];` (context `upstream`): one
 //! singlet upstream per server declared so far in the current upstream.
 
-use core::ffi::{c_char, c_void};
-
 use ngx::ffi::{ngx_command_t, ngx_conf_t, NGX_CONF_NOARGS, NGX_CONF_TAKE123, NGX_HTTP_UPS_CONF};
 use upstrand_core::singlets::{self, Singlets};
 
-use crate::ffi_util::{command, ConfFail};
-use crate::upstreams::{self, Upstream};
+use crate::ffi::conf::Directive;
+use crate::ffi::upstream::{self as upstreams, Upstream};
+use crate::ffi::{command, ConfFail};
 
 /// Directive table entry.
-pub const COMMAND: ngx_command_t = command(
+pub const COMMAND: ngx_command_t = command::<Handler>(
     c"combine_server_singlets",
     NGX_HTTP_UPS_CONF | NGX_CONF_NOARGS | NGX_CONF_TAKE123,
-    handler,
     0,
 );
 
-extern "C" fn handler(
-    cf: *mut ngx_conf_t,
-    _cmd: *mut ngx_command_t,
-    _conf: *mut c_void,
-) -> *mut c_char {
-    // SAFETY: nginx calls the handler with the configuration being parsed, inside an
-    // `upstream {}` block (NGX_HTTP_UPS_CONF); nothing else refers to it during the call.
-    let cf = unsafe { &mut *cf };
-    upstreams::handle_directive(cf, singlets::parse, apply)
+struct Handler;
+
+impl Directive for Handler {
+    fn handle(cf: &mut ngx_conf_t) -> Result<(), ConfFail> {
+        upstreams::handle_directive(cf, singlets::parse, apply)
+    }
 }
 
 /// Creates the singlets of `host`, the upstream being parsed.

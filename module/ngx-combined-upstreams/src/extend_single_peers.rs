@@ -2,78 +2,70 @@
 //! all servers are known, a part (primary or backup) with exactly one address gets a fake `down`
 //! peer in the other part; stock round robin then counts the lone peer's failures.
 
-use core::ffi::{c_char, c_void};
-
-use ngx::core::NGX_CONF_OK;
 use ngx::ffi::{
-    ngx_command_t, ngx_conf_t, ngx_http_upstream_init_round_robin, ngx_http_upstream_server_t,
-    ngx_http_upstream_srv_conf_t, ngx_int_t, NGX_CONF_NOARGS, NGX_HTTP_SRV_CONF_OFFSET,
-    NGX_HTTP_UPS_CONF, NGX_LOG_WARN,
+    ngx_command_t, ngx_conf_t, ngx_http_upstream_server_t, NGX_CONF_NOARGS,
+    NGX_HTTP_SRV_CONF_OFFSET, NGX_HTTP_UPS_CONF, NGX_LOG_WARN,
 };
 use upstrand_core::extend;
 
-use crate::conf::SrvConf;
-use crate::conf_ext::ConfExt;
-use crate::ffi_util::{command, NGX_ERROR};
-use crate::upstreams::{self, Upstream};
+use crate::ffi::conf::{ConfExt, ConfPart, Directive};
+use crate::ffi::upstream::{self as upstreams, InitUpstream, InitUpstreamFn, Upstream};
+use crate::ffi::{command, ConfFail, Status};
 
 /// Directive table entry.
-pub const COMMAND: ngx_command_t = command(
+pub const COMMAND: ngx_command_t = command::<Handler>(
     c"extend_single_peers",
     NGX_HTTP_UPS_CONF | NGX_CONF_NOARGS,
-    handler,
     NGX_HTTP_SRV_CONF_OFFSET,
 );
 
-extern "C" fn handler(
-    cf: *mut ngx_conf_t,
-    _cmd: *mut ngx_command_t,
-    conf: *mut c_void,
-) -> *mut c_char {
-    // SAFETY: with NGX_HTTP_SRV_CONF_OFFSET nginx passes this module's SrvConf of the upstream
-    // block being parsed, and the configuration being parsed; nothing else refers to them
-    // during the call.
-    let (cf, conf) = unsafe { (&*cf, &mut *conf.cast::<SrvConf>()) };
-    if conf.extend_single_peers {
-        return c"is duplicate".as_ptr().cast_mut();
-    }
-    let Some(u) = upstreams::current(cf) else {
-        return ngx::core::NGX_CONF_ERROR;
-    };
-    conf.extend_single_peers = true;
-    conf.original_init_upstream = u.init_upstream();
-    u.set_init_upstream(Some(init_upstream));
-    NGX_CONF_OK
+/// This feature's part of an upstream block's configuration (plain data).
+#[derive(Default, Clone, Copy)]
+pub struct Extend {
+    /// `extend_single_peers` was given in this upstream block.
+    on: bool,
+    /// The upstream's `init_upstream` before the directive wrapped it.
+    original: InitUpstreamFn,
+    /// Set when the wrapper really ran (a balancer directive after ours would replace it).
+    ran: bool,
 }
 
-extern "C" fn init_upstream(
-    cf: *mut ngx_conf_t,
-    u: *mut ngx_http_upstream_srv_conf_t,
-) -> ngx_int_t {
-    // SAFETY: nginx calls init_upstream at the end of http {} with the configuration and one of
-    // its upstream configurations (this wrapper is only installed by `handler`).
-    let (cf, up) = unsafe { (&*cf, Upstream::from_ptr(u)) };
-    let Some(up) = up else {
-        return NGX_ERROR;
-    };
-    if extend(cf, up).is_err() {
-        return NGX_ERROR;
-    }
-    let original = up.srv_conf().and_then(|c| c.original_init_upstream);
-    // SAFETY: the original init_upstream (or nginx's round robin) expects exactly these
-    // arguments, as nginx would have passed them.
-    unsafe {
-        match original {
-            Some(init) => init(cf as *const ngx_conf_t as *mut ngx_conf_t, u),
-            None => ngx_http_upstream_init_round_robin(cf as *const ngx_conf_t as *mut _, u),
+struct Handler;
+
+impl Directive for Handler {
+    fn handle(cf: &mut ngx_conf_t) -> Result<(), ConfFail> {
+        let (Some(conf), Some(u)) = (Extend::of_conf(cf), upstreams::current(cf)) else {
+            return Err(ConfFail::Logged);
+        };
+        if conf.on {
+            return Err(ConfFail::Nginx(c"is duplicate"));
         }
+        conf.on = true;
+        conf.original = u.init_upstream_fn();
+        u.wrap_init_upstream::<Wrapper>();
+        Ok(())
+    }
+}
+
+/// The `init_upstream` the directive installs.
+struct Wrapper;
+
+impl InitUpstream for Wrapper {
+    fn init(cf: &mut ngx_conf_t, up: Upstream) -> Status {
+        if extend(cf, up).is_err() {
+            return Status::NGX_ERROR;
+        }
+        let original = Extend::of_upstream(up)
+            .map(|c| c.original)
+            .unwrap_or_default();
+        original.call(cf, up)
     }
 }
 
 /// Adds the fake peers `extend::plan` asks for.
-fn extend(cf: &ngx_conf_t, up: Upstream) -> Result<(), crate::ffi_util::ConfFail> {
-    if let Some(conf) = up.srv_conf() {
-        conf.extend_single_peers_ran = true;
+fn extend(cf: &ngx_conf_t, up: Upstream) -> Result<(), ConfFail> {
+    if let Some(conf) = Extend::of_upstream(up) {
+        conf.ran = true;
     }
     let list = up.servers();
     let count = |backup: bool| -> usize {
@@ -117,10 +109,10 @@ fn fake(s: ngx_http_upstream_server_t, backup: bool) -> ngx_http_upstream_server
 /// the upstream's own place, not the end of `http {}` where this check runs.
 pub fn check_after_init(cf: &ngx_conf_t) {
     for u in upstreams::all(cf) {
-        let Some(conf) = u.srv_conf() else {
+        let Some(conf) = Extend::of_upstream(u) else {
             continue;
         };
-        if !conf.extend_single_peers || conf.extend_single_peers_ran {
+        if !conf.on || conf.ran {
             continue;
         }
         let name = String::from_utf8_lossy(u.host());

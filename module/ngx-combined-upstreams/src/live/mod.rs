@@ -5,7 +5,8 @@
 //!   the process-local registry that maps an upstream to its live state.
 //! - [`probe`]: which balancer an upstream uses.
 //! - [`zone`]: the state in the zone, `PUT` application, retiring and freeing of busy peers.
-//! - [`peers`]: every access to nginx's round-robin peer structures (the version-sensitive part).
+//! - [`crate::ffi::peers`]: every access to nginx's round-robin peer structures (the
+//!   version-sensitive part).
 //! - [`balancer`]: per-request wrappers around the balancer.
 //! - [`handler`]: the HTTP handler (`GET`/`PUT`, JSON answers).
 //!
@@ -14,92 +15,44 @@
 
 pub mod balancer;
 pub mod handler;
-pub mod peers;
-pub mod probe;
 pub mod zone;
 
-use core::ffi::{c_char, c_void};
-use core::ptr::NonNull;
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
 use ngx::ffi::{
-    ngx_command_t, ngx_conf_t, ngx_cycle_t, ngx_http_request_t, ngx_http_upstream_init_peer_pt,
-    ngx_http_upstream_srv_conf_t, ngx_int_t, ngx_pool_cleanup_add, ngx_shm_zone_init_pt,
-    ngx_shm_zone_t, NGX_CONF_ANY, NGX_HTTP_LOC_CONF, NGX_HTTP_LOC_CONF_OFFSET,
+    ngx_command_t, ngx_conf_t, ngx_http_upstream_srv_conf_t, NGX_CONF_ANY, NGX_HTTP_LOC_CONF,
+    NGX_HTTP_LOC_CONF_OFFSET,
 };
-use ngx::http::{HttpModuleLocationConf, NgxHttpCoreModule};
 
-use crate::conf_ext::ConfExt;
-use crate::ffi_util::{bytes, command, ConfFail, NGX_ERROR, NGX_OK};
-use crate::upstrand::dynamic::LocConf;
-use crate::upstreams::Upstream;
-use peers::{Peers, Slab};
-use zone::{LiveState, LiveUpstream};
+use crate::ffi::conf::{ConfExt, ConfPart, Directive};
+use crate::ffi::content::set_content_handler;
+use crate::ffi::peers::Peers;
+use crate::ffi::pool::Cleanup;
+use crate::ffi::probe::{self, Balancer};
+use crate::ffi::upstream::{PeerInitFn, Upstream};
+use crate::ffi::zone::{LiveState, LiveUpstream, ShmZone, ZoneData, ZoneInit, ZoneInitFn};
+use crate::ffi::{command, ConfFail, Status};
 
 /// `upstreams_api [write=on|off] [host=NAME ...];` in a `location`.
-pub const COMMAND: ngx_command_t = command(
+pub const COMMAND: ngx_command_t = command::<SetUpstreamsApi>(
     c"upstreams_api",
     NGX_HTTP_LOC_CONF | NGX_CONF_ANY,
-    set_upstreams_api,
     NGX_HTTP_LOC_CONF_OFFSET,
 );
 
-/// A balancer's `peer.init`.
-pub type InitPeer =
-    unsafe extern "C" fn(*mut ngx_http_request_t, *mut ngx_http_upstream_srv_conf_t) -> ngx_int_t;
-
-/// A handle on an upstream's shared-memory zone (`ngx_shm_zone_t`), valid as long as the
-/// configuration (cycle) it belongs to.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub struct ShmZone(NonNull<ngx_shm_zone_t>);
-
-impl ShmZone {
-    /// The zone of `up`, when it has one.
-    pub fn of(up: Upstream) -> Option<ShmZone> {
-        up.shm_zone().map(ShmZone)
-    }
-
-    /// # Safety
-    /// `z` is null or a shared-memory zone of a live configuration (nginx's argument to a
-    /// zone's `init`).
-    unsafe fn from_ptr(z: *mut ngx_shm_zone_t) -> Option<ShmZone> {
-        NonNull::new(z).map(ShmZone)
-    }
-
-    fn raw(self) -> *mut ngx_shm_zone_t {
-        self.0.as_ptr()
-    }
-
-    /// The zone's name.
-    pub fn name(self) -> String {
-        // SAFETY: the zone and its name live as long as the configuration (handle).
-        String::from_utf8_lossy(unsafe { bytes(&(*self.raw()).shm.name) }).into_owned()
-    }
-
-    fn init(self) -> ngx_shm_zone_init_pt {
-        // SAFETY: the zone is live (handle); `init` is read and written only while the
-        // configuration is parsed and the zone made, on nginx's thread.
-        unsafe { (*self.raw()).init }
-    }
-
-    fn set_init(self, f: ngx_shm_zone_init_pt) {
-        // SAFETY: as in `init`.
-        unsafe { (*self.raw()).init = f };
-    }
-
-    /// The zone's slab pool, once the zone is mapped (`shm.addr`).
-    fn slab(self) -> Option<Slab> {
-        // SAFETY: the zone is live (handle); once mapped, `shm.addr` is the slab pool nginx
-        // initialised at the start of the zone.
-        unsafe { Slab::from_ptr((*self.raw()).shm.addr.cast()) }
-    }
+/// The live API's part of a location's configuration (not inherited: the directive sets the
+/// location's content handler).
+#[derive(Default)]
+pub struct ApiLocation {
+    /// `upstreams_api` of this location.
+    pub access: Option<upstrand_core::live::Access>,
 }
 
 /// What the registry knows about one `upstream {}` block of a configuration.
 pub struct Entry {
-    /// The configuration (cycle) it belongs to (compared only).
-    cycle: *mut ngx_cycle_t,
+    /// The configuration (cycle) it belongs to (its address, compared only).
+    cycle: usize,
     /// The upstream.
     pub up: Upstream,
     /// Its name.
@@ -109,14 +62,14 @@ pub struct Entry {
     /// Its zone's name, when it has one.
     pub zone: Option<String>,
     /// Its balancer.
-    pub balancer: probe::Balancer,
+    pub balancer: Balancer,
     /// It has `server ... resolve` servers (nginx 1.27.3+), which nginx keeps up to date
     /// itself: never live.
     pub resolves_names: bool,
-    /// The balancer's `peer.init` (wrapped by [`balancer::init_peer`] for live upstreams).
-    orig_init: ngx_http_upstream_init_peer_pt,
-    /// The zone's `init` (wrapped by [`zone_init`]).
-    orig_zone_init: ngx_shm_zone_init_pt,
+    /// The balancer's `peer.init` (wrapped by [`balancer::LivePeerInit`] for live upstreams).
+    orig_init: Option<PeerInitFn>,
+    /// The zone's `init` (wrapped by [`ZoneInitWrapper`]).
+    orig_zone_init: ZoneInitFn,
     /// Live state in the zone, once the zone exists (live upstreams only).
     pub state: Option<LiveState>,
 }
@@ -128,14 +81,10 @@ impl Entry {
     /// The live upstream (state and zone list), for upstreams the API can change once their zone
     /// exists.
     pub fn live(&self) -> Option<LiveUpstream> {
-        let state = self.state?;
-        // SAFETY: state exists only for an upstream whose `peer.init` this module wrapped (round
-        // robin or least_conn with a zone); it is made after nginx's zone `init` copied the
-        // peers into the zone and pointed `peer.data` at the zone's list, in this zone.
-        unsafe {
-            let primary = Peers::from_ptr(self.up.peer_data().cast())?;
-            LiveUpstream::new(state, primary)
-        }
+        // State exists only for an upstream whose `peer.init` this module wrapped (round robin
+        // or least_conn with a zone); it is made after nginx's zone `init` copied the peers into
+        // the zone and pointed `peer.data` at the zone's list, in this zone.
+        LiveUpstream::new(self.state?, &self.balancer)
     }
 }
 
@@ -161,29 +110,23 @@ pub fn with_entry<T>(
     registry().get(&(uscf as usize)).map(f)
 }
 
-/// The balancer's `peer.init` and the live upstream for `uscf`.
-pub fn lookup_peer_init(
-    uscf: *mut ngx_http_upstream_srv_conf_t,
-) -> Option<(InitPeer, Option<LiveUpstream>)> {
-    with_entry(uscf, |e| e.orig_init.map(|f| (f, e.live()))).flatten()
+/// The balancer's `peer.init` and the live upstream for `us`.
+pub fn lookup_peer_init(us: Upstream) -> Option<(PeerInitFn, Option<LiveUpstream>)> {
+    with_entry(us.as_ptr(), |e| e.orig_init.map(|f| (f, e.live()))).flatten()
 }
 
-extern "C" fn set_upstreams_api(
-    cf: *mut ngx_conf_t,
-    _cmd: *mut ngx_command_t,
-    conf: *mut c_void,
-) -> *mut c_char {
-    // SAFETY: nginx calls the handler with the configuration being parsed, inside a location,
-    // and `conf` is this module's LocConf of that location (the command's loc conf offset);
-    // nothing else refers to them during the call.
-    let (cf, lc) = unsafe { (&mut *cf, &mut *conf.cast::<LocConf>()) };
-    let result = declare(cf, lc);
-    cf.result(result)
+struct SetUpstreamsApi;
+
+impl Directive for SetUpstreamsApi {
+    fn handle(cf: &mut ngx_conf_t) -> Result<(), ConfFail> {
+        let loc = ApiLocation::of_conf(cf).ok_or(ConfFail::Logged)?;
+        declare(cf, loc)
+    }
 }
 
 /// Records the location's access parameters and makes it the API's location.
-fn declare(cf: &mut ngx_conf_t, lc: &mut LocConf) -> Result<(), ConfFail> {
-    if lc.api_access.is_some() {
+fn declare(cf: &mut ngx_conf_t, loc: &mut ApiLocation) -> Result<(), ConfFail> {
+    if loc.access.is_some() {
         return Err(upstrand_core::ConfError::ApiDuplicate.into());
     }
     let texts = cf.param_texts();
@@ -198,11 +141,8 @@ fn declare(cf: &mut ngx_conf_t, lc: &mut LocConf) -> Result<(), ConfFail> {
             w.1 = warn;
         }
     }
-    lc.api_access = Some(access);
-    let Some(clcf) = NgxHttpCoreModule::location_conf_mut(cf) else {
-        return Err(ConfFail::Logged);
-    };
-    clcf.handler = Some(handler::handle);
+    loc.access = Some(access);
+    set_content_handler::<handler::Api>(cf)?;
     *API_CYCLE.lock().unwrap_or_else(|e| e.into_inner()) = cf.cycle as usize;
     Ok(())
 }
@@ -211,32 +151,24 @@ fn declare(cf: &mut ngx_conf_t, lc: &mut LocConf) -> Result<(), ConfFail> {
 /// configuration has an `upstreams_api` location, records every `upstream {}` block and wraps
 /// the `peer.init` and zone `init` of those the API can change.
 pub fn init_main_conf(cf: &mut ngx_conf_t) -> Result<(), &'static str> {
-    let cycle = cf.cycle;
-    if *API_CYCLE.lock().unwrap_or_else(|e| e.into_inner()) != cycle as usize {
+    let cycle = cf.cycle as usize;
+    if *API_CYCLE.lock().unwrap_or_else(|e| e.into_inner()) != cycle {
         return Ok(());
     }
-    // SAFETY: cf.pool is the live configuration pool; the cleanup nginx returns is ours to fill.
-    unsafe {
-        let cln = ngx_pool_cleanup_add(cf.pool, 0);
-        if cln.is_null() {
-            return Err("out of memory");
-        }
-        (*cln).handler = Some(forget_cycle);
-        (*cln).data = cycle.cast();
+    if !cf.on_cleanup::<ForgetCycle>(cycle) {
+        return Err("out of memory");
     }
     let probes = probe::Probes::run(cf);
     let mut reg = registry();
-    for up in crate::upstreams::all(cf) {
+    for up in crate::ffi::upstream::all(cf) {
         if !up.is_block() {
             continue; // an implicit upstream (proxy_pass http://host)
         }
         let shm_zone = ShmZone::of(up);
         let balancer = probes.classify(up);
-        // Only round robin and least_conn are known to keep a round-robin list in peer.data.
-        let resolves_names = balancer.live.is_some()
-            // SAFETY: for those, peer.data is the list their init_upstream made (in the
-            // configuration pool; the zone is not made yet).
-            && unsafe { Peers::from_ptr(up.peer_data().cast()) }.is_some_and(Peers::resolves_names);
+        // Only round robin and least_conn are known to keep a round-robin list in peer.data
+        // (in the configuration pool: the zone is not made yet).
+        let resolves_names = balancer.rr_list().is_some_and(Peers::resolves_names);
         let mut e = Entry {
             cycle,
             up,
@@ -245,22 +177,22 @@ pub fn init_main_conf(cf: &mut ngx_conf_t) -> Result<(), &'static str> {
             zone: shm_zone.map(ShmZone::name),
             balancer,
             resolves_names,
-            orig_init: up.peer_init(),
-            orig_zone_init: None,
+            orig_init: up.peer_init_fn(),
+            orig_zone_init: ZoneInitFn::default(),
             state: None,
         };
         if let (Some(z), Some(_), false, Some(_)) =
-            (shm_zone, e.balancer.live, e.resolves_names, e.orig_init)
+            (shm_zone, e.balancer.live(), e.resolves_names, e.orig_init)
         {
-            up.set_peer_init(Some(balancer::init_peer));
+            up.wrap_peer_init::<balancer::LivePeerInit>();
             let already = reg
                 .values()
                 .find(|o| o.cycle == cycle && o.shm_zone == Some(z) && o.orig_zone_init.is_some());
             match already {
                 Some(o) => e.orig_zone_init = o.orig_zone_init,
                 None => {
-                    e.orig_zone_init = z.init();
-                    z.set_init(Some(zone_init));
+                    e.orig_zone_init = z.init_fn();
+                    z.wrap_init::<ZoneInitWrapper>();
                 }
             }
         }
@@ -275,33 +207,26 @@ pub fn init_main_conf(cf: &mut ngx_conf_t) -> Result<(), &'static str> {
 /// configuration answer 503 instead of changing (or showing) a zone the new configuration will
 /// not use: nginx never reuses an upstream zone across a reload, and the old workers keep
 /// serving for a while after the new zone is made (issue 20). When the new configuration fails
-/// to load, its pool's cleanup ([`withdraw_supersede`]) takes the marks back.
+/// to load, its pool's cleanup ([`WithdrawSupersede`]) takes the marks back.
 pub fn configuration_begins(cf: &mut ngx_conf_t) -> Result<(), &'static str> {
-    let new = cf.cycle;
-    // SAFETY: `ngx_cycle` is nginx's running configuration, read on nginx's thread; while a
-    // configuration is read it is still the previous one.
-    let running = unsafe { ngx::ffi::ngx_cycle };
+    let new = cf.cycle as usize;
+    // While a configuration is read, the running one is still the previous one.
+    let running = crate::ffi::running_cycle();
     let marked = mark_running(running, new, LiveState::supersede);
     if !marked {
         return Ok(());
     }
-    // SAFETY: cf.pool is the new configuration's pool; the cleanup nginx returns is ours.
-    unsafe {
-        let cln = ngx_pool_cleanup_add(cf.pool, 0);
-        if cln.is_null() {
-            mark_running(running, new, LiveState::withdraw);
-            return Err("out of memory");
-        }
-        (*cln).handler = Some(withdraw_supersede);
-        (*cln).data = new.cast();
+    if !cf.on_cleanup::<WithdrawSupersede>(new) {
+        mark_running(running, new, LiveState::withdraw);
+        return Err("out of memory");
     }
     Ok(())
 }
 
 /// Calls `f(state, token of new)` for every live state of the running configuration; whether
 /// there was one. Only the running configuration's zones are sure to be mapped.
-fn mark_running(running: *mut ngx_cycle_t, new: *mut ngx_cycle_t, f: fn(LiveState, u64)) -> bool {
-    if running.is_null() || running == new {
+fn mark_running(running: usize, new: usize, f: fn(LiveState, u64)) -> bool {
+    if running == 0 || running == new {
         return false;
     }
     let mut any = false;
@@ -317,56 +242,57 @@ fn mark_running(running: *mut ngx_cycle_t, new: *mut ngx_cycle_t, f: fn(LiveStat
 /// Pool cleanup of a configuration that marked the running one's zones: when it failed to load
 /// (the running configuration stays), takes its marks back. When it loaded, the configurations
 /// it marked are no longer running and the running one was never marked with its token: nothing.
-extern "C" fn withdraw_supersede(data: *mut c_void) {
-    // SAFETY: as in `configuration_begins`.
-    let running = unsafe { ngx::ffi::ngx_cycle };
-    mark_running(running, data.cast(), LiveState::withdraw);
+struct WithdrawSupersede;
+
+impl Cleanup for WithdrawSupersede {
+    fn run(new: usize) {
+        mark_running(crate::ffi::running_cycle(), new, LiveState::withdraw);
+    }
 }
 
-extern "C" fn forget_cycle(data: *mut c_void) {
-    let cycle = data.cast::<ngx_cycle_t>();
-    registry().retain(|_, e| e.cycle != cycle);
+/// Forgets a configuration's entries when its pool goes.
+struct ForgetCycle;
+
+impl Cleanup for ForgetCycle {
+    fn run(cycle: usize) {
+        registry().retain(|_, e| e.cycle != cycle);
+    }
 }
 
 /// The zone `init` installed for zones of live upstreams: runs nginx's (which copies the peers
 /// into the zone), then allocates each live upstream's state in the zone.
-extern "C" fn zone_init(shm_zone: *mut ngx_shm_zone_t, data: *mut c_void) -> ngx_int_t {
-    // SAFETY: nginx passes the zone it is creating, of the configuration being started.
-    let Some(z) = (unsafe { ShmZone::from_ptr(shm_zone) }) else {
-        return NGX_ERROR;
-    };
-    let mut reg = registry();
-    let Some(orig) = reg
-        .values()
-        .find(|e| e.shm_zone == Some(z) && e.orig_zone_init.is_some())
-        .and_then(|e| e.orig_zone_init)
-    else {
-        return NGX_ERROR;
-    };
-    // SAFETY: orig is the upstream zone module's init, called with nginx's own arguments.
-    let rc = unsafe { orig(shm_zone, data) };
-    if rc != NGX_OK {
-        return rc;
-    }
-    let Some(slab) = z.slab() else {
-        return NGX_ERROR;
-    };
-    let now_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(1, |d| d.as_millis() as u64);
-    let warn = RETIRED_WARN.lock().unwrap_or_else(|e| e.into_inner());
-    for e in reg.values_mut() {
-        if e.shm_zone == Some(z) && e.orig_zone_init.is_some() {
-            let warn_ms = if warn.0 == e.cycle as usize {
-                warn.1
-            } else {
-                0
-            };
-            e.state = LiveState::create(slab, now_ms, warn_ms);
-            if e.state.is_none() {
-                return NGX_ERROR;
+struct ZoneInitWrapper;
+
+impl ZoneInit for ZoneInitWrapper {
+    fn init(z: ShmZone, data: ZoneData) -> Status {
+        let mut reg = registry();
+        let Some(orig) = reg
+            .values()
+            .find(|e| e.shm_zone == Some(z) && e.orig_zone_init.is_some())
+            .map(|e| e.orig_zone_init)
+        else {
+            return Status::NGX_ERROR;
+        };
+        let rc = orig.call(z, data);
+        if rc != Status::NGX_OK {
+            return rc;
+        }
+        let Some(slab) = z.slab() else {
+            return Status::NGX_ERROR;
+        };
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.as_millis() as u64);
+        let warn = RETIRED_WARN.lock().unwrap_or_else(|e| e.into_inner());
+        for e in reg.values_mut() {
+            if e.shm_zone == Some(z) && e.orig_zone_init.is_some() {
+                let warn_ms = if warn.0 == e.cycle { warn.1 } else { 0 };
+                e.state = LiveState::create(slab, now_ms, e.up, warn_ms);
+                if e.state.is_none() {
+                    return Status::NGX_ERROR;
+                }
             }
         }
+        Status::NGX_OK
     }
-    NGX_OK
 }

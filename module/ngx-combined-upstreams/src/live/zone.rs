@@ -29,16 +29,15 @@
 //! constructor: they must be the same upstream's). Their methods are safe; the guards
 //! ([`GateRead`], `GateWrite`, and `peers`' list and slab guards) release what they hold on drop.
 
-use core::ptr::{self, NonNull};
-use core::sync::atomic::{AtomicU64, Ordering};
+use core::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use ngx::ffi::{ngx_atomic_t, ngx_current_msec, ngx_rwlock_rlock, ngx_rwlock_unlock};
 use upstrand_core::live::plan::{totals, ListTotals};
 use upstrand_core::live::render::{PutView, RetiredView, ServerView, SlabView, UpstreamView};
 use upstrand_core::live::{plan, sizing, ApiError, Current, PutRequest, Server};
 
-use super::peers::{peer_layout, wlock_until, Peer, Peers, Retired, RetiredChain, Slab};
+use crate::ffi::peers::{peer_layout, Peer};
+pub use crate::ffi::zone::LiveUpstream;
 
 /// How long a `PUT` waits for the write sides of the gate and the list locks together before it
 /// answers 503.
@@ -51,178 +50,14 @@ pub const SWEEP_EVERY_MS: u64 = 100;
 
 /// nginx's cached monotonic clock in milliseconds (the same clock in every worker).
 fn now_ms() -> u64 {
-    // SAFETY: a plain integer global nginx updates on its own thread, which this is.
-    unsafe { ngx_current_msec as u64 }
+    crate::ffi::current_msec()
 }
 
 /// How often a `PUT` plans again when another `PUT` changed the set between its read of the set
 /// and its write lock, before it answers 503.
 const PLAN_ATTEMPTS: usize = 8;
 
-/// Per-upstream live state, allocated in the upstream's zone when the zone is created.
-#[repr(C)]
-pub struct Shared {
-    /// See the module comment.
-    gate: ngx_atomic_t,
-    /// Changes with every applied change; starts at the zone's creation time in milliseconds so
-    /// a zone made by a reload never repeats an earlier generation.
-    generation: AtomicU64,
-    /// Retired peers (out of every list, connections still open). Used only with both list
-    /// write locks held.
-    retired: Retired,
-    /// Number of peers in `retired` (read without lock as a hint).
-    retiring: AtomicU64,
-    /// Selections that found the set changed since their request's balancer data was made and
-    /// made it again (see `balancer.rs`).
-    rebalanced: AtomicU64,
-    /// `ngx_current_msec` before which a `free` does not sweep (see [`SWEEP_EVERY_MS`]).
-    next_sweep_ms: AtomicU64,
-    /// Not 0 while nginx reads a new configuration that replaces this zone's (a reload): the
-    /// token of that configuration (see `mod.rs`, `configuration_begins`). Set and cleared by
-    /// the master; the API then answers 503 in the workers of this zone's configuration.
-    superseded: AtomicU64,
-    /// `retired_warn` in `ngx_current_msec` units (0: off), set when the zone is made.
-    retired_warn_ms: AtomicU64,
-    /// The removal time (`ngx_current_msec`) of the newest retired peer a `warn` line named:
-    /// each is named once, by the worker that moves this forward.
-    warned_since: AtomicU64,
-}
-
-/// A handle on one upstream's [`Shared`] block in its zone (valid as long as the zone: the
-/// configuration's cycle).
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub struct LiveState(NonNull<Shared>);
-
-impl LiveState {
-    /// Allocates the state in the zone (while nginx creates the zone); None when it is full.
-    /// `retired_warn_ms`: see [`Shared`] (0: off).
-    pub fn create(slab: Slab, now_ms: u64, retired_warn_ms: u64) -> Option<LiveState> {
-        // Zeroed memory is a valid Shared (lock free, no retired peers).
-        let s = slab.calloc::<Shared>()?;
-        let st = LiveState(s);
-        st.shared()
-            .generation
-            .store(now_ms.max(1), Ordering::SeqCst);
-        st.shared()
-            .retired_warn_ms
-            .store(retired_warn_ms, Ordering::SeqCst);
-        Some(st)
-    }
-
-    /// The atomics of the block (a shared reference: every field a worker changes without a
-    /// lock is an atomic; `gate` is used only through nginx's lock functions and `retired` only
-    /// through [`LiveUpstream`] with the list locks held, both by raw pointer).
-    fn shared(&self) -> &Shared {
-        // SAFETY: the block lives as long as the zone (handle); see above.
-        unsafe { self.0.as_ref() }
-    }
-
-    fn gate(self) -> *mut ngx_atomic_t {
-        // SAFETY: the block is live (handle); no reference is made.
-        unsafe { ptr::addr_of_mut!((*self.0.as_ptr()).gate) }
-    }
-
-    /// The current generation.
-    pub fn generation(self) -> u64 {
-        self.shared().generation.load(Ordering::SeqCst)
-    }
-
-    /// Marks the zone replaced by the configuration `token` nginx is reading (a reload).
-    pub fn supersede(self, token: u64) {
-        self.shared().superseded.store(token, Ordering::SeqCst);
-    }
-
-    /// Takes back [`Self::supersede`] of `token` (that configuration failed to load).
-    pub fn withdraw(self, token: u64) {
-        let _ =
-            self.shared()
-                .superseded
-                .compare_exchange(token, 0, Ordering::SeqCst, Ordering::SeqCst);
-    }
-
-    /// Whether a reload is replacing this zone's configuration.
-    pub fn superseded(self) -> bool {
-        self.shared().superseded.load(Ordering::SeqCst) != 0
-    }
-
-    /// Counts one request whose balancer data was made again after a change.
-    pub fn count_rebalanced(self) {
-        self.shared().rebalanced.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// Whether retired peers wait to be freed (a hint read without lock).
-    pub fn has_retiring(self) -> bool {
-        self.shared().retiring.load(Ordering::Relaxed) > 0
-    }
-
-    /// Takes the gate for reading.
-    pub fn gate_read(self) -> GateRead {
-        // SAFETY: the lock word lives in the zone (handle).
-        unsafe { ngx_rwlock_rlock(self.gate()) };
-        GateRead(self)
-    }
-
-    /// Takes the gate for writing within `deadline`; None when it stays read- or write-held.
-    fn gate_write(self, deadline: Instant) -> Option<GateWrite> {
-        // SAFETY: as in gate_read.
-        unsafe { wlock_until(self.gate(), deadline) }.then(|| GateWrite(self))
-    }
-}
-
-/// A held read side of the gate, released on drop.
-pub struct GateRead(LiveState);
-
-impl Drop for GateRead {
-    fn drop(&mut self) {
-        // SAFETY: taken in `gate_read` by this process.
-        unsafe { ngx_rwlock_unlock(self.0.gate()) };
-    }
-}
-
-/// A held write side of the gate, released on drop.
-struct GateWrite(LiveState);
-
-impl Drop for GateWrite {
-    fn drop(&mut self) {
-        // SAFETY: taken in `gate_write` by this process.
-        unsafe { ngx_rwlock_unlock(self.0.gate()) };
-    }
-}
-
-/// One live upstream: its state and its primary list (in the zone, with its slab pool).
-#[derive(Clone, Copy, Debug)]
-pub struct LiveUpstream {
-    state: LiveState,
-    primary: Peers,
-    slab: Slab,
-}
-
 impl LiveUpstream {
-    /// # Safety
-    /// `state` was made in the zone of the upstream whose zone list `primary` is (the lists'
-    /// locks and the retired chain of `state` then belong together).
-    pub unsafe fn new(state: LiveState, primary: Peers) -> Option<LiveUpstream> {
-        Some(LiveUpstream {
-            state,
-            primary,
-            slab: primary.slab()?,
-        })
-    }
-
-    /// The retired chain (used by [`ListsWrite`]'s methods with the locks held).
-    fn retired(self) -> RetiredChain {
-        // SAFETY: the block is live and not null (handle): the address of one of its fields is
-        // not null either; no reference is made.
-        let head =
-            unsafe { NonNull::new_unchecked(ptr::addr_of_mut!((*self.state.0.as_ptr()).retired)) };
-        RetiredChain::new(head)
-    }
-
-    /// The upstream's live state.
-    pub fn state(self) -> LiveState {
-        self.state
-    }
-
     /// How many of `tried` (socket addresses of a request's tries, see `ListRead::count_up`) are
     /// addresses of servers of the current set that are not `down`.
     pub fn tried_here<'a>(self, tried: impl Iterator<Item = &'a [u8]> + Clone) -> usize {

@@ -10,25 +10,25 @@
 //! - [`vars`]: the status variables,
 //! - [`dynamic`]: `dynamic_upstrand` and its location configuration.
 //!
-//! FFI helpers (strings, arguments, errors, pools, variable values) are the crate's
-//! [`crate::ffi_util`].
+//! Everything that touches nginx goes through the crate's [`crate::ffi`] layer; the registry is
+//! this family's part of the module's main configuration ([`crate::ffi::conf::ConfPart`]).
 
 pub mod block;
 pub mod dynamic;
 mod request;
 mod vars;
 
+pub use request::ReqCtx;
+
 use core::cell::RefCell;
 
-use ngx::ffi::{
-    ngx_conf_t, ngx_http_upstream_conf_t, ngx_http_upstream_init_peer_pt,
-    ngx_http_upstream_srv_conf_t, ngx_int_t, ngx_uint_t,
-};
+use ngx::ffi::{ngx_conf_t, ngx_http_upstream_conf_t, ngx_uint_t};
 use upstrand_core::upstrand::conf::UpstrandConf;
 use upstrand_core::upstrand::select::UpstrandState;
 
-use crate::conf::MainConf;
-use crate::ffi_util::{NGX_ERROR, NGX_OK};
+use crate::ffi::request::{install_filters, UpstreamConf};
+use crate::ffi::upstream::{PeerInitFn, Upstream};
+use crate::ffi::Status;
 
 /// One configured upstrand.
 pub struct Upstrand {
@@ -46,27 +46,19 @@ impl Upstrand {
     }
 }
 
-/// Everything the upstrand family keeps for one configuration cycle. Owned by [`MainConf`]
-/// (in the configuration pool, dropped with it).
+/// Everything the upstrand family keeps for one configuration cycle: its part of the module's
+/// main configuration (in the configuration pool, dropped with it).
 #[derive(Default)]
 pub struct Registry {
     pub upstrands: Vec<Upstrand>,
     /// Upstreams whose `peer.init` we wrapped, with the original function.
-    pub wrapped: Vec<(
-        *mut ngx_http_upstream_srv_conf_t,
-        ngx_http_upstream_init_peer_pt,
-    )>,
+    pub wrapped: Vec<(Upstream, Option<PeerInitFn>)>,
     /// Variable indexes of `$upstream_<suffix>` for each of `STATUS_SUFFIXES` (read by the
     /// status variables), registered at postconfiguration.
     pub upstream_indexes: Vec<ngx_uint_t>,
     /// Per worker: for each location's `ngx_http_upstream_conf_t` used by a walk, a copy with
     /// `X-Accel-Redirect` ignored and `proxy_intercept_errors` off (made once, reused).
-    pub walk_confs: RefCell<
-        Vec<(
-            *const ngx_http_upstream_conf_t,
-            Box<ngx_http_upstream_conf_t>,
-        )>,
-    >,
+    pub walk_confs: RefCell<Vec<(UpstreamConf, Box<ngx_http_upstream_conf_t>)>>,
 }
 
 impl Registry {
@@ -78,32 +70,22 @@ impl Registry {
     }
 }
 
-/// The registry of a configuration, created on first use.
-fn registry_for_conf(mc: &mut MainConf) -> &mut Registry {
-    mc.upstrand.get_or_insert_with(Box::default)
-}
-
 /// Called from the module's preconfiguration: registers the status variables.
-pub fn preconfiguration(cf: &mut ngx_conf_t) -> ngx_int_t {
+pub fn preconfiguration(cf: &mut ngx_conf_t) -> Status {
     vars::register(cf)
 }
 
 /// Called from the module's postconfiguration: when the configuration has upstrands, indexes the
 /// `$upstream_*` variables the status variables read, installs the filters and the peer-init hook.
-pub fn postconfiguration(cf: &mut ngx_conf_t, mc: &mut MainConf) -> ngx_int_t {
-    let Some(reg) = mc.upstrand.as_deref_mut() else {
-        return NGX_OK;
-    };
+pub fn postconfiguration(cf: &mut ngx_conf_t, reg: &mut Registry) -> Status {
     if reg.upstrands.is_empty() {
-        return NGX_OK;
+        return Status::NGX_OK;
     }
     let Some(indexes) = vars::upstream_indexes(cf) else {
-        return NGX_ERROR;
+        return Status::NGX_ERROR;
     };
     reg.upstream_indexes = indexes;
     request::wrap_peer_init(cf, reg);
-    // SAFETY: postconfiguration runs once per configuration, single-threaded, before any
-    // request: the time to install filters.
-    unsafe { request::install_filters() };
-    NGX_OK
+    install_filters::<request::WalkFilters>();
+    Status::NGX_OK
 }

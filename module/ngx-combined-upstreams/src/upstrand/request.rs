@@ -20,14 +20,11 @@
 //! $upstrand_us1;` re-enters [`upstrand_value`] from the header filter chain, which marks the
 //! walk poisoned, and the status variables read the walk.
 
-use core::ptr::{self, NonNull};
+use core::ptr;
 
 use ngx::ffi::{
-    ngx_chain_t, ngx_conf_t, ngx_current_msec, ngx_http_output_body_filter_pt,
-    ngx_http_output_header_filter_pt, ngx_http_request_t, ngx_http_subrequest,
-    ngx_http_top_body_filter, ngx_http_top_header_filter, ngx_http_upstream_conf_t,
-    ngx_http_upstream_srv_conf_t, ngx_int_t, ngx_list_t, ngx_str_t, ngx_uint_t, random,
-    NGX_HTTP_SUBREQUEST_CLONE, NGX_HTTP_UPSTREAM_IGN_XA_REDIRECT, NGX_LOG_DEBUG, NGX_LOG_ERR,
+    ngx_conf_t, ngx_http_upstream_conf_t, ngx_str_t, ngx_uint_t, NGX_HTTP_UPSTREAM_IGN_XA_REDIRECT,
+    NGX_LOG_DEBUG, NGX_LOG_ERR,
 };
 use upstrand_core::upstrand::select::{
     member, multiple_message, whitelist_message, MemberRef, Step, Walk as WalkState,
@@ -37,8 +34,12 @@ use upstrand_core::upstrand::trace;
 use upstrand_core::upstreams::members_to_wrap;
 
 use super::{Registry, Upstrand};
-use crate::ffi_util::{NGX_ERROR, NGX_OK};
-use crate::http::{Req, VarSlot};
+use crate::ffi::conf::ConfPart;
+use crate::ffi::pool::PoolCell;
+use crate::ffi::request::{next_body, next_header, Chain, Filters, Req, UpstreamConf};
+use crate::ffi::upstream::{self as upstreams, PeerInit, Upstream};
+use crate::ffi::variables::VarSlot;
+use crate::ffi::{current_msec, random, Status};
 
 /// What a participating request is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -62,9 +63,9 @@ pub(super) enum Mode {
     Deliver,
 }
 
-/// Per-request context (in the request pool; plain data).
+/// Per-request context (in the request pool; plain data), the module's request context.
 #[derive(Clone, Copy)]
-pub(super) struct ReqCtx {
+pub struct ReqCtx {
     walk: Walk,
     role: Role,
     mode: Mode,
@@ -75,6 +76,7 @@ pub(super) struct ReqCtx {
 }
 
 /// The state of one walk, in the root request's pool (plain data: nothing to drop).
+#[derive(Clone, Copy)]
 pub(super) struct WalkCtx {
     upstrand: &'static Upstrand,
     state: WalkState,
@@ -87,21 +89,23 @@ pub(super) struct WalkCtx {
     last: Option<Part>,
 }
 
-/// Handle on a walk. Made only by [`upstrand_value`] from a fresh pool allocation; the pool is
-/// the request tree's, so the walk lives as long as every request that can reach it.
+/// Handle on a walk. Made only by [`upstrand_value`] in the root request's pool (the request
+/// tree's), so the walk lives as long as every request that can reach it.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub(super) struct Walk(NonNull<WalkCtx>);
+pub(super) struct Walk(PoolCell<WalkCtx>);
 
 impl Walk {
     fn read<T>(self, f: impl FnOnce(&WalkCtx) -> T) -> T {
-        // SAFETY: see the type; `f` runs no nginx code, so nothing else touches the walk.
-        f(unsafe { self.0.as_ref() })
+        f(&self.0.get())
+    }
+
+    /// A copy of the walk's state.
+    fn snapshot(self) -> WalkCtx {
+        self.0.get()
     }
 
     fn write<T>(self, f: impl FnOnce(&mut WalkCtx) -> T) -> T {
-        // SAFETY: as for `read`; single-threaded, and no other borrow of the walk is alive
-        // while `f` runs (every borrow lives inside one of these methods).
-        f(unsafe { &mut *self.0.as_ptr() })
+        self.0.update(f)
     }
 
     /// The walk's upstrand (registry memory, which outlives every request of the cycle).
@@ -129,29 +133,32 @@ impl Walk {
 
     /// Appends `p` to the list of participating requests.
     fn push(self, p: Part) {
-        match self.read(|w| w.last) {
-            None => self.write(|w| w.first = Some(p)),
-            Some(last) => last.update(|c| c.next = Some(p)),
+        let last = self.write(|w| {
+            let last = w.last.replace(p);
+            if last.is_none() {
+                w.first = Some(p);
+            }
+            last
+        });
+        if let Some(last) = last {
+            last.update(|c| c.next = Some(p));
         }
-        self.write(|w| w.last = Some(p));
     }
 }
 
 /// Handle on a participating request's context; made only by [`attach`] (pool memory of the
 /// request tree, alive as long as the tree).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub(super) struct Part(NonNull<ReqCtx>);
+pub(super) struct Part(PoolCell<ReqCtx>);
 
 impl Part {
     /// A copy of the context.
     pub(super) fn get(self) -> ReqCtx {
-        // SAFETY: see the type; the context is plain data, copied out.
-        unsafe { *self.0.as_ptr() }
+        self.0.get()
     }
 
     fn update(self, f: impl FnOnce(&mut ReqCtx)) {
-        // SAFETY: see the type; `f` runs no nginx code and no other borrow is alive.
-        f(unsafe { &mut *self.0.as_ptr() });
+        self.0.update(f);
     }
 
     fn set_mode(self, mode: Mode) {
@@ -189,12 +196,7 @@ fn log_walk(r: Req, line: impl FnOnce() -> String) {
 
 /// The context in `r`'s slot, if it is ours.
 fn own_ctx(r: Req) -> Option<Part> {
-    NonNull::new(r.ctx().cast::<ReqCtx>()).map(Part)
-}
-
-/// The registry of the request's configuration (None when no upstrand is configured).
-pub(super) fn registry(r: Req) -> Option<&'static Registry> {
-    r.main_conf()?.upstrand.as_deref()
+    r.ctx::<ReqCtx>().map(Part)
 }
 
 /// The context of `r` if it takes part in a walk; restores it after an internal redirect.
@@ -206,7 +208,7 @@ pub(super) fn find_ctx(r: Req) -> Option<Part> {
     while let Some(parent) = p {
         if let Some(pc) = own_ctx(parent) {
             let found = pc.walk().parts().find(|c| c.req() == r)?;
-            r.set_ctx(found.0.as_ptr().cast());
+            r.set_ctx(found.0);
             return Some(found);
         }
         p = parent.parent();
@@ -235,21 +237,18 @@ fn attach(r: Req, walk: Walk, role: Role, mode: Mode) -> Option<Part> {
         r,
         next: None,
     };
-    let p = Part(r.alloc(ctx)?);
-    r.set_ctx(p.0.as_ptr().cast());
+    let p = Part(r.alloc_cell(ctx)?);
+    r.set_ctx(p.0);
     walk.push(p);
     Some(p)
 }
 
 fn rng(n: usize) -> usize {
-    // SAFETY: libc random() has no preconditions.
-    let x = unsafe { random() };
-    (x as usize) % n.max(1)
+    (random() as usize) % n.max(1)
 }
 
 fn now_ms() -> u64 {
-    // SAFETY: nginx updates this global in the worker's own thread.
-    unsafe { ngx_current_msec as u64 }
+    current_msec()
 }
 
 /// A second upstrand was accessed in the request tree of `walk`: poison the walk (every further
@@ -261,12 +260,13 @@ fn poison(r: Req, walk: Walk, new: &Upstrand) {
 }
 
 /// Value of `$upstrand_NAME` for upstrand `up` in request `r`.
-pub(super) fn upstrand_value(r: Req, v: &mut VarSlot, up: &'static Upstrand) -> ngx_int_t {
+pub(super) fn upstrand_value(r: Req, v: &mut VarSlot, up: &'static Upstrand) -> Status {
     if let Some(ctx) = find_ctx(r) {
         let walk = ctx.walk();
-        if walk.poisoned() {
+        let w = walk.snapshot();
+        if w.poisoned {
             v.not_found();
-        } else if !ptr::eq(walk.upstrand(), up) {
+        } else if !ptr::eq(w.upstrand, up) {
             poison(r, walk, up);
             v.not_found();
         } else {
@@ -278,19 +278,19 @@ pub(super) fn upstrand_value(r: Req, v: &mut VarSlot, up: &'static Upstrand) -> 
                 Role::Intercept => v.not_found(),
             }
         }
-        return NGX_OK;
+        return Status::NGX_OK;
     }
     if let Some(other) = tree_walk(r) {
         poison(r, other, up);
         v.not_found();
-        return NGX_OK;
+        return Status::NGX_OK;
     }
     // A new walk with r as its root.
     let Some(begin) =
         up.with_state(|conf, state| WalkState::begin(conf, state, now_ms(), &mut rng))
     else {
         v.not_found();
-        return NGX_OK;
+        return Status::NGX_OK;
     };
     if begin.whitelisted {
         r.log(NGX_LOG_ERR, &whitelist_message(&up.conf.name));
@@ -308,90 +308,23 @@ pub(super) fn upstrand_value(r: Req, v: &mut VarSlot, up: &'static Upstrand) -> 
         first: None,
         last: None,
     };
-    let Some(walk) = r.alloc(ctx).map(Walk) else {
-        return NGX_ERROR;
+    let Some(walk) = r.alloc_cell(ctx).map(Walk) else {
+        return Status::NGX_ERROR;
     };
     if attach(r, walk, Role::Step(first), Mode::Undecided).is_none() {
-        return NGX_ERROR;
+        return Status::NGX_ERROR;
     }
     r.set_error_page();
     v.set_static(part_name(up, Role::Step(first)).as_bytes());
-    NGX_OK
+    Status::NGX_OK
 }
 
 // ---- filters ----------------------------------------------------------------------------
 
-static mut NEXT_HEADER: ngx_http_output_header_filter_pt = None;
-static mut NEXT_BODY: ngx_http_output_body_filter_pt = None;
-
-/// Puts our filters on top of both chains (module order places us just above the copy filter).
-///
-/// # Safety
-/// Called from postconfiguration, single-threaded, before any request.
-pub(super) unsafe fn install_filters() {
-    // SAFETY: nginx configures filters single-threaded in postconfiguration; the chain heads are
-    // plain globals of nginx.
-    unsafe {
-        NEXT_HEADER = ngx_http_top_header_filter;
-        ngx_http_top_header_filter = Some(header_filter);
-        NEXT_BODY = ngx_http_top_body_filter;
-        ngx_http_top_body_filter = Some(body_filter);
-    }
-}
-
-fn next_header(r: Req) -> ngx_int_t {
-    // SAFETY: NEXT_HEADER was set in postconfiguration before any request (and is only read
-    // since); the next filter takes the live request.
-    unsafe {
-        match *ptr::addr_of!(NEXT_HEADER) {
-            Some(f) => f(r.as_ptr()),
-            None => NGX_ERROR,
-        }
-    }
-}
-
-fn next_body(r: Req, chain: *mut ngx_chain_t) -> ngx_int_t {
-    // SAFETY: as for next_header; the chain is the one nginx passed to our body filter.
-    unsafe {
-        match *ptr::addr_of!(NEXT_BODY) {
-            Some(f) => f(r.as_ptr(), chain),
-            None => NGX_ERROR,
-        }
-    }
-}
-
-/// Re-points `dst.last` when it still points at `src`'s embedded first part (after a struct
-/// copy of an `ngx_list_t`).
-///
-/// # Safety
-/// Both lists are live.
-unsafe fn fix_list(dst: *mut ngx_list_t, src: *mut ngx_list_t) {
-    // SAFETY: both lists are live (caller).
-    unsafe {
-        if (*dst).last == ptr::addr_of_mut!((*src).part) {
-            (*dst).last = ptr::addr_of_mut!((*dst).part);
-        }
-    }
-}
-
 /// Makes the answer of subrequest `r` the root's response: copy the headers and send them down
 /// the chain as the root's.
-fn deliver(r: Req, root: Req) -> ngx_int_t {
-    let (r, root_p) = (r.as_ptr(), root.as_ptr());
-    // SAFETY: r and root are live requests of one tree; headers_out is plain data with lists
-    // allocated in the shared pool; nothing else runs meanwhile.
-    unsafe {
-        (*root_p).headers_out = (*r).headers_out;
-        fix_list(
-            ptr::addr_of_mut!((*root_p).headers_out.headers),
-            ptr::addr_of_mut!((*r).headers_out.headers),
-        );
-        fix_list(
-            ptr::addr_of_mut!((*root_p).headers_out.trailers),
-            ptr::addr_of_mut!((*r).headers_out.trailers),
-        );
-        (*root_p).err_status = 0;
-    }
+fn deliver(r: Req, root: Req) -> Status {
+    root.take_headers_out(r);
     next_header(root)
 }
 
@@ -405,69 +338,42 @@ fn spawn(
     role: Role,
     mode: Mode,
 ) -> bool {
-    // The subrequest keeps pointing at its URI: copy it into the pool.
-    let Some(mut uri_s) = r.copy(uri) else {
+    // No walk state is borrowed during the call.
+    let Some(sr) = r.subrequest(uri, args, clone) else {
         return false;
-    };
-    let mut args_s = args.unwrap_or(ngx_str_t {
-        len: 0,
-        data: ptr::null_mut(),
-    });
-    let args_p = if args.is_some() {
-        ptr::addr_of_mut!(args_s)
-    } else {
-        ptr::null_mut()
-    };
-    let flags = if clone {
-        NGX_HTTP_SUBREQUEST_CLONE as ngx_uint_t
-    } else {
-        0
-    };
-    let mut sr: *mut ngx_http_request_t = ptr::null_mut();
-    // SAFETY: r is live and in its header filter; uri_s and args point into the tree's pool;
-    // sr is initialised by ngx_http_subrequest; no walk state is borrowed during the call.
-    let sr = unsafe {
-        if ngx_http_subrequest(
-            r.as_ptr(),
-            &mut uri_s,
-            args_p,
-            &mut sr,
-            ptr::null_mut(),
-            flags,
-        ) != NGX_OK
-        {
-            return false;
-        }
-        let Some(sr) = Req::from_ptr(sr) else {
-            return false;
-        };
-        // The subrequest got a struct copy of r's headers_in.
-        fix_list(
-            ptr::addr_of_mut!((*sr.as_ptr()).headers_in.headers),
-            ptr::addr_of_mut!((*r.as_ptr()).headers_in.headers),
-        );
-        sr
     };
     attach(sr, walk, role, mode).is_some()
 }
 
-extern "C" fn header_filter(r: *mut ngx_http_request_t) -> ngx_int_t {
-    // SAFETY: nginx calls the filter with the live request whose header is being sent.
-    let Some(r) = (unsafe { Req::from_ptr(r) }) else {
-        return NGX_ERROR;
-    };
+/// The header and body filters of walks.
+pub(super) struct WalkFilters;
+
+impl Filters for WalkFilters {
+    fn header(r: Req) -> Status {
+        header_filter(r)
+    }
+
+    fn body(r: Req, chain: Chain) -> Status {
+        body_filter(r, chain)
+    }
+}
+
+fn header_filter(r: Req) -> Status {
     let Some(ctx) = find_ctx(r) else {
         return next_header(r);
     };
     let c = ctx.get();
     let walk = c.walk;
-    if walk.poisoned() {
+    // One copy of the walk for the fields read below (root, upstrand and non_idempotent never
+    // change; poisoned is read before any call into nginx).
+    let w = walk.snapshot();
+    if w.poisoned {
         ctx.set_mode(Mode::Pass);
         return next_header(r);
     }
     if c.role == Role::Intercept {
         ctx.set_mode(Mode::Deliver);
-        return deliver(r, walk.root());
+        return deliver(r, w.root);
     }
     let Role::Step(current) = c.role else {
         return next_header(r);
@@ -475,12 +381,12 @@ extern "C" fn header_filter(r: *mut ngx_http_request_t) -> ngx_int_t {
     if c.mode != Mode::Undecided {
         return next_header(r);
     }
-    let up = walk.upstrand();
+    let up = w.upstrand;
     let answer = Answer {
         status: r.status(),
         origin: r.origin(),
     };
-    let non_idempotent = walk.read(|w| w.non_idempotent);
+    let non_idempotent = w.non_idempotent;
     let step = walk.write(|w| {
         // The time limit counts from the first contact with an upstream (nginx stamps
         // `peer.start_time` right before connecting, after a buffered request body was read).
@@ -493,7 +399,7 @@ extern "C" fn header_filter(r: *mut ngx_http_request_t) -> ngx_int_t {
         })
     });
     let here = part_name(up, Role::Step(current));
-    let root = walk.root();
+    let root = w.root;
     let (next_role, uri, clone) = match step {
         Step::Final {
             intercept: None,
@@ -530,7 +436,7 @@ extern "C" fn header_filter(r: *mut ngx_http_request_t) -> ngx_int_t {
     };
     ctx.set_mode(Mode::Swallow);
     if spawn(r, walk, &uri, args, clone, next_role, mode) {
-        return NGX_OK;
+        return Status::NGX_OK;
     }
     // nginx logged why (e.g. "subrequests cycle"): this answer stays the final one.
     log_walk(r, || trace::spawn_failed(&up.conf.name, here));
@@ -538,7 +444,7 @@ extern "C" fn header_filter(r: *mut ngx_http_request_t) -> ngx_int_t {
 }
 
 /// The current answer of `r` is the walk's response.
-fn final_answer(r: Req, ctx: Part) -> ngx_int_t {
+fn final_answer(r: Req, ctx: Part) -> Status {
     let root = ctx.walk().root();
     if r == root {
         ctx.set_mode(Mode::Pass);
@@ -549,51 +455,20 @@ fn final_answer(r: Req, ctx: Part) -> ngx_int_t {
     }
 }
 
-extern "C" fn body_filter(r: *mut ngx_http_request_t, chain: *mut ngx_chain_t) -> ngx_int_t {
-    // SAFETY: nginx calls the filter with the live request whose body is being sent.
-    let Some(req) = (unsafe { Req::from_ptr(r) }) else {
-        return NGX_ERROR;
-    };
+fn body_filter(req: Req, chain: Chain) -> Status {
     let Some(ctx) = find_ctx(req) else {
         return next_body(req, chain);
     };
     let c = ctx.get();
     match c.mode {
         Mode::Swallow => {
-            // SAFETY: chain is the chain nginx passes down: its links and buffers are valid;
-            // r->upstream is null or the request's live upstream.
-            unsafe {
-                let mut cl = chain;
-                while !cl.is_null() {
-                    let b = (*cl).buf;
-                    if !b.is_null() {
-                        (*b).pos = (*b).last;
-                        if (*b).in_file() != 0 {
-                            (*b).file_pos = (*b).file_last;
-                        }
-                    }
-                    cl = (*cl).next;
-                }
-                let u = (*r).upstream;
-                if !u.is_null() && (*u).buffering() == 0 {
-                    (*u).out_bufs = ptr::null_mut();
-                }
-            }
-            NGX_OK
+            chain.consume();
+            req.drop_unbuffered_output();
+            Status::NGX_OK
         }
         Mode::Deliver => {
             if c.walk.root() == req.main() {
-                // SAFETY: as above.
-                unsafe {
-                    let mut cl = chain;
-                    while !cl.is_null() {
-                        let b = (*cl).buf;
-                        if !b.is_null() && (*b).last_in_chain() != 0 {
-                            (*b).set_last_buf(1);
-                        }
-                        cl = (*cl).next;
-                    }
-                }
+                chain.promote_last_in_chain();
             }
             next_body(req, chain)
         }
@@ -608,29 +483,26 @@ extern "C" fn body_filter(r: *mut ngx_http_request_t, chain: *mut ngx_chain_t) -
 /// redirect would break the walk) and a poisoned walk fails with 500. Called once from
 /// postconfiguration, after the upstream module's init_main_conf set every `peer.init`.
 pub(super) fn wrap_peer_init(cf: &ngx_conf_t, reg: &mut Registry) {
-    let list = crate::upstreams::all(cf);
+    let list = upstreams::all(cf);
     let members = reg
         .upstrands
         .iter()
         .flat_map(|up| up.conf.normal.iter().chain(&up.conf.backup))
         .map(|m| m.name.as_str());
-    let wrap = members_to_wrap(&crate::upstreams::infos(&list), members);
+    let wrap = members_to_wrap(&upstreams::infos(&list), members);
     for u in wrap.into_iter().map(|i| list[i]) {
-        reg.wrapped.push((u.as_ptr(), u.peer_init()));
-        u.set_peer_init(Some(peer_init));
+        reg.wrapped.push((u, u.peer_init_fn()));
+        u.wrap_peer_init::<WalkPeerInit>();
     }
 }
 
-/// The walk variant of a location's upstream configuration (see [`Registry::walk_confs`]):
-/// `conf` is a location's `ngx_http_upstream_conf_t` (it lives as long as the cycle).
-fn walk_conf(reg: &Registry, conf: *mut ngx_http_upstream_conf_t) -> *mut ngx_http_upstream_conf_t {
+/// The walk variant of a location's upstream configuration (see [`Registry::walk_confs`]).
+fn walk_conf(reg: &Registry, conf: UpstreamConf) -> *mut ngx_http_upstream_conf_t {
     let mut confs = reg.walk_confs.borrow_mut();
-    if let Some((_, copy)) = confs.iter_mut().find(|(orig, _)| ptr::eq(*orig, conf)) {
+    if let Some((_, copy)) = confs.iter_mut().find(|(orig, _)| *orig == conf) {
         return &mut **copy;
     }
-    // SAFETY: conf is the request's upstream configuration (from `map_upstream_conf`): plain
-    // data, copied by value.
-    let mut copy = Box::new(unsafe { *conf });
+    let mut copy = Box::new(conf.get());
     copy.ignore_headers |= NGX_HTTP_UPSTREAM_IGN_XA_REDIRECT as ngx_uint_t;
     copy.intercept_errors = 0;
     let p: *mut ngx_http_upstream_conf_t = &mut *copy;
@@ -638,31 +510,28 @@ fn walk_conf(reg: &Registry, conf: *mut ngx_http_upstream_conf_t) -> *mut ngx_ht
     p
 }
 
-extern "C" fn peer_init(
-    r: *mut ngx_http_request_t,
-    us: *mut ngx_http_upstream_srv_conf_t,
-) -> ngx_int_t {
-    // SAFETY: nginx calls peer.init with the live request being connected to upstream `us`.
-    let Some(req) = (unsafe { Req::from_ptr(r) }) else {
-        return NGX_ERROR;
-    };
-    let Some(reg) = registry(req) else {
-        return NGX_ERROR;
-    };
-    let Some(orig) = reg
-        .wrapped
-        .iter()
-        .find(|(u, _)| *u == us)
-        .and_then(|(_, f)| *f)
-    else {
-        return NGX_ERROR;
-    };
-    if let Some(ctx) = find_ctx(req) {
-        if ctx.walk().poisoned() {
-            return NGX_ERROR;
+/// The `peer.init` of member upstreams.
+struct WalkPeerInit;
+
+impl PeerInit for WalkPeerInit {
+    fn init(req: Req, us: Upstream) -> Status {
+        let Some(reg) = Registry::of_request(req) else {
+            return Status::NGX_ERROR;
+        };
+        let Some(orig) = reg
+            .wrapped
+            .iter()
+            .find(|(u, _)| *u == us)
+            .and_then(|(_, f)| *f)
+        else {
+            return Status::NGX_ERROR;
+        };
+        if let Some(ctx) = find_ctx(req) {
+            if ctx.walk().poisoned() {
+                return Status::NGX_ERROR;
+            }
+            req.map_upstream_conf(|conf| walk_conf(reg, conf));
         }
-        req.map_upstream_conf(|conf| walk_conf(reg, conf));
+        orig.call(req, us)
     }
-    // SAFETY: the original peer.init of `us` takes exactly what nginx passed to us.
-    unsafe { orig(r, us) }
 }

@@ -15,19 +15,27 @@
 //! scratch conf preset to `NGX_CONF_UNSET`), and an upstream is `+keepalive` when its
 //! `max_cached` is not 0. The module's own `init_main_conf` runs after the keepalive module's
 //! (dynamic modules come after the static ones), so the value is final when it classifies.
+//!
+//! Part of the FFI layer: [`Balancer::rr_list`] reads `peer.data` as nginx's round-robin list,
+//! which is sound only for the balancers this classification recognises, so only it makes a
+//! [`Balancer`] that says so.
+
+use core::mem::size_of;
+
+use ngx::ffi::{ngx_conf_t, ngx_http_upstream_init_pt, ngx_module_t};
 
 use core::ffi::{c_char, c_void, CStr};
-use core::mem::{size_of, zeroed};
+use core::mem::zeroed;
 use core::ptr;
 
 use ngx::ffi::{
-    ngx_array_t, ngx_command_t, ngx_conf_t, ngx_http_conf_ctx_t, ngx_http_upstream_init_pt,
-    ngx_http_upstream_init_round_robin, ngx_http_upstream_module, ngx_http_upstream_srv_conf_t,
-    ngx_int_t, ngx_module_t, ngx_str_t,
+    ngx_array_t, ngx_command_t, ngx_http_conf_ctx_t, ngx_http_upstream_init_round_robin,
+    ngx_http_upstream_module, ngx_http_upstream_srv_conf_t, ngx_int_t, ngx_str_t,
 };
 
-use crate::ffi_util::borrowed;
-use crate::upstreams::Upstream;
+use super::borrowed;
+use super::peers::Peers;
+use super::upstream::Upstream;
 
 /// A balancer the live API can change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,8 +51,35 @@ pub enum Live {
 pub struct Balancer {
     /// `round_robin`, `least_conn`, `round_robin+keepalive`, `ip_hash`, ... or `unknown`.
     pub name: String,
+    /// Set when live changes are possible (only the probe sets it).
+    live: Option<Live>,
+    /// The upstream classified (set by [`Probes::classify`]).
+    up: Option<Upstream>,
+}
+
+impl Balancer {
     /// Set when live changes are possible.
-    pub live: Option<Live>,
+    pub fn live(&self) -> Option<Live> {
+        self.live
+    }
+
+    /// The upstream classified.
+    pub fn upstream(&self) -> Option<Upstream> {
+        self.up
+    }
+
+    /// The upstream's round-robin list (`peer.data`), for a balancer the probe recognised as
+    /// keeping one there (round robin, least_conn, with or without keepalive); None otherwise.
+    /// In the configuration pool until the zone exists, the zone's list after nginx's zone
+    /// `init` ran.
+    pub fn rr_list(&self) -> Option<Peers> {
+        let up = self.up?;
+        self.live?;
+        // SAFETY: for these balancers peer.data is the round-robin list their init_upstream
+        // made (nginx's zone init re-points it at the zone's copy), alive as long as the
+        // configuration.
+        unsafe { Peers::from_ptr(up.peer_data().cast()) }
+    }
 }
 
 /// The addresses learned for this configuration.
@@ -59,17 +94,9 @@ pub struct Probes {
     max_cached: Option<(&'static ngx_module_t, usize)>,
 }
 
-/// A marker init function whose address the keepalive probe looks for.
-extern "C" fn marker(_cf: *mut ngx_conf_t, _us: *mut ngx_http_upstream_srv_conf_t) -> ngx_int_t {
-    0
-}
-
 fn addr(f: ngx_http_upstream_init_pt) -> usize {
     f.map_or(0, |f| f as usize)
 }
-
-/// Scratch space handed to a balancer handler as its module configuration.
-const SCRATCH: usize = 512;
 
 impl Probes {
     /// Runs the probes against the modules of the configuration being parsed (inside `http {}`).
@@ -119,7 +146,7 @@ impl Probes {
                 "ngx_http_upstream_keepalive_module",
                 c"keepalive",
                 &[c"1"],
-                Some(marker),
+                Some(probe_marker),
                 0,
             ) {
                 let words = conf.len() / size_of::<usize>();
@@ -128,7 +155,7 @@ impl Probes {
                         conf[i * size_of::<usize>()..(i + 1) * size_of::<usize>()]
                             .try_into()
                             .unwrap_or_default(),
-                    ) == marker as *const () as usize
+                    ) == probe_marker as *const () as usize
                 });
                 if let (Some(off), true) = (off, init != 0) {
                     if let Some(m) = find_module(cf, "ngx_http_upstream_keepalive_module") {
@@ -167,29 +194,30 @@ impl Probes {
 
     /// Classifies an upstream by its `peer.init_upstream`.
     pub fn classify(&self, up: Upstream) -> Balancer {
+        Balancer {
+            up: Some(up),
+            ..self.classify_init(up)
+        }
+    }
+
+    fn classify_init(&self, up: Upstream) -> Balancer {
         let init = addr(up.init_upstream());
         if let Some((ka, m, off)) = self.keepalive {
-            let kcf = up.module_srv_conf(m).cast::<u8>();
-            if init == ka && !kcf.is_null() {
-                // SAFETY: kcf is keepalive's srv conf of this upstream, larger than `off` plus a
-                // word (the probe found the marker there in a conf of the same type).
-                let inner = unsafe { ptr::read_unaligned(kcf.add(off) as *const usize) };
+            if let (true, Some(inner)) = (init == ka, up.srv_conf_word(m, off)) {
                 let b = self.plain(inner);
                 return Balancer {
                     name: format!("{}+keepalive", b.name),
-                    live: b.live,
+                    ..b
                 };
             }
         }
         #[cfg(nginx1_29_7)]
         if let Some((m, off)) = self.max_cached {
-            let kcf = up.module_srv_conf(m).cast::<u8>();
-            // SAFETY: as above, for `max_cached`.
-            if !kcf.is_null() && unsafe { ptr::read_unaligned(kcf.add(off) as *const usize) } != 0 {
+            if up.srv_conf_word(m, off).is_some_and(|w| w != 0) {
                 let b = self.plain(init);
                 return Balancer {
                     name: format!("{}+keepalive", b.name),
-                    live: b.live,
+                    ..b
                 };
             }
         }
@@ -197,27 +225,63 @@ impl Probes {
     }
 
     fn plain(&self, init: usize) -> Balancer {
-        let rr = ngx_http_upstream_init_round_robin as *const () as usize;
-        if init == 0 || init == rr {
+        if init == 0 || is_round_robin(init) {
             return Balancer {
                 name: "round_robin".into(),
                 live: Some(Live::RoundRobin),
+                up: None,
             };
         }
         match self.known.iter().find(|(a, _)| *a == init) {
             Some((_, "least_conn")) => Balancer {
                 name: "least_conn".into(),
                 live: Some(Live::LeastConn),
+                up: None,
             },
             Some((_, label)) => Balancer {
                 name: (*label).into(),
                 live: None,
+                up: None,
             },
             None => Balancer {
                 name: "unrecognised (third-party or module-made)".into(),
                 live: None,
+                up: None,
             },
         }
+    }
+}
+
+// ---- nginx access ------------------------------------------------------------------------
+
+/// A marker init function whose address the keepalive probe looks for.
+extern "C" fn probe_marker(
+    _cf: *mut ngx_conf_t,
+    _us: *mut ngx_http_upstream_srv_conf_t,
+) -> ngx_int_t {
+    0
+}
+
+/// True when `init` (an `init_upstream` address) is nginx's round robin.
+fn is_round_robin(init: usize) -> bool {
+    init == ngx_http_upstream_init_round_robin as *const () as usize
+}
+
+/// Scratch space handed to a balancer handler as its module configuration.
+const SCRATCH: usize = 512;
+
+impl Upstream {
+    /// The machine word at byte `off` of module `m`'s server configuration of the upstream
+    /// (None when it has none). `off` is an offset the probe found in a scratch configuration
+    /// of the same module ([`call`]), less than its `SCRATCH` bytes.
+    pub fn srv_conf_word(self, m: &ngx_module_t, off: usize) -> Option<usize> {
+        let conf = self.module_srv_conf(m).cast::<u8>();
+        if conf.is_null() || off + size_of::<usize>() > SCRATCH {
+            return None;
+        }
+        // SAFETY: conf is m's srv conf of this upstream, which holds a word at `off` (the probe
+        // found its directive's value there in a conf of the same type).
+        Some(unsafe { ptr::read_unaligned(conf.add(off).cast::<usize>()) })
     }
 }
 
@@ -266,7 +330,7 @@ fn call(
             return None;
         }
         while (*c).name.len != 0 {
-            if crate::ffi_util::bytes(&(*c).name) == cmd.to_bytes() {
+            if crate::ffi::bytes(&(*c).name) == cmd.to_bytes() {
                 break;
             }
             c = c.add(1);
@@ -305,6 +369,7 @@ fn call(
         if !rv.is_null() {
             return None;
         }
-        Some((addr(scratch_uscf.peer.init_upstream), conf))
+        let init = scratch_uscf.peer.init_upstream.map_or(0, |f| f as usize);
+        Some((init, conf))
     }
 }

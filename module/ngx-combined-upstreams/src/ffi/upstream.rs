@@ -1,5 +1,6 @@
 //! Access to nginx's upstream configuration (`ngx_http_upstream_module`'s structures) for the
-//! directives that work inside `upstream {}` and for the upstrand family.
+//! directives that work inside `upstream {}`, for the upstrand family and the live API, and the
+//! trampolines of the `init_upstream` / `peer.init` wrappers ([`InitUpstream`], [`PeerInit`]).
 //!
 //! [`Upstream`] is the fence: a handle on one `ngx_http_upstream_srv_conf_t` of the
 //! configuration being parsed, made only from nginx's own upstream list (or from nginx's call of
@@ -11,9 +12,10 @@ use core::{mem, ptr, slice};
 
 use ngx::ffi::{
     ngx_array_create, ngx_array_push, ngx_conf_t, ngx_http_max_module, ngx_http_module_t,
-    ngx_http_upstream_add, ngx_http_upstream_init_peer_pt, ngx_http_upstream_init_pt,
-    ngx_http_upstream_server_t, ngx_http_upstream_srv_conf_t, ngx_pcalloc, ngx_url_t,
-    NGX_HTTP_MODULE, NGX_HTTP_UPSTREAM_BACKUP, NGX_HTTP_UPSTREAM_CREATE, NGX_HTTP_UPSTREAM_DOWN,
+    ngx_http_request_t, ngx_http_upstream_add, ngx_http_upstream_init_peer_pt,
+    ngx_http_upstream_init_pt, ngx_http_upstream_init_round_robin, ngx_http_upstream_server_t,
+    ngx_http_upstream_srv_conf_t, ngx_int_t, ngx_pcalloc, ngx_url_t, NGX_HTTP_MODULE,
+    NGX_HTTP_UPSTREAM_BACKUP, NGX_HTTP_UPSTREAM_CREATE, NGX_HTTP_UPSTREAM_DOWN,
     NGX_HTTP_UPSTREAM_FAIL_TIMEOUT, NGX_HTTP_UPSTREAM_MAX_CONNS, NGX_HTTP_UPSTREAM_MAX_FAILS,
     NGX_HTTP_UPSTREAM_WEIGHT,
 };
@@ -21,9 +23,9 @@ use ngx::http::{HttpModule, HttpModuleMainConf, HttpModuleServerConf, NgxHttpUps
 use upstrand_core::upstreams::{find_by_name, UpstreamInfo};
 use upstrand_core::{ConfError, ServerFlags};
 
-use crate::conf::{Module, SrvConf};
-use crate::conf_ext::ConfExt;
-use crate::ffi_util::{bytes, ConfFail};
+use super::conf::ConfExt;
+use super::request::Req;
+use super::{bytes, ConfFail, Status};
 
 /// The flags nginx gives an explicit `upstream {}` block (plain round robin).
 pub const ROUND_ROBIN_FLAGS: u32 = NGX_HTTP_UPSTREAM_CREATE
@@ -143,9 +145,30 @@ impl Upstream {
         })
     }
 
-    /// This module's server configuration of the upstream (None for implicit upstreams).
-    pub fn srv_conf(self) -> Option<&'static mut SrvConf> {
-        self.with(Module::server_conf_mut)
+    /// The server configuration of module `M` of the upstream (None for implicit upstreams).
+    pub fn srv_conf<M: HttpModuleServerConf>(self) -> Option<&'static mut M::ServerConf> {
+        self.with(M::server_conf_mut)
+    }
+
+    /// The upstream's `peer.init_upstream`, to call from a wrapper.
+    pub fn init_upstream_fn(self) -> InitUpstreamFn {
+        InitUpstreamFn(self.init_upstream())
+    }
+
+    /// Makes `I` the upstream's `peer.init_upstream`.
+    pub fn wrap_init_upstream<I: InitUpstream>(self) {
+        self.set_init_upstream(Some(init_upstream::<I>));
+    }
+
+    /// The upstream's `peer.init`, to call from a wrapper (None before its balancer's
+    /// `init_upstream` ran).
+    pub fn peer_init_fn(self) -> Option<PeerInitFn> {
+        self.peer_init().map(PeerInitFn)
+    }
+
+    /// Makes `P` the upstream's `peer.init`.
+    pub fn wrap_peer_init<P: PeerInit>(self) {
+        self.set_peer_init(Some(peer_init::<P>));
     }
 
     /// The upstream's `peer.init_upstream`.
@@ -247,21 +270,18 @@ pub fn find(cf: &ngx_conf_t, name: &[u8]) -> Option<Upstream> {
 
 /// The body of a handler of a directive inside `upstream {}` whose arguments the pure crate
 /// parses: `parse` gets the arguments (without the directive name), then `apply` runs with the
-/// upstream being parsed; a failure of either is logged as `[emerg]`.
+/// upstream being parsed.
 pub fn handle_directive<T>(
     cf: &mut ngx_conf_t,
     parse: fn(&[&[u8]]) -> Result<T, ConfError>,
     apply: fn(&mut ngx_conf_t, Upstream, T) -> Result<(), ConfFail>,
-) -> *mut core::ffi::c_char {
+) -> Result<(), ConfFail> {
     let args = cf.args();
-    let result = match parse(args.get(1..).unwrap_or_default()) {
-        Ok(opts) => match current(cf) {
-            Some(host) => apply(cf, host, opts),
-            None => Err(ConfFail::Logged),
-        },
-        Err(e) => Err(e.into()),
-    };
-    cf.result(result)
+    let opts = parse(args.get(1..).unwrap_or_default())?;
+    match current(cf) {
+        Some(host) => apply(cf, host, opts),
+        None => Err(ConfFail::Logged),
+    }
 }
 
 /// The flags of a server entry, as plain values.
@@ -278,6 +298,17 @@ pub fn set_flags(s: &mut ngx_http_upstream_server_t, f: ServerFlags) {
     s.weight = f.weight as _;
     s.set_backup(f.backup as _);
     s.down = f.down as _;
+}
+
+/// A copy of `s` whose name is its address text when it has none (a server of an implicit
+/// upstream).
+pub fn named_server(s: &ngx_http_upstream_server_t) -> ngx_http_upstream_server_t {
+    let mut copy = *s;
+    if copy.name.len == 0 && !copy.addrs.is_null() && copy.naddrs > 0 {
+        // SAFETY: addrs of a server entry of this cycle points at naddrs addresses.
+        copy.name = unsafe { (*copy.addrs).name };
+    }
+    copy
 }
 
 /// The address text of a server as written in its `server` line (for a server of an implicit
@@ -338,5 +369,76 @@ pub fn create(cf: &mut ngx_conf_t, name: &[u8]) -> Option<Upstream> {
             return None;
         }
         Upstream::from_ptr(u)
+    }
+}
+
+/// A wrapper of an upstream's `peer.init_upstream` (runs at the end of `http {}`).
+pub trait InitUpstream {
+    /// Initialises `u` (call the original through [`InitUpstreamFn::call`]).
+    fn init(cf: &mut ngx_conf_t, u: Upstream) -> Status;
+}
+
+extern "C" fn init_upstream<I: InitUpstream>(
+    cf: *mut ngx_conf_t,
+    u: *mut ngx_http_upstream_srv_conf_t,
+) -> ngx_int_t {
+    // SAFETY: nginx calls init_upstream at the end of http {} with the configuration and one of
+    // its upstream configurations; nothing else refers to the configuration during the call.
+    match unsafe { (cf.as_mut(), Upstream::from_ptr(u)) } {
+        (Some(cf), Some(u)) => I::init(cf, u).0,
+        _ => Status::NGX_ERROR.0,
+    }
+}
+
+/// An upstream's `peer.init_upstream` as its balancer set it (None: round robin).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct InitUpstreamFn(ngx_http_upstream_init_pt);
+
+impl InitUpstreamFn {
+    /// Runs it for `u`, the upstream it was read from, as nginx would have.
+    pub fn call(self, cf: &mut ngx_conf_t, u: Upstream) -> Status {
+        // SAFETY: the balancer's init_upstream (or nginx's round robin) expects exactly the
+        // configuration being parsed and the upstream it belongs to.
+        Status(unsafe {
+            match self.0 {
+                Some(init) => init(cf, u.as_ptr()),
+                None => ngx_http_upstream_init_round_robin(cf, u.as_ptr()),
+            }
+        })
+    }
+}
+
+/// A wrapper of an upstream's `peer.init` (runs when a request connects to the upstream).
+pub trait PeerInit {
+    /// Initialises the balancer of request `r` for upstream `us` (call the original through
+    /// [`PeerInitFn::call`]).
+    fn init(r: Req, us: Upstream) -> Status;
+}
+
+extern "C" fn peer_init<P: PeerInit>(
+    r: *mut ngx_http_request_t,
+    us: *mut ngx_http_upstream_srv_conf_t,
+) -> ngx_int_t {
+    // SAFETY: nginx calls peer.init with the live request being connected to upstream `us` (an
+    // upstream of the request's configuration).
+    match unsafe { (Req::from_ptr(r), Upstream::from_ptr(us)) } {
+        (Some(r), Some(us)) => P::init(r, us).0,
+        _ => Status::NGX_ERROR.0,
+    }
+}
+
+/// An upstream's `peer.init` as its balancer set it.
+#[derive(Clone, Copy, Debug)]
+pub struct PeerInitFn(
+    unsafe extern "C" fn(*mut ngx_http_request_t, *mut ngx_http_upstream_srv_conf_t) -> ngx_int_t,
+);
+
+impl PeerInitFn {
+    /// Runs it for request `r` and `us`, the upstream it was read from.
+    #[inline]
+    pub fn call(self, r: Req, us: Upstream) -> Status {
+        // SAFETY: the balancer's peer.init takes a live request being connected to its
+        // upstream, as nginx passed them to the wrapper.
+        Status(unsafe { (self.0)(r.as_ptr(), us.as_ptr()) })
     }
 }

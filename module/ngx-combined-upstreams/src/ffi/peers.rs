@@ -28,9 +28,9 @@
 //! Other nginx structures the live API reads or writes (stable from 1.22 to 1.30): the slab pool
 //! (`mutex`, `min_shift`, `stats`, `pfree`, `start`, `end`, `log_nomem`: [`Slab`] here), the peer
 //! connection (`get`, `free`, `data`, `set_session`, `save_session`, `tries`, `name`, `sockaddr`,
-//! `socklen`: `balancer.rs`), the upstream (`peer`, `shm_zone`, `host`, `srv_conf`) and zone
-//! (`init`, `shm.name`, `shm.addr`) configurations (`mod.rs`), modules' `name`/`commands`
-//! (`probe.rs`).
+//! `socklen`: `live/balancer.rs`), the upstream (`peer`, `shm_zone`, `host`, `srv_conf`) and zone
+//! (`init`, `shm.name`, `shm.addr`) configurations (`live/mod.rs`), modules' `name`/`commands`
+//! (`ffi/probe.rs`).
 //!
 //! The fence: [`Peers`] (a list), [`Peer`] (a peer) and [`Slab`] (the zone's slab pool) are
 //! copyable handles whose safe methods read or write nginx's structure for the duration of the
@@ -53,7 +53,7 @@
 //! Panic-free write sections: a write side held when the process aborts (the release profile
 //! has `panic = "abort"`) would never be released, stopping every worker's selections for
 //! good. So the code that runs with a write side held — [`ListsWrite`]'s and [`SlabLocked`]'s
-//! methods here, and `LiveUpstream::swap`/`sweep` in `zone.rs` — allocates nothing (no `Vec`,
+//! methods here, and `LiveUpstream::swap`/`sweep` in `live/zone.rs` — allocates nothing (no `Vec`,
 //! `String`, `format!`: buffers and names are prepared before the locks are taken), indexes
 //! nothing, unwraps nothing and does no overflow-checked arithmetic. `clippy` checks the last
 //! three (`#[deny(...)]` on those items: `indexing_slicing`, `unwrap_used`, `expect_used`,
@@ -563,7 +563,7 @@ impl Peer {
         // SAFETY: p is live (handle); name.data holds name.len bytes in the zone.
         unsafe {
             let p = self.raw();
-            let name = crate::ffi_util::bytes(&(*p).name);
+            let name = crate::ffi::bytes(&(*p).name);
             (
                 String::from_utf8_lossy(name).into_owned(),
                 PeerState {

@@ -1,0 +1,371 @@
+//! The configuration side of the seam: [`ConfExt`] (a safe extension of `ngx_conf_t` for
+//! directive handlers and configuration hooks: the directive's words, the configuration pool,
+//! configuration log lines and the handler result), the directive and configuration-hook
+//! trampolines ([`Directive`], [`HttpHooks`], [`module_ctx`]), the module object
+//! ([`ModuleObject`]) and [`ConfPart`], through which a feature reaches its part of the
+//! module's configuration.
+//!
+//! A `&ngx_conf_t` / `&mut ngx_conf_t` exists only inside a call from nginx (a trampoline turns
+//! its raw pointer into a reference once), so the fields these methods read are nginx's: `args`
+//! is the parser's array of `ngx_str_t`, `pool` the live configuration pool, `log` the
+//! configuration log.
+
+use core::cell::UnsafeCell;
+use core::ffi::{c_char, c_void};
+use core::ptr::{self, NonNull};
+use core::slice;
+
+use ngx::core::{NGX_CONF_ERROR, NGX_CONF_OK};
+use ngx::ffi::{
+    ngx_command_t, ngx_conf_parse, ngx_conf_t, ngx_http_module_t, ngx_int_t, ngx_module_t,
+    ngx_regex_compile, ngx_regex_compile_t, ngx_regex_exec, ngx_regex_t, ngx_str_t, NGX_LOG_EMERG,
+    NGX_MAX_CONF_ERRSTR,
+};
+use ngx::http::{
+    HttpModule, HttpModuleLocationConf, HttpModuleMainConf, HttpModuleServerConf, Merge,
+};
+
+use super::log::{conf_log, log_str};
+use super::pool::{self, add_cleanup, alloc, alloc_box, copy_str, Cleanup};
+use super::request::Req;
+use super::upstream::Upstream;
+use super::{bytes, ConfFail, Status};
+
+/// A directive's handler (the entry is made with [`super::command`]).
+pub trait Directive {
+    /// Handles the directive in the configuration being parsed (`cf.args()` are its words).
+    fn handle(cf: &mut ngx_conf_t) -> Result<(), ConfFail>;
+}
+
+/// The trampoline nginx calls for a directive of handler `D`.
+pub(super) extern "C" fn directive<D: Directive>(
+    cf: *mut ngx_conf_t,
+    _cmd: *mut ngx_command_t,
+    _conf: *mut c_void,
+) -> *mut c_char {
+    // SAFETY: nginx calls a directive handler with the configuration being parsed; nothing else
+    // refers to it during the call.
+    let cf = unsafe { &mut *cf };
+    let result = D::handle(cf);
+    cf.result(result)
+}
+
+/// A feature's part of the module's configuration. The composition root (`crate::conf`)
+/// implements it for each part, so a feature reaches its part without naming the module's
+/// configuration types. A method a part has no use for returns `None`.
+pub trait ConfPart: 'static {
+    /// The part at the level being parsed (`http {}`, the `upstream {}` / `server {}` block or
+    /// the location).
+    fn of_conf(_cf: &ngx_conf_t) -> Option<&'static mut Self> {
+        None
+    }
+    /// The part of an upstream block (or singlet).
+    fn of_upstream(_u: Upstream) -> Option<&'static mut Self> {
+        None
+    }
+    /// The part a request sees (its configuration's, or its location's).
+    fn of_request(_r: Req) -> Option<&'static Self> {
+        None
+    }
+}
+
+/// The module's configuration hooks, implemented by the composition root; [`module_ctx`] makes
+/// nginx's `ngx_http_module_t` of trampolines that call them. The configuration structures are
+/// made in the configuration pool: main and location ones dropped with it, server ones plain
+/// data (nginx makes one for every `server {}` and `upstream {}` block).
+pub trait HttpHooks: HttpModuleMainConf + HttpModuleServerConf + HttpModuleLocationConf {
+    /// When nginx starts reading an `http {}` block (`create_main_conf`, before the main
+    /// configuration is made); an error makes nginx fail the configuration.
+    fn main_conf_begins(cf: &mut ngx_conf_t) -> Result<(), &'static str>;
+    /// Before the `http {}` block is parsed (register variables here).
+    fn preconfiguration(cf: &mut ngx_conf_t) -> Status;
+    /// After `http {}` is parsed and every upstream initialised (install filters here).
+    fn postconfiguration(cf: &mut ngx_conf_t) -> Status;
+    /// At the end of `http {}`, after `ngx_http_upstream_module` initialised every upstream.
+    fn init_main_conf(cf: &mut ngx_conf_t) -> Result<(), ConfFail>;
+}
+
+/// nginx's hook table for `M`.
+pub const fn module_ctx<M>() -> ngx_http_module_t
+where
+    M: HttpHooks,
+    M::MainConf: Default + 'static,
+    M::ServerConf: Default + 'static,
+    M::LocationConf: Default + Merge + 'static,
+{
+    ngx_http_module_t {
+        preconfiguration: Some(preconfiguration::<M>),
+        postconfiguration: Some(postconfiguration::<M>),
+        create_main_conf: Some(create_main_conf::<M>),
+        init_main_conf: Some(init_main_conf::<M>),
+        create_srv_conf: Some(create_plain::<M::ServerConf>),
+        merge_srv_conf: None,
+        create_loc_conf: Some(create_boxed::<M::LocationConf>),
+        // The `ngx` crate's: `Merge::merge(child, parent)` on the two location confs.
+        merge_loc_conf: Some(<M as HttpModule>::merge_loc_conf),
+    }
+}
+
+extern "C" fn preconfiguration<M: HttpHooks>(cf: *mut ngx_conf_t) -> ngx_int_t {
+    // SAFETY: nginx calls the hook with the configuration being parsed; nothing else holds a
+    // reference to it during the call.
+    <M as HttpHooks>::preconfiguration(unsafe { &mut *cf }).into()
+}
+
+extern "C" fn postconfiguration<M: HttpHooks>(cf: *mut ngx_conf_t) -> ngx_int_t {
+    // SAFETY: as for preconfiguration.
+    <M as HttpHooks>::postconfiguration(unsafe { &mut *cf }).into()
+}
+
+extern "C" fn init_main_conf<M: HttpHooks>(cf: *mut ngx_conf_t, _conf: *mut c_void) -> *mut c_char {
+    // SAFETY: as for preconfiguration.
+    let cf = unsafe { &mut *cf };
+    let result = <M as HttpHooks>::init_main_conf(cf);
+    cf.result(result)
+}
+
+/// The `create_main_conf` hook: [`HttpHooks::main_conf_begins`], then the main configuration
+/// (null when either fails).
+extern "C" fn create_main_conf<M>(cf: *mut ngx_conf_t) -> *mut c_void
+where
+    M: HttpHooks,
+    M::MainConf: Default + 'static,
+{
+    // SAFETY: nginx calls the hook with the configuration being parsed; nothing else refers to
+    // it during the call.
+    if <M as HttpHooks>::main_conf_begins(unsafe { &mut *cf }).is_err() {
+        return ptr::null_mut();
+    }
+    create_boxed::<M::MainConf>(cf)
+}
+
+/// A `create_*_conf` hook for a value dropped with the configuration pool (null when out of
+/// memory).
+extern "C" fn create_boxed<T: Default + 'static>(cf: *mut ngx_conf_t) -> *mut c_void {
+    // SAFETY: nginx calls the hook with the configuration being parsed.
+    let cf = unsafe { &*cf };
+    cf.alloc_box(T::default())
+        .map_or(ptr::null_mut(), |c| ptr::from_mut(c).cast())
+}
+
+/// A `create_*_conf` hook for plain data (null when out of memory).
+extern "C" fn create_plain<T: Default + 'static>(cf: *mut ngx_conf_t) -> *mut c_void {
+    // SAFETY: nginx calls the hook with the configuration being parsed.
+    let cf = unsafe { &*cf };
+    cf.alloc(T::default())
+        .map_or(ptr::null_mut(), |c| ptr::from_mut(c).cast())
+}
+
+/// The module object nginx loads (`ngx_module_t`, which nginx writes while loading modules:
+/// `index`, `ctx_index`), as a static without `static mut`.
+#[repr(transparent)]
+pub struct ModuleObject(UnsafeCell<ngx_module_t>);
+
+// SAFETY: nginx writes the object only while loading modules, single-threaded, before any code
+// of this module reads it; nginx processes are single-threaded.
+unsafe impl Sync for ModuleObject {}
+
+impl ModuleObject {
+    /// The object with these contents.
+    pub const fn new(m: ngx_module_t) -> ModuleObject {
+        ModuleObject(UnsafeCell::new(m))
+    }
+
+    /// The address nginx gets (`ngx_modules`).
+    pub const fn as_ptr(&self) -> *const ngx_module_t {
+        self.0.get()
+    }
+
+    /// The object, for the `ngx` crate's `HttpModule::module`.
+    pub fn get(&'static self) -> &'static ngx_module_t {
+        // SAFETY: see the Sync impl: once this module's code runs, nginx no longer writes it.
+        unsafe { &*self.0.get() }
+    }
+}
+
+/// The type the module keeps in its requests' context slot.
+///
+/// # Safety
+/// One type of the module implements it, and `module` is this module's object.
+pub unsafe trait RequestCtx: Copy + 'static {
+    /// The module whose slot holds it.
+    fn module() -> &'static ngx_module_t;
+}
+
+/// Safe access to the configuration being parsed.
+pub trait ConfExt {
+    /// The words of the directive being handled (`cf->args`), the directive name first; empty
+    /// outside a directive handler.
+    fn args(&self) -> Vec<&[u8]>;
+    /// The directive's parameters (the words after its name) as text, invalid UTF-8 replaced.
+    fn param_texts(&self) -> Vec<String> {
+        self.args()
+            .iter()
+            .skip(1)
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect()
+    }
+    /// Copies `data` into the configuration pool; `None` when out of memory.
+    fn copy_str(&self, data: &[u8]) -> Option<ngx_str_t>;
+    /// Moves plain data (no `Drop`) into the configuration pool.
+    fn alloc<T>(&self, value: T) -> Option<&'static mut T>;
+    /// Moves a value into the configuration pool, dropped when the pool is destroyed.
+    fn alloc_box<T>(&self, value: T) -> Option<&'static mut T>;
+    /// Makes `C::run(data)` run when the configuration pool is destroyed (the cycle ends);
+    /// false when out of memory.
+    fn on_cleanup<C: Cleanup>(&self, data: usize) -> bool;
+    /// Logs `msg` at `level` as a configuration message: nginx adds ` in FILE:LINE` of the
+    /// directive being handled.
+    fn log(&self, level: u32, msg: &str);
+    /// Logs `msg` at `level` on the configuration log as a plain line (no ` in FILE:LINE` of the
+    /// current directive: the message names its own place).
+    fn log_plain(&self, level: u32, msg: &str);
+    /// What a directive handler returns to nginx; a [`ConfFail::Conf`] is logged as
+    /// `[emerg] MSG in FILE:LINE` first, a [`ConfFail::Text`] as `[emerg] MSG`.
+    fn result(&self, result: Result<(), ConfFail>) -> *mut c_char;
+}
+
+impl ConfExt for ngx_conf_t {
+    fn args(&self) -> Vec<&[u8]> {
+        if self.args.is_null() {
+            return Vec::new();
+        }
+        // SAFETY: cf->args is nginx's array of ngx_str_t for the directive being parsed; its
+        // strings live in the configuration pool for the whole parse, longer than &self.
+        unsafe {
+            let a = &*self.args;
+            if a.nelts == 0 || a.elts.is_null() {
+                return Vec::new();
+            }
+            let elts = slice::from_raw_parts(a.elts as *const ngx_str_t, a.nelts);
+            elts.iter().map(|s| bytes(s)).collect()
+        }
+    }
+
+    fn copy_str(&self, data: &[u8]) -> Option<ngx_str_t> {
+        // SAFETY: self.pool is the live configuration pool.
+        copy_str(&unsafe { pool::pool(self.pool) }, data)
+    }
+
+    fn alloc<T>(&self, value: T) -> Option<&'static mut T> {
+        // SAFETY: self.pool is the live configuration pool, which outlives every use of the
+        // configuration (the cycle); the memory is fresh, so the reference is unique.
+        unsafe { alloc(&pool::pool(self.pool), value).map(|mut p| p.as_mut()) }
+    }
+
+    fn alloc_box<T>(&self, value: T) -> Option<&'static mut T> {
+        // SAFETY: as for `alloc`; the pool's cleanup drops the value with the pool.
+        unsafe { alloc_box(&pool::pool(self.pool), value).map(|mut p| p.as_mut()) }
+    }
+
+    fn on_cleanup<C: Cleanup>(&self, data: usize) -> bool {
+        // SAFETY: self.pool is the live configuration pool.
+        add_cleanup::<C>(&unsafe { pool::pool(self.pool) }, data)
+    }
+
+    fn log(&self, level: u32, msg: &str) {
+        conf_log(self, level, msg);
+    }
+
+    fn log_plain(&self, level: u32, msg: &str) {
+        // SAFETY: cf->log is the live configuration log while the configuration is parsed.
+        if let Some(log) = unsafe { self.log.as_ref() } {
+            log_str(log, level, msg);
+        }
+    }
+
+    fn result(&self, result: Result<(), ConfFail>) -> *mut c_char {
+        match result {
+            Ok(()) => NGX_CONF_OK,
+            Err(ConfFail::Conf(e)) => {
+                self.log(NGX_LOG_EMERG, &e.to_string());
+                NGX_CONF_ERROR
+            }
+            Err(ConfFail::Text(msg)) => {
+                self.log(NGX_LOG_EMERG, msg);
+                NGX_CONF_ERROR
+            }
+            Err(ConfFail::Nginx(msg)) => msg.as_ptr().cast_mut(),
+            Err(ConfFail::Logged) => NGX_CONF_ERROR,
+        }
+    }
+}
+
+/// The directives inside a block directive's `{ ... }` (see [`parse_block`]).
+pub trait Block {
+    /// What the block's directives add to.
+    type State;
+    /// One directive inside the block (`cf.args()` are its words).
+    fn directive(cf: &ngx_conf_t, state: &mut Self::State) -> Result<(), ConfFail>;
+}
+
+extern "C" fn block_directive<B: Block>(
+    cf: *mut ngx_conf_t,
+    _dummy: *mut ngx_command_t,
+    conf: *mut c_void,
+) -> *mut c_char {
+    // SAFETY: conf is the `B::State` that `parse_block` put into cf->handler_conf for the
+    // duration of ngx_conf_parse (nothing else refers to it meanwhile); cf is the
+    // configuration being parsed.
+    let (cf, state) = unsafe { (&*cf, &mut *conf.cast::<B::State>()) };
+    cf.result(B::directive(cf, state))
+}
+
+/// Parses the `{ ... }` of the block directive being handled, each directive inside going to
+/// `B::directive` with `state`, as nginx's own block directives do (on a copy of `cf` whose
+/// handler is `B`'s). A failure was logged by nginx or by the handler.
+pub fn parse_block<B: Block>(cf: &ngx_conf_t, state: &mut B::State) -> Result<(), ConfFail> {
+    let mut block_cf: ngx_conf_t = *cf;
+    block_cf.handler = Some(block_directive::<B>);
+    block_cf.handler_conf = ptr::from_mut(state).cast::<c_void>();
+    // SAFETY: block_cf is a valid configuration (a copy of nginx's, positioned at the block);
+    // state outlives the parse that points at it.
+    let rv = unsafe { ngx_conf_parse(&mut block_cf, ptr::null_mut()) };
+    if rv != NGX_CONF_OK {
+        return Err(ConfFail::Logged);
+    }
+    Ok(())
+}
+
+/// A regular expression compiled with nginx's engine (PCRE) in the configuration pool.
+#[derive(Clone, Copy, Debug)]
+pub struct Regex(NonNull<ngx_regex_t>);
+
+impl Regex {
+    /// Compiles `pattern`, case-sensitive, unanchored; the error is PCRE's text.
+    pub fn compile(cf: &ngx_conf_t, pattern: &str) -> Result<Regex, String> {
+        let mut err = [0u8; NGX_MAX_CONF_ERRSTR as usize];
+        // The compiled regex may keep pointing at its pattern: copy it into the pool.
+        let pattern = cf
+            .copy_str(pattern.as_bytes())
+            .ok_or_else(|| "out of memory".to_string())?;
+        // SAFETY: rc is a zeroed C struct whose used fields are set before the call; the pool
+        // is the live configuration pool; err outlives the call that writes into it.
+        unsafe {
+            let mut rc: ngx_regex_compile_t = core::mem::zeroed();
+            rc.pattern = pattern;
+            rc.pool = cf.pool;
+            rc.err = ngx_str_t {
+                len: err.len(),
+                data: err.as_mut_ptr(),
+            };
+            if ngx_regex_compile(&mut rc) != Status::NGX_OK.0 {
+                let len = rc.err.len.min(err.len());
+                return Err(String::from_utf8_lossy(&err[..len]).into_owned());
+            }
+            NonNull::new(rc.regex)
+                .map(Regex)
+                .ok_or_else(|| "out of memory".to_string())
+        }
+    }
+
+    /// True when `text` matches. Use only while the configuration is parsed (the regex lives
+    /// in its pool).
+    pub fn is_match(self, text: &str) -> bool {
+        let mut s = super::borrowed(text.as_bytes());
+        // SAFETY: the regex is compiled in the configuration pool, alive while it is parsed; s
+        // borrows text for the call; no captures are requested.
+        let n = unsafe { ngx_regex_exec(self.0.as_ptr(), &mut s, ptr::null_mut(), 0) };
+        n >= 0
+    }
+}

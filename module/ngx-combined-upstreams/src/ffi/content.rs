@@ -1,0 +1,273 @@
+//! Content handlers (a location's `handler`): the trampoline ([`ContentHandler`],
+//! [`set_content_handler`]), the request-body callback ([`BodyReader`]) and the [`Req`]
+//! methods a handler answers with (method, URI, host, listener, arguments, body, a sent answer).
+//! The live API's `upstreams_api` location is the one user.
+
+use core::ptr;
+
+use ngx::ffi::{
+    ngx_buf_t, ngx_chain_t, ngx_conf_t, ngx_connection_local_sockaddr,
+    ngx_http_discard_request_body, ngx_http_finalize_request, ngx_http_output_filter,
+    ngx_http_read_client_request_body, ngx_http_request_t, ngx_http_send_header,
+    ngx_http_upstream_srv_conf_t, ngx_int_t, ngx_pcalloc, ngx_read_file, sockaddr_in, sockaddr_in6,
+};
+use ngx::http::{
+    HttpModuleLocationConf, HttpModuleMainConf, NgxHttpCoreModule, NgxHttpUpstreamModule,
+};
+use upstrand_core::live::Listener;
+
+use super::pool::copy_str;
+use super::request::Req;
+use super::upstream::Upstream;
+use super::{borrowed, bytes, ConfFail, Status};
+
+/// A location's content handler.
+pub trait ContentHandler {
+    /// Answers `r` (nginx's content handler result: a status, `NGX_DONE`, ...).
+    fn handle(r: Req) -> Status;
+}
+
+extern "C" fn content<H: ContentHandler>(r: *mut ngx_http_request_t) -> ngx_int_t {
+    // SAFETY: nginx calls the content handler with a live request.
+    match unsafe { Req::from_ptr(r) } {
+        Some(r) => H::handle(r).0,
+        None => Status::NGX_ERROR.0,
+    }
+}
+
+/// Makes `H` the content handler of the location being parsed.
+pub fn set_content_handler<H: ContentHandler>(cf: &ngx_conf_t) -> Result<(), ConfFail> {
+    let clcf = NgxHttpCoreModule::location_conf_mut(cf).ok_or(ConfFail::Logged)?;
+    clcf.handler = Some(content::<H>);
+    Ok(())
+}
+
+/// What runs once a request body was read ([`Req::read_body`]).
+pub trait BodyReader {
+    /// Answers `r`; the returned status finalizes the request.
+    fn body_read(r: Req) -> Status;
+}
+
+extern "C" fn body_read<B: BodyReader>(r: *mut ngx_http_request_t) {
+    // SAFETY: nginx calls this once the body was read, with the request alive.
+    let Some(req) = (unsafe { Req::from_ptr(r) }) else {
+        return;
+    };
+    let rc = B::body_read(req);
+    // SAFETY: the request is live; finalizing it is this callback's job.
+    unsafe { ngx_http_finalize_request(r, rc.0) };
+}
+
+/// Why [`Req::body`] gave no body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyError {
+    /// Longer than the limit.
+    TooLarge,
+    /// Its temporary file could not be read back.
+    Unreadable,
+}
+
+impl Req {
+    /// The request method (`NGX_HTTP_GET`, ...).
+    pub fn method(self) -> u32 {
+        self.get(|r| r.method as u32)
+    }
+
+    /// The URI after the location's prefix (`/#` when it does not start with it).
+    pub fn rest_of_uri(self) -> Vec<u8> {
+        self.get(|r| {
+            let Some(clcf) = NgxHttpCoreModule::location_conf(r) else {
+                return b"/#".to_vec();
+            };
+            // SAFETY: uri and the location name are nginx strings living as long as the request
+            // and the configuration.
+            let (uri, loc) = unsafe { (bytes(&r.uri), bytes(&clcf.name)) };
+            let loc = loc.strip_prefix(b"=").unwrap_or(loc);
+            let loc = loc.strip_suffix(b"/").unwrap_or(loc);
+            uri.strip_prefix(loc).unwrap_or(b"/#").to_vec()
+        })
+    }
+
+    /// The host the request names, as nginx validated it (`headers_in.server`: from `Host` or
+    /// an absolute URI, without port, in lower case; empty when it names none).
+    pub fn host(self) -> Vec<u8> {
+        // SAFETY: headers_in.server is an nginx string of the request (empty or in its pool).
+        self.get(|r| unsafe { bytes(&r.headers_in.server) }.to_vec())
+    }
+
+    /// The socket the request came in on.
+    pub fn listener(self) -> Listener {
+        const AF_UNIX: u16 = 1;
+        const AF_INET: u16 = 2;
+        const AF_INET6: u16 = 10;
+        let c = self.get(|r| r.connection);
+        // SAFETY: the request's connection is live; ngx_connection_local_sockaddr fills
+        // `local_sockaddr` with the accepting socket's address (getsockname on a wildcard
+        // listener) and leaves it pointing at a socket address of `local_socklen` bytes; each
+        // variant is read only when that length covers it.
+        unsafe {
+            if c.is_null()
+                || ngx_connection_local_sockaddr(c, ptr::null_mut(), 0) != Status::NGX_OK.0
+            {
+                return Listener::Unknown;
+            }
+            let (sa, len) = ((*c).local_sockaddr, (*c).local_socklen as usize);
+            if sa.is_null() {
+                return Listener::Unknown;
+            }
+            match (*sa).sa_family {
+                AF_UNIX => Listener::Unix,
+                AF_INET if len >= core::mem::size_of::<sockaddr_in>() => {
+                    let s = &*(sa as *const sockaddr_in);
+                    Listener::Inet(std::net::Ipv4Addr::from(u32::from_be(s.sin_addr.s_addr)).into())
+                }
+                AF_INET6 if len >= core::mem::size_of::<sockaddr_in6>() => {
+                    let s = &*(sa as *const sockaddr_in6);
+                    Listener::Inet(std::net::Ipv6Addr::from(s.sin6_addr.__in6_u.__u6_addr8).into())
+                }
+                _ => Listener::Unknown,
+            }
+        }
+    }
+
+    /// nginx's text of the client's address (`unix:` on a unix socket).
+    pub fn client(self) -> String {
+        // SAFETY: the request's connection and its addr_text live as long as the request.
+        self.get(|r| unsafe {
+            if r.connection.is_null() {
+                return String::new();
+            }
+            String::from_utf8_lossy(bytes(&(*r.connection).addr_text)).into_owned()
+        })
+    }
+
+    /// True when the query string has the argument `name` (without value).
+    pub fn has_arg(self, name: &[u8]) -> bool {
+        self.get(|r| {
+            // SAFETY: args is an nginx string of the request.
+            let args = unsafe { bytes(&r.args) };
+            args.split(|b| *b == b'&').any(|a| a == name)
+        })
+    }
+
+    /// The `upstream {}` blocks (and implicit upstreams) of the request's configuration.
+    pub fn upstreams(self) -> Vec<Upstream> {
+        self.get(|r| {
+            let Some(umcf) = NgxHttpUpstreamModule::main_conf(r) else {
+                return Vec::new();
+            };
+            let a = &umcf.upstreams;
+            if a.nelts == 0 || a.elts.is_null() {
+                return Vec::new();
+            }
+            // SAFETY: `upstreams` is nginx's array of upstream configuration pointers of the
+            // running configuration; each is null or an upstream living as long as it.
+            unsafe {
+                core::slice::from_raw_parts(
+                    a.elts as *const *mut ngx_http_upstream_srv_conf_t,
+                    a.nelts,
+                )
+                .iter()
+                .filter_map(|p| Upstream::from_ptr(*p))
+                .collect()
+            }
+        })
+    }
+
+    /// `Content-Length` of the request (-1 when absent).
+    pub fn content_length(self) -> i64 {
+        self.get(|r| r.headers_in.content_length_n)
+    }
+
+    /// Discards the request body.
+    pub fn discard_body(self) -> Status {
+        // SAFETY: the request is live (handle).
+        Status(unsafe { ngx_http_discard_request_body(self.as_ptr()) })
+    }
+
+    /// Reads the body, then nginx calls `B::body_read`.
+    pub fn read_body<B: BodyReader>(self) -> Status {
+        // SAFETY: the request is live (handle).
+        Status(unsafe { ngx_http_read_client_request_body(self.as_ptr(), Some(body_read::<B>)) })
+    }
+
+    /// The request body read by [`Req::read_body`] (memory buffers and buffers in the body's
+    /// temporary file), at most `limit` bytes.
+    pub fn body(self, limit: usize) -> Result<Vec<u8>, BodyError> {
+        let mut out = Vec::new();
+        let mut cl = self.get(|r| {
+            let rb = r.request_body;
+            if rb.is_null() {
+                return ptr::null_mut();
+            }
+            // SAFETY: request_body is the request's body, read by nginx.
+            unsafe { (*rb).bufs }
+        });
+        // SAFETY: the body chain was filled by nginx; memory buffers hold pos..last, file
+        // buffers file_pos..file_last of their file.
+        unsafe {
+            while !cl.is_null() {
+                let b: *mut ngx_buf_t = (*cl).buf;
+                if (*b).in_file() != 0 && !(*b).file.is_null() {
+                    let len = ((*b).file_last - (*b).file_pos) as usize;
+                    if out.len() + len > limit {
+                        return Err(BodyError::TooLarge);
+                    }
+                    let start = out.len();
+                    out.resize(start + len, 0);
+                    let n =
+                        ngx_read_file((*b).file, out.as_mut_ptr().add(start), len, (*b).file_pos);
+                    if n != len as isize {
+                        return Err(BodyError::Unreadable);
+                    }
+                } else if !(*b).pos.is_null() {
+                    let len = (*b).last.offset_from((*b).pos) as usize;
+                    if out.len() + len > limit {
+                        return Err(BodyError::TooLarge);
+                    }
+                    out.extend_from_slice(core::slice::from_raw_parts((*b).pos, len));
+                }
+                cl = (*cl).next;
+            }
+        }
+        Ok(out)
+    }
+
+    /// Sends `status` with `body` as `application/json`; returns what the content handler
+    /// returns to nginx.
+    pub fn send_json(self, status: u16, body: &[u8]) -> Status {
+        let r = self.as_ptr();
+        let Some(copy) = copy_str(&self.pool(), body) else {
+            return Status::NGX_ERROR;
+        };
+        // SAFETY: the request is live (handle); the body was copied into its pool; the buffer
+        // and chain live until the output filter returns (nginx copies what it keeps: the
+        // memory is the pool's).
+        unsafe {
+            let ho = ptr::addr_of_mut!((*r).headers_out);
+            (*ho).status = status as usize;
+            (*ho).content_length_n = body.len() as i64;
+            let ct = b"application/json";
+            (*ho).content_type_len = ct.len();
+            (*ho).content_type = borrowed(ct);
+            let rc = ngx_http_send_header(r);
+            if rc == Status::NGX_ERROR.0 || rc > Status::NGX_OK.0 || (*r).header_only() != 0 {
+                return Status(rc);
+            }
+            let b = ngx_pcalloc((*r).pool, core::mem::size_of::<ngx_buf_t>()).cast::<ngx_buf_t>();
+            if b.is_null() {
+                return Status::NGX_ERROR;
+            }
+            (*b).pos = copy.data;
+            (*b).last = copy.data.add(copy.len);
+            (*b).set_memory(1);
+            (*b).set_last_buf(u32::from(r == (*r).main));
+            (*b).set_last_in_chain(1);
+            let mut out = ngx_chain_t {
+                buf: b,
+                next: ptr::null_mut(),
+            };
+            Status(ngx_http_output_filter(r, ptr::addr_of_mut!(out)))
+        }
+    }
+}

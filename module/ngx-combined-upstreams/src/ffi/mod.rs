@@ -1,0 +1,122 @@
+//! The module's one FFI layer: everything that touches nginx's C structures or calls into nginx.
+//!
+//! nginx calls the module through `extern "C"` trampolines that live here; each turns nginx's
+//! pointers into a reference or a handle once, with a SAFETY comment, and calls a safe trait the
+//! features implement:
+//! - directives: [`conf::Directive`] (entry made with [`command`]),
+//! - configuration hooks: [`conf::HttpHooks`] ([`conf::module_ctx`] builds nginx's table),
+//! - variables: [`variables::Variable`],
+//! - header/body filters: [`request::Filters`],
+//! - `init_upstream` / `peer.init` wrappers: [`upstream::InitUpstream`], [`upstream::PeerInit`],
+//! - content handlers and request bodies: [`content::ContentHandler`], [`content::BodyReader`],
+//! - balancer wrappers: [`balancer::PeerWrapper`]; zone `init` wrappers: [`zone::ZoneInit`];
+//!   pool cleanups: [`pool::Cleanup`].
+//!
+//! Below the trampolines the features work on handles whose methods are safe: [`conf::ConfExt`]
+//! on `ngx_conf_t`, [`request::Req`], [`variables::VarSlot`], [`upstream::Upstream`],
+//! [`pool::PoolCell`], and for the live API [`zone::ShmZone`], [`zone::LiveUpstream`],
+//! [`peers::Peers`] and their lock guards, [`balancer::Wrap`] / [`balancer::PeerConn`]. A feature reaches its part of the module's configuration through
+//! [`conf::ConfPart`], which the composition root (`crate::conf`) implements, so no feature names
+//! the module's configuration types and the layers have no import cycle:
+//! `lib` → `conf` → features → `ffi` → `ngx`/`upstrand_core`.
+//!
+//! Invariant: outside `ffi/` the module defines no `extern "C" fn` and has no `unsafe {}` block
+//! but the two `SlabLocked::free_peer` calls of `live/zone.rs` (`scripts/module-layers.py`).
+
+pub mod balancer;
+pub mod conf;
+pub mod content;
+pub mod log;
+pub mod peers;
+pub mod pool;
+pub mod probe;
+pub mod request;
+pub mod upstream;
+pub mod variables;
+pub mod zone;
+
+use core::ffi::CStr;
+use core::{ptr, slice};
+
+pub use ngx::core::Status;
+use ngx::ffi::{ngx_command_t, ngx_str_t, ngx_uint_t};
+
+use self::conf::Directive;
+
+/// A directive table entry: `name`, its context and argument flags (`type_`), the handler `D`
+/// and which configuration nginx passes to it (`conf`: an `NGX_HTTP_*_CONF_OFFSET`, or 0; the
+/// handlers reach their configuration through [`conf::ConfPart`]).
+pub const fn command<D: Directive>(name: &'static CStr, type_: u32, conf: usize) -> ngx_command_t {
+    ngx_command_t {
+        name: ngx_str_t {
+            len: name.count_bytes(),
+            data: name.as_ptr() as *mut u8,
+        },
+        type_: type_ as ngx_uint_t,
+        set: Some(conf::directive::<D>),
+        conf: conf as ngx_uint_t,
+        offset: 0,
+        post: ptr::null_mut(),
+    }
+}
+
+/// Why a directive handler failed.
+#[derive(Debug)]
+pub enum ConfFail {
+    /// Log this error as `[emerg]` (its `Display` is nginx's wording).
+    Conf(upstrand_core::ConfError),
+    /// Log this text as `[emerg]`.
+    Text(&'static str),
+    /// nginx's own short form: nginx logs `"NAME" directive MESSAGE`.
+    Nginx(&'static CStr),
+    /// Already logged (nginx did it, also for out of memory): only return `NGX_CONF_ERROR`.
+    Logged,
+}
+
+impl From<upstrand_core::ConfError> for ConfFail {
+    fn from(e: upstrand_core::ConfError) -> Self {
+        ConfFail::Conf(e)
+    }
+}
+
+/// The bytes of an `ngx_str_t` (empty for a null pointer).
+///
+/// # Safety
+/// `s.data` must point to `s.len` readable bytes (or `s.len` must be 0) for `'a`.
+pub(crate) unsafe fn bytes<'a>(s: &ngx_str_t) -> &'a [u8] {
+    if s.len == 0 || s.data.is_null() {
+        return &[];
+    }
+    // SAFETY: guaranteed by the caller.
+    unsafe { slice::from_raw_parts(s.data, s.len) }
+}
+
+/// An `ngx_str_t` that borrows `s` (for nginx calls that only read it).
+pub(crate) fn borrowed(s: &[u8]) -> ngx_str_t {
+    ngx_str_t {
+        len: s.len(),
+        data: s.as_ptr().cast_mut(),
+    }
+}
+
+/// nginx's cached clock in milliseconds (`ngx_current_msec`, the same clock in every worker).
+#[inline]
+pub fn current_msec() -> u64 {
+    // SAFETY: a plain integer global nginx updates on its own thread, which this is.
+    unsafe { ngx::ffi::ngx_current_msec as u64 }
+}
+
+/// The address of nginx's running configuration (`ngx_cycle`; while a new one is read, still the
+/// previous one), compared only.
+pub fn running_cycle() -> usize {
+    // SAFETY: a plain pointer global nginx sets on its own thread, which this is.
+    unsafe { ngx::ffi::ngx_cycle as usize }
+}
+
+/// libc's `random()` (nginx seeds it per worker), for choices nginx's balancers would make the
+/// same way.
+#[inline]
+pub fn random() -> i64 {
+    // SAFETY: random() has no preconditions.
+    unsafe { ngx::ffi::random() as i64 }
+}
