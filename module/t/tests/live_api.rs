@@ -24,10 +24,10 @@ mod master;
 mod reload_race;
 #[path = "live_api/retired.rs"]
 mod retired;
-#[path = "live_api/sticky.rs"]
-mod sticky;
 #[path = "live_api/scale.rs"]
 mod scale;
+#[path = "live_api/sticky.rs"]
+mod sticky;
 #[path = "live_api/zone_size.rs"]
 mod zone_size;
 
