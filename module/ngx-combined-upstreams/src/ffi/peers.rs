@@ -11,6 +11,10 @@
 //! - list: `number`, `shpool`, `rwlock`, `total_weight`, `tries`, `single`, `weighted`,
 //!   `name`, `next` (the backup list), `peer`.
 //!
+//! A peer's `down` holds the reasons it is skipped as bits (`upstrand_core::live::down`): every
+//! stock balancer reads it only as "not 0"; `GET` reports the configured bit as `down`, and a
+//! `PUT` replaces only the bits it sets, so run-time states survive it.
+//!
 //! A retired peer's `max_conns` holds the time it was retired (`ngx_current_msec`, a monotonic
 //! clock shared by the workers): only a selection reads `max_conns`, and a retired peer is in no
 //! list, so nothing selects it again ([`ListsWrite::retire`], [`ListsRead::retired`]).
@@ -81,7 +85,7 @@ use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use upstrand_core::live::plan::ListTotals;
 use upstrand_core::live::render::{RetiredView, SlabView};
 use upstrand_core::live::sizing::{PeerLayout, SlabShape};
-use upstrand_core::live::{Addr, Current, Server};
+use upstrand_core::live::{down, Addr, Current, Server};
 
 /// `AF_INET`, `AF_INET6`, `AF_UNIX` as the socket structures store them.
 const AF_INET: u16 = 2;
@@ -439,7 +443,7 @@ impl ListsWrite {
             (*p).max_fails = s.max_fails as usize;
             (*p).fail_timeout = s.fail_timeout_s as _;
             (*p).max_conns = s.max_conns as usize;
-            (*p).down = usize::from(s.down);
+            (*p).down = down::merge((*p).down, put_down_bits(s));
         }
     }
 }
@@ -552,7 +556,7 @@ impl Peer {
                 fail_timeout_s: u32::try_from((*p).fail_timeout).unwrap_or(u32::MAX),
                 max_conns: u32::try_from((*p).max_conns).unwrap_or(u32::MAX),
                 backup,
-                down: (*p).down != 0,
+                down: (*p).down & down::CONFIGURED != 0,
             })
         }
     }
@@ -599,6 +603,16 @@ impl Peer {
             }
             (*self.raw()).conns > 0
         }
+    }
+}
+
+/// The `down` bits a `PUT` (or a new peer) sets from the server's fields
+/// ([`down::SET_BY_PUT`]).
+fn put_down_bits(s: &Server) -> usize {
+    if s.down {
+        down::CONFIGURED
+    } else {
+        0
     }
 }
 
@@ -737,7 +751,7 @@ impl SlabLocked {
             (*p).max_fails = s.max_fails as usize;
             (*p).fail_timeout = s.fail_timeout_s as _;
             (*p).max_conns = s.max_conns as usize;
-            (*p).down = usize::from(s.down);
+            (*p).down = put_down_bits(s);
             // nginx builds with sticky sessions (cfg ngx_upstream_sid) give every zone peer a
             // `sid` buffer; an empty one here (only `sticky`, which the API refuses, reads it).
             #[cfg(ngx_upstream_sid)]

@@ -8,8 +8,10 @@
 //! - [`render`]: the JSON of every answer.
 //! - [`route`]: which resource a request path names.
 //! - [`access`]: the location's parameters (`write=`, `host=`) and the `Host` check of a `PUT`.
+//! - [`down`]: the reasons a peer is skipped, as bits of nginx's `peer->down`.
 
 pub mod access;
+pub mod down;
 pub mod plan;
 pub mod render;
 pub mod sizing;
