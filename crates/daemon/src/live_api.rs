@@ -19,6 +19,10 @@ use serde::{Deserialize, Serialize};
 /// How long one request to the API may take.
 pub const TIMEOUT: Duration = Duration::from_secs(2);
 
+/// How long a read of an upstream's live state for display may take ([`LiveApi::state`]): a page,
+/// an API answer or a scrape waits at most this for the module.
+pub const READ_TIMEOUT: Duration = Duration::from_millis(800);
+
 /// Where the API answers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LiveApi {
@@ -68,6 +72,131 @@ impl LiveServer {
             down: false,
         }
     }
+}
+
+/// One server's live state as `GET <loc>/NAME` shows it (`docs/live-api.md`), for display. Only
+/// `address` is required: every other field a module may leave out (an older module, an upstream
+/// without `probe`, a server that was never probed) is `None` or its default, and fields this
+/// daemon does not know are ignored, so a module extended later still reads.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServerState {
+    pub address: String,
+    #[serde(default)]
+    pub weight: u64,
+    #[serde(default)]
+    pub backup: bool,
+    /// `down` as configured (the `PUT`'s or the file's), not why the balancer skips it.
+    #[serde(default)]
+    pub down: bool,
+    /// Connections in use now, over all workers.
+    #[serde(default)]
+    pub active: u64,
+    /// Failures counted in the current `fail_timeout` window (nginx's passive check).
+    #[serde(default)]
+    pub fails: u64,
+    /// Drained: no new requests, the ones in flight finish.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drain: Option<bool>,
+    /// `healthy`, `unhealthy` or `checking` (only with a `probe` in the upstream).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<String>,
+    /// Consecutive failed probes now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probe_fails: Option<u64>,
+    /// Consecutive passed probes now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probe_passes: Option<u64>,
+    /// Milliseconds since the last probe (absent before the first one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_probe_ms_ago: Option<u64>,
+    /// HTTP status of the last probe's answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_status: Option<u16>,
+    /// Why the last probe failed (absent when it passed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+    /// Time left of the slow start ramp (0: not ramping; only with `slow_start=`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slow_start_remaining_ms: Option<u64>,
+}
+
+impl ServerState {
+    /// The state badges of a server, in the order a person reads them: `down`, `draining`, the
+    /// probe's state (`healthy`, `unhealthy`, `checking`, or the module's word for a state this
+    /// daemon does not know), `slow start`. Empty for a server that is up, without drain or probe.
+    pub fn badges(&self) -> Vec<Badge> {
+        let mut out = Vec::new();
+        if self.down {
+            out.push(Badge::Down);
+        }
+        if self.drain == Some(true) {
+            out.push(Badge::Draining);
+        }
+        match self.health.as_deref() {
+            None => {}
+            Some("healthy") => out.push(Badge::Healthy),
+            Some("unhealthy") => out.push(Badge::Unhealthy(self.last_error.clone())),
+            Some("checking") => out.push(Badge::Checking),
+            Some(other) => out.push(Badge::Other(other.to_string())),
+        }
+        if let Some(ms) = self.slow_start_remaining_ms.filter(|ms| *ms > 0) {
+            out.push(Badge::SlowStart(ms));
+        }
+        out
+    }
+}
+
+/// One state of a server as a person sees it ([`ServerState::badges`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Badge {
+    Down,
+    Draining,
+    Healthy,
+    /// With the last probe's error, when the module gave one.
+    Unhealthy(Option<String>),
+    Checking,
+    /// Slow start, with the milliseconds left.
+    SlowStart(u64),
+    /// A health state this daemon does not know (a newer module).
+    Other(String),
+}
+
+impl Badge {
+    /// A short word for CSS classes and metrics: `down`, `draining`, `healthy`, `unhealthy`,
+    /// `checking`, `slow-start`, `other`.
+    pub fn class(&self) -> &'static str {
+        match self {
+            Badge::Down => "down",
+            Badge::Draining => "draining",
+            Badge::Healthy => "healthy",
+            Badge::Unhealthy(_) => "unhealthy",
+            Badge::Checking => "checking",
+            Badge::SlowStart(_) => "slow-start",
+            Badge::Other(_) => "other",
+        }
+    }
+}
+
+impl std::fmt::Display for Badge {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Badge::Down => f.write_str("down"),
+            Badge::Draining => f.write_str("draining"),
+            Badge::Healthy => f.write_str("healthy"),
+            Badge::Unhealthy(None) => f.write_str("unhealthy"),
+            Badge::Unhealthy(Some(e)) => write!(f, "unhealthy: {e}"),
+            Badge::Checking => f.write_str("checking"),
+            Badge::SlowStart(ms) => write!(f, "slow start, {} s left", ms.div_ceil(1000)),
+            Badge::Other(s) => f.write_str(s),
+        }
+    }
+}
+
+/// What `GET <loc>/NAME` says for display ([`LiveApi::state`]).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct UpstreamState {
+    pub generation: u64,
+    pub servers: Vec<ServerState>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -285,6 +414,17 @@ impl LiveApi {
         Ok((set.generation, set.servers))
     }
 
+    /// The live state of one upstream for display (`GET <loc>/NAME`), waiting at most
+    /// [`READ_TIMEOUT`]. Every failure says why (unreachable, not answered in time, HTTP status and
+    /// the module's error, an answer that is not the expected JSON).
+    pub async fn state(&self, name: &str) -> Result<UpstreamState, String> {
+        let path = format!("{}{name}", self.prefix);
+        let (status, body) = self
+            .request_within(READ_TIMEOUT, Method::GET, &path, None)
+            .await?;
+        parse_answer(status, &body, &format!("GET {name}"))
+    }
+
     /// Replaces the set of `name` guarded by `generation` (from [`Self::listing`]: a reload or
     /// another change since then makes the `PUT` fail with 409). Returns when it was answered
     /// (the change is visible from then on), how long it took and the new generation. Every
@@ -370,9 +510,24 @@ impl LiveApi {
         path: &str,
         body: Option<Vec<u8>>,
     ) -> Result<(u16, Bytes), String> {
-        tokio::time::timeout(TIMEOUT, self.request_inner(method, path, body))
+        self.request_within(TIMEOUT, method, path, body).await
+    }
+
+    async fn request_within(
+        &self,
+        timeout: Duration,
+        method: Method,
+        path: &str,
+        body: Option<Vec<u8>>,
+    ) -> Result<(u16, Bytes), String> {
+        tokio::time::timeout(timeout, self.request_inner(method, path, body))
             .await
-            .map_err(|_| format!("the live API did not answer within {} s", TIMEOUT.as_secs()))?
+            .map_err(|_| {
+                format!(
+                    "the live API at {self} did not answer within {} ms",
+                    timeout.as_millis()
+                )
+            })?
     }
 
     async fn request_inner(
@@ -490,8 +645,109 @@ pub fn same_set(a: &[LiveServer], b: &[LiveServer]) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+
+    /// `GET <loc>/NAME` of a module with `probe ... slow_start=...` and drain, field names as in
+    /// CONTRACT.md §2 (issue 21), plus fields this daemon does not know (`max_conns`, `retiring`,
+    /// the upstream's `probe`, a made-up `future_field`): they are ignored.
+    pub(crate) const PROBED_JSON: &str = r#"{"generation": 12, "retiring": 0, "rebalanced": 0,
+      "probe": {"type": "http", "interval_ms": 1000, "uri": "/healthz"},
+      "servers": [
+        {"address": "10.0.0.1:80", "weight": 2, "max_fails": 1, "fail_timeout_ms": 10000,
+         "max_conns": 0, "backup": false, "down": false, "active": 3, "fails": 0, "drain": false,
+         "health": "healthy", "probe_fails": 0, "probe_passes": 4, "last_probe_ms_ago": 250,
+         "last_status": 200, "slow_start_remaining_ms": 0, "future_field": [1, 2]},
+        {"address": "10.0.0.2:80", "weight": 1, "max_fails": 1, "fail_timeout_ms": 10000,
+         "max_conns": 0, "backup": false, "down": false, "active": 0, "fails": 1, "drain": false,
+         "health": "unhealthy", "probe_fails": 3, "probe_passes": 0, "last_probe_ms_ago": 900,
+         "last_error": "connect: connection refused", "slow_start_remaining_ms": 0},
+        {"address": "10.0.0.3:80", "weight": 1, "max_fails": 1, "fail_timeout_ms": 10000,
+         "max_conns": 0, "backup": false, "down": false, "active": 0, "fails": 0, "drain": false,
+         "health": "checking", "probe_fails": 0, "probe_passes": 0, "slow_start_remaining_ms": 0},
+        {"address": "10.0.0.4:80", "weight": 1, "max_fails": 1, "fail_timeout_ms": 10000,
+         "max_conns": 0, "backup": false, "down": false, "active": 7, "fails": 0, "drain": true,
+         "health": "healthy", "probe_fails": 0, "probe_passes": 9, "last_probe_ms_ago": 100,
+         "last_status": 204, "slow_start_remaining_ms": 0},
+        {"address": "10.0.0.5:80", "weight": 1, "max_fails": 1, "fail_timeout_ms": 10000,
+         "max_conns": 0, "backup": true, "down": false, "active": 0, "fails": 0, "drain": false,
+         "health": "healthy", "probe_fails": 0, "probe_passes": 2, "last_probe_ms_ago": 400,
+         "last_status": 200, "slow_start_remaining_ms": 12500}
+      ]}"#;
+
+    /// `GET <loc>/NAME` of a module before issue 21: no `drain`, no probe fields.
+    pub(crate) const OLD_JSON: &str = r#"{"generation": 3, "retiring": 0, "rebalanced": 0,
+      "servers": [
+        {"address": "10.0.0.1:80", "weight": 1, "max_fails": 1, "fail_timeout_ms": 10000,
+         "max_conns": 0, "backup": false, "down": false, "active": 3, "fails": 2},
+        {"address": "10.0.0.2:80", "weight": 5, "max_fails": 1, "fail_timeout_ms": 10000,
+         "max_conns": 0, "backup": false, "down": true, "active": 0, "fails": 0}
+      ]}"#;
+
+    #[test]
+    fn a_probing_modules_state_reads_with_every_contract_field() {
+        let s: UpstreamState = serde_json::from_str(PROBED_JSON).unwrap();
+        assert_eq!(s.generation, 12);
+        let by = |a: &str| s.servers.iter().find(|x| x.address == a).unwrap();
+        let one = by("10.0.0.1:80");
+        assert_eq!((one.weight, one.active, one.fails), (2, 3, 0));
+        assert_eq!(one.drain, Some(false));
+        assert_eq!(one.health.as_deref(), Some("healthy"));
+        assert_eq!((one.probe_fails, one.probe_passes), (Some(0), Some(4)));
+        assert_eq!(
+            (one.last_probe_ms_ago, one.last_status),
+            (Some(250), Some(200))
+        );
+        assert_eq!(one.last_error, None);
+        assert_eq!(one.badges(), vec![Badge::Healthy]);
+        assert_eq!(
+            by("10.0.0.2:80").badges(),
+            vec![Badge::Unhealthy(Some("connect: connection refused".into()))]
+        );
+        let checking = by("10.0.0.3:80");
+        assert_eq!(checking.badges(), vec![Badge::Checking]);
+        assert_eq!(checking.last_probe_ms_ago, None);
+        assert_eq!(
+            by("10.0.0.4:80").badges(),
+            vec![Badge::Draining, Badge::Healthy]
+        );
+        let slow = by("10.0.0.5:80");
+        assert!(slow.backup);
+        assert_eq!(
+            slow.badges(),
+            vec![Badge::Healthy, Badge::SlowStart(12_500)]
+        );
+        assert_eq!(
+            Badge::SlowStart(12_500).to_string(),
+            "slow start, 13 s left"
+        );
+    }
+
+    #[test]
+    fn an_old_modules_state_reads_without_the_new_fields() {
+        let s: UpstreamState = serde_json::from_str(OLD_JSON).unwrap();
+        assert_eq!(s.servers.len(), 2);
+        let a = &s.servers[0];
+        assert_eq!((a.active, a.fails, a.down), (3, 2, false));
+        assert_eq!((a.drain.clone(), a.health.clone()), (None, None));
+        assert!(a.badges().is_empty());
+        assert_eq!(s.servers[1].badges(), vec![Badge::Down]);
+        // Written back out (the API's `live`), absent fields stay absent.
+        let out = serde_json::to_value(a).unwrap();
+        for absent in [
+            "drain",
+            "health",
+            "probe_fails",
+            "last_error",
+            "slow_start_remaining_ms",
+        ] {
+            assert!(out.get(absent).is_none(), "{absent}: {out}");
+        }
+        // A health word this daemon does not know is shown as the module says it.
+        let mut new = a.clone();
+        new.health = Some("warming".into());
+        assert_eq!(new.badges(), vec![Badge::Other("warming".into())]);
+    }
 
     #[test]
     fn addresses_parse_and_remote_hosts_are_refused() {

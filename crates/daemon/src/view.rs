@@ -168,6 +168,43 @@ pub struct BindingDetail {
     pub history: Vec<OutcomeRecord>,
 }
 
+/// `GET /api/v1/bindings/{name}`: [`BindingDetail`] plus the upstream's live state from the
+/// module (`live`: `null` unless the daemon applies changes live, `--apply live|auto` with
+/// `--live-api`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct BindingShow {
+    pub binding: BindingView,
+    pub history: Vec<OutcomeRecord>,
+    #[serde(default)]
+    pub live: Option<LiveState>,
+}
+
+impl BindingShow {
+    pub fn new(d: BindingDetail, live: Option<LiveState>) -> BindingShow {
+        BindingShow {
+            binding: d.binding,
+            history: d.history,
+            live,
+        }
+    }
+}
+
+/// An upstream's servers as nginx runs them now, read from the module's live API
+/// (`GET <loc>/NAME`) when asked. `error` says why it could not be read (then `servers` is empty).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LiveState {
+    /// The API it was read from (`--live-api`).
+    pub api: String,
+    /// When it was read, ms since the Unix epoch.
+    pub read_at_ms: i64,
+    /// Why it could not be read (`null` when it was).
+    pub error: Option<String>,
+    /// The generation of the set read (`null` when not read).
+    pub generation: Option<u64>,
+    /// Primary servers first, then backup servers, as the module lists them.
+    pub servers: Vec<crate::live_api::ServerState>,
+}
+
 /// `GET /api/v1/bindings`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct BindingList {

@@ -10,12 +10,12 @@ use serde_json::Value;
 use tributary_store::{OutcomeRecord, OutcomeStatus};
 
 use super::config::{parse_kv, read_config, secret_keys, SourceArgs};
-use super::print::{fleet_lines, outcome_line, print_view};
+use super::print::{fleet_lines, live_lines, outcome_line, print_view};
 use super::{env_path, print_json, DEFAULT_DATA_DIR, DEFAULT_LISTEN};
 use crate::client::{ApiFailure, Client};
 use crate::view::{
-    BindingDetail, BindingInput, BindingList, ErrorDetail, PluginList, RemoveResponse,
-    SaveResponse, StoreView,
+    BindingInput, BindingList, BindingShow, ErrorDetail, PluginList, RemoveResponse, SaveResponse,
+    StoreView,
 };
 
 #[derive(Debug, Args)]
@@ -223,7 +223,7 @@ async fn run_inner(c: &Client, json: bool, cmd: BindingCmd) -> anyhow::Result<Ex
         }
         BindingCmd::Show { name } => {
             let name = path_segment(&name)?;
-            let d: BindingDetail = c
+            let d: BindingShow = c
                 .call::<(), _>(Method::GET, &format!("/api/v1/bindings/{name}"), None)
                 .await?;
             if json {
@@ -231,6 +231,11 @@ async fn run_inner(c: &Client, json: bool, cmd: BindingCmd) -> anyhow::Result<Ex
             } else {
                 println!("binding {}", d.binding.name);
                 print_view(&d.binding);
+                if let Some(live) = &d.live {
+                    for line in live_lines(live) {
+                        println!("{line}");
+                    }
+                }
                 let store: Option<StoreView> = c
                     .call::<(), _>(Method::GET, "/api/v1/store", None)
                     .await

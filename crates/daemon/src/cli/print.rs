@@ -2,7 +2,8 @@
 
 use tributary_store::{Applied, OutcomeRecord};
 
-use crate::view::{BindingFleet, BindingView, StoreView};
+use crate::live_api::ServerState;
+use crate::view::{BindingFleet, BindingView, LiveState, StoreView};
 
 pub(super) fn outcome_line(o: &OutcomeRecord) -> String {
     let mut s = format!(
@@ -17,7 +18,10 @@ pub(super) fn outcome_line(o: &OutcomeRecord) -> String {
         s.push_str(", file changed");
     }
     match (o.applied, &o.applied_reason) {
-        (Some(Applied::Live), _) => s.push_str(", applied live (no reload)"),
+        (Some(Applied::Live), Some(why)) => {
+            s.push_str(&format!(", applied live (no reload): {why}"))
+        }
+        (Some(Applied::Live), None) => s.push_str(", applied live (no reload)"),
         (Some(Applied::Reload), Some(why)) => {
             s.push_str(&format!(", nginx reloaded (applied by reload: {why})"))
         }
@@ -103,6 +107,67 @@ pub(super) fn print_view(b: &BindingView) {
     if let Some(n) = b.next_refresh_ms {
         println!("  next refresh: {}", format_time(n));
     }
+}
+
+/// The live state lines `tributary binding show` prints (indented by two spaces): one line per
+/// server as nginx runs it now (address, weight, active connections, fails, then its states:
+/// down, draining, healthy / unhealthy with the last error / checking, slow start, and the
+/// probe's counts when the module gives them), or why it could not be read.
+pub(super) fn live_lines(live: &LiveState) -> Vec<String> {
+    if let Some(e) = &live.error {
+        return vec![format!("  live state unavailable: {}", e.trim())];
+    }
+    let mut out = vec![format!(
+        "  live in nginx ({}, generation {}, read {}):",
+        live.api,
+        live.generation.unwrap_or(0),
+        format_time(live.read_at_ms)
+    )];
+    if live.servers.is_empty() {
+        out.push("    no servers".to_string());
+    }
+    let width = live
+        .servers
+        .iter()
+        .map(|s| s.address.len())
+        .max()
+        .unwrap_or(0);
+    for s in &live.servers {
+        out.push(format!("    {}", server_line(s, width)));
+    }
+    out
+}
+
+/// One server of [`live_lines`], its address padded to `width`.
+fn server_line(s: &ServerState, width: usize) -> String {
+    let mut line = format!(
+        "{:width$}  weight {}  active {}  fails {}",
+        s.address, s.weight, s.active, s.fails
+    );
+    if s.backup {
+        line.push_str("  backup");
+    }
+    let badges: Vec<String> = s.badges().iter().map(|b| b.to_string()).collect();
+    if !badges.is_empty() {
+        line.push_str(&format!("  [{}]", badges.join("; ")));
+    }
+    let mut probe = Vec::new();
+    if let Some(n) = s.probe_fails {
+        probe.push(format!("{n} failed"));
+    }
+    if let Some(n) = s.probe_passes {
+        probe.push(format!("{n} passed"));
+    }
+    if let Some(ms) = s.last_probe_ms_ago {
+        probe.push(format!("last {ms} ms ago"));
+    }
+    if let Some(st) = s.last_status {
+        probe.push(format!("status {st}"));
+    }
+    if !probe.is_empty() {
+        line.push_str(&format!("  probes in a row: {}", probe.join(", ")));
+    }
+    line
 }
 
 /// The fleet lines `tributary binding show` prints (indented by two spaces): nothing for one host
@@ -224,5 +289,88 @@ mod tests {
             "{lines:?}"
         );
         assert_eq!(lines.len(), 5);
+    }
+
+    fn live(json: &str) -> LiveState {
+        let s: crate::live_api::UpstreamState = serde_json::from_str(json).unwrap();
+        LiveState {
+            api: "unix:/x.sock:/api/".into(),
+            read_at_ms: 0,
+            error: None,
+            generation: Some(s.generation),
+            servers: s.servers,
+        }
+    }
+
+    /// A probing module (CONTRACT.md §2): each server's counts, its states and its probes.
+    #[test]
+    fn binding_show_prints_each_servers_health_drain_and_slow_start() {
+        let lines = live_lines(&live(crate::live_api::tests::PROBED_JSON));
+        assert_eq!(
+            lines[0],
+            "  live in nginx (unix:/x.sock:/api/, generation 12, read 1970-01-01T00:00:00Z):"
+        );
+        assert_eq!(
+            lines[1],
+            "    10.0.0.1:80  weight 2  active 3  fails 0  [healthy]  \
+             probes in a row: 0 failed, 4 passed, last 250 ms ago, status 200"
+        );
+        assert_eq!(
+            lines[2],
+            "    10.0.0.2:80  weight 1  active 0  fails 1  \
+             [unhealthy: connect: connection refused]  probes in a row: 3 failed, 0 passed, \
+             last 900 ms ago"
+        );
+        assert_eq!(
+            lines[3],
+            "    10.0.0.3:80  weight 1  active 0  fails 0  [checking]  \
+             probes in a row: 0 failed, 0 passed"
+        );
+        assert!(
+            lines[4]
+                .starts_with("    10.0.0.4:80  weight 1  active 7  fails 0  [draining; healthy]"),
+            "{lines:?}"
+        );
+        assert!(
+            lines[5].starts_with(
+                "    10.0.0.5:80  weight 1  active 0  fails 0  backup  \
+                 [healthy; slow start, 13 s left]"
+            ),
+            "{lines:?}"
+        );
+        assert_eq!(lines.len(), 6);
+    }
+
+    /// An older module's answer (no drain, no probe) still prints, and `down` shows.
+    #[test]
+    fn binding_show_prints_an_old_modules_state_and_an_unreachable_one() {
+        let lines = live_lines(&live(crate::live_api::tests::OLD_JSON));
+        assert_eq!(
+            lines[1..],
+            [
+                "    10.0.0.1:80  weight 1  active 3  fails 2".to_string(),
+                "    10.0.0.2:80  weight 5  active 0  fails 0  [down]".to_string(),
+            ]
+        );
+        let mut gone = live(crate::live_api::tests::OLD_JSON);
+        gone.error = Some("cannot reach the live API at unix:/x.sock:/api/: refused".into());
+        assert_eq!(
+            live_lines(&gone),
+            ["  live state unavailable: cannot reach the live API at unix:/x.sock:/api/: refused"]
+        );
+    }
+
+    #[test]
+    fn an_outcome_says_it_went_live_and_why() {
+        let mut o = OutcomeRecord::new(0, tributary_store::OutcomeStatus::Ok);
+        o.applied = Some(Applied::Live);
+        o.applied_reason = Some("server set changed: PUT through the live API".into());
+        assert!(
+            outcome_line(&o).ends_with(
+                ", applied live (no reload): server set changed: PUT through the live API"
+            ),
+            "{}",
+            outcome_line(&o)
+        );
     }
 }

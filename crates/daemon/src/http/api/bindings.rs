@@ -8,8 +8,9 @@ use tributary_store::{OutcomeRecord, Upsert};
 use crate::http::error::ApiError;
 use crate::http::json::{JsonBody, WaitQuery};
 use crate::http::AppState;
+use crate::live_state;
 use crate::view::{
-    BindingDetail, BindingInput, BindingList, BulkInput, BulkResponse, History, RemoveResponse,
+    BindingInput, BindingList, BindingShow, BulkInput, BulkResponse, History, RemoveResponse,
     SaveResponse,
 };
 
@@ -78,11 +79,19 @@ pub async fn bulk(
     Ok(Json(BulkResponse { results }))
 }
 
+/// `GET /api/v1/bindings/{name}`: the binding, its history and, in live mode, its upstream's live
+/// state read from the module now (at most `live_api::READ_TIMEOUT`; a failed read is a `live`
+/// with its `error`, never a failed answer).
 pub async fn show(
     State(s): State<AppState>,
     Path(name): Path<String>,
-) -> ApiResult<Json<BindingDetail>> {
-    Ok(Json(s.engine.show(&name)?))
+) -> ApiResult<Json<BindingShow>> {
+    let d = s.engine.show(&name)?;
+    let live = match live_state::api_of(s.engine.live_options()) {
+        Some(api) => Some(live_state::read(api, &name).await),
+        None => None,
+    };
+    Ok(Json(BindingShow::new(d, live)))
 }
 
 pub async fn remove(

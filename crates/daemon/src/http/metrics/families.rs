@@ -48,6 +48,23 @@ pub(super) struct BindingLabel {
     pub(super) binding: String,
 }
 
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(super) struct ServerLabel {
+    pub(super) binding: String,
+    pub(super) server: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(super) struct HealthLabel {
+    pub(super) binding: String,
+    pub(super) server: String,
+    pub(super) state: &'static str,
+}
+
+/// The states `tributary_server_health` lists for a probed server (1 for its state, 0 for the
+/// others).
+pub(super) const HEALTH_STATES: [&str; 3] = ["healthy", "unhealthy", "checking"];
+
 pub(super) type FloatGauge = Gauge<f64, AtomicU64>;
 
 /// Every metric of `/metrics`. Counters are registered without `_total`: the encoder adds it.
@@ -69,6 +86,13 @@ pub(super) struct Families {
     pub(super) events_lost: Counter,
     pub(super) store_connected: Gauge,
     pub(super) fleet_hosts: Family<StateLabel, Gauge>,
+    pub(super) live_up: Family<BindingLabel, Gauge>,
+    pub(super) server_active: Family<ServerLabel, Gauge>,
+    pub(super) server_fails: Family<ServerLabel, Gauge>,
+    pub(super) server_down: Family<ServerLabel, Gauge>,
+    pub(super) server_draining: Family<ServerLabel, Gauge>,
+    pub(super) server_health: Family<HealthLabel, Gauge>,
+    pub(super) server_slow_start: Family<ServerLabel, FloatGauge>,
 }
 
 /// The latency histogram with [`LATENCY_BUCKETS`].
@@ -158,6 +182,41 @@ impl Families {
             "tributary_fleet_host_states",
             "Hosts per state (applied, failed, stale) summed over every binding's fleet view, as this host sees it",
             self.fleet_hosts.clone(),
+        );
+        r.register(
+            "tributary_binding_live_up",
+            "1 when the binding's live state could be read from the module's upstreams API at this scrape (live mode only; read at most every 5 s)",
+            self.live_up.clone(),
+        );
+        r.register(
+            "tributary_server_active_connections",
+            "Connections in use to the server now, over all nginx workers (module's live API)",
+            self.server_active.clone(),
+        );
+        r.register(
+            "tributary_server_fails",
+            "Failures nginx counts for the server in its current fail_timeout window (module's live API)",
+            self.server_fails.clone(),
+        );
+        r.register(
+            "tributary_server_down",
+            "1 when the server is marked down in nginx's live set",
+            self.server_down.clone(),
+        );
+        r.register(
+            "tributary_server_draining",
+            "1 while the server is drained: no new requests, those in flight finish (absent: the module does not report drain)",
+            self.server_draining.clone(),
+        );
+        r.register(
+            "tributary_server_health",
+            "The server's probe state: 1 for its state (healthy, unhealthy, checking), 0 for the others (absent: no probe in the upstream)",
+            self.server_health.clone(),
+        );
+        r.register(
+            "tributary_server_slow_start_remaining_seconds",
+            "Time left of the server's slow start ramp (0: not ramping; absent: no slow_start)",
+            self.server_slow_start.clone(),
         );
         r.register(
             "tributary_metrics_events_lost",

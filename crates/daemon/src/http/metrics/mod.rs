@@ -12,11 +12,17 @@
 //! reload, and each binding's last successful resolution (for staleness). The per-binding gauges
 //! are set from the engine at scrape time, so removed bindings disappear.
 //!
+//! In live mode each server's live state (active connections, fails, down, drain, probe health)
+//! is read from the module's upstreams API through a cache ([`LiveCache`]: at most one read per
+//! binding per 5 s, shared by concurrent scrapes, at most ~1 s per scrape).
+//!
 //! Files: `mod.rs` the registry, the event task and the `/metrics` route; `families.rs` every
-//! metric (declared in one place, `Families`); `format.rs` the two text formats.
+//! metric (declared in one place, `Families`); `format.rs` the two text formats; `live.rs` the
+//! per-server gauges of the live state.
 
 mod families;
 mod format;
+mod live;
 #[cfg(test)]
 mod tests;
 
@@ -36,7 +42,8 @@ use tributary_store::{lock, now_ms, Applied, Failure, HostState, OutcomeRecord, 
 use crate::engine::{Engine, EngineEvent};
 use crate::http::auth::require_bearer_or_session;
 use crate::http::AppState;
-use crate::view::{BindingView, NginxNumbers, TestFailure};
+use crate::live_state::{self, LiveCache};
+use crate::view::{BindingView, LiveState, NginxNumbers, TestFailure};
 pub use families::LATENCY_BUCKETS;
 use families::{
     BindingLabel, CodeLabel, FailureLabel, Families, OutcomeLabel, PathLabel, StateLabel, OUTCOMES,
@@ -55,6 +62,8 @@ pub fn router(st: AppState) -> Router {
 }
 
 /// `/metrics`: the format the scraper asks for in `Accept` ([`Format`]).
+/// In live mode the servers' live state comes from [`LiveCache`] (read at most once per
+/// [`crate::live_state::LIVE_TTL`] whatever the scrape rate, at most ~1 s per scrape).
 async fn serve(AxumState(st): AxumState<AppState>, headers: HeaderMap) -> Response {
     let format = Format::from_accept(
         headers
@@ -62,9 +71,22 @@ async fn serve(AxumState(st): AxumState<AppState>, headers: HeaderMap) -> Respon
             .iter()
             .filter_map(|v| v.to_str().ok()),
     );
+    let bindings = st.engine.list();
+    let live = match live_state::api_of(st.engine.live_options()) {
+        Some(api) => {
+            let names: Vec<String> = bindings.iter().map(|b| b.name.clone()).collect();
+            Some(st.metrics.live.get(api, &names).await)
+        }
+        None => None,
+    };
+    st.metrics
+        .families
+        .store_connected
+        .set(i64::from(st.engine.store_status().connected));
     (
         [(header::CONTENT_TYPE, format.content_type())],
-        st.metrics.render(&st.engine, format),
+        st.metrics
+            .encode(&bindings, live.as_deref(), now_ms(), format),
     )
         .into_response()
 }
@@ -86,6 +108,8 @@ pub struct Metrics {
     state: Mutex<State>,
     /// One scrape at a time (the per-binding gauges are reset and set at each scrape).
     scrape: Mutex<()>,
+    /// The servers' live state, read at most once per TTL.
+    live: LiveCache,
 }
 
 impl Default for Metrics {
@@ -113,6 +137,7 @@ impl Default for Metrics {
             registry,
             state: Mutex::new(State::default()),
             scrape: Mutex::new(()),
+            live: LiveCache::default(),
         }
     }
 }
@@ -243,22 +268,31 @@ impl Metrics {
         }
     }
 
-    /// The text exposition in `format`, with the per-binding gauges of the engine's bindings now.
+    /// The text exposition in `format`, with the per-binding gauges of the engine's bindings now
+    /// (without live state: `/metrics` itself adds it, see [`serve`]).
     pub fn render(&self, engine: &Engine, format: Format) -> String {
         self.families
             .store_connected
             .set(i64::from(engine.store_status().connected));
-        self.encode(&engine.list(), now_ms(), format)
+        self.encode(&engine.list(), None, now_ms(), format)
     }
 
-    /// The text exposition in `format` with the per-binding gauges of `bindings` at time `now`.
-    fn encode(&self, bindings: &[BindingView], now: i64, format: Format) -> String {
+    /// The text exposition in `format` with the per-binding gauges of `bindings` at time `now`,
+    /// and per server the gauges of `live` (by binding name) when given.
+    fn encode(
+        &self,
+        bindings: &[BindingView],
+        live: Option<&HashMap<String, LiveState>>,
+        now: i64,
+        format: Format,
+    ) -> String {
         let _one = lock(&self.scrape);
         let f = &self.families;
         f.bindings.set(bindings.len() as i64);
         f.binding_servers.clear();
         f.binding_failing.clear();
         f.binding_staleness.clear();
+        live::set(f, live);
         let mut states = [0i64; 3];
         for h in bindings.iter().flat_map(|b| &b.fleet.hosts) {
             states[match h.state {

@@ -55,7 +55,7 @@ fn counts_outcomes_codes_latency_and_batches() {
         test_failures: 1,
         at_ms: 5_000,
     });
-    let t = m.encode(&[], 10_000, Format::OpenMetrics);
+    let t = m.encode(&[], None, 10_000, Format::OpenMetrics);
     assert_eq!(
         value(&t, "tributary_resolutions_total{outcome=\"ok\"}"),
         1.0
@@ -147,7 +147,7 @@ fn failures_are_counted_by_their_kind_tag_not_their_words() {
         Some(Failure::NoValidTarget),
         "plugin \"x\" said nothing",
     ));
-    let t = m.encode(&[], 0, Format::Prometheus);
+    let t = m.encode(&[], None, 0, Format::Prometheus);
     let kind = |k: &str| {
         value(
             &t,
@@ -185,7 +185,7 @@ fn fleet_host_states_are_summed_over_the_bindings() {
     a.fleet.hosts = vec![host(HostState::Applied), host(HostState::Failed)];
     let mut b = binding("b", 1, None);
     b.fleet.hosts = vec![host(HostState::Applied), host(HostState::Stale)];
-    let t = m.encode(&[a, b], 0, Format::Prometheus);
+    let t = m.encode(&[a, b], None, 0, Format::Prometheus);
     let n = |s: &str| value(&t, &format!("tributary_fleet_host_states{{state=\"{s}\"}}"));
     assert_eq!((n("applied"), n("failed"), n("stale")), (2.0, 1.0, 1.0));
     assert!(t.contains("tributary_store_connected"), "{t}");
@@ -203,6 +203,7 @@ fn per_binding_gauges_follow_the_bindings_at_scrape_time() {
             binding("web", 2, Some(OutcomeStatus::Failed)),
             binding("new\"x", 0, None),
         ],
+        None,
         4_000,
         Format::Prometheus,
     );
@@ -227,7 +228,7 @@ fn per_binding_gauges_follow_the_bindings_at_scrape_time() {
         "{t}"
     );
     // A removed binding disappears at the next scrape.
-    let t = m.encode(&[], 4_000, Format::Prometheus);
+    let t = m.encode(&[], None, 4_000, Format::Prometheus);
     assert_eq!(value(&t, "tributary_bindings"), 0.0);
     assert!(!t.contains("binding=\"web\""), "{t}");
 }
@@ -271,8 +272,8 @@ fn each_format_names_counter_families_its_own_way() {
         binding: "api".into(),
         outcome: outcome(OutcomeStatus::Ok, 3, None),
     });
-    let om = m.encode(&[], 0, Format::OpenMetrics);
-    let text = m.encode(&[], 0, Format::Prometheus);
+    let om = m.encode(&[], None, 0, Format::OpenMetrics);
+    let text = m.encode(&[], None, 0, Format::Prometheus);
     // The samples are the same; the family names and the end are not.
     for t in [&om, &text] {
         assert_eq!(value(t, "tributary_resolutions_total{outcome=\"ok\"}"), 1.0);

@@ -11,6 +11,7 @@ use tributary_store::{now_ms, OutcomeStatus};
 
 use super::chart::chart;
 use super::html::{csrf_field, error_page, page, time_el};
+use super::live::live_card;
 use super::widgets::{
     fleet_card, outcome_block, outcome_summary, state_of, store_banner, targets_table,
 };
@@ -18,12 +19,17 @@ use super::{require_csrf, urlencode};
 use crate::engine::EngineError;
 use crate::http::auth::session::Session;
 use crate::http::AppState;
+use crate::live_state;
+use crate::view::LiveState;
 
+/// The page of binding `name`; `live` is its upstream's live state read for this page (`None`:
+/// changes are not applied live, so there is no zone to read).
 pub(super) fn detail_page(
     st: &AppState,
     s: &Session,
     name: &str,
     banner: Option<(&str, &str)>,
+    live: Option<&LiveState>,
 ) -> Response {
     let d = match st.engine.show(name) {
         Ok(d) => d,
@@ -121,6 +127,9 @@ pub(super) fn detail_page(
             h2 { "Current servers" }
             (targets_table(&b.servers))
         }
+        @if let Some(l) = live {
+            (live_card(l, now))
+        }
         (fleet_card(&b.fleet, &store, now))
         @if !d.history.is_empty() {
             section.card.charts {
@@ -143,7 +152,8 @@ pub(super) fn detail_page(
                 thead {
                     tr {
                         th { "When" } th { "Outcome" } th { "Took" } th { "Servers" }
-                        th { "Dropped" } th { "Changed" } th { "Reloaded" } th { "Code / field" }
+                        th { "Dropped" } th { "Changed" } th { "Reloaded" } th { "Applied" }
+                        th { "Code / field" }
                     }
                 }
                 tbody {
@@ -156,6 +166,12 @@ pub(super) fn detail_page(
                             td.num { (crate::resolution::dropped_total(&o.dropped)) }
                             td { (if o.changed { "yes" } else { "no" }) }
                             td { (if o.reloaded { "yes" } else { "no" }) }
+                            td.applied {
+                                @if let Some(a) = o.applied {
+                                    (a.as_str())
+                                    @if let Some(w) = &o.applied_reason { span.why { ": " (w) } }
+                                }
+                            }
                             td {
                                 @match (o.code, &o.field) {
                                     (Some(c), Some(f)) => { (c) " / " (f) }
@@ -182,7 +198,16 @@ pub(super) async fn detail(
     Extension(s): Extension<Session>,
     Path(name): Path<String>,
 ) -> Response {
-    detail_page(&st, &s, &name, None)
+    let live = read_live(&st, &name).await;
+    detail_page(&st, &s, &name, None, live.as_ref())
+}
+
+/// The live state of binding `name`'s upstream for its page (`None` when changes are not applied
+/// live); waits at most `live_api::READ_TIMEOUT`.
+async fn read_live(st: &AppState, name: &str) -> Option<LiveState> {
+    let api = live_state::api_of(st.engine.live_options())?;
+    st.engine.get(name)?;
+    Some(live_state::read(api, name).await)
 }
 
 pub(super) async fn refresh(
@@ -214,7 +239,14 @@ pub(super) async fn delete(
             Redirect::to(&format!("/ui/bindings?deleted={}", urlencode(&name))).into_response()
         }
         Err(e @ EngineError::Conflict(_)) => {
-            let mut r = detail_page(&st, &s, &name, Some(("error", &e.to_string())));
+            let live = read_live(&st, &name).await;
+            let mut r = detail_page(
+                &st,
+                &s,
+                &name,
+                Some(("error", &e.to_string())),
+                live.as_ref(),
+            );
             *r.status_mut() = e.http_status();
             r
         }

@@ -10,7 +10,7 @@
 //! checks CSRF tokens ([`crate::http::auth::csrf_ok`]) and reads forms; `html` the page frame,
 //! security headers and times; `login`, `list`, `detail`, `edit` and
 //! `nginx` are the pages; `form` renders and reads the create/edit form; `chart` draws the SVG
-//! charts; `widgets` holds the pieces several pages share.
+//! charts; `live` the binding page's live state card; `widgets` holds the pieces several pages share.
 
 mod chart;
 mod detail;
@@ -18,6 +18,7 @@ mod edit;
 mod form;
 pub mod html;
 mod list;
+mod live;
 mod login;
 mod nginx;
 mod widgets;
