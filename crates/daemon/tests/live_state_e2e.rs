@@ -1,0 +1,395 @@
+//! Issue 21, the daemon's read side, end to end: in live mode the daemon reads each server's live
+//! state from the module (`GET <loc>/NAME`) and shows it in `binding show`, the API's binding view
+//! (`live`), the binding page and `/metrics`; when the module cannot be reached each of them says
+//! so and still answers. Real daemon, real `static` plugin, real nginx (`master_process on`, two
+//! workers, the combined-upstreams module's release `.so`), a real backend that holds requests
+//! (active connections), a closed port (fails) and a server marked down through the live API.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::time::{Duration, Instant};
+
+use common::{http, Daemon};
+use serde_json::{json, Value};
+use tributary_fakes::daemon::FAST;
+use tributary_testkit::TestNginx;
+
+/// Requests held open at the hanging backend.
+const HELD: u64 = 4;
+
+/// A raw HTTP/1.1 exchange with extra headers: status, `Set-Cookie` values, body.
+fn request(
+    port: u16,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> (u16, Vec<String>, String) {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let mut req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    req.push_str(body);
+    s.write_all(req.as_bytes()).unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).unwrap();
+    let text = String::from_utf8_lossy(&raw).to_string();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("bad answer {text:?}"));
+    let cookies = head
+        .lines()
+        .filter_map(|l| l.split_once(':'))
+        .filter(|(k, _)| k.trim().eq_ignore_ascii_case("set-cookie"))
+        .map(|(_, v)| v.trim().split(';').next().unwrap_or("").to_string())
+        .collect();
+    (status, cookies, body.to_string())
+}
+
+/// Logs in to the web UI with the initial password: the `Cookie` value of the session.
+fn ui_session(d: &Daemon) -> String {
+    let (status, cookies, _) = request(d.port, "GET", "/login", &[], "");
+    assert_eq!(status, 200);
+    let login = cookies
+        .into_iter()
+        .find(|c| c.starts_with("tributary_login="))
+        .expect("login cookie");
+    let csrf = login.split_once('=').unwrap().1.to_string();
+    let password = std::fs::read_to_string(d.data_dir.join("ui-initial-password")).unwrap();
+    let (status, cookies, body) = request(
+        d.port,
+        "POST",
+        "/login",
+        &[
+            ("Cookie", &login),
+            ("Content-Type", "application/x-www-form-urlencoded"),
+        ],
+        &format!("csrf={csrf}&password={}", password.trim()),
+    );
+    assert_eq!(status, 303, "{body}");
+    cookies
+        .into_iter()
+        .find(|c| c.starts_with("tributary_session="))
+        .expect("session cookie")
+}
+
+/// One request to the module's API on its unix socket: the answer's JSON body.
+fn module(nginx: &TestNginx, method: &str, name: &str, body: Option<&Value>) -> Value {
+    let mut s =
+        std::os::unix::net::UnixStream::connect(nginx.prefix().join("logs/api.sock")).unwrap();
+    let body = body.map(|b| b.to_string()).unwrap_or_default();
+    write!(
+        s,
+        "{method} /api/{name} HTTP/1.0\r\nHost: localhost\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut answer = String::new();
+    s.read_to_string(&mut answer).unwrap();
+    let (head, body) = answer.split_once("\r\n\r\n").unwrap();
+    assert!(head.starts_with("HTTP/1.1 200"), "{answer}");
+    serde_json::from_str(body).unwrap()
+}
+
+/// The module's `(active, fails, down)` of `address` in `GET <loc>/NAME`.
+fn counts(set: &Value, address: &str) -> (u64, u64, bool) {
+    let s = set["servers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["address"] == address)
+        .unwrap_or_else(|| panic!("{address} not in {set}"));
+    (
+        s["active"].as_u64().unwrap(),
+        s["fails"].as_u64().unwrap(),
+        s["down"].as_bool().unwrap(),
+    )
+}
+
+/// Polls `f` until it gives `Some` (at most 20 s).
+fn wait<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn metric(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+        .and_then(|v| v.parse().ok())
+}
+
+/// What `promtool check metrics` says of `text` ("" when it has no complaint).
+fn promtool(text: &str) -> String {
+    let mut child = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("promtool is missing: scripts/setup.sh installs Debian's prometheus package");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// The `<tr>` of `address` in the binding page's live table.
+fn page_row<'a>(page: &'a str, address: &str) -> &'a str {
+    let start = page
+        .find(&format!("<tr data-address=\"{address}\">"))
+        .unwrap_or_else(|| panic!("no live row for {address} in {page}"));
+    let len = page[start..].find("</tr>").unwrap();
+    &page[start..start + len]
+}
+
+#[test]
+fn binding_show_the_api_the_page_and_metrics_show_each_servers_live_state() {
+    let root = tempfile::tempdir().unwrap();
+    let nginx = TestNginx::builder()
+        .workers(2)
+        .live_api("")
+        .backend("a")
+        .start();
+    // A backend that accepts and never answers: requests to it stay active.
+    let hang = TcpListener::bind("127.0.0.1:0").unwrap();
+    let hang_addr = format!("127.0.0.1:{}", hang.local_addr().unwrap().port());
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for s in hang.incoming().flatten() {
+            held.push(s);
+        }
+    });
+    // A closed port: connecting fails, nginx counts a fail.
+    let closed_addr = {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("127.0.0.1:{}", l.local_addr().unwrap().port())
+    };
+    let a_addr = format!("127.0.0.1:{}", nginx.backend_port("a"));
+
+    let api = nginx.live_api_address();
+    let mut args: Vec<&str> = FAST.to_vec();
+    args.extend_from_slice(&["--apply", "live", "--live-api", &api]);
+    let mut d = Daemon::start_with(root.path(), &nginx, &args);
+    let targets = format!("{a_addr} {hang_addr} {closed_addr}");
+    let body = json!({"plugin": "static", "provider": "static", "service": "web",
+                      "config": {"targets": targets}});
+    let (status, v) = d.api(
+        "PUT",
+        "/api/v1/bindings/web?wait=true",
+        Some(&body.to_string()),
+    );
+    assert!(status == 200 || status == 201, "{status}: {v}");
+    assert_eq!(v["binding"]["last_outcome"]["applied"], "reload", "{v}");
+
+    // `a` marked down through the live API (as an operator would): every request now goes to the
+    // hanging backend, directly or after the closed port failed.
+    let set = module(&nginx, "GET", "web", None);
+    let servers: Vec<Value> = set["servers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| json!({"address": s["address"], "weight": s["weight"], "down": s["address"] == a_addr.as_str()}))
+        .collect();
+    module(
+        &nginx,
+        "PUT",
+        "web",
+        Some(&json!({"servers": servers, "generation": set["generation"]})),
+    );
+    let clients: Vec<TcpStream> = (0..HELD)
+        .map(|_| {
+            let mut c = TcpStream::connect(("127.0.0.1", nginx.port())).unwrap();
+            write!(
+                c,
+                "GET {} HTTP/1.1\r\nHost: x\r\n\r\n",
+                TestNginx::upstream_path("web")
+            )
+            .unwrap();
+            c
+        })
+        .collect();
+    let now = wait("the held requests to be active", || {
+        let set = module(&nginx, "GET", "web", None);
+        (counts(&set, &hang_addr).0 == HELD).then_some(set)
+    });
+    let (_, closed_fails, _) = counts(&now, &closed_addr);
+    assert!(closed_fails >= 1, "{now}");
+    assert_eq!(counts(&now, &a_addr), (0, 0, true), "{now}");
+    let expect = [
+        (a_addr.as_str(), counts(&now, &a_addr)),
+        (hang_addr.as_str(), (HELD, 0, false)),
+        (closed_addr.as_str(), counts(&now, &closed_addr)),
+    ];
+
+    // The API: `live` per server, equal to what the module says.
+    let (status, v) = d.api("GET", "/api/v1/bindings/web", None);
+    assert_eq!(status, 200, "{v}");
+    let live = &v["live"];
+    assert_eq!(live["error"], Value::Null, "{v}");
+    assert_eq!(live["generation"], now["generation"], "{v}");
+    for (addr, want) in expect {
+        assert_eq!(counts(live, addr), want, "{addr}: {live}");
+    }
+    // An old module's answer: no health fields are made up.
+    for s in live["servers"].as_array().unwrap() {
+        assert!(s.get("health").is_none(), "{s}");
+    }
+
+    // `binding show`: one line per server.
+    let (ok, text) = d.cli_text(&["binding", "show", "web"]);
+    assert!(ok, "{text}");
+    assert!(text.contains("  live in nginx ("), "{text}");
+    let line = |addr: &str| {
+        text.lines()
+            .find(|l| l.trim_start().starts_with(addr) && l.contains(" active "))
+            .unwrap_or_else(|| panic!("no live line for {addr}: {text}"))
+            .to_string()
+    };
+    assert!(
+        line(&hang_addr).contains(&format!("active {HELD}  fails 0")),
+        "{text}"
+    );
+    assert!(
+        line(&closed_addr).contains(&format!("active 0  fails {closed_fails}")),
+        "{text}"
+    );
+    assert!(
+        line(&a_addr).ends_with("active 0  fails 0  [down]"),
+        "{text}"
+    );
+    // Each outcome says which path it took and why.
+    assert!(
+        text.contains("nginx reloaded (applied by reload: new upstream"),
+        "{text}"
+    );
+
+    // The binding page: a row and a badge per server.
+    let session = ui_session(&d);
+    let (status, _, page) = request(
+        d.port,
+        "GET",
+        "/ui/bindings/web",
+        &[("Cookie", &session)],
+        "",
+    );
+    assert_eq!(status, 200, "{page}");
+    let row = page_row(&page, &hang_addr);
+    assert!(
+        row.contains(&format!("<td class=\"num active\">{HELD}</td>")),
+        "{row}"
+    );
+    assert!(row.contains("<span class=\"badge up\">up</span>"), "{row}");
+    let row = page_row(&page, &closed_addr);
+    assert!(
+        row.contains(&format!("<td class=\"num fails\">{closed_fails}</td>")),
+        "{row}"
+    );
+    let row = page_row(&page, &a_addr);
+    assert!(
+        row.contains("<span class=\"badge down\">down</span>"),
+        "{row}"
+    );
+    assert!(
+        page.contains("<td class=\"applied\">reload<span class=\"why\">: new upstream"),
+        "{page}"
+    );
+
+    // `/metrics`: the same numbers per server, promtool-clean.
+    let series = |name: &str, addr: &str| format!("{name}{{binding=\"web\",server=\"{addr}\"}}");
+    let text = wait("the live series in /metrics", || {
+        let (status, text) = http(d.port, "GET", "/metrics", Some(&d.token()), None);
+        assert_eq!(status, 200, "{text}");
+        (metric(
+            &text,
+            &series("tributary_server_active_connections", &hang_addr),
+        ) == Some(HELD as f64))
+        .then_some(text)
+    });
+    assert_eq!(
+        metric(&text, &series("tributary_server_fails", &closed_addr)),
+        Some(closed_fails as f64),
+        "{text}"
+    );
+    assert_eq!(
+        metric(&text, &series("tributary_server_down", &a_addr)),
+        Some(1.0),
+        "{text}"
+    );
+    assert_eq!(
+        metric(&text, &series("tributary_server_down", &hang_addr)),
+        Some(0.0),
+        "{text}"
+    );
+    assert_eq!(
+        metric(&text, "tributary_binding_live_up{binding=\"web\"}"),
+        Some(1.0),
+        "{text}"
+    );
+    let complaints = promtool(&text);
+    assert_eq!(
+        complaints, "",
+        "promtool check metrics:\n{complaints}\n{text}"
+    );
+    drop(clients);
+
+    // The module cannot be reached: every view says so and still answers.
+    let mut nginx = nginx;
+    nginx.stop();
+    let (status, v) = d.api("GET", "/api/v1/bindings/web", None);
+    assert_eq!(status, 200, "{v}");
+    let why = v["live"]["error"].as_str().unwrap_or_else(|| panic!("{v}"));
+    assert!(why.contains("cannot reach the live API"), "{v}");
+    assert_eq!(v["live"]["servers"], json!([]), "{v}");
+    let (ok, text) = d.cli_text(&["binding", "show", "web"]);
+    assert!(
+        ok && text.contains("  live state unavailable: cannot reach the live API"),
+        "{text}"
+    );
+    let (status, _, page) = request(
+        d.port,
+        "GET",
+        "/ui/bindings/web",
+        &[("Cookie", &session)],
+        "",
+    );
+    assert_eq!(status, 200, "{page}");
+    assert!(
+        page.contains("Live state unavailable: cannot reach the live API"),
+        "{page}"
+    );
+    let text = wait("live_up 0 in /metrics", || {
+        let (status, text) = http(d.port, "GET", "/metrics", Some(&d.token()), None);
+        assert_eq!(status, 200, "{text}");
+        (metric(&text, "tributary_binding_live_up{binding=\"web\"}") == Some(0.0)).then_some(text)
+    });
+    assert!(
+        !text.contains("tributary_server_active_connections{"),
+        "{text}"
+    );
+    d.stop();
+}
