@@ -729,7 +729,7 @@ pub(crate) mod tests {
         assert_eq!(s.servers.len(), 2);
         let a = &s.servers[0];
         assert_eq!((a.active, a.fails, a.down), (3, 2, false));
-        assert_eq!((a.drain.clone(), a.health.clone()), (None, None));
+        assert_eq!((a.drain, a.health.clone()), (None, None));
         assert!(a.badges().is_empty());
         assert_eq!(s.servers[1].badges(), vec![Badge::Down]);
         // Written back out (the API's `live`), absent fields stay absent.

@@ -117,3 +117,87 @@ impl LiveCache {
         c.states.clone()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::UnixListener;
+
+    use super::*;
+
+    /// A unix socket answering every request with `OLD_JSON` (when `answer`) or never answering;
+    /// counts the connections.
+    fn module(dir: &std::path::Path, answer: bool) -> (LiveApi, Arc<AtomicUsize>) {
+        let path = dir.join("api.sock");
+        let listener = UnixListener::bind(&path).unwrap();
+        let seen = Arc::new(AtomicUsize::new(0));
+        let count = seen.clone();
+        tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((mut s, _)) = listener.accept().await {
+                count.fetch_add(1, Ordering::SeqCst);
+                if !answer {
+                    held.push(s);
+                    continue;
+                }
+                tokio::spawn(async move {
+                    let mut buf = Vec::new();
+                    let mut chunk = [0u8; 1024];
+                    while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match s.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        }
+                    }
+                    let body = crate::live_api::tests::OLD_JSON;
+                    let head = format!(
+                        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\
+                         Content-Length: {}\r\nConnection: close\r\n\r\n",
+                        body.len()
+                    );
+                    let _ = s.write_all(head.as_bytes()).await;
+                    let _ = s.write_all(body.as_bytes()).await;
+                });
+            }
+        });
+        let api = LiveApi::parse(&format!("unix:{}:/api/", path.display())).unwrap();
+        (api, seen)
+    }
+
+    /// A module that accepts and never answers: the read gives up after READ_TIMEOUT and says so.
+    #[tokio::test]
+    async fn a_module_that_never_answers_is_an_error_after_the_read_timeout() {
+        let dir = tempfile::tempdir().unwrap();
+        let (api, _) = module(dir.path(), false);
+        let t0 = Instant::now();
+        let s = read(&api, "web").await;
+        let took = t0.elapsed();
+        let why = s.error.unwrap();
+        assert!(why.contains("did not answer within 800 ms"), "{why}");
+        assert!(s.servers.is_empty());
+        // A correctness bound (the timeout is enforced), not a speed target.
+        assert!(took < Duration::from_secs(2), "{took:?}");
+    }
+
+    /// Scrapes within the TTL reuse the states read: one GET per binding, not one per scrape.
+    #[tokio::test]
+    async fn the_cache_reads_each_binding_once_per_ttl() {
+        let dir = tempfile::tempdir().unwrap();
+        let (api, seen) = module(dir.path(), true);
+        let cache = LiveCache::default();
+        let names = vec!["web".to_string(), "api".to_string()];
+        for _ in 0..5 {
+            let states = cache.get(&api, &names).await;
+            assert_eq!(states.len(), 2);
+            assert_eq!(states["web"].error, None, "{:?}", states["web"]);
+            assert_eq!(states["api"].servers.len(), 2);
+        }
+        assert_eq!(seen.load(Ordering::SeqCst), 2, "one read per binding");
+        // Another set of bindings is read again.
+        let states = cache.get(&api, &names[..1]).await;
+        assert_eq!(states.len(), 1);
+        assert_eq!(seen.load(Ordering::SeqCst), 3);
+    }
+}

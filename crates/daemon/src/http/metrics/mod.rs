@@ -79,14 +79,10 @@ async fn serve(AxumState(st): AxumState<AppState>, headers: HeaderMap) -> Respon
         }
         None => None,
     };
-    st.metrics
-        .families
-        .store_connected
-        .set(i64::from(st.engine.store_status().connected));
     (
         [(header::CONTENT_TYPE, format.content_type())],
         st.metrics
-            .encode(&bindings, live.as_deref(), now_ms(), format),
+            .render(&st.engine, &bindings, live.as_deref(), format),
     )
         .into_response()
 }
@@ -268,13 +264,19 @@ impl Metrics {
         }
     }
 
-    /// The text exposition in `format`, with the per-binding gauges of the engine's bindings now
-    /// (without live state: `/metrics` itself adds it, see [`serve`]).
-    pub fn render(&self, engine: &Engine, format: Format) -> String {
+    /// The text exposition in `format`, with the per-binding gauges of `bindings` (the engine's
+    /// now, listed by the caller) and, when given, the servers' `live` state.
+    fn render(
+        &self,
+        engine: &Engine,
+        bindings: &[BindingView],
+        live: Option<&HashMap<String, LiveState>>,
+        format: Format,
+    ) -> String {
         self.families
             .store_connected
             .set(i64::from(engine.store_status().connected));
-        self.encode(&engine.list(), None, now_ms(), format)
+        self.encode(bindings, live, now_ms(), format)
     }
 
     /// The text exposition in `format` with the per-binding gauges of `bindings` at time `now`,
