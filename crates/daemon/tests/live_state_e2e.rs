@@ -263,6 +263,7 @@ fn binding_show_the_api_the_page_and_metrics_show_each_servers_live_state() {
     // `binding show`: one line per server.
     let (ok, text) = d.cli_text(&["binding", "show", "web"]);
     assert!(ok, "{text}");
+    eprintln!("tributary binding show web:\n{text}");
     assert!(text.contains("  live in nginx ("), "{text}");
     let line = |addr: &str| {
         text.lines()
@@ -356,6 +357,33 @@ fn binding_show_the_api_the_page_and_metrics_show_each_servers_live_state() {
         "promtool check metrics:\n{complaints}\n{text}"
     );
     drop(clients);
+
+    // A server change goes live: the CLI's history and the page's say so, and why.
+    let body = json!({"plugin": "static", "provider": "static", "service": "web",
+                      "config": {"targets": format!("{a_addr} {hang_addr}")}});
+    let (status, v) = d.api(
+        "PUT",
+        "/api/v1/bindings/web?wait=true",
+        Some(&body.to_string()),
+    );
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["binding"]["last_outcome"]["applied"], "live", "{v}");
+    let (ok, text) = d.cli_text(&["binding", "show", "web"]);
+    assert!(
+        ok && text.contains("applied live (no reload): server set changed"),
+        "{text}"
+    );
+    let (_, _, page) = request(
+        d.port,
+        "GET",
+        "/ui/bindings/web",
+        &[("Cookie", &session)],
+        "",
+    );
+    assert!(
+        page.contains("<td class=\"applied\">live<span class=\"why\">: server set changed"),
+        "{page}"
+    );
 
     // The module cannot be reached: every view says so and still answers.
     let mut nginx = nginx;
