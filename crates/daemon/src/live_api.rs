@@ -197,6 +197,21 @@ impl std::fmt::Display for Badge {
 pub struct UpstreamState {
     pub generation: u64,
     pub servers: Vec<ServerState>,
+    /// Servers removed from the set that still have requests in flight (absent: none).
+    #[serde(default)]
+    pub retired: Vec<RetiredState>,
+}
+
+/// A removed server that still has requests in flight (`retired` of `GET <loc>/NAME`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RetiredState {
+    pub address: String,
+    /// Connections still in use, over all workers.
+    #[serde(default)]
+    pub active: u64,
+    /// Milliseconds since it was removed.
+    #[serde(default)]
+    pub age_ms: u64,
 }
 
 #[derive(Debug, Deserialize)]
@@ -676,18 +691,20 @@ pub(crate) mod tests {
       ]}"#;
 
     /// `GET <loc>/NAME` of a module before issue 21: no `drain`, no probe fields.
-    pub(crate) const OLD_JSON: &str = r#"{"generation": 3, "retiring": 0, "rebalanced": 0,
+    pub(crate) const OLD_JSON: &str = r#"{"generation": 3, "rebalanced": 0,
       "servers": [
         {"address": "10.0.0.1:80", "weight": 1, "max_fails": 1, "fail_timeout_ms": 10000,
          "max_conns": 0, "backup": false, "down": false, "active": 3, "fails": 2},
         {"address": "10.0.0.2:80", "weight": 5, "max_fails": 1, "fail_timeout_ms": 10000,
          "max_conns": 0, "backup": false, "down": true, "active": 0, "fails": 0}
-      ]}"#;
+      ],
+      "retiring": 1, "retired": [{"address": "10.0.0.9:80", "active": 2, "age_ms": 61000}]}"#;
 
     #[test]
     fn a_probing_modules_state_reads_with_every_contract_field() {
         let s: UpstreamState = serde_json::from_str(PROBED_JSON).unwrap();
         assert_eq!(s.generation, 12);
+        assert!(s.retired.is_empty());
         let by = |a: &str| s.servers.iter().find(|x| x.address == a).unwrap();
         let one = by("10.0.0.1:80");
         assert_eq!((one.weight, one.active, one.fails), (2, 3, 0));
@@ -727,6 +744,14 @@ pub(crate) mod tests {
     fn an_old_modules_state_reads_without_the_new_fields() {
         let s: UpstreamState = serde_json::from_str(OLD_JSON).unwrap();
         assert_eq!(s.servers.len(), 2);
+        assert_eq!(
+            s.retired,
+            vec![RetiredState {
+                address: "10.0.0.9:80".into(),
+                active: 2,
+                age_ms: 61_000
+            }]
+        );
         let a = &s.servers[0];
         assert_eq!((a.active, a.fails, a.down), (3, 2, false));
         assert_eq!((a.drain, a.health.clone()), (None, None));

@@ -41,20 +41,8 @@ pub fn api_of(opts: &LiveOptions) -> Option<&LiveApi> {
 pub async fn read(api: &LiveApi, name: &str) -> LiveState {
     let read_at_ms = now_ms();
     match api.state(name).await {
-        Ok(s) => LiveState {
-            api: api.to_string(),
-            read_at_ms,
-            error: None,
-            generation: Some(s.generation),
-            servers: s.servers,
-        },
-        Err(e) => LiveState {
-            api: api.to_string(),
-            read_at_ms,
-            error: Some(e),
-            generation: None,
-            servers: Vec::new(),
-        },
+        Ok(s) => LiveState::read(api.to_string(), read_at_ms, s),
+        Err(e) => LiveState::failed(api.to_string(), read_at_ms, e),
     }
 }
 
@@ -100,15 +88,12 @@ impl LiveCache {
         }
         tasks.abort_all();
         for n in names {
-            states.entry(n.clone()).or_insert_with(|| LiveState {
-                api: api.to_string(),
-                read_at_ms: now_ms(),
-                error: Some(format!(
+            states.entry(n.clone()).or_insert_with(|| {
+                let why = format!(
                     "not read within the scrape's {} ms (too many upstreams to read at once)",
                     SCRAPE_WAIT.as_millis()
-                )),
-                generation: None,
-                servers: Vec::new(),
+                );
+                LiveState::failed(api.to_string(), now_ms(), why)
             });
         }
         c.at = Some(Instant::now());

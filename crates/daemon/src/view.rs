@@ -203,6 +203,35 @@ pub struct LiveState {
     pub generation: Option<u64>,
     /// Primary servers first, then backup servers, as the module lists them.
     pub servers: Vec<crate::live_api::ServerState>,
+    /// Servers removed from the set that still have requests in flight, oldest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub retired: Vec<crate::live_api::RetiredState>,
+}
+
+impl LiveState {
+    /// The state `api` gave at `read_at_ms`.
+    pub fn read(api: String, read_at_ms: i64, s: crate::live_api::UpstreamState) -> LiveState {
+        LiveState {
+            api,
+            read_at_ms,
+            error: None,
+            generation: Some(s.generation),
+            servers: s.servers,
+            retired: s.retired,
+        }
+    }
+
+    /// A read of `api` at `read_at_ms` that failed, and why.
+    pub fn failed(api: String, read_at_ms: i64, error: String) -> LiveState {
+        LiveState {
+            api,
+            read_at_ms,
+            error: Some(error),
+            generation: None,
+            servers: Vec::new(),
+            retired: Vec::new(),
+        }
+    }
 }
 
 /// `GET /api/v1/bindings`.

@@ -356,11 +356,10 @@ fn binding_show_the_api_the_page_and_metrics_show_each_servers_live_state() {
         complaints, "",
         "promtool check metrics:\n{complaints}\n{text}"
     );
-    drop(clients);
-
-    // A server change goes live: the CLI's history and the page's say so, and why.
+    // A server change goes live: the CLI's history and the page's say so, and why; the removed
+    // server that still holds requests is shown as such.
     let body = json!({"plugin": "static", "provider": "static", "service": "web",
-                      "config": {"targets": format!("{a_addr} {hang_addr}")}});
+                      "config": {"targets": format!("{a_addr} {closed_addr}")}});
     let (status, v) = d.api(
         "PUT",
         "/api/v1/bindings/web?wait=true",
@@ -373,6 +372,19 @@ fn binding_show_the_api_the_page_and_metrics_show_each_servers_live_state() {
         ok && text.contains("applied live (no reload): server set changed"),
         "{text}"
     );
+    assert!(
+        text.contains(&format!(
+            "    removed, requests still in flight: {hang_addr} ({HELD} active, removed "
+        )),
+        "{text}"
+    );
+    let (_, v) = d.api("GET", "/api/v1/bindings/web", None);
+    assert_eq!(
+        v["live"]["retired"][0]["address"],
+        hang_addr.as_str(),
+        "{v}"
+    );
+    assert_eq!(v["live"]["retired"][0]["active"], HELD, "{v}");
     let (_, _, page) = request(
         d.port,
         "GET",
@@ -384,6 +396,8 @@ fn binding_show_the_api_the_page_and_metrics_show_each_servers_live_state() {
         page.contains("<td class=\"applied\">live<span class=\"why\">: server set changed"),
         "{page}"
     );
+
+    drop(clients);
 
     // The module cannot be reached: every view says so and still answers.
     let mut nginx = nginx;

@@ -135,6 +135,14 @@ pub(super) fn live_lines(live: &LiveState) -> Vec<String> {
     for s in &live.servers {
         out.push(format!("    {}", server_line(s, width)));
     }
+    for r in &live.retired {
+        out.push(format!(
+            "    removed, requests still in flight: {} ({} active, removed {} s ago)",
+            r.address,
+            r.active,
+            r.age_ms / 1000
+        ));
+    }
     out
 }
 
@@ -293,13 +301,7 @@ mod tests {
 
     fn live(json: &str) -> LiveState {
         let s: crate::live_api::UpstreamState = serde_json::from_str(json).unwrap();
-        LiveState {
-            api: "unix:/x.sock:/api/".into(),
-            read_at_ms: 0,
-            error: None,
-            generation: Some(s.generation),
-            servers: s.servers,
-        }
+        LiveState::read("unix:/x.sock:/api/".into(), 0, s)
     }
 
     /// A probing module (CONTRACT.md §2): each server's counts, its states and its probes.
@@ -350,6 +352,8 @@ mod tests {
             [
                 "    10.0.0.1:80  weight 1  active 3  fails 2".to_string(),
                 "    10.0.0.2:80  weight 5  active 0  fails 0  [down]".to_string(),
+                "    removed, requests still in flight: 10.0.0.9:80 (2 active, removed 61 s ago)"
+                    .to_string(),
             ]
         );
         let mut gone = live(crate::live_api::tests::OLD_JSON);

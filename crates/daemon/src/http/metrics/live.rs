@@ -66,13 +66,7 @@ mod tests {
 
     fn state(json: &str) -> LiveState {
         let s: UpstreamState = serde_json::from_str(json).unwrap();
-        LiveState {
-            api: "unix:/x.sock:/api/".into(),
-            read_at_ms: 0,
-            error: None,
-            generation: Some(s.generation),
-            servers: s.servers,
-        }
+        LiveState::read("unix:/x.sock:/api/".into(), 0, s)
     }
 
     fn value(text: &str, series: &str) -> Option<f64> {

@@ -25,6 +25,17 @@ pub(super) fn live_card(live: &LiveState, now: i64) -> Markup {
                     } @else {
                         (servers_table(&live.servers))
                     }
+                    @if !live.retired.is_empty() {
+                        h3 { "Removed, requests still in flight" }
+                        ul.retired {
+                            @for r in &live.retired {
+                                li {
+                                    code { (r.address) } ": " (r.active) " active, removed "
+                                    (r.age_ms / 1000) " s ago"
+                                }
+                            }
+                        }
+                    }
                 }
             }
         }
@@ -94,13 +105,7 @@ mod tests {
 
     fn state(json: &str) -> LiveState {
         let s: crate::live_api::UpstreamState = serde_json::from_str(json).unwrap();
-        LiveState {
-            api: "unix:/x.sock:/api/".into(),
-            read_at_ms: 0,
-            error: None,
-            generation: Some(s.generation),
-            servers: s.servers,
-        }
+        LiveState::read("unix:/x.sock:/api/".into(), 0, s)
     }
 
     /// A module with probes, drain and slow start (CONTRACT.md §2): a badge per state, the last
@@ -138,6 +143,10 @@ mod tests {
             "{page}"
         );
         assert!(!page.contains("Probes in a row"), "{page}");
+        assert!(
+            page.contains("<li><code>10.0.0.9:80</code>: 2 active, removed 61 s ago</li>"),
+            "{page}"
+        );
         assert!(!page.contains("healthy"), "{page}");
     }
 
