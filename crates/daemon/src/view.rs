@@ -176,60 +176,15 @@ pub struct BindingShow {
     pub binding: BindingView,
     pub history: Vec<OutcomeRecord>,
     #[serde(default)]
-    pub live: Option<LiveState>,
+    pub live: Option<crate::live_state::LiveState>,
 }
 
 impl BindingShow {
-    pub fn new(d: BindingDetail, live: Option<LiveState>) -> BindingShow {
+    pub fn new(d: BindingDetail, live: Option<crate::live_state::LiveState>) -> BindingShow {
         BindingShow {
             binding: d.binding,
             history: d.history,
             live,
-        }
-    }
-}
-
-/// An upstream's servers as nginx runs them now, read from the module's live API
-/// (`GET <loc>/NAME`) when asked. `error` says why it could not be read (then `servers` is empty).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct LiveState {
-    /// The API it was read from (`--live-api`).
-    pub api: String,
-    /// When it was read, ms since the Unix epoch.
-    pub read_at_ms: i64,
-    /// Why it could not be read (`null` when it was).
-    pub error: Option<String>,
-    /// The generation of the set read (`null` when not read).
-    pub generation: Option<u64>,
-    /// Primary servers first, then backup servers, as the module lists them.
-    pub servers: Vec<crate::live_api::ServerState>,
-    /// Servers removed from the set that still have requests in flight, oldest first.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub retired: Vec<crate::live_api::RetiredState>,
-}
-
-impl LiveState {
-    /// The state `api` gave at `read_at_ms`.
-    pub fn read(api: String, read_at_ms: i64, s: crate::live_api::UpstreamState) -> LiveState {
-        LiveState {
-            api,
-            read_at_ms,
-            error: None,
-            generation: Some(s.generation),
-            servers: s.servers,
-            retired: s.retired,
-        }
-    }
-
-    /// A read of `api` at `read_at_ms` that failed, and why.
-    pub fn failed(api: String, read_at_ms: i64, error: String) -> LiveState {
-        LiveState {
-            api,
-            read_at_ms,
-            error: Some(error),
-            generation: None,
-            servers: Vec::new(),
-            retired: Vec::new(),
         }
     }
 }

@@ -2,8 +2,9 @@
 
 use tributary_store::{Applied, OutcomeRecord};
 
-use crate::live_api::ServerState;
-use crate::view::{BindingFleet, BindingView, LiveState, StoreView};
+use crate::live_state::LiveState;
+use crate::live_state::ServerState;
+use crate::view::{BindingFleet, BindingView, StoreView};
 
 pub(super) fn outcome_line(o: &OutcomeRecord) -> String {
     let mut s = format!(
@@ -300,14 +301,14 @@ mod tests {
     }
 
     fn live(json: &str) -> LiveState {
-        let s: crate::live_api::UpstreamState = serde_json::from_str(json).unwrap();
+        let s: crate::live_state::UpstreamState = serde_json::from_str(json).unwrap();
         LiveState::read("unix:/x.sock:/api/".into(), 0, s)
     }
 
     /// A probing module (CONTRACT.md §2): each server's counts, its states and its probes.
     #[test]
     fn binding_show_prints_each_servers_health_drain_and_slow_start() {
-        let lines = live_lines(&live(crate::live_api::tests::PROBED_JSON));
+        let lines = live_lines(&live(crate::live_state::fixtures::PROBED_JSON));
         assert_eq!(
             lines[0],
             "  live in nginx (unix:/x.sock:/api/, generation 12, read 1970-01-01T00:00:00Z):"
@@ -346,7 +347,7 @@ mod tests {
     /// An older module's answer (no drain, no probe) still prints, and `down` shows.
     #[test]
     fn binding_show_prints_an_old_modules_state_and_an_unreachable_one() {
-        let lines = live_lines(&live(crate::live_api::tests::OLD_JSON));
+        let lines = live_lines(&live(crate::live_state::fixtures::OLD_JSON));
         assert_eq!(
             lines[1..],
             [
@@ -356,7 +357,7 @@ mod tests {
                     .to_string(),
             ]
         );
-        let mut gone = live(crate::live_api::tests::OLD_JSON);
+        let mut gone = live(crate::live_state::fixtures::OLD_JSON);
         gone.error = Some("cannot reach the live API at unix:/x.sock:/api/: refused".into());
         assert_eq!(
             live_lines(&gone),

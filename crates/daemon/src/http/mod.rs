@@ -85,6 +85,18 @@ impl AppState {
     }
 }
 
+/// The API the servers' live state is read from for display: `Some` when changes go live
+/// (`--apply live|auto` with `--live-api`), the only mode where upstreams have a zone the module
+/// can show.
+pub fn live_api_of(engine: &Engine) -> Option<&crate::live_api::LiveApi> {
+    let opts = engine.live_options();
+    if opts.zoned() {
+        opts.api.as_ref()
+    } else {
+        None
+    }
+}
+
 /// The whole HTTP surface: the JSON API, `/metrics` and the UI, every answer under `/api/` JSON
 /// (also axum's own refusals), behind the `Host` check. Starts the metrics task.
 pub fn router(engine: Engine, opts: Options) -> Router {

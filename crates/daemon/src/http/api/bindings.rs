@@ -87,7 +87,7 @@ pub async fn show(
     Path(name): Path<String>,
 ) -> ApiResult<Json<BindingShow>> {
     let d = s.engine.show(&name)?;
-    let live = match live_state::api_of(s.engine.live_options()) {
+    let live = match crate::http::live_api_of(&s.engine) {
         Some(api) => Some(live_state::read(api, &name).await),
         None => None,
     };

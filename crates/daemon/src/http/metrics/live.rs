@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 
 use super::families::{BindingLabel, Families, HealthLabel, ServerLabel, HEALTH_STATES};
-use crate::view::LiveState;
+use crate::live_state::LiveState;
 
 /// Clears the per-server families and sets them from `live` (by binding name; `None`: not in live
 /// mode, so none are shown).
@@ -60,9 +60,9 @@ mod tests {
     use std::process::{Command, Stdio};
 
     use super::super::{Format, Metrics};
-    use crate::live_api::tests::{OLD_JSON, PROBED_JSON};
-    use crate::live_api::UpstreamState;
-    use crate::view::LiveState;
+    use crate::live_state::fixtures::{OLD_JSON, PROBED_JSON};
+    use crate::live_state::LiveState;
+    use crate::live_state::UpstreamState;
 
     fn state(json: &str) -> LiveState {
         let s: UpstreamState = serde_json::from_str(json).unwrap();

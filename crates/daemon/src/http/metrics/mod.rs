@@ -42,8 +42,9 @@ use tributary_store::{lock, now_ms, Applied, Failure, HostState, OutcomeRecord, 
 use crate::engine::{Engine, EngineEvent};
 use crate::http::auth::require_bearer_or_session;
 use crate::http::AppState;
-use crate::live_state::{self, LiveCache};
-use crate::view::{BindingView, LiveState, NginxNumbers, TestFailure};
+use crate::live_state::LiveCache;
+use crate::live_state::LiveState;
+use crate::view::{BindingView, NginxNumbers, TestFailure};
 pub use families::LATENCY_BUCKETS;
 use families::{
     BindingLabel, CodeLabel, FailureLabel, Families, OutcomeLabel, PathLabel, StateLabel, OUTCOMES,
@@ -72,7 +73,7 @@ async fn serve(AxumState(st): AxumState<AppState>, headers: HeaderMap) -> Respon
             .filter_map(|v| v.to_str().ok()),
     );
     let bindings = st.engine.list();
-    let live = match live_state::api_of(st.engine.live_options()) {
+    let live = match crate::http::live_api_of(&st.engine) {
         Some(api) => {
             let names: Vec<String> = bindings.iter().map(|b| b.name.clone()).collect();
             Some(st.metrics.live.get(api, &names).await)

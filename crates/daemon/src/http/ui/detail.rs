@@ -20,7 +20,7 @@ use crate::engine::EngineError;
 use crate::http::auth::session::Session;
 use crate::http::AppState;
 use crate::live_state;
-use crate::view::LiveState;
+use crate::live_state::LiveState;
 
 /// The page of binding `name`; `live` is its upstream's live state read for this page (`None`:
 /// changes are not applied live, so there is no zone to read).
@@ -205,7 +205,7 @@ pub(super) async fn detail(
 /// The live state of binding `name`'s upstream for its page (`None` when changes are not applied
 /// live); waits at most `live_api::READ_TIMEOUT`.
 async fn read_live(st: &AppState, name: &str) -> Option<LiveState> {
-    let api = live_state::api_of(st.engine.live_options())?;
+    let api = crate::http::live_api_of(&st.engine)?;
     st.engine.get(name)?;
     Some(live_state::read(api, name).await)
 }

@@ -3,8 +3,8 @@
 
 use maud::{html, Markup};
 
-use crate::live_api::{Badge, ServerState};
-use crate::view::LiveState;
+use crate::live_state::LiveState;
+use crate::live_state::{Badge, ServerState};
 
 use super::html::time_el;
 
@@ -104,7 +104,7 @@ mod tests {
     use super::*;
 
     fn state(json: &str) -> LiveState {
-        let s: crate::live_api::UpstreamState = serde_json::from_str(json).unwrap();
+        let s: crate::live_state::UpstreamState = serde_json::from_str(json).unwrap();
         LiveState::read("unix:/x.sock:/api/".into(), 0, s)
     }
 
@@ -112,7 +112,7 @@ mod tests {
     /// error with the unhealthy one, and the probe columns.
     #[test]
     fn the_card_shows_a_badge_per_state_from_a_probing_module() {
-        let page = live_card(&state(crate::live_api::tests::PROBED_JSON), 1_000).into_string();
+        let page = live_card(&state(crate::live_state::fixtures::PROBED_JSON), 1_000).into_string();
         for want in [
             r#"<span class="badge healthy">healthy</span>"#,
             r#"<span class="badge unhealthy" title="connect: connection refused">unhealthy: connect: connection refused</span>"#,
@@ -131,7 +131,7 @@ mod tests {
     /// columns.
     #[test]
     fn the_card_renders_an_old_modules_answer() {
-        let page = live_card(&state(crate::live_api::tests::OLD_JSON), 1_000).into_string();
+        let page = live_card(&state(crate::live_state::fixtures::OLD_JSON), 1_000).into_string();
         assert!(page.contains(r#"<td class="num active">3</td>"#), "{page}");
         assert!(page.contains(r#"<td class="num fails">2</td>"#), "{page}");
         assert!(
@@ -152,7 +152,7 @@ mod tests {
 
     #[test]
     fn an_unreachable_module_is_one_line() {
-        let mut l = state(crate::live_api::tests::OLD_JSON);
+        let mut l = state(crate::live_state::fixtures::OLD_JSON);
         l.error = Some("cannot reach the live API at unix:/x.sock:/api/: No such file".into());
         l.servers.clear();
         let page = live_card(&l, 0).into_string();

@@ -2,7 +2,7 @@
 //! API's binding view, the binding page and `/metrics` show per server (address, weight, active
 //! connections, fails, down, and drain, health and slow start when the module gives them).
 //!
-//! Read on demand through [`crate::live_api::LiveApi::state`], each read bounded by
+//! Read on demand through [`LiveApi::read_set`], each read bounded by
 //! [`crate::live_api::READ_TIMEOUT`]; a module that cannot be read gives a [`LiveState`] whose
 //! `error` says why, never an error of the page that shows it. `/metrics` reads through
 //! [`LiveCache`]: at most one read per binding per [`LIVE_TTL`], shared by concurrent scrapes.
@@ -13,9 +13,13 @@ use std::time::{Duration, Instant};
 
 use tributary_store::now_ms;
 
-use crate::engine::LiveOptions;
 use crate::live_api::LiveApi;
-use crate::view::LiveState;
+
+#[cfg(test)]
+pub(crate) mod fixtures;
+mod state;
+
+pub use state::{Badge, LiveState, RetiredState, ServerState, UpstreamState};
 
 /// How long `/metrics` reuses a binding's live state before reading it again.
 pub const LIVE_TTL: Duration = Duration::from_secs(5);
@@ -26,21 +30,11 @@ const PARALLEL_READS: usize = 16;
 /// How long a scrape waits for the live states in all.
 const SCRAPE_WAIT: Duration = Duration::from_millis(1000);
 
-/// The API live state is read from: `Some` when changes go live (`--apply live|auto` with
-/// `--live-api`), the only mode where upstreams have a zone the module can show.
-pub fn api_of(opts: &LiveOptions) -> Option<&LiveApi> {
-    if opts.zoned() {
-        opts.api.as_ref()
-    } else {
-        None
-    }
-}
-
-/// The live state of upstream `name` now ([`LiveApi::state`], at most
+/// The live state of upstream `name` now ([`LiveApi::read_set`], at most
 /// [`crate::live_api::READ_TIMEOUT`]); a failed read is a state with its `error`.
 pub async fn read(api: &LiveApi, name: &str) -> LiveState {
     let read_at_ms = now_ms();
-    match api.state(name).await {
+    match api.read_set::<UpstreamState>(name).await {
         Ok(s) => LiveState::read(api.to_string(), read_at_ms, s),
         Err(e) => LiveState::failed(api.to_string(), read_at_ms, e),
     }
@@ -136,7 +130,7 @@ mod tests {
                             Ok(n) => buf.extend_from_slice(&chunk[..n]),
                         }
                     }
-                    let body = crate::live_api::tests::OLD_JSON;
+                    let body = fixtures::OLD_JSON;
                     let head = format!(
                         "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\
                          Content-Length: {}\r\nConnection: close\r\n\r\n",

@@ -1,0 +1,270 @@
+//! The shapes of an upstream's live state: what the module's `GET <loc>/NAME` gives
+//! ([`UpstreamState`], [`ServerState`], [`RetiredState`]), what the API shows ([`LiveState`], the
+//! `live` of `GET /api/v1/bindings/{name}`) and the state badges a person reads ([`Badge`]).
+
+use serde::{Deserialize, Serialize};
+
+/// An upstream's servers as nginx runs them now, read from the module's live API
+/// (`GET <loc>/NAME`) when asked. `error` says why it could not be read (then `servers` is empty).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LiveState {
+    /// The API it was read from (`--live-api`).
+    pub api: String,
+    /// When it was read, ms since the Unix epoch.
+    pub read_at_ms: i64,
+    /// Why it could not be read (`null` when it was).
+    pub error: Option<String>,
+    /// The generation of the set read (`null` when not read).
+    pub generation: Option<u64>,
+    /// Primary servers first, then backup servers, as the module lists them.
+    pub servers: Vec<ServerState>,
+    /// Servers removed from the set that still have requests in flight, oldest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub retired: Vec<RetiredState>,
+}
+
+impl LiveState {
+    /// The state `api` gave at `read_at_ms`.
+    pub fn read(api: String, read_at_ms: i64, s: UpstreamState) -> LiveState {
+        LiveState {
+            api,
+            read_at_ms,
+            error: None,
+            generation: Some(s.generation),
+            servers: s.servers,
+            retired: s.retired,
+        }
+    }
+
+    /// A read of `api` at `read_at_ms` that failed, and why.
+    pub fn failed(api: String, read_at_ms: i64, error: String) -> LiveState {
+        LiveState {
+            api,
+            read_at_ms,
+            error: Some(error),
+            generation: None,
+            servers: Vec::new(),
+            retired: Vec::new(),
+        }
+    }
+}
+
+/// One server's live state as `GET <loc>/NAME` shows it (`docs/live-api.md`), for display. Only
+/// `address` is required: every other field a module may leave out (an older module, an upstream
+/// without `probe`, a server that was never probed) is `None` or its default, and fields this
+/// daemon does not know are ignored, so a module extended later still reads.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServerState {
+    pub address: String,
+    #[serde(default)]
+    pub weight: u64,
+    #[serde(default)]
+    pub backup: bool,
+    /// `down` as configured (the `PUT`'s or the file's), not why the balancer skips it.
+    #[serde(default)]
+    pub down: bool,
+    /// Connections in use now, over all workers.
+    #[serde(default)]
+    pub active: u64,
+    /// Failures counted in the current `fail_timeout` window (nginx's passive check).
+    #[serde(default)]
+    pub fails: u64,
+    /// Drained: no new requests, the ones in flight finish.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drain: Option<bool>,
+    /// `healthy`, `unhealthy` or `checking` (only with a `probe` in the upstream).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<String>,
+    /// Consecutive failed probes now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probe_fails: Option<u64>,
+    /// Consecutive passed probes now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probe_passes: Option<u64>,
+    /// Milliseconds since the last probe (absent before the first one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_probe_ms_ago: Option<u64>,
+    /// HTTP status of the last probe's answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_status: Option<u16>,
+    /// Why the last probe failed (absent when it passed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+    /// Time left of the slow start ramp (0: not ramping; only with `slow_start=`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slow_start_remaining_ms: Option<u64>,
+}
+
+impl ServerState {
+    /// The state badges of a server, in the order a person reads them: `down`, `draining`, the
+    /// probe's state (`healthy`, `unhealthy`, `checking`, or the module's word for a state this
+    /// daemon does not know), `slow start`. Empty for a server that is up, without drain or probe.
+    pub fn badges(&self) -> Vec<Badge> {
+        let mut out = Vec::new();
+        if self.down {
+            out.push(Badge::Down);
+        }
+        if self.drain == Some(true) {
+            out.push(Badge::Draining);
+        }
+        match self.health.as_deref() {
+            None => {}
+            Some("healthy") => out.push(Badge::Healthy),
+            Some("unhealthy") => out.push(Badge::Unhealthy(self.last_error.clone())),
+            Some("checking") => out.push(Badge::Checking),
+            Some(other) => out.push(Badge::Other(other.to_string())),
+        }
+        if let Some(ms) = self.slow_start_remaining_ms.filter(|ms| *ms > 0) {
+            out.push(Badge::SlowStart(ms));
+        }
+        out
+    }
+}
+
+/// One state of a server as a person sees it ([`ServerState::badges`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Badge {
+    Down,
+    Draining,
+    Healthy,
+    /// With the last probe's error, when the module gave one.
+    Unhealthy(Option<String>),
+    Checking,
+    /// Slow start, with the milliseconds left.
+    SlowStart(u64),
+    /// A health state this daemon does not know (a newer module).
+    Other(String),
+}
+
+impl Badge {
+    /// A short word for CSS classes and metrics: `down`, `draining`, `healthy`, `unhealthy`,
+    /// `checking`, `slow-start`, `other`.
+    pub fn class(&self) -> &'static str {
+        match self {
+            Badge::Down => "down",
+            Badge::Draining => "draining",
+            Badge::Healthy => "healthy",
+            Badge::Unhealthy(_) => "unhealthy",
+            Badge::Checking => "checking",
+            Badge::SlowStart(_) => "slow-start",
+            Badge::Other(_) => "other",
+        }
+    }
+}
+
+impl std::fmt::Display for Badge {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Badge::Down => f.write_str("down"),
+            Badge::Draining => f.write_str("draining"),
+            Badge::Healthy => f.write_str("healthy"),
+            Badge::Unhealthy(None) => f.write_str("unhealthy"),
+            Badge::Unhealthy(Some(e)) => write!(f, "unhealthy: {e}"),
+            Badge::Checking => f.write_str("checking"),
+            Badge::SlowStart(ms) => write!(f, "slow start, {} s left", ms.div_ceil(1000)),
+            Badge::Other(s) => f.write_str(s),
+        }
+    }
+}
+
+/// What `GET <loc>/NAME` says for display ([`LiveApi::state`]).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct UpstreamState {
+    pub generation: u64,
+    pub servers: Vec<ServerState>,
+    /// Servers removed from the set that still have requests in flight (absent: none).
+    #[serde(default)]
+    pub retired: Vec<RetiredState>,
+}
+
+/// A removed server that still has requests in flight (`retired` of `GET <loc>/NAME`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RetiredState {
+    pub address: String,
+    /// Connections still in use, over all workers.
+    #[serde(default)]
+    pub active: u64,
+    /// Milliseconds since it was removed.
+    #[serde(default)]
+    pub age_ms: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::fixtures::{OLD_JSON, PROBED_JSON};
+    use super::*;
+
+    #[test]
+    fn a_probing_modules_state_reads_with_every_contract_field() {
+        let s: UpstreamState = serde_json::from_str(PROBED_JSON).unwrap();
+        assert_eq!(s.generation, 12);
+        assert!(s.retired.is_empty());
+        let by = |a: &str| s.servers.iter().find(|x| x.address == a).unwrap();
+        let one = by("10.0.0.1:80");
+        assert_eq!((one.weight, one.active, one.fails), (2, 3, 0));
+        assert_eq!(one.drain, Some(false));
+        assert_eq!(one.health.as_deref(), Some("healthy"));
+        assert_eq!((one.probe_fails, one.probe_passes), (Some(0), Some(4)));
+        assert_eq!(
+            (one.last_probe_ms_ago, one.last_status),
+            (Some(250), Some(200))
+        );
+        assert_eq!(one.last_error, None);
+        assert_eq!(one.badges(), vec![Badge::Healthy]);
+        assert_eq!(
+            by("10.0.0.2:80").badges(),
+            vec![Badge::Unhealthy(Some("connect: connection refused".into()))]
+        );
+        let checking = by("10.0.0.3:80");
+        assert_eq!(checking.badges(), vec![Badge::Checking]);
+        assert_eq!(checking.last_probe_ms_ago, None);
+        assert_eq!(
+            by("10.0.0.4:80").badges(),
+            vec![Badge::Draining, Badge::Healthy]
+        );
+        let slow = by("10.0.0.5:80");
+        assert!(slow.backup);
+        assert_eq!(
+            slow.badges(),
+            vec![Badge::Healthy, Badge::SlowStart(12_500)]
+        );
+        assert_eq!(
+            Badge::SlowStart(12_500).to_string(),
+            "slow start, 13 s left"
+        );
+    }
+
+    #[test]
+    fn an_old_modules_state_reads_without_the_new_fields() {
+        let s: UpstreamState = serde_json::from_str(OLD_JSON).unwrap();
+        assert_eq!(s.servers.len(), 2);
+        assert_eq!(
+            s.retired,
+            vec![RetiredState {
+                address: "10.0.0.9:80".into(),
+                active: 2,
+                age_ms: 61_000
+            }]
+        );
+        let a = &s.servers[0];
+        assert_eq!((a.active, a.fails, a.down), (3, 2, false));
+        assert_eq!((a.drain, a.health.clone()), (None, None));
+        assert!(a.badges().is_empty());
+        assert_eq!(s.servers[1].badges(), vec![Badge::Down]);
+        // Written back out (the API's `live`), absent fields stay absent.
+        let out = serde_json::to_value(a).unwrap();
+        for absent in [
+            "drain",
+            "health",
+            "probe_fails",
+            "last_error",
+            "slow_start_remaining_ms",
+        ] {
+            assert!(out.get(absent).is_none(), "{absent}: {out}");
+        }
+        // A health word this daemon does not know is shown as the module says it.
+        let mut new = a.clone();
+        new.health = Some("warming".into());
+        assert_eq!(new.badges(), vec![Badge::Other("warming".into())]);
+    }
+}
