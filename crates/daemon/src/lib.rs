@@ -14,7 +14,8 @@
 //!   the JSON API (bearer-token auth on everything but `/api/v1/health`), the `Host` check, the
 //!   web UI (login, sessions, CSRF) and `/metrics`.
 //! - [`live_api`]: the client of the module's live upstreams API (`--live-api`, issue 11).
-//! - [`live_state`]: each upstream's live state (active, fails, health...) read from it for display.
+//! - [`live_state`]: each upstream's live state (active, fails, health...) read from it, for
+//!   display.
 //! - [`client`]: the CLI's client of a running daemon (hyper-util's HTTP/1.1 `Client`, no TLS).
 //! - [`dry_run`]: `tributary resolve`, one plugin call that touches nothing.
 //! - [`resolution`]: a plugin answer validated and rendered, shared by refreshes, test

@@ -41,7 +41,8 @@ pub async fn read(api: &LiveApi, name: &str) -> LiveState {
 }
 
 /// The live states `/metrics` shows, read at most once per [`LIVE_TTL`] (the whole set at once,
-/// [`PARALLEL_READS`] reads in flight, at most [`SCRAPE_WAIT`] in all), concurrent scrapes waiting for the one read in progress.
+/// [`PARALLEL_READS`] reads in flight, at most [`SCRAPE_WAIT`] in all), concurrent scrapes waiting
+/// for the one read in progress.
 #[derive(Debug, Default)]
 pub struct LiveCache {
     inner: tokio::sync::Mutex<Cached>,

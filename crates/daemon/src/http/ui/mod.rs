@@ -10,7 +10,8 @@
 //! checks CSRF tokens ([`crate::http::auth::csrf_ok`]) and reads forms; `html` the page frame,
 //! security headers and times; `login`, `list`, `detail`, `edit` and
 //! `nginx` are the pages; `form` renders and reads the create/edit form; `chart` draws the SVG
-//! charts; `live` the binding page's live state card; `widgets` holds the pieces several pages share.
+//! charts; `live` the binding page's live state card; `widgets` holds the pieces several pages
+//! share.
 
 mod chart;
 mod detail;
