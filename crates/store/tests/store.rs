@@ -18,6 +18,8 @@ fn binding(name: &str, targets: &str) -> BindingRecord {
         service: "api".into(),
         interval_secs: 60,
         directives: vec!["keepalive 32;".into()],
+        drain_secs: 0,
+        probe: None,
     }
 }
 

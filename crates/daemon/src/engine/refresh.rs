@@ -192,7 +192,8 @@ pub(crate) async fn resolve(inner: &Inner, binding: &Binding, updated_at_ms: i64
             rec.field = e.field().map(str::to_string);
         }
         Ok(answer) => {
-            let r = Resolved::new(&binding.name, &binding.directives, &answer);
+            let directives = binding.file_directives(inner.opts.live.zoned());
+            let r = Resolved::new(&binding.name, &directives, &answer);
             rec.ttl_seconds = Some(r.ttl_seconds);
             rec.kept = r.kept_with_tags(&answer);
             rec.dropped = r.dropped_records();
