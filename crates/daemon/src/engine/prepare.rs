@@ -84,22 +84,26 @@ impl Engine {
             probe: input.probe.clone(),
             drain_secs: input.drain_secs.unwrap_or(0),
         };
-        // The probe line and graceful removal work through the module's zone and live API.
+        // The probe line and graceful removal work through the module's zone and live API. Said
+        // after the fields' own checks: a malformed value is reported as such first.
+        let mut mode = Vec::new();
         if !self.inner.opts.live.zoned() {
             let why = "needs the live apply mode (tributary serve --apply live|auto with \
                        --live-api): without it the upstream has no zone";
             if draft.probe.as_deref().is_some_and(|p| !p.trim().is_empty()) {
-                errors.push(FieldError::new("probe", format!("probe {why}")));
+                mode.push(FieldError::new("probe", format!("probe {why}")));
             }
             if draft.drain_secs > 0 {
-                errors.push(FieldError::new("drain_secs", format!("drain_secs {why}")));
+                mode.push(FieldError::new("drain_secs", format!("drain_secs {why}")));
             }
         }
         let binding = match draft.check(decl.as_ref()) {
-            Ok(b) if errors.is_empty() => b,
-            Ok(_) => return Err(EngineError::Invalid(errors)),
-            Err(more) => {
-                errors.extend(more);
+            Ok(b) if errors.is_empty() && mode.is_empty() => b,
+            checked => {
+                if let Err(more) = checked {
+                    errors.extend(more);
+                }
+                errors.extend(mode);
                 tidy_field_errors(&mut errors);
                 return Err(EngineError::Invalid(errors));
             }
