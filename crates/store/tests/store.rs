@@ -461,6 +461,8 @@ fn applied_path_round_trips_and_schema_2_reloads_become_reload() {
             "UPDATE outcomes SET applied = NULL, applied_reason = NULL;
              ALTER TABLE outcomes DROP COLUMN applied_reason;
              ALTER TABLE outcomes DROP COLUMN applied;
+             ALTER TABLE bindings DROP COLUMN drain_secs;
+             ALTER TABLE bindings DROP COLUMN probe;
              PRAGMA user_version = 2;",
         )
         .unwrap();
