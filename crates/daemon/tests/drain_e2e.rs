@@ -190,8 +190,9 @@ fn a_deregistered_target_is_drained_first_then_removed_and_no_request_fails() {
     let file = root.path().join("services.json");
     services(&file, &[a, slow.port]);
     // drain_secs well over the test: the removal here comes from `active` reaching 0.
-    let body = json!({"plugin": "file", "provider": "file", "service": "web",
+    let body_json = json!({"plugin": "file", "provider": "file", "service": "web",
                       "config": {"path": file.display().to_string()}, "drain_secs": 60});
+    let body = body_json.clone();
     let (status, v) = d.api(
         "PUT",
         "/api/v1/bindings/web?wait=true",
@@ -288,6 +289,44 @@ fn a_deregistered_target_is_drained_first_then_removed_and_no_request_fails() {
         assert!(n < 50, "the undrained server got no request in 50");
     }
     let (status, body, _) = long.join().unwrap();
+    assert_eq!((status, body.as_str()), (200, "slow"));
+    assert_eq!(nginx.reloads_seen(), reloads, "no reload");
+
+    // drain_secs shorter than the request: removed when the time is up, request still in flight
+    // (the module retires it); the request still ends with 200.
+    let mut short = body_json.clone();
+    short["drain_secs"] = json!(1);
+    let (status, v) = d.api(
+        "PUT",
+        "/api/v1/bindings/web?wait=true",
+        Some(&short.to_string()),
+    );
+    assert_eq!(status, 200, "{v}");
+    let long = hold_one(&nginx, &slow);
+    services(&file, &[a]);
+    let t = Instant::now();
+    refresh(&d);
+    assert_eq!(
+        live_server(&nginx, &slow_addr).expect("drained")["drain"],
+        true
+    );
+    while live_server(&nginx, &slow_addr).is_some() {
+        assert!(
+            t.elapsed() < Duration::from_secs(3),
+            "not removed after drain_secs"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let removed = t.elapsed();
+    let v = live_get(&nginx, "web");
+    assert_eq!(v["retiring"], 1, "removed with its request in flight: {v}");
+    assert!(
+        !long.is_finished(),
+        "the request was still in flight at the removal"
+    );
+    let (status, body, took) = long.join().unwrap();
+    eprintln!("drain_secs 1: removed after {removed:?}; the held request {status} in {took:?}");
+    assert!(removed >= Duration::from_millis(900), "{removed:?}");
     assert_eq!((status, body.as_str()), (200, "slow"));
     assert_eq!(nginx.reloads_seen(), reloads, "no reload");
 }
