@@ -365,6 +365,30 @@ fn probe_and_drain_secs_are_refused_naming_the_field_when_they_cannot_work() {
             "{extra}: {v}"
         );
     }
+    // The command line's flags reach the same check.
+    let config = format!("targets={target}");
+    for (flag, value, field) in [
+        ("--probe", "uri=/x", "probe"),
+        ("--drain-secs", "5", "drain_secs"),
+    ] {
+        let (ok, v) = d.cli_json(&[
+            "binding",
+            "add",
+            "web",
+            "--plugin",
+            "static",
+            "--provider",
+            "static",
+            "--service",
+            "web",
+            "--config",
+            &config,
+            flag,
+            value,
+        ]);
+        assert!(!ok, "{flag}: {v}");
+        assert_eq!(v["error"]["field"], field, "{flag}: {v}");
+    }
     let (status, v) = d.api("GET", "/api/v1/bindings/web", None);
     assert_eq!(status, 404, "nothing saved: {v}");
     assert!(!nginx.upstreams_dir().join("web.conf").exists());
