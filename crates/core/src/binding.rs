@@ -7,8 +7,9 @@ use std::time::Duration;
 use serde_json::Value;
 use tributary_protocol::{ConfigMap, FieldType, ProviderDecl};
 
+use crate::probe::{ProbeError, MAX_DRAIN_SECS};
 use crate::schedule::{MAX_INTERVAL, MIN_INTERVAL};
-use crate::{DirectiveError, ExtraDirective, NameError, UpstreamName};
+use crate::{DirectiveError, ExtraDirective, NameError, Probe, UpstreamName};
 
 /// Longest service string accepted (bytes).
 pub const MAX_SERVICE_LEN: usize = 1024;
@@ -25,6 +26,11 @@ pub struct Binding {
     pub service: String,
     pub interval: Duration,
     pub directives: Vec<ExtraDirective>,
+    /// The module's `probe` parameters, written as `probe <params>;` in live mode only.
+    pub probe: Option<Probe>,
+    /// Graceful removal: a target that left discovery is drained for up to this long (or until
+    /// it has no request in flight) before it is removed; 0 removes it at once. Live mode only.
+    pub drain_secs: u64,
 }
 
 /// Why a binding cannot be saved. Texts name the field at fault and never contain a config value.
@@ -62,6 +68,10 @@ pub enum BindingError {
     IntervalTooLong { seconds: u64 },
     #[error("the declaration is for provider {declared:?}, the binding uses {used:?}")]
     ProviderMismatch { declared: String, used: String },
+    #[error("{error}")]
+    BadProbe { error: ProbeError },
+    #[error("drain_secs {seconds} is too long: the maximum is {MAX_DRAIN_SECS} (one day)")]
+    DrainTooLong { seconds: u64 },
     #[error("config field {key:?} is required")]
     MissingField { key: String },
     #[error("config field {key:?} is not declared by the provider")]
@@ -72,7 +82,8 @@ pub enum BindingError {
 
 impl BindingError {
     /// The field at fault, named as in the API's binding input: a config key, `"name"`,
-    /// `"plugin"`, `"provider"`, `"service"`, `"interval_secs"` or `"directives"`.
+    /// `"plugin"`, `"provider"`, `"service"`, `"interval_secs"`, `"directives"`, `"probe"` or
+    /// `"drain_secs"`.
     pub fn field(&self) -> &str {
         match self {
             BindingError::BadName { .. } => "name",
@@ -86,6 +97,8 @@ impl BindingError {
             BindingError::IntervalTooShort { .. } | BindingError::IntervalTooLong { .. } => {
                 "interval_secs"
             }
+            BindingError::BadProbe { .. } => "probe",
+            BindingError::DrainTooLong { .. } => "drain_secs",
             BindingError::MissingField { key }
             | BindingError::UnknownField { key }
             | BindingError::WrongType { key, .. } => key,
@@ -105,6 +118,16 @@ impl Binding {
     /// The line the person adds at `http` level: `include upstreams/<name>.conf;`.
     pub fn include_line(&self) -> String {
         format!("include upstreams/{};", self.name.file_name())
+    }
+
+    /// The directives of the upstream file: the person's, then in live mode (`live`: the file
+    /// carries a `zone`) the `probe` line.
+    pub fn file_directives(&self, live: bool) -> Vec<ExtraDirective> {
+        let mut out = self.directives.clone();
+        if let (true, Some(p)) = (live, &self.probe) {
+            out.push(p.directive());
+        }
+        out
     }
 
     /// Checks what does not depend on the plugin: plugin, provider and service present, service
@@ -128,6 +151,9 @@ impl Binding {
             out.push(e);
         }
         if let Err(e) = check_interval(self.interval) {
+            out.push(e);
+        }
+        if let Err(e) = check_drain_secs(self.drain_secs) {
             out.push(e);
         }
         out
@@ -166,6 +192,14 @@ pub(crate) fn check_interval(interval: Duration) -> Result<(), BindingError> {
         Err(BindingError::IntervalTooShort { seconds })
     } else if interval > MAX_INTERVAL {
         Err(BindingError::IntervalTooLong { seconds })
+    } else {
+        Ok(())
+    }
+}
+
+pub(crate) fn check_drain_secs(seconds: u64) -> Result<(), BindingError> {
+    if seconds > MAX_DRAIN_SECS {
+        Err(BindingError::DrainTooLong { seconds })
     } else {
         Ok(())
     }

@@ -6,9 +6,11 @@ use std::time::Duration;
 
 use tributary_protocol::{ConfigMap, ProviderDecl};
 
-use crate::binding::{check_interval, check_service, coerce_all, config_problems};
+use crate::binding::{
+    check_drain_secs, check_interval, check_service, coerce_all, config_problems,
+};
 use crate::schedule::DEFAULT_INTERVAL;
-use crate::{Binding, BindingError, ExtraDirective, UpstreamName};
+use crate::{Binding, BindingError, ExtraDirective, Probe, UpstreamName};
 
 /// The text of a binding before validation. Field names are those of the API's binding input.
 /// The required fields are `Option`s: one left out is reported by [`BindingDraft::check`] like
@@ -25,10 +27,14 @@ pub struct BindingDraft {
     /// Refresh interval in seconds; `None` means [`DEFAULT_INTERVAL`].
     pub interval_secs: Option<u64>,
     pub directives: Vec<String>,
+    /// The module's `probe` parameters; `None` or blank: no probe.
+    pub probe: Option<String>,
+    /// Seconds a removed target is drained first (0: removed at once).
+    pub drain_secs: u64,
 }
 
 /// One invalid field: `field` names it as in the API's binding input (`name`, `plugin`,
-/// `provider`, `service`, `interval_secs`, `directives` or a config key); `message` names the
+/// `provider`, `service`, `interval_secs`, `directives`, `probe`, `drain_secs` or a config key); `message` names the
 /// problem and never contains a config value.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FieldError {
@@ -111,6 +117,15 @@ impl BindingDraft {
                 }),
             }
         }
+        let probe = match self.probe.as_deref().map(str::trim) {
+            None | Some("") => None,
+            Some(p) => Probe::parse(p)
+                .map_err(|error| problems.push(BindingError::BadProbe { error }))
+                .ok(),
+        };
+        if let Err(e) = check_drain_secs(self.drain_secs) {
+            problems.push(e);
+        }
         let mut config = self.config.clone();
         let provider = self.provider.as_deref().unwrap_or_default();
         if let Some(decl) = decl {
@@ -135,6 +150,8 @@ impl BindingDraft {
                     service: service.clone(),
                     interval,
                     directives,
+                    probe,
+                    drain_secs: self.drain_secs,
                 })
             }
             _ => {

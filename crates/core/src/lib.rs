@@ -15,6 +15,7 @@ mod binding;
 mod directive;
 mod draft;
 mod name;
+mod probe;
 mod render;
 pub mod schedule;
 mod target;
@@ -24,6 +25,7 @@ pub use binding::{coerce_config, Binding, BindingError, MAX_SERVICE_LEN};
 pub use directive::{DirectiveError, ExtraDirective, MAX_DIRECTIVE_LEN};
 pub use draft::{tidy_field_errors, BindingDraft, FieldError};
 pub use name::{NameError, UpstreamName, MAX_NAME_LEN};
+pub use probe::{Probe, ProbeError, MAX_DRAIN_SECS, MAX_PROBE_LEN};
 pub use render::{render, HEADER};
 pub use target::{
     summarize_dropped, validate, Address, DropReason, Dropped, Target, Validated, MAX_HOST_LEN,

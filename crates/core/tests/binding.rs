@@ -33,6 +33,8 @@ fn binding(config: &[(&str, Value)]) -> Binding {
         service: "api".into(),
         interval: Duration::from_secs(60),
         directives: vec![ExtraDirective::parse("keepalive 32;").unwrap()],
+        drain_secs: 0,
+        probe: None,
     }
 }
 

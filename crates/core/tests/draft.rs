@@ -33,6 +33,8 @@ fn draft(config: &[(&str, Value)]) -> BindingDraft {
         service: Some("demo".into()),
         interval_secs: None,
         directives: vec!["keepalive 16;".into()],
+        drain_secs: 0,
+        probe: None,
     }
 }
 

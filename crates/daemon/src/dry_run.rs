@@ -135,6 +135,8 @@ pub async fn run(args: DryRun) -> Result<DryRunOk, DryRunFailure> {
         service: args.service.clone(),
         interval: tributary_core::schedule::DEFAULT_INTERVAL,
         directives: directives.clone(),
+        drain_secs: 0,
+        probe: None,
     };
     if let Err(e) = binding.validate() {
         return Err(fail(ERR_INVALID_PARAMS, e.to_string(), Some(e.field())));

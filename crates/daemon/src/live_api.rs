@@ -50,6 +50,14 @@ pub struct LiveServer {
     pub backup: bool,
     #[serde(default)]
     pub down: bool,
+    /// Drained (issue 21): no new requests. Sent only when set, so a module without `drain`
+    /// still takes every other set.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub drain: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 fn one() -> u32 {
@@ -70,6 +78,7 @@ impl LiveServer {
             fail_timeout_ms: 10_000,
             backup: false,
             down: false,
+            drain: false,
         }
     }
 }
@@ -301,6 +310,35 @@ impl LiveApi {
         parse_answer(status, &body, &format!("GET {name}"))
     }
 
+    /// The servers of `name` that are drained and have no request in flight (`drain` true,
+    /// `active` 0 in `GET <loc>/NAME`): the ones graceful removal can remove now.
+    pub async fn drained_idle(
+        &self,
+        name: &str,
+    ) -> Result<std::collections::BTreeSet<String>, String> {
+        #[derive(Deserialize)]
+        struct Server {
+            address: String,
+            #[serde(default)]
+            drain: bool,
+            #[serde(default)]
+            active: u64,
+        }
+        #[derive(Deserialize)]
+        struct Answer {
+            servers: Vec<Server>,
+        }
+        let path = format!("{}{name}", self.prefix);
+        let (status, body) = self.request(Method::GET, &path, None).await?;
+        let set: Answer = parse_answer(status, &body, &format!("GET {name}"))?;
+        Ok(set
+            .servers
+            .into_iter()
+            .filter(|s| s.drain && s.active == 0)
+            .map(|s| s.address)
+            .collect())
+    }
+
     /// Replaces the set of `name` guarded by `generation` (from [`Self::listing`]: a reload or
     /// another change since then makes the `PUT` fail with 409). Returns when it was answered
     /// (the change is visible from then on), how long it took and the new generation. Every
@@ -342,7 +380,7 @@ impl LiveApi {
     }
 
     /// Reads the set of `name` back and compares it with `servers` (address, weight, max_fails,
-    /// fail_timeout_ms, backup, down; order does not matter): only an equal set counts as
+    /// fail_timeout_ms, backup, down, drain; order does not matter): only an equal set counts as
     /// applied. Returns the generation read and how long the read took.
     pub async fn confirm(
         &self,
@@ -511,6 +549,7 @@ pub fn same_set(a: &[LiveServer], b: &[LiveServer]) -> bool {
             s.max_fails,
             s.fail_timeout_ms,
             s.down,
+            s.drain,
         )
     };
     let mut x: Vec<_> = a.iter().map(key).collect();

@@ -32,6 +32,12 @@ pub struct BindingInput {
     pub interval_secs: Option<u64>,
     #[serde(default)]
     pub directives: Vec<String>,
+    /// The module's `probe` parameters (live mode only); absent or blank: no probe.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probe: Option<String>,
+    /// Seconds a target that left discovery is drained before removal (live mode; default 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drain_secs: Option<u64>,
 }
 
 impl fmt::Debug for BindingInput {
@@ -44,6 +50,8 @@ impl fmt::Debug for BindingInput {
             .field("service", &self.service)
             .field("interval_secs", &self.interval_secs)
             .field("directives", &self.directives)
+            .field("probe", &self.probe)
+            .field("drain_secs", &self.drain_secs)
             .finish()
     }
 }
@@ -58,6 +66,12 @@ pub struct BindingView {
     pub service: String,
     pub interval_secs: u64,
     pub directives: Vec<String>,
+    /// The module's `probe` parameters (live mode), when set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probe: Option<String>,
+    /// Seconds a removed target is drained first (0: removed at once).
+    #[serde(default)]
+    pub drain_secs: u64,
     /// Non-secret config values.
     pub config: BTreeMap<String, Value>,
     /// Secret config fields: `true` when set.

@@ -97,6 +97,8 @@ fn input(name: &str, directives: &[&str]) -> BindingInput {
         // Long: only the test's own triggers resolve.
         interval_secs: Some(3600),
         directives: directives.iter().map(|d| d.to_string()).collect(),
+        drain_secs: None,
+        probe: None,
     }
 }
 

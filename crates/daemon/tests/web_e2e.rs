@@ -431,6 +431,16 @@ fn access_control_health_open_api_bearer_ui_session_metrics_either() {
             "directives",
             "directive",
         ),
+        (
+            "name=ok&service=demo&cfg.targets=127.0.0.1%3A80&probe=uri%3D%2Fhealthz",
+            "probe",
+            "live apply mode",
+        ),
+        (
+            "name=ok&service=demo&cfg.targets=127.0.0.1%3A80&drain_secs=soon",
+            "drain_secs",
+            "whole number",
+        ),
     ] {
         let a = form_post(
             "/ui/new",

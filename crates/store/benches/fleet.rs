@@ -31,6 +31,8 @@ fn binding(i: usize, service: &str) -> BindingRecord {
         service: service.into(),
         interval_secs: 60,
         directives: vec![],
+        drain_secs: 0,
+        probe: None,
     }
 }
 

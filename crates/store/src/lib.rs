@@ -91,6 +91,16 @@ pub struct BindingRecord {
     pub interval_secs: u64,
     /// Extra directives, each one `...;` line, in the person's order.
     pub directives: Vec<String>,
+    /// The module's `probe` parameters (issue 21); `None`: no probe.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probe: Option<String>,
+    /// Seconds a target that left discovery is drained before its removal (0: at once).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub drain_secs: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl fmt::Debug for BindingRecord {
@@ -111,6 +121,8 @@ impl fmt::Debug for BindingRecord {
             .field("service", &self.service)
             .field("interval_secs", &self.interval_secs)
             .field("directives", &self.directives)
+            .field("probe", &self.probe)
+            .field("drain_secs", &self.drain_secs)
             .finish()
     }
 }

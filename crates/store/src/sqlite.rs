@@ -22,7 +22,7 @@ use crate::{
 };
 
 /// Schema version written to `PRAGMA user_version`.
-pub const SCHEMA_VERSION: i64 = 3;
+pub const SCHEMA_VERSION: i64 = 4;
 
 /// Default number of outcomes kept per binding.
 pub const DEFAULT_HISTORY: usize = 20;
@@ -31,7 +31,8 @@ pub const DEFAULT_HISTORY: usize = 20;
 /// `concat!`).
 macro_rules! binding_columns {
     () => {
-        "name, plugin, provider, config, service, interval_secs, directives, created_at, updated_at"
+        "name, plugin, provider, config, service, interval_secs, directives, created_at, updated_at, \
+         probe, drain_secs"
     };
 }
 
@@ -135,6 +136,13 @@ const MIGRATIONS: &[(i64, &str)] = &[
          ALTER TABLE outcomes ADD COLUMN applied_reason TEXT;
          UPDATE outcomes SET applied = 'reload' WHERE reloaded = 1;",
     ),
+    // 4: a binding's live settings (issue 21): the module's `probe` parameters (NULL: none) and
+    // how long a removed target is drained first (0: removed at once, as before).
+    (
+        4,
+        "ALTER TABLE bindings ADD COLUMN probe TEXT;
+         ALTER TABLE bindings ADD COLUMN drain_secs INTEGER NOT NULL DEFAULT 0;",
+    ),
 ];
 /// Unique binding names regardless of (ASCII) case.
 const NOCASE_INDEX: &str =
@@ -220,7 +228,8 @@ impl SqliteFile {
         let now = now_ms();
         let res = self.conn.execute(
             "INSERT INTO bindings (name, plugin, provider, config, service, interval_secs, \
-             directives, created_at, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8)",
+             directives, created_at, updated_at, probe, drain_secs) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8, ?9, ?10)",
             params![
                 b.name,
                 b.plugin,
@@ -229,7 +238,9 @@ impl SqliteFile {
                 b.service,
                 b.interval_secs as i64,
                 directives_json(&b.directives),
-                now
+                now,
+                b.probe,
+                b.drain_secs as i64,
             ],
         );
         match res {
@@ -248,7 +259,8 @@ impl SqliteFile {
     pub fn update_binding(&mut self, b: &BindingRecord) -> Result<(), StoreError> {
         let n = self.conn.execute(
             "UPDATE bindings SET plugin = ?2, provider = ?3, config = ?4, service = ?5, \
-             interval_secs = ?6, directives = ?7, updated_at = ?8 WHERE name = ?1",
+             interval_secs = ?6, directives = ?7, updated_at = ?8, probe = ?9, \
+             drain_secs = ?10 WHERE name = ?1",
             params![
                 b.name,
                 b.plugin,
@@ -257,7 +269,9 @@ impl SqliteFile {
                 b.service,
                 b.interval_secs as i64,
                 directives_json(&b.directives),
-                now_ms()
+                now_ms(),
+                b.probe,
+                b.drain_secs as i64,
             ],
         )?;
         if n == 0 {
@@ -277,11 +291,13 @@ impl SqliteFile {
             let mut get = tx.prepare_cached(SELECT_BINDING_BY_NAME)?;
             let mut ins = tx.prepare_cached(
                 "INSERT INTO bindings (name, plugin, provider, config, service, interval_secs, \
-                 directives, created_at, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8)",
+                 directives, created_at, updated_at, probe, drain_secs) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8, ?9, ?10)",
             )?;
             let mut upd = tx.prepare_cached(
                 "UPDATE bindings SET plugin = ?2, provider = ?3, config = ?4, service = ?5, \
-                 interval_secs = ?6, directives = ?7, updated_at = ?8 WHERE name = ?1",
+                 interval_secs = ?6, directives = ?7, updated_at = ?8, probe = ?9, \
+             drain_secs = ?10 WHERE name = ?1",
             )?;
             for b in list {
                 let existing = binding_by_name(&mut get, &b.name)?;
@@ -293,7 +309,9 @@ impl SqliteFile {
                     b.service,
                     b.interval_secs as i64,
                     directives_json(&b.directives),
-                    now
+                    now,
+                    b.probe,
+                    b.drain_secs as i64,
                 ];
                 match existing {
                     None => {
@@ -492,6 +510,8 @@ fn binding_from_row(row: &Row<'_>) -> RowResult<StoredBinding> {
             service: row.get(4)?,
             interval_secs: interval.max(0) as u64,
             directives,
+            probe: row.get(9)?,
+            drain_secs: row.get::<_, i64>(10)?.max(0) as u64,
         },
         created_at_ms: row.get(7)?,
         updated_at_ms: row.get(8)?,
@@ -755,9 +775,11 @@ impl SqliteFile {
             let mut get = tx.prepare_cached(SELECT_BINDING_BY_NAME)?;
             let mut put = tx.prepare_cached(
                 "INSERT INTO bindings (name, plugin, provider, config, service, interval_secs, \
-                 directives, created_at, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) \
+                 directives, created_at, updated_at, probe, drain_secs) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11) \
                  ON CONFLICT(name) DO UPDATE SET plugin = ?2, provider = ?3, config = ?4, \
-                 service = ?5, interval_secs = ?6, directives = ?7, created_at = ?8, updated_at = ?9",
+                 service = ?5, interval_secs = ?6, directives = ?7, created_at = ?8, \
+                 updated_at = ?9, probe = ?10, drain_secs = ?11",
             )?;
             let mut del = tx.prepare_cached("DELETE FROM bindings WHERE name = ?1")?;
             for sb in puts {
@@ -778,7 +800,9 @@ impl SqliteFile {
                     b.interval_secs as i64,
                     directives_json(&b.directives),
                     sb.created_at_ms,
-                    sb.updated_at_ms
+                    sb.updated_at_ms,
+                    b.probe,
+                    b.drain_secs as i64,
                 ]);
                 match res {
                     Ok(_) => changed.push(b.name.clone()),

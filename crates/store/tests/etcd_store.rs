@@ -31,6 +31,8 @@ fn binding(name: &str, service: &str) -> BindingRecord {
         service: service.into(),
         interval_secs: 30,
         directives: vec![],
+        drain_secs: 0,
+        probe: None,
     }
 }
 

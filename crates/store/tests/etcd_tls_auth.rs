@@ -17,6 +17,8 @@ fn binding(name: &str) -> BindingRecord {
         service: "s".into(),
         interval_secs: 30,
         directives: vec![],
+        drain_secs: 0,
+        probe: None,
     }
 }
 

@@ -18,6 +18,8 @@ fn binding(name: &str) -> BindingRecord {
         service: "api".into(),
         interval_secs: 60,
         directives: vec![],
+        drain_secs: 0,
+        probe: None,
     }
 }
 

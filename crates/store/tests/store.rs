@@ -18,6 +18,8 @@ fn binding(name: &str, targets: &str) -> BindingRecord {
         service: "api".into(),
         interval_secs: 60,
         directives: vec!["keepalive 32;".into()],
+        drain_secs: 0,
+        probe: None,
     }
 }
 
@@ -459,6 +461,8 @@ fn applied_path_round_trips_and_schema_2_reloads_become_reload() {
             "UPDATE outcomes SET applied = NULL, applied_reason = NULL;
              ALTER TABLE outcomes DROP COLUMN applied_reason;
              ALTER TABLE outcomes DROP COLUMN applied;
+             ALTER TABLE bindings DROP COLUMN drain_secs;
+             ALTER TABLE bindings DROP COLUMN probe;
              PRAGMA user_version = 2;",
         )
         .unwrap();

@@ -14,6 +14,8 @@
 mod access;
 #[path = "live_api/churn.rs"]
 mod churn;
+#[path = "live_api/drain.rs"]
+mod drain;
 #[path = "live_api/helpers.rs"]
 mod helpers;
 #[path = "live_api/liveness.rs"]
@@ -1281,5 +1283,6 @@ fn main() {
         sticky::case_sticky_upstreams_are_refused_and_keep_learning,
     ));
     trials.extend(scale::trials());
+    trials.extend(drain::trials());
     run_tests(trials);
 }

@@ -62,6 +62,14 @@ pub(super) struct AddArgs {
         value_name = "SECS"
     )]
     interval: Option<u64>,
+    /// Health probe for live mode: the module's `probe` directive parameters, e.g.
+    /// 'uri=/healthz interval=1s fails=2 passes=2' (written as `probe ...;` in the upstream block).
+    #[arg(long, value_name = "PARAMS")]
+    probe: Option<String>,
+    /// Graceful removal for live mode: a target that leaves discovery is drained (no new requests)
+    /// and removed after SECS, or once it has no request in flight (default 0: removed at once).
+    #[arg(long = "drain-secs", value_name = "SECS")]
+    drain_secs: Option<u64>,
     /// Replace the binding if it exists.
     #[arg(long)]
     replace: bool,
@@ -161,6 +169,8 @@ async fn run_inner(c: &Client, json: bool, cmd: BindingCmd) -> anyhow::Result<Ex
                 service: Some(a.source.service),
                 interval_secs: a.interval,
                 directives: a.directives,
+                probe: a.probe,
+                drain_secs: a.drain_secs,
             };
             let wait = if a.no_wait { "" } else { "?wait=true" };
             let resp: SaveResponse = if a.replace {

@@ -345,6 +345,8 @@ impl Engine {
             service: rec.service.clone(),
             interval_secs: rec.interval_secs,
             directives: rec.directives.clone(),
+            probe: rec.probe.clone(),
+            drain_secs: rec.drain_secs,
             config,
             secrets,
             include_line: st.binding.include_line(),

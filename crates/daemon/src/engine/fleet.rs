@@ -99,7 +99,8 @@ async fn follow(inner: &Inner, slot: &Slot, binding: &Binding, again: bool) -> O
         targets: set.targets.clone(),
         ttl_seconds: set.ttl_seconds.unwrap_or(0),
     };
-    let r = Resolved::new(&binding.name, &binding.directives, &answer);
+    let directives = binding.file_directives(inner.opts.live.zoned());
+    let r = Resolved::new(&binding.name, &directives, &answer);
     rec.ttl_seconds = set.ttl_seconds;
     rec.kept = r.kept_with_tags(&answer);
     rec.dropped = set.dropped.clone();

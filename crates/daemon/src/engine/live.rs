@@ -146,10 +146,11 @@ impl ApplyResult {
     }
 }
 
-/// A rendered file's servers (`ADDR:PORT`, weight) and its other lines.
-type Split<'a> = (Vec<(String, u32)>, Vec<&'a str>);
+/// A rendered file's servers (`ADDR:PORT`, weight, drained) and its other lines.
+type Split<'a> = (Vec<(String, u32, bool)>, Vec<&'a str>);
 
-/// The servers of a rendered file (`    server ADDR weight=W;` lines) and the other lines.
+/// The servers of a rendered file (`    server ADDR weight=W;` lines, and `... down;` for a
+/// server graceful removal drains, `super::drain`) and the other lines.
 fn split(bytes: &[u8]) -> Option<Split<'_>> {
     let text = std::str::from_utf8(bytes).ok()?;
     let mut servers = Vec::new();
@@ -158,8 +159,12 @@ fn split(bytes: &[u8]) -> Option<Split<'_>> {
         match line.strip_prefix("    server ") {
             Some(s) => {
                 let s = s.strip_suffix(';')?;
+                let (s, drain) = match s.strip_suffix(" down") {
+                    Some(s) => (s, true),
+                    None => (s, false),
+                };
                 let (addr, weight) = s.split_once(" weight=")?;
-                servers.push((addr.to_string(), weight.parse().ok()?));
+                servers.push((addr.to_string(), weight.parse().ok()?, drain));
             }
             None => rest.push(line),
         }
@@ -167,11 +172,16 @@ fn split(bytes: &[u8]) -> Option<Split<'_>> {
     Some((servers, rest))
 }
 
-/// Servers of a rendered file as the API takes them.
-fn to_live(servers: Vec<(String, u32)>) -> Vec<LiveServer> {
+/// Servers of a rendered file as the API takes them (a `down` line is a drained server: the
+/// file's `down` keeps it out of rotation across a reload, the API's `drain` lets its requests
+/// in flight finish).
+fn to_live(servers: Vec<(String, u32, bool)>) -> Vec<LiveServer> {
     servers
         .into_iter()
-        .map(|(a, w)| LiveServer::new(a, w))
+        .map(|(a, w, drain)| LiveServer {
+            drain,
+            ..LiveServer::new(a, w)
+        })
         .collect()
 }
 
@@ -217,7 +227,7 @@ pub(crate) fn live_plan(live: Option<&[u8]>, new: &[u8]) -> Result<LivePlan, Str
     if !old_rest.iter().any(|l| l.starts_with("    zone ")) {
         return Err("the running upstream has no zone: needs a reload".into());
     }
-    if let Some((h, _)) = servers.iter().find(|(a, _)| !is_ip_port(a)) {
+    if let Some((h, _, _)) = servers.iter().find(|(a, _, _)| !is_ip_port(a)) {
         return Err(format!(
             "host-name target {h}: live changes take addresses only, needs a reload"
         ));

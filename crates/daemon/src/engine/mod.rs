@@ -27,6 +27,7 @@
 mod admin;
 mod apply;
 mod batch;
+mod drain;
 mod fleet;
 mod live;
 mod prepare;
@@ -151,6 +152,8 @@ pub(crate) struct SlotState {
     /// It stepped out (`BindingStore::step_out`) until then; it steps back in at its first run
     /// after it.
     pub(crate) stepped_out_until: Option<std::time::Instant>,
+    /// Graceful removal: the servers drained before they are removed (issue 21).
+    pub(crate) draining: drain::Draining,
 }
 
 pub(crate) struct Slot {
@@ -323,6 +326,7 @@ impl Engine {
                 store_down: false,
                 resolve_failures: 0,
                 stepped_out_until: None,
+                draining: drain::Draining::default(),
             }),
         });
         lock(&self.inner.slots).insert(name, slot.clone());

@@ -81,12 +81,29 @@ impl Engine {
             service: input.service.clone(),
             interval_secs: input.interval_secs,
             directives: input.directives.clone(),
+            probe: input.probe.clone(),
+            drain_secs: input.drain_secs.unwrap_or(0),
         };
+        // The probe line and graceful removal work through the module's zone and live API. Said
+        // after the fields' own checks: a malformed value is reported as such first.
+        let mut mode = Vec::new();
+        if !self.inner.opts.live.zoned() {
+            let why = "needs the live apply mode (tributary serve --apply live|auto with \
+                       --live-api): without it the upstream has no zone";
+            if draft.probe.as_deref().is_some_and(|p| !p.trim().is_empty()) {
+                mode.push(FieldError::new("probe", format!("probe {why}")));
+            }
+            if draft.drain_secs > 0 {
+                mode.push(FieldError::new("drain_secs", format!("drain_secs {why}")));
+            }
+        }
         let binding = match draft.check(decl.as_ref()) {
-            Ok(b) if errors.is_empty() => b,
-            Ok(_) => return Err(EngineError::Invalid(errors)),
-            Err(more) => {
-                errors.extend(more);
+            Ok(b) if errors.is_empty() && mode.is_empty() => b,
+            checked => {
+                if let Err(more) = checked {
+                    errors.extend(more);
+                }
+                errors.extend(mode);
                 tidy_field_errors(&mut errors);
                 return Err(EngineError::Invalid(errors));
             }
@@ -100,6 +117,8 @@ impl Engine {
             service: binding.service.clone(),
             interval_secs: binding.interval.as_secs(),
             directives: draft.directives,
+            probe: binding.probe.as_ref().map(|p| p.as_str().to_string()),
+            drain_secs: binding.drain_secs,
         };
         Ok((binding, record))
     }
@@ -130,6 +149,8 @@ pub fn record_to_binding(rec: &BindingRecord) -> Result<Binding, EngineError> {
         service: Some(rec.service.clone()),
         interval_secs: Some(rec.interval_secs),
         directives: rec.directives.clone(),
+        probe: rec.probe.clone(),
+        drain_secs: rec.drain_secs,
     }
     .check(None)
     .map_err(EngineError::Invalid)

@@ -192,7 +192,8 @@ pub(crate) async fn resolve(inner: &Inner, binding: &Binding, updated_at_ms: i64
             rec.field = e.field().map(str::to_string);
         }
         Ok(answer) => {
-            let r = Resolved::new(&binding.name, &binding.directives, &answer);
+            let directives = binding.file_directives(inner.opts.live.zoned());
+            let r = Resolved::new(&binding.name, &directives, &answer);
             rec.ttl_seconds = Some(r.ttl_seconds);
             rec.kept = r.kept_with_tags(&answer);
             rec.dropped = r.dropped_records();
@@ -220,13 +221,37 @@ pub(crate) async fn resolve(inner: &Inner, binding: &Binding, updated_at_ms: i64
     }
 }
 
-/// Hands rendered bytes to the apply task and writes its answer into `rec`.
+/// Hands rendered bytes to the apply task and writes its answer into `rec`. In live mode with
+/// `drain_secs` > 0 the file keeps the targets that left discovery as drained servers for a while
+/// (graceful removal, [`super::drain`]).
 pub(crate) async fn apply_rendered(
     inner: &Inner,
     binding: &Binding,
     text: &str,
     rec: &mut OutcomeRecord,
 ) {
+    let slot = if binding.drain_secs > 0 && inner.opts.live.zoned() {
+        lock(&inner.slots).get(binding.name.as_str()).cloned()
+    } else {
+        None
+    };
+    let drained_text;
+    let text = match &slot {
+        Some(slot) => {
+            let drain = std::time::Duration::from_secs(binding.drain_secs);
+            let now = Instant::now();
+            if lock(&slot.state).draining.is_new() {
+                let path = inner.upstreams_dir.join(binding.name.file_name());
+                let on_disk = std::fs::read_to_string(path).ok();
+                lock(&slot.state)
+                    .draining
+                    .start_from(on_disk.as_deref(), drain, now);
+            }
+            drained_text = lock(&slot.state).draining.file(text, drain, now);
+            drained_text.as_str()
+        }
+        None => text,
+    };
     let (tx, rx) = oneshot::channel();
     let change = Change {
         name: binding.name.clone(),
@@ -240,6 +265,20 @@ pub(crate) async fn apply_rendered(
         Err(_) => None,
     };
     super::apply::record_result(rec, result);
+    if let Some(slot) = slot {
+        if rec.status != OutcomeStatus::Failed {
+            lock(&slot.state).draining.applied(text);
+        }
+        let drained = lock(&slot.state).draining.drained();
+        if !drained.is_empty() {
+            tracing::info!(
+                binding = %binding.name,
+                draining = ?drained.iter().map(|(a, _)| a.as_str()).collect::<Vec<_>>(),
+                "servers that left discovery are drained before their removal"
+            );
+        }
+        super::drain::watch(inner, &slot, binding.name.as_str().to_string());
+    }
 }
 
 #[cfg(test)]

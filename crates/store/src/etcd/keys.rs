@@ -141,6 +141,15 @@ struct BindingValue {
     config: String,
     created_at_ms: i64,
     updated_at_ms: i64,
+    /// Live settings (issue 21); absent in values written before them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    probe: Option<String>,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    drain_secs: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// The heartbeat of a host.
@@ -208,6 +217,8 @@ pub fn encode_binding(sb: &StoredBinding, secrets: &SecretKeys) -> Vec<u8> {
         config: secrets.seal(&b.name, &config),
         created_at_ms: sb.created_at_ms,
         updated_at_ms: sb.updated_at_ms,
+        probe: b.probe.clone(),
+        drain_secs: b.drain_secs,
     };
     serde_json::to_vec(&v).unwrap_or_default()
 }
@@ -239,6 +250,8 @@ pub fn decode_binding(
                 service: v.service,
                 interval_secs: v.interval_secs,
                 directives: v.directives,
+                probe: v.probe,
+                drain_secs: v.drain_secs,
             },
             created_at_ms: v.created_at_ms,
             updated_at_ms: v.updated_at_ms,
@@ -290,6 +303,8 @@ mod tests {
                 service: "web".into(),
                 interval_secs: 30,
                 directives: vec![],
+                drain_secs: 0,
+                probe: None,
             },
             created_at_ms: 1,
             updated_at_ms: 2,
@@ -328,6 +343,8 @@ mod tests {
                 service: "web".into(),
                 interval_secs: 30,
                 directives: vec![],
+                drain_secs: 0,
+                probe: None,
             },
             created_at_ms: 1,
             updated_at_ms: 2,

@@ -557,6 +557,7 @@ impl Peer {
                 max_conns: u32::try_from((*p).max_conns).unwrap_or(u32::MAX),
                 backup,
                 down: (*p).down & down::CONFIGURED != 0,
+                drain: (*p).down & down::DRAIN != 0,
             })
         }
     }
@@ -609,11 +610,14 @@ impl Peer {
 /// The `down` bits a `PUT` (or a new peer) sets from the server's fields
 /// ([`down::SET_BY_PUT`]).
 fn put_down_bits(s: &Server) -> usize {
+    let mut bits = 0;
     if s.down {
-        down::CONFIGURED
-    } else {
-        0
+        bits |= down::CONFIGURED;
     }
+    if s.drain {
+        bits |= down::DRAIN;
+    }
+    bits
 }
 
 /// The slab pool of a zone.

@@ -97,6 +97,7 @@ impl LiveUpstream {
                     max_conns: c.as_ref().map_or(0, |c| u64::from(c.max_conns)),
                     backup,
                     down: c.as_ref().is_some_and(|c| c.down),
+                    drain: c.as_ref().is_some_and(|c| c.drain),
                     active: st.conns,
                     fails: st.fails,
                 });

@@ -285,6 +285,8 @@ pub struct Server {
     pub backup: bool,
     /// `down`
     pub down: bool,
+    /// `drain`: no new requests, the ones in flight finish (independent of `down`).
+    pub drain: bool,
 }
 
 /// A parsed `PUT` body.
@@ -328,6 +330,8 @@ struct RawServer {
     backup: bool,
     #[serde(default)]
     down: bool,
+    #[serde(default)]
+    drain: bool,
     /// Run-time figures of a `GET` answer (`active`, `fails`): accepted so that answer can be
     /// sent back unchanged; ignored.
     #[serde(default, rename = "active")]
@@ -403,6 +407,7 @@ pub fn parse_put(body: &[u8]) -> Result<PutRequest, ApiError> {
             max_conns: s.max_conns,
             backup: s.backup,
             down: s.down,
+            drain: s.drain,
         });
     }
     if !servers.iter().any(|s| !s.backup) {

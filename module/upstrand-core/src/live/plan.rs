@@ -23,6 +23,8 @@ pub struct Current {
     pub backup: bool,
     /// `down`
     pub down: bool,
+    /// `drain`
+    pub drain: bool,
 }
 
 impl Current {
@@ -32,6 +34,7 @@ impl Current {
             && self.fail_timeout_s == s.fail_timeout_s
             && self.max_conns == s.max_conns
             && self.down == s.down
+            && self.drain == s.drain
     }
 }
 
@@ -107,7 +110,7 @@ pub struct ListTotals {
     pub number: usize,
     /// `total_weight`: sum of weights.
     pub total_weight: u64,
-    /// `tries`: peers not marked down.
+    /// `tries`: peers not marked down (nor drained: their `down` word is not 0 either).
     pub tries: usize,
     /// `single`: exactly one peer and no backup list in use (nginx never marks a single peer
     /// failed and gives up without trying backups, so a set with backups is never single).
@@ -122,7 +125,7 @@ pub fn totals(wanted: &[Server], backup: bool) -> ListTotals {
     for s in wanted.iter().filter(|s| s.backup == backup) {
         t.number += 1;
         t.total_weight += u64::from(s.weight);
-        if !s.down {
+        if !s.down && !s.drain {
             t.tries += 1;
         }
     }

@@ -19,6 +19,8 @@ pub struct ServerView {
     pub backup: bool,
     /// `down`
     pub down: bool,
+    /// Drained (`"drain": true`): no new requests; `active` tells how many are still in flight.
+    pub drain: bool,
     /// Connections in use now, over all workers (`conns`).
     pub active: u64,
     /// Failures counted in the current `fail_timeout` window (`fails`).

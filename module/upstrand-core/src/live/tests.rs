@@ -14,6 +14,7 @@ fn cur(addr: &str, backup: bool) -> Current {
         max_conns: 0,
         backup,
         down: false,
+        drain: false,
     }
 }
 
@@ -201,6 +202,7 @@ fn renders_json() {
             max_conns: 0,
             backup: false,
             down: false,
+            drain: false,
             active: 2,
             fails: 0,
         }],
@@ -210,7 +212,7 @@ fn renders_json() {
     };
     assert_eq!(
         v.to_json(),
-        r#"{"generation":3,"servers":[{"address":"10.0.0.1:80","weight":1,"max_fails":1,"fail_timeout_ms":10000,"max_conns":0,"backup":false,"down":false,"active":2,"fails":0}],"retiring":1,"rebalanced":0}"#
+        r#"{"generation":3,"servers":[{"address":"10.0.0.1:80","weight":1,"max_fails":1,"fail_timeout_ms":10000,"max_conns":0,"backup":false,"down":false,"drain":false,"active":2,"fails":0}],"retiring":1,"rebalanced":0}"#
     );
     assert_eq!(
         ApiError::unknown_upstream("x\"y").to_json(),
@@ -247,6 +249,7 @@ fn every_field_of_a_get_answer_is_accepted_back() {
         max_conns: 0,
         backup: false,
         down: false,
+        drain: true,
         active: 2,
         fails: 1,
     };
@@ -401,4 +404,36 @@ fn overdue_retired_line_names_the_servers_and_the_way_out() {
     assert!(!line.contains("10.0.0.16:80"));
     assert!(line.contains("retired_warn=1500ms"));
     assert!(line.contains("each keeps its zone memory"));
+}
+
+#[test]
+fn drain_is_parsed_per_server_and_independent_of_down() {
+    let r = put(r#"{"servers":[{"address":"10.0.0.1:80","drain":true},
+            {"address":"10.0.0.2:80","drain":true,"down":true},{"address":"10.0.0.3:80"}]}"#)
+    .unwrap();
+    let flags: Vec<(bool, bool)> = r.servers.iter().map(|s| (s.down, s.drain)).collect();
+    assert_eq!(flags, [(false, true), (true, true), (false, false)]);
+    let e = put(r#"{"servers":[{"address":"10.0.0.1:80","drain":"yes"}]}"#).unwrap_err();
+    assert_eq!(e.status, 400);
+}
+
+#[test]
+fn draining_or_undraining_a_kept_server_is_a_change_and_costs_a_try() {
+    let current = [cur("10.0.0.1:80", false), cur("10.0.0.2:80", false)];
+    let mut wanted =
+        put(r#"{"servers":[{"address":"10.0.0.1:80"},{"address":"10.0.0.2:80","drain":true}]}"#)
+            .unwrap()
+            .servers;
+    let p = plan::plan(&current, &wanted);
+    assert!(!p.unchanged, "a drain is a change");
+    assert_eq!((p.keep.len(), p.add.len(), p.remove.len()), (2, 0, 0));
+    assert_eq!(totals(&wanted, false).tries, 1);
+    let mut drained = current.clone();
+    drained[1].drain = true;
+    assert!(plan::plan(&drained, &wanted).unchanged);
+    wanted[1].drain = false;
+    let p = plan::plan(&drained, &wanted);
+    assert!(!p.unchanged, "an undrain is a change");
+    assert_eq!(p.keep.len(), 2);
+    assert_eq!(totals(&wanted, false).tries, 2);
 }

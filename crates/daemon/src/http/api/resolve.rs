@@ -42,7 +42,8 @@ pub async fn preview(
             p.field = e.field().map(str::to_string);
         }
         Ok(answer) => {
-            let r = Resolved::new(&binding.name, &binding.directives, &answer);
+            let directives = binding.file_directives(engine.live_options().zoned());
+            let r = Resolved::new(&binding.name, &directives, &answer);
             p.ttl_seconds = Some(r.ttl_seconds);
             p.targets = r.kept_with_tags(&answer);
             p.dropped = r.dropped_records();

@@ -36,6 +36,8 @@ fn binding(name: &str, servers: usize, last: Option<OutcomeStatus>) -> BindingVi
         next_refresh_ms: None,
         consecutive_failures: 0,
         fleet: Default::default(),
+        drain_secs: 0,
+        probe: None,
     }
 }
 

@@ -186,6 +186,12 @@ pub(super) async fn edit_form(
         service: b.service.clone(),
         interval: b.interval_secs.to_string(),
         directives: b.directives.join("\n"),
+        probe: b.probe.clone().unwrap_or_default(),
+        drain_secs: if b.drain_secs > 0 {
+            b.drain_secs.to_string()
+        } else {
+            String::new()
+        },
         ..FormState::default()
     };
     for (k, v) in &b.config {

@@ -24,6 +24,8 @@ pub(super) struct FormState {
     pub(super) service: String,
     pub(super) interval: String,
     pub(super) directives: String,
+    pub(super) probe: String,
+    pub(super) drain_secs: String,
     pub(super) values: BTreeMap<String, String>,
     pub(super) checked: BTreeSet<String>,
     pub(super) errors: BTreeMap<String, String>,
@@ -31,11 +33,13 @@ pub(super) struct FormState {
     pub(super) preview: Option<Preview>,
 }
 
-pub(super) const FIXED: [&str; 6] = [
+pub(super) const FIXED: [&str; 8] = [
     "name",
     "service",
     "interval_secs",
     "directives",
+    "probe",
+    "drain_secs",
     "plugin",
     "provider",
 ];
@@ -150,6 +154,28 @@ pub(super) fn render_form(
                 Some("one per line, e.g. keepalive 32;"),
                 field_error(fs, "directives"),
             ))
+            (input_row(
+                "Health probe",
+                "f-probe",
+                false,
+                html! {
+                    input #f-probe name="probe" value=(fs.probe)
+                        placeholder="uri=/healthz interval=1s fails=2 passes=2";
+                },
+                Some("live mode: the parameters of the module's probe directive, written as probe ...; in the upstream block (empty: none)"),
+                field_error(fs, "probe"),
+            ))
+            (input_row(
+                "Drain before removal (seconds)",
+                "f-drain",
+                false,
+                html! {
+                    input #f-drain name="drain_secs" inputmode="numeric" value=(fs.drain_secs)
+                        placeholder="0";
+                },
+                Some("live mode: a server that leaves discovery gets no new requests and is removed after this long, or once it has none in flight; 0: removed at once"),
+                field_error(fs, "drain_secs"),
+            ))
             div.actions {
                 button type="submit" name="action" value="save" { "Save" }
                 button.secondary type="submit" name="action" value="test" { "Test resolve" }
@@ -245,6 +271,8 @@ pub(super) fn input_from_form(
         .trim()
         .to_string();
     fs.directives = get_field(f, "directives").unwrap_or("").to_string();
+    fs.probe = get_field(f, "probe").unwrap_or("").trim().to_string();
+    fs.drain_secs = get_field(f, "drain_secs").unwrap_or("").trim().to_string();
     let mut config = BTreeMap::new();
     for fd in &decl.configuration.fields {
         let v = get_field(f, &format!("cfg.{}", fd.key));
@@ -278,6 +306,20 @@ pub(super) fn input_from_form(
             }
         }
     };
+    let drain_secs = if fs.drain_secs.is_empty() {
+        None
+    } else {
+        match fs.drain_secs.parse::<u64>() {
+            Ok(n) => Some(n),
+            Err(_) => {
+                fs.errors.insert(
+                    "drain_secs".into(),
+                    "the drain time must be a whole number of seconds".into(),
+                );
+                None
+            }
+        }
+    };
     BindingInput {
         name: fs.name.clone(),
         plugin: Some(plugin.to_string()),
@@ -292,6 +334,8 @@ pub(super) fn input_from_form(
             .filter(|l| !l.is_empty())
             .map(str::to_string)
             .collect(),
+        probe: (!fs.probe.is_empty()).then(|| fs.probe.clone()),
+        drain_secs,
     }
 }
 

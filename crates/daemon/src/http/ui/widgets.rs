@@ -146,6 +146,8 @@ mod tests {
             next_refresh_ms: None,
             consecutive_failures: 0,
             fleet: Default::default(),
+            drain_secs: 0,
+            probe: None,
         }
     }
 
