@@ -200,6 +200,8 @@ fn a_deregistered_target_is_drained_first_then_removed_and_no_request_fails() {
     );
     assert_eq!(status, 201, "{v}");
     assert_eq!(v["binding"]["drain_secs"], 60, "{v}");
+    let (ok, text) = d.cli_text(&["binding", "show", "web"]);
+    assert!(ok && text.contains("drain before removal: 60 s"), "{text}");
     assert_eq!(v["binding"]["last_outcome"]["status"], "ok", "{v}");
     nginx.wait_settled(Duration::from_secs(10)).unwrap();
     let reloads = nginx.reloads_seen();

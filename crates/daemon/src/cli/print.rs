@@ -83,6 +83,12 @@ pub(super) fn print_view(b: &BindingView) {
     for d in &b.directives {
         println!("  directive: {d}");
     }
+    if let Some(p) = &b.probe {
+        println!("  probe: {p}");
+    }
+    if b.drain_secs > 0 {
+        println!("  drain before removal: {} s", b.drain_secs);
+    }
     println!("  file: {}", b.file);
     println!("  add at http level: {}", b.include_line);
     match &b.last_outcome {

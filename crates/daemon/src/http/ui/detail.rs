@@ -114,6 +114,12 @@ pub(super) fn detail_page(
                 @for dir in &b.directives {
                     dt { "Directive" } dd { code { (dir) } }
                 }
+                @if let Some(p) = &b.probe {
+                    dt { "Health probe" } dd { code { "probe " (p) ";" } }
+                }
+                @if b.drain_secs > 0 {
+                    dt { "Drain before removal" } dd { (b.drain_secs) " s" }
+                }
             }
         }
         section.card {
