@@ -462,7 +462,7 @@ impl Session {
             .prefix("tributary-check-home-")
             .tempdir()
             .map_err(|e| format!("cannot create a home folder for the plugin: {e}"))?;
-        let env = crate::plugin_environment(environment, std::env::vars_os());
+        let env = crate::load::plugin_environment(environment, std::env::vars_os());
         let mut child = Command::new(exe)
             .current_dir(dir)
             .env_clear()
