@@ -15,7 +15,9 @@ use tributary_protocol::{Id, Response};
 
 use crate::error::fmt_duration;
 use crate::lines::{read_line, scan_id, Line};
-use crate::supervise::{backoff, describe_exit, lock, private_home, Slot};
+use tributary_base::lock;
+
+use crate::supervise::{backoff, describe_exit, private_home, Slot};
 use crate::{HostOptions, ResolveError};
 
 /// Longest stderr line kept (bytes); longer ones are cut.

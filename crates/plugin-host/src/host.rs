@@ -10,7 +10,9 @@ use tokio::time::Instant;
 use tributary_protocol::{ProviderDecl, Request, ResolveParams, ResolveResult, ResponsePayload};
 
 use crate::conn::Reply;
-use crate::supervise::{lock, Slot};
+use tributary_base::lock;
+
+use crate::supervise::Slot;
 use crate::{HostOptions, PluginInfo, ResolveError};
 
 /// The plugins of a plugins directory and their processes. `Send + Sync`; share it as

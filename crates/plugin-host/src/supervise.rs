@@ -9,6 +9,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use tributary_base::lock;
+
 use crate::conn::Conn;
 use crate::error::fmt_duration;
 use crate::{HostOptions, PluginHost, PluginInfo, Redactor, ResolveError};
@@ -64,12 +66,6 @@ impl Slot {
         tracing::debug!(plugin = %self.info.name, "{text}");
         lock(&self.stderr).push(format!("[tributary] {text}"));
     }
-}
-
-/// Locks a mutex, going on with the data of a poisoned one (every critical section here leaves
-/// the data consistent).
-pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl PluginHost {

@@ -16,6 +16,7 @@ use std::time::Duration;
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine as _;
 use serde_json::{json, Map, Value};
+use tributary_base::lock;
 use tributary_plugin_sdk::{
     parse_port, parse_weight, split_target, target, weight_value, ConfigExt, Plugin, ResolveParams,
     ResolveResult, RpcError,
@@ -222,7 +223,7 @@ fn describe(e: &reqwest::Error) -> String {
 impl Etcd {
     fn client(&self, ca_cert: Option<&str>) -> Result<reqwest::Client, RpcError> {
         let key = ca_cert.map(str::to_string);
-        let mut clients = self.clients.lock().unwrap_or_else(|e| e.into_inner());
+        let mut clients = lock(&self.clients);
         if let Some(c) = clients.get(&key) {
             return Ok(c.clone());
         }
@@ -312,12 +313,7 @@ impl Etcd {
         };
         let key = (ep.to_string(), user.clone(), pass.clone());
         if !fresh {
-            if let Some(t) = self
-                .tokens
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .get(&key)
-            {
+            if let Some(t) = lock(&self.tokens).get(&key) {
                 return Ok(Some(t.clone()));
             }
         }
@@ -331,10 +327,7 @@ impl Etcd {
         .await?;
         if let Some(t) = v.get("token").and_then(Value::as_str) {
             let t = t.to_string();
-            self.tokens
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert(key, t.clone());
+            lock(&self.tokens).insert(key, t.clone());
             return Ok(Some(t));
         }
         match etcd_error(&v) {

@@ -7,9 +7,9 @@ use upstrand_core::upstrand::select::Step;
 use upstrand_core::upstrand::status::Answer;
 use upstrand_core::upstrand::trace;
 
-use super::{attach, find_ctx, log_walk, now_ms, part_name, rng, Mode, Part, Role, Walk};
+use super::{attach, find_ctx, log_walk, part_name, rng, Mode, Part, Role, Walk};
 use crate::ffi::request::{next_body, next_header, Chain, Filters, Req};
-use crate::ffi::Status;
+use crate::ffi::{current_msec, Status};
 
 /// Makes the answer of subrequest `r` the root's response: copy the headers and send them down
 /// the chain as the root's.
@@ -84,8 +84,14 @@ fn header_filter(r: Req) -> Status {
             w.state.contacted(t);
         }
         up.with_state(|conf, state| {
-            w.state
-                .on_answer(conf, state, answer, non_idempotent, now_ms(), &mut rng)
+            w.state.on_answer(
+                conf,
+                state,
+                answer,
+                non_idempotent,
+                current_msec(),
+                &mut rng,
+            )
         })
     });
     let here = part_name(up, Role::Step(current));

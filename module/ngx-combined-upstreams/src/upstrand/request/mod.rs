@@ -250,10 +250,6 @@ fn rng(n: usize) -> usize {
     (random() as usize) % n.max(1)
 }
 
-fn now_ms() -> u64 {
-    current_msec()
-}
-
 /// A second upstrand was accessed in the request tree of `walk`: poison the walk (every further
 /// step answers 500) and log the C module's message.
 fn poison(r: Req, walk: Walk, new: &Upstrand) {
@@ -290,7 +286,7 @@ pub(super) fn upstrand_value(r: Req, v: &mut VarSlot, up: &'static Upstrand) -> 
     }
     // A new walk with r as its root.
     let Some(begin) =
-        up.with_state(|conf, state| WalkState::begin(conf, state, now_ms(), &mut rng))
+        up.with_state(|conf, state| WalkState::begin(conf, state, current_msec(), &mut rng))
     else {
         v.not_found();
         return Status::NGX_OK;
