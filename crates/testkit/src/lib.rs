@@ -1,5 +1,7 @@
 //! Test fixtures for Tributary: a real nginx (Debian's package) on a free loopback port with its own
-//! temporary prefix, tiny backends served by the same nginx, free ports and a minimal HTTP client.
+//! temporary prefix, tiny backends served by the same nginx, free ports ([`free_port`],
+//! [`free_tcp_udp_port`]), a minimal HTTP client, and the plugin package a plugin's tests check
+//! ([`this_plugin!`]: its built executable and source folder).
 //!
 //! Used as a dev-dependency only. Nothing here is mocked: [`TestNginx`] runs
 //! `nginx -p DIR -c DIR/conf/nginx.conf -e stderr` as a child process (`daemon off`, master + one
@@ -24,10 +26,16 @@
 //! A missing nginx binary makes the fixture panic with a clear message; tests never skip silently.
 #![forbid(unsafe_code)]
 
+mod plugin;
+mod ports;
+
+pub use plugin::PluginPackage;
+pub use ports::{free_port, free_tcp_udp_port};
+
 use std::fmt::Write as _;
 use std::fs;
 use std::io::{self, Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -36,12 +44,6 @@ use std::time::{Duration, Instant};
 
 /// How long [`TestNginx`] waits for nginx to listen after starting it.
 pub const STARTUP_TIMEOUT: Duration = Duration::from_secs(15);
-
-/// Returns a port that was free on 127.0.0.1 a moment ago (bind to port 0, read it, release it).
-pub fn free_port() -> u16 {
-    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind 127.0.0.1:0");
-    listener.local_addr().expect("local_addr").port()
-}
 
 /// Finds the nginx binary: `$TRIBUTARY_NGINX`, else `nginx` on `PATH`, else `/usr/sbin/nginx`.
 ///
@@ -853,16 +855,4 @@ pub fn http_get(port: u16, path: &str) -> io::Result<(u16, String)> {
             )
         })?;
     Ok((status, body.to_string()))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn free_port_is_bindable() {
-        let p = free_port();
-        assert_ne!(p, 0);
-        TcpListener::bind((Ipv4Addr::LOCALHOST, p)).expect("port should be free");
-    }
 }
