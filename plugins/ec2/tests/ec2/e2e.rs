@@ -9,9 +9,8 @@ use serde_json::json;
 use tributary_fakes::daemon::{plugins_dir, tributary_bin, Daemon};
 use tributary_fakes::moto::{Moto, REGION};
 use tributary_testkit::{free_port, TestNginx};
-use tributary_testkit::{this_plugin, PluginPackage};
 
-const PLUGIN: PluginPackage = this_plugin!("tributary-plugin-ec2");
+use crate::PLUGIN;
 
 const ONE_REFRESH: Duration = Duration::from_secs(10 + 15);
 

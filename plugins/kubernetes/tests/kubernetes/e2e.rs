@@ -9,9 +9,8 @@ use serde_json::json;
 use tributary_fakes::daemon::{plugins_dir, tributary_bin, Daemon};
 use tributary_fakes::kube::{endpoint, slice, FakeKube};
 use tributary_testkit::{free_port, TestNginx};
-use tributary_testkit::{this_plugin, PluginPackage};
 
-const PLUGIN: PluginPackage = this_plugin!("tributary-plugin-kubernetes");
+use crate::PLUGIN;
 
 const TOKEN: &str = "sa-e2e-token-8b2f61c0d9e4";
 const ONE_REFRESH: Duration = Duration::from_secs(10 + 15);

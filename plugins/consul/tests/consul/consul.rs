@@ -11,15 +11,14 @@ use tributary_fakes::host::{assert_conforms, HostedPlugin};
 use tributary_plugin_consul::Consul;
 use tributary_plugin_host::check::check_plugin;
 use tributary_protocol::{ResolveParams, ERR_CONFIG, ERR_PROVIDER};
-use tributary_testkit::{this_plugin, PluginPackage};
+
+use crate::PLUGIN;
 
 const TOKEN: &str = "acl-tok-7f3a9c2e51d84b06a1e0";
 
 fn params(config: Value, service: &str) -> ResolveParams {
     tributary_fakes::host::params("registry", config, service)
 }
-
-const PLUGIN: PluginPackage = this_plugin!("tributary-plugin-consul");
 
 fn plugin() -> Consul {
     Consul::new(Duration::from_secs(2))

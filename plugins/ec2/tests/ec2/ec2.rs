@@ -13,13 +13,12 @@ use tributary_fakes::moto::{Moto, REGION};
 use tributary_plugin_ec2::Ec2;
 use tributary_plugin_host::check::{check_plugin, Outcome};
 use tributary_protocol::{ResolveParams, RpcError, ERR_CONFIG, ERR_PROVIDER};
-use tributary_testkit::{this_plugin, PluginPackage};
+
+use crate::PLUGIN;
 
 fn params(config: Value, service: &str) -> ResolveParams {
     tributary_fakes::host::params("ec2", config, service)
 }
-
-const PLUGIN: PluginPackage = this_plugin!("tributary-plugin-ec2");
 
 fn config(m: &Moto) -> Value {
     json!({"region": REGION, "access_key_id": m.access_key_id,

@@ -12,15 +12,14 @@ use tributary_fakes::tls::TestCa;
 use tributary_plugin_host::check::check_plugin;
 use tributary_plugin_kubernetes::Kubernetes;
 use tributary_protocol::{ResolveParams, RpcError, ERR_CONFIG, ERR_PROVIDER};
-use tributary_testkit::{this_plugin, PluginPackage};
+
+use crate::PLUGIN;
 
 const TOKEN: &str = "eyJhbGciOiJSUzI1NiJ9.sa-token-4c1d9e7b2a";
 
 fn params(config: Value, service: &str) -> ResolveParams {
     tributary_fakes::host::params("kubernetes", config, service)
 }
-
-const PLUGIN: PluginPackage = this_plugin!("tributary-plugin-kubernetes");
 
 fn config(k: &FakeKube) -> Value {
     json!({"api_server": k.api_server(), "token": TOKEN, "ca_cert": k.ca_pem()})

@@ -7,9 +7,9 @@ use std::time::Duration;
 use serde_json::json;
 use tributary_fakes::consul::{FakeConsul, Health, Instance};
 use tributary_fakes::daemon::{plugins_dir, tributary_bin, Daemon};
-use tributary_testkit::{this_plugin, PluginPackage, TestNginx};
+use tributary_testkit::TestNginx;
 
-const PLUGIN: PluginPackage = this_plugin!("tributary-plugin-consul");
+use crate::PLUGIN;
 
 const TOKEN: &str = "acl-e2e-5d1c0b7e93f24a68";
 /// The binding's interval (the daemon's minimum) and the slack for one refresh to land.
