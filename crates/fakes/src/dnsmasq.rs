@@ -1,7 +1,7 @@
 //! A real `dnsmasq` (Debian's package) answering only its command-line records on a free
 //! 127.0.0.1 port, for the `dns` plugin's tests and benchmark. Stopped on drop.
 
-use std::net::{TcpStream, UdpSocket};
+use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -13,16 +13,6 @@ pub fn binary() -> PathBuf {
         "/usr/sbin/dnsmasq",
         "install Debian's dnsmasq-base package (scripts/setup.sh does it)",
     )
-}
-
-/// A port free for both TCP and UDP on 127.0.0.1 a moment ago.
-fn free_port() -> u16 {
-    loop {
-        let p = tributary_testkit::free_port();
-        if UdpSocket::bind(("127.0.0.1", p)).is_ok() {
-            return p;
-        }
-    }
 }
 
 /// A running dnsmasq.
@@ -40,7 +30,7 @@ impl Dnsmasq {
     pub fn start(ttl: u32, records: &[String]) -> Dnsmasq {
         let mut last = String::new();
         for _ in 0..5 {
-            match Dnsmasq::try_start(free_port(), ttl, records) {
+            match Dnsmasq::try_start(tributary_testkit::free_tcp_udp_port(), ttl, records) {
                 Ok(d) => return d,
                 Err(e) => last = e,
             }

@@ -13,8 +13,12 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 use tributary_protocol::{Id, Response};
 
+use crate::error::fmt_duration;
 use crate::lines::{read_line, scan_id, Line};
-use crate::{backoff, describe_exit, fmt_duration, lock, HostOptions, ResolveError, Slot};
+use tributary_base::lock;
+
+use crate::supervise::{backoff, describe_exit, private_home, Slot};
+use crate::{HostOptions, ResolveError};
 
 /// Longest stderr line kept (bytes); longer ones are cut.
 const STDERR_LINE_KEEP: usize = 4096;
@@ -49,7 +53,7 @@ pub(crate) struct Conn {
 
 impl Conn {
     pub(crate) fn spawn(slot: &Arc<Slot>, opts: &HostOptions) -> Result<Arc<Conn>, ResolveError> {
-        crate::private_home(&slot.home).map_err(|e| {
+        private_home(&slot.home).map_err(|e| {
             ResolveError::Spawn(format!(
                 "cannot prepare the plugin's home folder {}: {e}",
                 slot.home.display()

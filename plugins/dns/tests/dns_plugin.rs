@@ -2,7 +2,6 @@
 //! conformance checker, and end to end through `tributary serve` and a real nginx.
 
 use std::net::UdpSocket;
-use std::path::Path;
 use std::time::Duration;
 
 use serde_json::{json, Value};
@@ -13,19 +12,13 @@ use tributary_fakes::host::{assert_conforms, checked_in, params, HostedPlugin};
 use tributary_fakes::wait::{poll, wait_backends};
 use tributary_plugin_host::check::check_plugin;
 use tributary_protocol::{ResolveResult, ERR_CONFIG, ERR_PROVIDER};
-use tributary_testkit::TestNginx;
+use tributary_testkit::{this_plugin, PluginPackage, TestNginx};
 
-fn bin() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_tributary-plugin-dns"))
-}
-
-fn source_dir() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-}
+const PLUGIN: PluginPackage = this_plugin!("tributary-plugin-dns");
 
 /// The built plugin under the real host.
 fn hosted() -> HostedPlugin {
-    HostedPlugin::load(source_dir(), bin(), None)
+    HostedPlugin::load(PLUGIN.source_dir(), PLUGIN.bin(), None)
 }
 
 /// Targets as sorted `(address, port, weight)`.
@@ -274,12 +267,12 @@ async fn passes_the_conformance_checker() {
         "service": "_http._tcp.demo.test",
         "unknown_service": "_http._tcp.unknown.test"
     });
-    let dir = plugin_folder(tmp.path(), source_dir(), bin(), Some(&sample));
+    let dir = plugin_folder(tmp.path(), PLUGIN.source_dir(), PLUGIN.bin(), Some(&sample));
     let report = check_plugin(&dir).await;
     // The provider has no required field (all have defaults), so only that check is skipped.
     assert_conforms(&report, &["no provider declares a required field"]);
     // The same through the `tributary plugin check` command.
-    assert_cli_check_passes(&tributary_bin(bin()), &dir, true);
+    assert_cli_check_passes(&tributary_bin(PLUGIN.bin()), &dir, true);
 }
 
 #[test]
@@ -305,8 +298,8 @@ fn end_to_end_nginx_follows_dns_on_its_ttl_and_keeps_servers_when_dns_is_down() 
     // TTL 10 s (the engine's minimum): the binding refreshes on the TTL, not its 60 s interval.
     let mut dns = Dnsmasq::start(10, &records(&["alpha", "beta"]));
     let tmp = tempfile::tempdir().unwrap();
-    let plugins = plugins_dir(tmp.path(), source_dir(), bin());
-    let daemon = Daemon::start(&tributary_bin(bin()), tmp.path(), &plugins, &nginx);
+    let plugins = plugins_dir(tmp.path(), PLUGIN.source_dir(), PLUGIN.bin());
+    let daemon = Daemon::start(&tributary_bin(PLUGIN.bin()), tmp.path(), &plugins, &nginx);
     let ns_cfg = format!("nameserver={}", dns.nameserver());
     let out = daemon.binding_add(
         "api",
@@ -363,7 +356,7 @@ fn end_to_end_nginx_follows_dns_on_its_ttl_and_keeps_servers_when_dns_is_down() 
 async fn the_checked_in_folder_works_through_its_launcher() {
     // plugins/dns/plugin.json names run.sh, which starts the binary cargo built into the target dir.
     let dns = Dnsmasq::start(10, &s(&["--host-record=web.test,127.0.0.5"]));
-    let host = checked_in(source_dir());
+    let host = checked_in(PLUGIN.source_dir());
     let r = host
         .resolve(
             "dns",
@@ -378,6 +371,6 @@ async fn the_checked_in_folder_works_through_its_launcher() {
     assert_eq!(r.targets, vec![json!({"address":"127.0.0.5","port":80})]);
     host.shutdown().await;
     // Without a conformance.json only the checks needing a live nameserver are skipped.
-    let report = check_plugin(source_dir()).await;
+    let report = check_plugin(PLUGIN.source_dir()).await;
     assert!(report.passed(), "{report}");
 }

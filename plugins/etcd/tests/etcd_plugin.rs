@@ -2,8 +2,6 @@
 //! and without authentication, over HTTPS with a test CA), the conformance checker, and end to end
 //! through `tributary serve` and a real nginx.
 
-use std::path::Path;
-
 use serde_json::{json, Value};
 use tributary_fakes::daemon::{assert_cli_check_passes, assert_ok, plugins_dir, tributary_bin};
 use tributary_fakes::daemon::{plugin_folder, Daemon};
@@ -13,19 +11,13 @@ use tributary_fakes::tls::TestCa;
 use tributary_fakes::wait::{poll, wait_backends};
 use tributary_plugin_host::check::check_plugin;
 use tributary_protocol::{ResolveResult, ERR_CONFIG, ERR_PROVIDER};
-use tributary_testkit::TestNginx;
+use tributary_testkit::{this_plugin, PluginPackage, TestNginx};
 
-fn bin() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_tributary-plugin-etcd"))
-}
-
-fn source_dir() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-}
+const PLUGIN: PluginPackage = this_plugin!("tributary-plugin-etcd");
 
 /// The built plugin under the real host.
 fn hosted() -> HostedPlugin {
-    HostedPlugin::load(source_dir(), bin(), None)
+    HostedPlugin::load(PLUGIN.source_dir(), PLUGIN.bin(), None)
 }
 
 fn sorted(r: &ResolveResult) -> Vec<Value> {
@@ -264,10 +256,10 @@ async fn passes_the_conformance_checker() {
         "service": "demo",
         "unknown_service": "no-such-service"
     });
-    let dir = plugin_folder(tmp.path(), source_dir(), bin(), Some(&sample));
+    let dir = plugin_folder(tmp.path(), PLUGIN.source_dir(), PLUGIN.bin(), Some(&sample));
     let report = check_plugin(&dir).await;
     assert_conforms(&report, &[]);
-    assert_cli_check_passes(&tributary_bin(bin()), &dir, false);
+    assert_cli_check_passes(&tributary_bin(PLUGIN.bin()), &dir, false);
 }
 
 #[test]
@@ -289,8 +281,8 @@ fn end_to_end_nginx_follows_etcd_and_keeps_servers_when_etcd_is_down() {
     e.add_reader("tributary", password, "/services/");
 
     let tmp = tempfile::tempdir().unwrap();
-    let plugins = plugins_dir(tmp.path(), source_dir(), bin());
-    let daemon = Daemon::start(&tributary_bin(bin()), tmp.path(), &plugins, &nginx);
+    let plugins = plugins_dir(tmp.path(), PLUGIN.source_dir(), PLUGIN.bin());
+    let daemon = Daemon::start(&tributary_bin(PLUGIN.bin()), tmp.path(), &plugins, &nginx);
     let ep = format!("endpoints={}", e.endpoint());
     let pw = format!("password={password}");
     let out = daemon.binding_add(
@@ -375,7 +367,7 @@ async fn the_checked_in_folder_works_through_its_launcher() {
     // plugins/etcd/plugin.json names run.sh, which starts the binary cargo built into the target dir.
     let e = Etcd::start();
     e.put("/services/api/1", "10.0.0.1:80");
-    let host = checked_in(source_dir());
+    let host = checked_in(PLUGIN.source_dir());
     let r = host
         .resolve(
             "etcd",
@@ -385,7 +377,7 @@ async fn the_checked_in_folder_works_through_its_launcher() {
         .unwrap_or_else(|err| panic!("{err}; stderr: {:?}", host.stderr_tail("etcd")));
     assert_eq!(r.targets, vec![json!({"address":"10.0.0.1","port":80})]);
     host.shutdown().await;
-    let report = check_plugin(source_dir()).await;
+    let report = check_plugin(PLUGIN.source_dir()).await;
     assert!(report.passed(), "{report}");
 }
 

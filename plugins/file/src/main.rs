@@ -22,6 +22,7 @@ use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 
 use serde_json::{Map, Value};
+use tributary_base::lock;
 use tributary_plugin_sdk::{
     parse_port, parse_weight, split_target, target, weight_value, ConfigExt, Plugin, ResolveParams,
     ResolveResult, RpcError,
@@ -90,7 +91,7 @@ fn load_cached(path: &Path, cache: &Cache) -> Result<Arc<Map<String, Value>>, Rp
         mtime: (meta.mtime(), meta.mtime_nsec()),
         ctime: (meta.ctime(), meta.ctime_nsec()),
     };
-    if let Some((k, map)) = cache.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+    if let Some((k, map)) = lock(cache).as_ref() {
         if *k == key {
             return Ok(map.clone());
         }
@@ -100,11 +101,9 @@ fn load_cached(path: &Path, cache: &Cache) -> Result<Arc<Map<String, Value>>, Rp
     // same key. So a file is cached only once its last change is old enough that a later write must
     // show a new time ("racy" entries are re-read every time, as git does with its index).
     let newest = key.mtime.max(key.ctime);
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as i64);
+    let now = tributary_base::now_ms() / 1000;
     if now - newest.0 >= 2 {
-        *cache.lock().unwrap_or_else(|e| e.into_inner()) = Some((key, map.clone()));
+        *lock(cache) = Some((key, map.clone()));
     }
     Ok(map)
 }

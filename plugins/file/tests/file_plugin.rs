@@ -10,15 +10,9 @@ use tributary_fakes::host::{assert_conforms, HostedPlugin};
 use tributary_fakes::wait::wait_backends;
 use tributary_plugin_host::check::check_plugin;
 use tributary_protocol::ERR_CONFIG;
-use tributary_testkit::TestNginx;
+use tributary_testkit::{this_plugin, PluginPackage, TestNginx};
 
-fn bin() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_tributary-plugin-file"))
-}
-
-fn source_dir() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-}
+const PLUGIN: PluginPackage = this_plugin!("tributary-plugin-file");
 
 fn config(path: &Path) -> serde_json::Value {
     json!({ "path": path })
@@ -27,7 +21,7 @@ fn config(path: &Path) -> serde_json::Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn resolves_through_the_host_and_reads_the_file_on_every_call() {
     let tmp = tempfile::tempdir().unwrap();
-    let h = HostedPlugin::load(source_dir(), bin(), None);
+    let h = HostedPlugin::load(PLUGIN.source_dir(), PLUGIN.bin(), None);
     let file = tmp.path().join("services.json");
     std::fs::write(&file, r#"{"api":["10.0.0.1:80","[2001:db8::1]:443:5"]}"#).unwrap();
     let r = h.resolve(config(&file), "api").await.unwrap();
@@ -68,12 +62,12 @@ async fn passes_the_conformance_checker() {
     std::fs::write(&file, "demo: ['127.0.0.1:8080']\n").unwrap();
     let sample =
         json!({"provider":"file","config":{"path":file},"service":"demo","unknown_service":"nope"});
-    let dir = plugin_folder(tmp.path(), source_dir(), bin(), Some(&sample));
+    let dir = plugin_folder(tmp.path(), PLUGIN.source_dir(), PLUGIN.bin(), Some(&sample));
     let report = check_plugin(&dir).await;
     assert_conforms(&report, &[]);
     // The checked-in folder (run.sh launcher, sample/services.yaml relative to the folder) too,
     // through the `tributary plugin check` command.
-    assert_cli_check_passes(&tributary_bin(bin()), source_dir(), false);
+    assert_cli_check_passes(&tributary_bin(PLUGIN.bin()), PLUGIN.source_dir(), false);
 }
 
 #[test]
@@ -85,7 +79,7 @@ fn end_to_end_nginx_follows_the_file_and_keeps_servers_when_it_breaks() {
         .backend("gamma")
         .start();
     let port = |n: &str| nginx.backend_port(n);
-    let plugins = plugins_dir(tmp.path(), source_dir(), bin());
+    let plugins = plugins_dir(tmp.path(), PLUGIN.source_dir(), PLUGIN.bin());
     let file = tmp.path().join("registry.yaml");
     let write = |names: &[&str]| {
         let entries: Vec<String> = names
@@ -95,7 +89,7 @@ fn end_to_end_nginx_follows_the_file_and_keeps_servers_when_it_breaks() {
         std::fs::write(&file, format!("api:\n{}other: []\n", entries.concat())).unwrap();
     };
     write(&["alpha", "beta"]);
-    let daemon = Daemon::start(&tributary_bin(bin()), tmp.path(), &plugins, &nginx);
+    let daemon = Daemon::start(&tributary_bin(PLUGIN.bin()), tmp.path(), &plugins, &nginx);
 
     let path_cfg = format!("path={}", file.display());
     let out = daemon.binding_add(

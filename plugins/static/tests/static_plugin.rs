@@ -8,20 +8,15 @@ use tributary_fakes::host::{assert_conforms, checked_in, params, HostedPlugin};
 use tributary_plugin_host::check::check_plugin;
 use tributary_plugin_host::{HostOptions, PluginHost, ResolveError};
 use tributary_protocol::ERR_CONFIG;
+use tributary_testkit::{this_plugin, PluginPackage};
 
-fn source_dir() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-}
+const PLUGIN: PluginPackage = this_plugin!("tributary-plugin-static");
 
 /// The built plugin under the real host, with this folder's conformance sample.
 fn hosted() -> HostedPlugin {
-    let text = std::fs::read_to_string(source_dir().join("conformance.json")).unwrap();
+    let text = std::fs::read_to_string(PLUGIN.source_dir().join("conformance.json")).unwrap();
     let sample: serde_json::Value = serde_json::from_str(&text).unwrap();
-    HostedPlugin::load(
-        source_dir(),
-        Path::new(env!("CARGO_BIN_EXE_tributary-plugin-static")),
-        Some(&sample),
-    )
+    HostedPlugin::load(PLUGIN.source_dir(), PLUGIN.bin(), Some(&sample))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -82,7 +77,7 @@ async fn passes_the_conformance_checker() {
 async fn the_checked_in_folder_works_through_its_launcher() {
     // plugins/static/plugin.json points at run.sh, which starts the binary cargo built into the
     // target directory (this test's build made target/debug/tributary-plugin-static).
-    let host = checked_in(source_dir());
+    let host = checked_in(PLUGIN.source_dir());
     let r = host
         .resolve(
             "static",
@@ -92,7 +87,7 @@ async fn the_checked_in_folder_works_through_its_launcher() {
         .unwrap_or_else(|e| panic!("{e}\nstderr: {:?}", host.stderr_tail("static")));
     assert_eq!(r.targets, vec![json!({"address":"127.0.0.1","port":9})]);
     host.shutdown().await;
-    let report = check_plugin(source_dir()).await;
+    let report = check_plugin(PLUGIN.source_dir()).await;
     assert!(report.passed(), "{report}");
 }
 

@@ -41,19 +41,14 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use args::Args;
 use faults::Kind;
 use report::Row;
 use stack::{DaemonProc, Registry};
 use traffic::Shared;
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
-}
+use tributary_store::now_ms;
 
 /// One fault and what followed it.
 struct FaultRecord {

@@ -42,7 +42,7 @@ fn main() {
 }
 
 fn write(out: &Mutex<std::io::Stdout>, text: &str) {
-    let mut o = out.lock().unwrap_or_else(|p| p.into_inner());
+    let mut o = tributary_base::lock(out);
     let _ = o.write_all(text.as_bytes());
     let _ = o.write_all(b"\n");
     let _ = o.flush();

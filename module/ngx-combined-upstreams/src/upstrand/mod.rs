@@ -5,8 +5,9 @@
 //! Decisions and walk logic live in `upstrand_core::upstrand` (pure, unit-tested); the files here
 //! only translate between nginx structures and those values:
 //! - [`block`]: the `upstrand` block directive (configuration time),
-//! - [`request`]: per-request walk state, `$upstrand_NAME`, the header/body filters that swallow,
-//!   re-run (clone subrequests) and deliver answers, and the peer-init hook,
+//! - [`request`]: per-request walk state and `$upstrand_NAME` (`request/mod.rs`), the header/body
+//!   filters that swallow, re-run (clone subrequests) and deliver answers (`request/filters.rs`),
+//!   and the peer-init hook (`request/peer_init.rs`),
 //! - [`vars`]: the status variables,
 //! - [`dynamic`]: `dynamic_upstrand` and its location configuration.
 //!

@@ -1,12 +1,10 @@
 //! The apply transaction against a real nginx (Debian's, own prefix, loopback; see tributary-testkit).
-mod common;
-
 use std::fs;
 use std::os::unix::fs::MetadataExt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use tributary_apply::{
     Applier, ApplyError, ApplyOptions, ChangeOutcome, CommandError, CommandNginx, Nginx,
     RemoveOutcome,
@@ -535,7 +533,7 @@ fn kill_9_between_write_and_test(upstream: &str) {
     let mut child = std::process::Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
-            "crash_helper_child_process",
+            "real_nginx::crash_helper_child_process",
             "--nocapture",
             "--test-threads",
             "1",

@@ -3,7 +3,6 @@
 //! private addresses in a 127.0.0.0/24 subnet). Instance changes reach nginx within one refresh;
 //! moto going down leaves nginx its servers and the binding shows the failure.
 
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde_json::json;
@@ -11,11 +10,13 @@ use tributary_fakes::daemon::{plugins_dir, tributary_bin, Daemon};
 use tributary_fakes::moto::{Moto, REGION};
 use tributary_testkit::{free_port, TestNginx};
 
+use crate::PLUGIN;
+
 const ONE_REFRESH: Duration = Duration::from_secs(10 + 15);
 
 #[test]
 fn instance_changes_reach_nginx_and_an_outage_keeps_the_servers() {
-    let bin = PathBuf::from(env!("CARGO_BIN_EXE_tributary-plugin-ec2"));
+    let bin = PLUGIN.bin();
     let root = tempfile::tempdir().unwrap();
     let port = free_port();
     let nginx = TestNginx::builder()
@@ -27,8 +28,8 @@ fn instance_changes_reach_nginx_and_an_outage_keeps_the_servers() {
     let mut moto = Moto::start();
     let first = moto.run_instances(1, &[("app", "web"), ("weight", "4")], Some("127.0.0.41"));
 
-    let plugins = plugins_dir(root.path(), Path::new(env!("CARGO_MANIFEST_DIR")), &bin);
-    let daemon = Daemon::start(&tributary_bin(&bin), root.path(), &plugins, &nginx);
+    let plugins = plugins_dir(root.path(), PLUGIN.source_dir(), bin);
+    let daemon = Daemon::start(&tributary_bin(bin), root.path(), &plugins, &nginx);
     let body = json!({"plugin": "ec2", "provider": "ec2", "service": "app=web",
                       "config": {"region": REGION, "access_key_id": moto.access_key_id,
                                  "secret_access_key": moto.secret_access_key,

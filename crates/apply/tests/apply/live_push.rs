@@ -1,15 +1,13 @@
 //! The live path of the applier (issue 11): a change is pushed once its journal exists, before
 //! its new file is written, and confirmed once the file is in place, before the test; pushes stand
 //! only when the test passes, and are taken back before the files are restored when it fails.
-mod common;
-
 use std::collections::HashMap;
 use std::fs;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
-use common::{change, fake, fast, name, FakeNginx};
+use crate::common::{change, fake, fast, name, FakeNginx};
 use tributary_apply::{Applier, Change, ChangeOutcome, CommandError, Nginx, Push};
 
 /// What a [`Recorder`] runs at each push and undo.

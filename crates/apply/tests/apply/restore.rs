@@ -1,13 +1,11 @@
 //! Issue 9, section 2: restoring never loses the good copy. The upstreams folder is a small tmpfs
 //! (mounted by the test; needs root) so the disk can be full, or the folder immutable, at the
 //! worst moment.
-mod common;
-
 use std::fs;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use common::*;
+use crate::common::*;
 use tributary_apply::{Applier, ChangeOutcome, CommandError, CommandNginx, Nginx};
 use tributary_testkit::{TestNginx, TmpfsMount};
 

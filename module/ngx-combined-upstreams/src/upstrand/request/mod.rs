@@ -19,25 +19,28 @@
 //! variable handlers (the filter chain, `ngx_http_subrequest`, `peer.init`): `add_header X
 //! $upstrand_us1;` re-enters [`upstrand_value`] from the header filter chain, which marks the
 //! walk poisoned, and the status variables read the walk.
+//!
+//! This file holds the walk state (the [`Walk`]/[`Part`] handles and the contexts behind them)
+//! and the start of a walk ([`upstrand_value`]); `filters` moves a walk on from each answer and
+//! delivers the final one, `peer_init` is the hook on member upstreams.
+
+mod filters;
+mod peer_init;
+
+pub(super) use filters::WalkFilters;
+pub(super) use peer_init::wrap_peer_init;
 
 use core::ptr;
 
-use ngx::ffi::{
-    ngx_conf_t, ngx_http_upstream_conf_t, ngx_str_t, ngx_uint_t, NGX_HTTP_UPSTREAM_IGN_XA_REDIRECT,
-    NGX_LOG_DEBUG, NGX_LOG_ERR,
-};
+use ngx::ffi::{NGX_LOG_DEBUG, NGX_LOG_ERR};
 use upstrand_core::upstrand::select::{
-    member, multiple_message, whitelist_message, MemberRef, Step, Walk as WalkState,
+    member, multiple_message, whitelist_message, MemberRef, Walk as WalkState,
 };
-use upstrand_core::upstrand::status::Answer;
 use upstrand_core::upstrand::trace;
-use upstrand_core::upstreams::members_to_wrap;
 
-use super::{Registry, Upstrand};
-use crate::ffi::conf::ConfPart;
+use super::Upstrand;
 use crate::ffi::pool::PoolCell;
-use crate::ffi::request::{next_body, next_header, Chain, Filters, Req, UpstreamConf};
-use crate::ffi::upstream::{self as upstreams, PeerInit, Upstream};
+use crate::ffi::request::Req;
 use crate::ffi::variables::VarSlot;
 use crate::ffi::{current_msec, random, Status};
 
@@ -247,10 +250,6 @@ fn rng(n: usize) -> usize {
     (random() as usize) % n.max(1)
 }
 
-fn now_ms() -> u64 {
-    current_msec()
-}
-
 /// A second upstrand was accessed in the request tree of `walk`: poison the walk (every further
 /// step answers 500) and log the C module's message.
 fn poison(r: Req, walk: Walk, new: &Upstrand) {
@@ -287,7 +286,7 @@ pub(super) fn upstrand_value(r: Req, v: &mut VarSlot, up: &'static Upstrand) -> 
     }
     // A new walk with r as its root.
     let Some(begin) =
-        up.with_state(|conf, state| WalkState::begin(conf, state, now_ms(), &mut rng))
+        up.with_state(|conf, state| WalkState::begin(conf, state, current_msec(), &mut rng))
     else {
         v.not_found();
         return Status::NGX_OK;
@@ -317,221 +316,4 @@ pub(super) fn upstrand_value(r: Req, v: &mut VarSlot, up: &'static Upstrand) -> 
     r.set_error_page();
     v.set_static(part_name(up, Role::Step(first)).as_bytes());
     Status::NGX_OK
-}
-
-// ---- filters ----------------------------------------------------------------------------
-
-/// Makes the answer of subrequest `r` the root's response: copy the headers and send them down
-/// the chain as the root's.
-fn deliver(r: Req, root: Req) -> Status {
-    root.take_headers_out(r);
-    next_header(root)
-}
-
-/// Starts the next part of the walk as a subrequest of `r`.
-fn spawn(
-    r: Req,
-    walk: Walk,
-    uri: &[u8],
-    args: Option<ngx_str_t>,
-    clone: bool,
-    role: Role,
-    mode: Mode,
-) -> bool {
-    // No walk state is borrowed during the call.
-    let Some(sr) = r.subrequest(uri, args, clone) else {
-        return false;
-    };
-    attach(sr, walk, role, mode).is_some()
-}
-
-/// The header and body filters of walks.
-pub(super) struct WalkFilters;
-
-impl Filters for WalkFilters {
-    fn header(r: Req) -> Status {
-        header_filter(r)
-    }
-
-    fn body(r: Req, chain: Chain) -> Status {
-        body_filter(r, chain)
-    }
-}
-
-fn header_filter(r: Req) -> Status {
-    let Some(ctx) = find_ctx(r) else {
-        return next_header(r);
-    };
-    let c = ctx.get();
-    let walk = c.walk;
-    // One copy of the walk for the fields read below (root, upstrand and non_idempotent never
-    // change; poisoned is read before any call into nginx).
-    let w = walk.snapshot();
-    if w.poisoned {
-        ctx.set_mode(Mode::Pass);
-        return next_header(r);
-    }
-    if c.role == Role::Intercept {
-        ctx.set_mode(Mode::Deliver);
-        return deliver(r, w.root);
-    }
-    let Role::Step(current) = c.role else {
-        return next_header(r);
-    };
-    if c.mode != Mode::Undecided {
-        return next_header(r);
-    }
-    let up = w.upstrand;
-    let answer = Answer {
-        status: r.status(),
-        origin: r.origin(),
-    };
-    let non_idempotent = w.non_idempotent;
-    let step = walk.write(|w| {
-        // The time limit counts from the first contact with an upstream (nginx stamps
-        // `peer.start_time` right before connecting, after a buffered request body was read).
-        if let Some(t) = r.upstream_start_time() {
-            w.state.contacted(t);
-        }
-        up.with_state(|conf, state| {
-            w.state
-                .on_answer(conf, state, answer, non_idempotent, now_ms(), &mut rng)
-        })
-    });
-    let here = part_name(up, Role::Step(current));
-    let root = w.root;
-    let (next_role, uri, clone) = match step {
-        Step::Final {
-            intercept: None,
-            reason,
-        } => {
-            log_walk(r, || {
-                trace::stopped(&up.conf.name, here, answer, reason, None)
-            });
-            return final_answer(r, ctx);
-        }
-        Step::Final {
-            intercept: Some(i),
-            reason,
-        } => {
-            let uri = up.conf.intercepts[i].uri.as_str();
-            log_walk(r, || {
-                trace::stopped(&up.conf.name, here, answer, reason, Some(uri))
-            });
-            (Role::Intercept, uri.as_bytes().to_vec(), false)
-        }
-        Step::Next(m) => {
-            log_walk(r, || {
-                let to = part_name(up, Role::Step(m));
-                trace::moved(&up.conf.name, here, answer, to, m.cycle)
-            });
-            (Role::Step(m), root.uri(), true)
-        }
-    };
-    let args = clone.then(|| root.args());
-    let mode = if clone {
-        Mode::Undecided
-    } else {
-        Mode::Deliver
-    };
-    ctx.set_mode(Mode::Swallow);
-    if spawn(r, walk, &uri, args, clone, next_role, mode) {
-        return Status::NGX_OK;
-    }
-    // nginx logged why (e.g. "subrequests cycle"): this answer stays the final one.
-    log_walk(r, || trace::spawn_failed(&up.conf.name, here));
-    final_answer(r, ctx)
-}
-
-/// The current answer of `r` is the walk's response.
-fn final_answer(r: Req, ctx: Part) -> Status {
-    let root = ctx.walk().root();
-    if r == root {
-        ctx.set_mode(Mode::Pass);
-        next_header(r)
-    } else {
-        ctx.set_mode(Mode::Deliver);
-        deliver(r, root)
-    }
-}
-
-fn body_filter(req: Req, chain: Chain) -> Status {
-    let Some(ctx) = find_ctx(req) else {
-        return next_body(req, chain);
-    };
-    let c = ctx.get();
-    match c.mode {
-        Mode::Swallow => {
-            chain.consume();
-            req.drop_unbuffered_output();
-            Status::NGX_OK
-        }
-        Mode::Deliver => {
-            if c.walk.root() == req.main() {
-                chain.promote_last_in_chain();
-            }
-            next_body(req, chain)
-        }
-        Mode::Undecided | Mode::Pass => next_body(req, chain),
-    }
-}
-
-// ---- peer-init hook ---------------------------------------------------------------------
-
-/// Wraps `peer.init` of every upstream that is a member of some upstrand, so that requests of a
-/// walk run with `X-Accel-Redirect` and `proxy_intercept_errors` turned off (an internal
-/// redirect would break the walk) and a poisoned walk fails with 500. Called once from
-/// postconfiguration, after the upstream module's init_main_conf set every `peer.init`.
-pub(super) fn wrap_peer_init(cf: &ngx_conf_t, reg: &mut Registry) {
-    let list = upstreams::all(cf);
-    let members = reg
-        .upstrands
-        .iter()
-        .flat_map(|up| up.conf.normal.iter().chain(&up.conf.backup))
-        .map(|m| m.name.as_str());
-    let wrap = members_to_wrap(&upstreams::infos(&list), members);
-    for u in wrap.into_iter().map(|i| list[i]) {
-        reg.wrapped.push((u, u.peer_init_fn()));
-        u.wrap_peer_init::<WalkPeerInit>();
-    }
-}
-
-/// The walk variant of a location's upstream configuration (see [`Registry::walk_confs`]).
-fn walk_conf(reg: &Registry, conf: UpstreamConf) -> *mut ngx_http_upstream_conf_t {
-    let mut confs = reg.walk_confs.borrow_mut();
-    if let Some((_, copy)) = confs.iter_mut().find(|(orig, _)| *orig == conf) {
-        return &mut **copy;
-    }
-    let mut copy = Box::new(conf.get());
-    copy.ignore_headers |= NGX_HTTP_UPSTREAM_IGN_XA_REDIRECT as ngx_uint_t;
-    copy.intercept_errors = 0;
-    let p: *mut ngx_http_upstream_conf_t = &mut *copy;
-    confs.push((conf, copy));
-    p
-}
-
-/// The `peer.init` of member upstreams.
-struct WalkPeerInit;
-
-impl PeerInit for WalkPeerInit {
-    fn init(req: Req, us: Upstream) -> Status {
-        let Some(reg) = Registry::of_request(req) else {
-            return Status::NGX_ERROR;
-        };
-        let Some(orig) = reg
-            .wrapped
-            .iter()
-            .find(|(u, _)| *u == us)
-            .and_then(|(_, f)| *f)
-        else {
-            return Status::NGX_ERROR;
-        };
-        if let Some(ctx) = find_ctx(req) {
-            if ctx.walk().poisoned() {
-                return Status::NGX_ERROR;
-            }
-            req.map_upstream_conf(|conf| walk_conf(reg, conf));
-        }
-        orig.call(req, us)
-    }
 }

@@ -3,7 +3,6 @@
 //! port, as endpoints of one Service share it). Readiness changes reach nginx within one refresh; an
 //! API server that goes down leaves nginx its servers and the binding shows the failure.
 
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde_json::json;
@@ -11,12 +10,14 @@ use tributary_fakes::daemon::{plugins_dir, tributary_bin, Daemon};
 use tributary_fakes::kube::{endpoint, slice, FakeKube};
 use tributary_testkit::{free_port, TestNginx};
 
+use crate::PLUGIN;
+
 const TOKEN: &str = "sa-e2e-token-8b2f61c0d9e4";
 const ONE_REFRESH: Duration = Duration::from_secs(10 + 15);
 
 #[test]
 fn readiness_changes_reach_nginx_and_an_outage_keeps_the_servers() {
-    let bin = PathBuf::from(env!("CARGO_BIN_EXE_tributary-plugin-kubernetes"));
+    let bin = PLUGIN.bin();
     let root = tempfile::tempdir().unwrap();
     let pod_port = free_port();
     let nginx = TestNginx::builder()
@@ -42,8 +43,8 @@ fn readiness_changes_reach_nginx_and_an_outage_keeps_the_servers() {
     };
     k.set_slices(web(true, false));
 
-    let plugins = plugins_dir(root.path(), Path::new(env!("CARGO_MANIFEST_DIR")), &bin);
-    let daemon = Daemon::start(&tributary_bin(&bin), root.path(), &plugins, &nginx);
+    let plugins = plugins_dir(root.path(), PLUGIN.source_dir(), bin);
+    let daemon = Daemon::start(&tributary_bin(bin), root.path(), &plugins, &nginx);
     let body = json!({"plugin": "kubernetes", "provider": "kubernetes", "service": "shop/web",
                       "config": {"api_server": k.api_server(), "token": TOKEN,
                                  "ca_cert": k.ca_pem(), "port_name": "http"},

@@ -2,7 +2,6 @@
 //! docs): in-process through the SDK's `call`, and as the built binary through the real plugin host
 //! and the conformance checker.
 
-use std::path::Path;
 use std::time::Duration;
 
 use serde_json::{json, Value};
@@ -13,14 +12,12 @@ use tributary_plugin_consul::Consul;
 use tributary_plugin_host::check::check_plugin;
 use tributary_protocol::{ResolveParams, ERR_CONFIG, ERR_PROVIDER};
 
+use crate::PLUGIN;
+
 const TOKEN: &str = "acl-tok-7f3a9c2e51d84b06a1e0";
 
 fn params(config: Value, service: &str) -> ResolveParams {
     tributary_fakes::host::params("registry", config, service)
-}
-
-fn bin() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_tributary-plugin-consul"))
 }
 
 fn plugin() -> Consul {
@@ -242,7 +239,7 @@ fn hosted(fake: &FakeConsul, token: Option<&str>) -> HostedPlugin {
     }
     let sample = json!({"provider": "registry", "config": config, "service": "web",
                         "unknown_service": "no-such-service"});
-    HostedPlugin::load(Path::new(env!("CARGO_MANIFEST_DIR")), bin(), Some(&sample))
+    HostedPlugin::load(PLUGIN.source_dir(), PLUGIN.bin(), Some(&sample))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -253,7 +250,7 @@ async fn passes_the_conformance_checker_with_a_sample() {
     let h = hosted(&fake, Some(TOKEN));
     let report = check_plugin(h.folder()).await;
     // The same through the CLI: `tributary plugin check DIR`.
-    let (ok, text) = plugin_check_cli(&tributary_bin(bin()), h.folder());
+    let (ok, text) = plugin_check_cli(&tributary_bin(PLUGIN.bin()), h.folder());
     assert!(ok, "{text}");
     assert!(text.contains("PASS") && !text.contains("FAIL"), "{text}");
     assert!(!text.contains(TOKEN), "{text}");
@@ -313,7 +310,7 @@ async fn the_secret_token_appears_in_no_captured_output() {
 async fn the_checked_in_folder_passes_the_checker_through_its_launcher() {
     // plugins/consul/plugin.json names run.sh, which starts the binary in the target directory.
     // Without a reachable registry there is no sample: those checks are skipped, the rest pass.
-    let report = check_plugin(std::path::Path::new(env!("CARGO_MANIFEST_DIR"))).await;
+    let report = check_plugin(PLUGIN.source_dir()).await;
     assert!(report.passed(), "{report}");
 }
 
@@ -359,7 +356,7 @@ fn the_binary_reads_consul_cacert() {
     let ca = dir.path().join("ca.pem");
     std::fs::write(&ca, fake.ca_pem().unwrap()).unwrap();
     let mut plugin = Plugin(
-        std::process::Command::new(bin())
+        std::process::Command::new(PLUGIN.bin())
             .env("CONSUL_CACERT", &ca)
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())

@@ -2,7 +2,6 @@
 //! request must carry a SigV4 signature moto verifies with a key it issued): in-process through the
 //! SDK's `call`, and as the built binary through the real plugin host and the conformance checker.
 
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,12 +14,10 @@ use tributary_plugin_ec2::Ec2;
 use tributary_plugin_host::check::{check_plugin, Outcome};
 use tributary_protocol::{ResolveParams, RpcError, ERR_CONFIG, ERR_PROVIDER};
 
+use crate::PLUGIN;
+
 fn params(config: Value, service: &str) -> ResolveParams {
     tributary_fakes::host::params("ec2", config, service)
-}
-
-fn bin() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_tributary-plugin-ec2"))
 }
 
 fn config(m: &Moto) -> Value {
@@ -181,7 +178,7 @@ async fn endpoint_down_slow_or_strange_is_a_provider_error() {
 /// The built plugin under the real host, with a conformance sample that points at `m`.
 fn hosted(m: &Moto) -> HostedPlugin {
     let sample = json!({"provider": "ec2", "config": config(m), "service": "app=web"});
-    HostedPlugin::load(Path::new(env!("CARGO_MANIFEST_DIR")), bin(), Some(&sample))
+    HostedPlugin::load(PLUGIN.source_dir(), PLUGIN.bin(), Some(&sample))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -191,7 +188,7 @@ async fn passes_the_conformance_checker_and_never_shows_the_secret() {
     let h = hosted(&m);
     let report = check_plugin(h.folder()).await;
     // The same through the CLI: `tributary plugin check DIR`.
-    let (ok, text) = plugin_check_cli(&tributary_bin(bin()), h.folder());
+    let (ok, text) = plugin_check_cli(&tributary_bin(PLUGIN.bin()), h.folder());
     assert!(ok, "{text}");
     assert!(text.contains("PASS") && !text.contains("FAIL"), "{text}");
     assert!(!text.contains(&m.secret_access_key), "{text}");
@@ -236,6 +233,6 @@ async fn passes_the_conformance_checker_and_never_shows_the_secret() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_checked_in_folder_passes_the_checker_through_its_launcher() {
-    let report = check_plugin(std::path::Path::new(env!("CARGO_MANIFEST_DIR"))).await;
+    let report = check_plugin(PLUGIN.source_dir()).await;
     assert!(report.passed(), "{report}");
 }

@@ -1,13 +1,11 @@
 //! Commands, `nginx -V` parsing, and batch isolation at scale with a fake nginx whose "test"
 //! reads the files (fails when any contains BAD) — cheap enough to count tests for many bindings.
-mod common;
-
 use std::fs;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use common::{change, fake, fast, name};
+use crate::common::{change, fake, fast, name};
 use tributary_apply::{parse_conf_dir, run_command, Applier, ChangeOutcome, CommandNginx, Nginx};
 
 fn argv(v: &[&str]) -> Vec<String> {

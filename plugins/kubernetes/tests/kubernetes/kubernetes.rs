@@ -2,7 +2,6 @@
 //! HTTPS with a test CA, written from the Kubernetes API reference): in-process through the SDK's
 //! `call`, and as the built binary through the real plugin host and the conformance checker.
 
-use std::path::Path;
 use std::time::Duration;
 
 use serde_json::{json, Value};
@@ -14,14 +13,12 @@ use tributary_plugin_host::check::check_plugin;
 use tributary_plugin_kubernetes::Kubernetes;
 use tributary_protocol::{ResolveParams, RpcError, ERR_CONFIG, ERR_PROVIDER};
 
+use crate::PLUGIN;
+
 const TOKEN: &str = "eyJhbGciOiJSUzI1NiJ9.sa-token-4c1d9e7b2a";
 
 fn params(config: Value, service: &str) -> ResolveParams {
     tributary_fakes::host::params("kubernetes", config, service)
-}
-
-fn bin() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_tributary-plugin-kubernetes"))
 }
 
 fn config(k: &FakeKube) -> Value {
@@ -272,7 +269,7 @@ async fn api_server_down_or_slow_is_a_provider_error() {
 fn hosted(k: &FakeKube) -> HostedPlugin {
     let sample = json!({"provider": "kubernetes", "config": config(k), "service": "shop/api",
                         "unknown_service": "no-such-service"});
-    HostedPlugin::load(Path::new(env!("CARGO_MANIFEST_DIR")), bin(), Some(&sample))
+    HostedPlugin::load(PLUGIN.source_dir(), PLUGIN.bin(), Some(&sample))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -282,7 +279,7 @@ async fn passes_the_conformance_checker_and_never_shows_the_token() {
     let h = hosted(&k);
     let report = check_plugin(h.folder()).await;
     // The same through the CLI: `tributary plugin check DIR`.
-    let (ok, text) = plugin_check_cli(&tributary_bin(bin()), h.folder());
+    let (ok, text) = plugin_check_cli(&tributary_bin(PLUGIN.bin()), h.folder());
     assert!(ok, "{text}");
     assert!(text.contains("PASS") && !text.contains("FAIL"), "{text}");
     assert!(!text.contains(TOKEN), "{text}");
@@ -322,6 +319,6 @@ async fn passes_the_conformance_checker_and_never_shows_the_token() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_checked_in_folder_passes_the_checker_through_its_launcher() {
-    let report = check_plugin(std::path::Path::new(env!("CARGO_MANIFEST_DIR"))).await;
+    let report = check_plugin(PLUGIN.source_dir()).await;
     assert!(report.passed(), "{report}");
 }

@@ -2,7 +2,6 @@
 //! real nginx. Registry changes reach the upstream file and nginx within one refresh; a registry
 //! that goes down leaves nginx its servers and the binding shows the failure.
 
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde_json::json;
@@ -10,13 +9,15 @@ use tributary_fakes::consul::{FakeConsul, Health, Instance};
 use tributary_fakes::daemon::{plugins_dir, tributary_bin, Daemon};
 use tributary_testkit::TestNginx;
 
+use crate::PLUGIN;
+
 const TOKEN: &str = "acl-e2e-5d1c0b7e93f24a68";
 /// The binding's interval (the daemon's minimum) and the slack for one refresh to land.
 const ONE_REFRESH: Duration = Duration::from_secs(10 + 15);
 
 #[test]
 fn registry_changes_reach_nginx_and_an_outage_keeps_the_servers() {
-    let bin = PathBuf::from(env!("CARGO_BIN_EXE_tributary-plugin-consul"));
+    let bin = PLUGIN.bin();
     let root = tempfile::tempdir().unwrap();
     let nginx = TestNginx::builder()
         .backend("alpha")
@@ -28,8 +29,8 @@ fn registry_changes_reach_nginx_and_an_outage_keeps_the_servers() {
     fake.require_token(TOKEN);
     fake.register(Instance::new("web-1", "web", "127.0.0.1", alpha).weights(3, 1));
 
-    let plugins = plugins_dir(root.path(), Path::new(env!("CARGO_MANIFEST_DIR")), &bin);
-    let daemon = Daemon::start(&tributary_bin(&bin), root.path(), &plugins, &nginx);
+    let plugins = plugins_dir(root.path(), PLUGIN.source_dir(), bin);
+    let daemon = Daemon::start(&tributary_bin(bin), root.path(), &plugins, &nginx);
     let body = json!({"plugin": "consul", "provider": "registry", "service": "web",
                       "config": {"address": fake.address(), "token": TOKEN, "healthy_only": true},
                       "interval_secs": 10});

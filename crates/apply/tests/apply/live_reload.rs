@@ -1,14 +1,12 @@
 //! Issue 9, section 1: a reload counts only once nginx has made the new configuration live
 //! (new workers, old ones shutting down), against a real nginx with `master_process on` and two
 //! workers.
-mod common;
-
 use std::collections::HashSet;
 use std::fs;
 use std::net::{Ipv4Addr, TcpListener};
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use tributary_apply::{Applier, ChangeOutcome, ReloadConfirm};
 use tributary_testkit::TestNginx;
 

@@ -1,0 +1,304 @@
+//! [`TestNginxBuilder`]: what a [`TestNginx`] serves, its configuration, and starting it (a new
+//! port when the one picked was taken meanwhile).
+
+use std::fmt::Write as _;
+use std::fs;
+use std::io;
+use std::net::{Ipv4Addr, SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crate::{
+    combined_upstreams_module, free_port, running_as_root, try_nginx_binary, TestNginx,
+    STARTUP_TIMEOUT,
+};
+
+/// Builder for a [`TestNginx`] with backends, extra `http`-level config and pre-created files.
+#[derive(Debug, Clone)]
+pub struct TestNginxBuilder {
+    backends: Vec<String>,
+    http_snippets: Vec<String>,
+    files: Vec<(PathBuf, Vec<u8>)>,
+    upstreams_glob: bool,
+    workers: usize,
+    /// `Some(extra)`: load the combined-upstreams module and serve its `upstreams_api` on a unix
+    /// socket, `extra` being more directives of that location.
+    live_api: Option<String>,
+    /// The API location takes `PUT`s (`write=on`; [`TestNginxBuilder::live_api_read_only`] turns
+    /// it off).
+    live_api_write: bool,
+}
+
+impl Default for TestNginxBuilder {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl TestNginxBuilder {
+    /// No backends, no snippets, `include upstreams/*.conf;` on.
+    pub fn new() -> Self {
+        TestNginxBuilder {
+            backends: Vec::new(),
+            http_snippets: Vec::new(),
+            files: Vec::new(),
+            upstreams_glob: true,
+            workers: 1,
+            live_api: None,
+            live_api_write: true,
+        }
+    }
+
+    /// Loads the combined-upstreams module ([`combined_upstreams_module`]) and serves its live
+    /// upstreams API on a unix socket in the prefix ([`TestNginx::live_api_address`]), location
+    /// `/api/` with `location_extra` (e.g. `limit_except GET { deny all; }`) before
+    /// `upstreams_api write=on;`. Starting fails when the module is not built.
+    pub fn live_api(mut self, location_extra: &str) -> Self {
+        self.live_api = Some(location_extra.to_string());
+        self
+    }
+
+    /// [`Self::live_api`] with a read-only location (`upstreams_api;`: `GET` only).
+    pub fn live_api_read_only(mut self) -> Self {
+        self.live_api = Some(String::new());
+        self.live_api_write = false;
+        self
+    }
+
+    /// Runs `n` worker processes (default 1): a reload then has to replace all of them.
+    pub fn workers(mut self, n: usize) -> Self {
+        assert!(n >= 1, "nginx needs at least one worker");
+        self.workers = n;
+        self
+    }
+
+    /// Adds a backend: a `server` of the same nginx on its own free port answering `200 <name>`
+    /// (no trailing newline) to every request. `name` may hold letters, digits, `_ - .` only.
+    pub fn backend(mut self, name: &str) -> Self {
+        assert!(
+            !name.is_empty()
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.')),
+            "backend name {name:?}: use letters, digits, _ - . only"
+        );
+        self.backends.push(name.to_string());
+        self
+    }
+
+    /// Adds text at `http` level of the main config, e.g. `include upstreams/api.conf;`.
+    pub fn http_snippet(mut self, text: &str) -> Self {
+        self.http_snippets.push(text.to_string());
+        self
+    }
+
+    /// Writes a file (path relative to the conf dir, e.g. `upstreams/api.conf`) before nginx starts.
+    pub fn conf_file(mut self, relative: &str, contents: impl Into<Vec<u8>>) -> Self {
+        let rel = PathBuf::from(relative);
+        assert!(
+            rel.is_relative() && !relative.split('/').any(|c| c == ".."),
+            "conf_file path must be relative to the conf dir: {relative:?}"
+        );
+        self.files.push((rel, contents.into()));
+        self
+    }
+
+    /// Leaves out `include upstreams/*.conf;`: only the snippets decide what is included.
+    pub fn without_upstreams_glob(mut self) -> Self {
+        self.upstreams_glob = false;
+        self
+    }
+
+    /// Starts nginx.
+    ///
+    /// # Panics
+    /// When nginx is missing or does not start; the message carries nginx's own output.
+    pub fn start(self) -> TestNginx {
+        self.try_start()
+            .unwrap_or_else(|e| panic!("TestNginx failed to start: {e}"))
+    }
+
+    /// Starts nginx, returning the reason as text when it cannot. Retries with new ports when a
+    /// chosen port was taken in the meantime.
+    pub fn try_start(self) -> Result<TestNginx, String> {
+        let binary = try_nginx_binary()?;
+        if self.live_api.is_some() {
+            combined_upstreams_module()?;
+        }
+        let mut last = String::new();
+        for _attempt in 0..5 {
+            match self.start_once(&binary) {
+                Ok(n) => return Ok(n),
+                Err(StartError::PortTaken(msg)) => last = msg,
+                Err(StartError::Other(msg)) => return Err(msg),
+            }
+        }
+        Err(format!("ports kept being taken: {last}"))
+    }
+
+    fn start_once(&self, binary: &Path) -> Result<TestNginx, StartError> {
+        let other = |what: &str, e: io::Error| StartError::Other(format!("{what}: {e}"));
+        let dir = tempfile::Builder::new()
+            .prefix("tributary-nginx-")
+            .tempdir()
+            .map_err(|e| other("create temp prefix", e))?;
+        let prefix = dir.path().to_path_buf();
+        for sub in ["conf/upstreams", "logs", "tmp"] {
+            fs::create_dir_all(prefix.join(sub)).map_err(|e| other("create prefix dirs", e))?;
+        }
+        for (rel, contents) in &self.files {
+            let path = prefix.join("conf").join(rel);
+            if let Some(parent) = path.parent() {
+                fs::create_dir_all(parent).map_err(|e| other("create conf_file dir", e))?;
+            }
+            fs::write(&path, contents).map_err(|e| other("write conf_file", e))?;
+        }
+
+        let port = free_port();
+        let backends: Vec<(String, u16)> = self
+            .backends
+            .iter()
+            .map(|b| (b.clone(), free_port()))
+            .collect();
+        let config = self.render_config(&prefix, port, &backends);
+        fs::write(prefix.join("conf/nginx.conf"), config).map_err(|e| other("write conf", e))?;
+        let stop_conf = format!(
+            "pid {};\nerror_log stderr;\nevents {{}}\n",
+            prefix.join("logs/nginx.pid").display()
+        );
+        fs::write(prefix.join("conf/stop.conf"), stop_conf).map_err(|e| other("write conf", e))?;
+
+        let stderr = fs::File::create(prefix.join("logs/stderr.log"))
+            .map_err(|e| other("create stderr log", e))?;
+        let conf_path = prefix.join("conf/nginx.conf");
+        let child = Command::new(binary)
+            .arg("-p")
+            .arg(&prefix)
+            .arg("-c")
+            .arg(&conf_path)
+            .args(["-e", "stderr"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(stderr))
+            .spawn()
+            .map_err(|e| other(&format!("spawn {}", binary.display()), e))?;
+
+        let mut nginx = TestNginx {
+            dir,
+            port,
+            backends,
+            child: Some(child),
+            binary: binary.to_path_buf(),
+            workers: self.workers,
+        };
+        let mut ports = vec![port];
+        ports.extend(nginx.backends.iter().map(|(_, p)| *p));
+        let deadline = Instant::now() + STARTUP_TIMEOUT;
+        loop {
+            if let Some(status) = nginx
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                nginx.child = None;
+                let output = format!(
+                    "nginx exited with {status} at start-up; stderr: {}; error.log: {}",
+                    nginx.stderr_log().trim(),
+                    nginx.error_log().trim()
+                );
+                return Err(if output.contains("Address already in use") {
+                    StartError::PortTaken(output)
+                } else {
+                    StartError::Other(output)
+                });
+            }
+            let all_up = ports.iter().all(|p| {
+                TcpStream::connect_timeout(
+                    &SocketAddr::from((Ipv4Addr::LOCALHOST, *p)),
+                    Duration::from_millis(200),
+                )
+                .is_ok()
+            });
+            if all_up && nginx.pid_file_written() {
+                return Ok(nginx);
+            }
+            if Instant::now() > deadline {
+                let msg = format!(
+                    "nginx did not listen on {ports:?} within {STARTUP_TIMEOUT:?}; stderr: {}; error.log: {}",
+                    nginx.stderr_log().trim(),
+                    nginx.error_log().trim()
+                );
+                return Err(StartError::Other(msg));
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn render_config(&self, prefix: &Path, port: u16, backends: &[(String, u16)]) -> String {
+        let p = prefix.display();
+        let workers = self.workers;
+        let mut c = String::new();
+        if self.live_api.is_some() {
+            if let Ok(so) = combined_upstreams_module() {
+                let _ = writeln!(c, "load_module {};", so.display());
+            }
+        }
+        if running_as_root() {
+            // Workers keep the fixture's uid so they can use the private temp prefix.
+            c.push_str("user root;\n");
+        }
+        let _ = write!(
+            c,
+            "daemon off;\nmaster_process on;\nworker_processes {workers};\n\
+             pid {p}/logs/nginx.pid;\nerror_log {p}/logs/error.log notice;\n\
+             events {{\n    worker_connections 256;\n}}\n\
+             http {{\n    access_log off;\n    default_type text/plain;\n\
+             \x20   client_body_temp_path {p}/tmp/client_body;\n\
+             \x20   proxy_temp_path {p}/tmp/proxy;\n\
+             \x20   fastcgi_temp_path {p}/tmp/fastcgi;\n\
+             \x20   uwsgi_temp_path {p}/tmp/uwsgi;\n\
+             \x20   scgi_temp_path {p}/tmp/scgi;\n"
+        );
+        if self.upstreams_glob {
+            c.push_str("    include upstreams/*.conf;\n");
+        }
+        for s in &self.http_snippets {
+            for line in s.lines() {
+                let _ = writeln!(c, "    {line}");
+            }
+        }
+        if let Some(extra) = &self.live_api {
+            let write = if self.live_api_write { " write=on" } else { "" };
+            let _ = writeln!(
+                c,
+                "    server {{\n        listen unix:{p}/logs/api.sock;\n        \
+                 location /api/ {{ {extra} upstreams_api{write}; }}\n    }}"
+            );
+        }
+        for (name, bport) in backends {
+            let _ = writeln!(
+                c,
+                "    server {{\n        listen 127.0.0.1:{bport};\n        \
+                 location / {{ return 200 \"{name}\"; }}\n    }}"
+            );
+        }
+        let _ = write!(
+            c,
+            "    server {{\n        listen 127.0.0.1:{port};\n\
+             \x20       location = / {{ return 200 \"tributary-testkit\"; }}\n\
+             \x20       location ~ ^/u/([A-Za-z0-9_.-]+)/ {{\n\
+             \x20           set $tk_upstream $1;\n\
+             \x20           proxy_connect_timeout 2s;\n\
+             \x20           proxy_pass http://$tk_upstream;\n\
+             \x20       }}\n    }}\n}}\n"
+        );
+        c
+    }
+}
+
+pub(crate) enum StartError {
+    PortTaken(String),
+    Other(String),
+}

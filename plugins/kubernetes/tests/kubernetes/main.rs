@@ -1,0 +1,9 @@
+//! The kubernetes plugin's integration tests, one binary (one link): the plugin in process and under the
+//! real host (`kubernetes`), and end to end through `tributary serve` to nginx (`e2e`).
+
+mod e2e;
+mod kubernetes;
+
+use tributary_testkit::{this_plugin, PluginPackage};
+
+const PLUGIN: PluginPackage = this_plugin!("tributary-plugin-kubernetes");
