@@ -5,11 +5,14 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tributary_fakes::etcd_cluster::EtcdCluster;
-use tributary_store::{BindingRecord, BindingStore, EtcdOptions, EtcdStore, SecretKeys};
+use tributary_store::{
+    BindingRecord, BindingStore, EtcdOptions, EtcdStore, SecretKeys, StoreError, TargetSet,
+};
 
 const PREFIX: &str = "/integrity/";
 
@@ -130,4 +133,217 @@ async fn a_mirror_write_that_fails_is_applied_once_the_file_can_be_written() {
     )
     .await;
     assert!(a.store.status().connected);
+}
+
+fn token_on(h: &Host, name: &str) -> Option<serde_json::Value> {
+    h.store
+        .get_binding(name)
+        .unwrap()
+        .and_then(|sb| sb.binding.config.get("acl_token").cloned())
+}
+
+/// A host prepares a change from its copy of a binding (the secrets left out of the request are
+/// carried over from that copy) while another host has already rotated the token: the lagging
+/// copy must not be written over the rotation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_prepared_from_a_lagging_copy_does_not_overwrite_a_newer_one() {
+    let cluster = blocking(|| EtcdCluster::start(3));
+    let a = host(&cluster, "host-a").await;
+    let b = host(&cluster, "host-b").await;
+    a.store
+        .insert_binding(&binding("api", "web", "old-token"))
+        .await
+        .unwrap();
+    // What A's engine holds and prepares the next change from.
+    let copy = a.store.get_binding("api").unwrap().unwrap().binding;
+    until(Duration::from_secs(5), "api on B", || {
+        service_on(&b, "api").is_some()
+    })
+    .await;
+    // B rotates the token; A's mirror has it, A's copy does not.
+    b.store
+        .upsert_bindings(&[binding("api", "web", "new-token")])
+        .await
+        .unwrap();
+    until(Duration::from_secs(5), "the rotation on A", || {
+        token_on(&a, "api") == Some(serde_json::json!("new-token"))
+    })
+    .await;
+    // A person on A changes the interval, giving no secret: the token comes from the copy.
+    let mut change = copy.clone();
+    change.interval_secs = 60;
+    let r = a.store.upsert_bindings_from(&[(change, Some(copy))]).await;
+    assert!(
+        matches!(r, Err(StoreError::Conflict(ref n)) if n == "api"),
+        "a change prepared from a lagging copy was not refused: {r:?}"
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    for h in [&a, &b] {
+        assert_eq!(
+            token_on(h, "api"),
+            Some(serde_json::json!("new-token")),
+            "the rotation was overwritten"
+        );
+    }
+    // Prepared from the current record, the same change is written.
+    let current = a.store.get_binding("api").unwrap().unwrap().binding;
+    let mut change = current.clone();
+    change.interval_secs = 60;
+    a.store
+        .upsert_bindings_from(&[(change, Some(current))])
+        .await
+        .unwrap();
+    until(Duration::from_secs(5), "the interval on B", || {
+        b.store
+            .get_binding("api")
+            .unwrap()
+            .is_some_and(|sb| sb.binding.interval_secs == 60)
+    })
+    .await;
+    assert_eq!(token_on(&b, "api"), Some(serde_json::json!("new-token")));
+}
+
+/// Names are unique regardless of case across hosts: two hosts creating `Api` and `api` at the
+/// same moment (single creation and bulk save), exactly one succeeds; once it is removed, the
+/// other name can be created.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn names_differing_only_in_case_created_on_two_hosts_at_once_one_wins() {
+    let cluster = blocking(|| EtcdCluster::start(3));
+    let a = host(&cluster, "host-a").await;
+    let b = host(&cluster, "host-b").await;
+    for round in 0..3 {
+        let (upper, lower) = (format!("Api{round}"), format!("api{round}"));
+        let (ba, bb) = (binding(&upper, "web", "t"), binding(&lower, "web", "t"));
+        let (ra, rb) = tokio::join!(a.store.insert_binding(&ba), b.store.insert_binding(&bb));
+        assert!(
+            ra.is_ok() != rb.is_ok(),
+            "round {round}: exactly one creation must succeed: {ra:?} {rb:?}"
+        );
+        let (lost, won) = if ra.is_ok() {
+            (rb, &upper)
+        } else {
+            (ra, &lower)
+        };
+        assert!(
+            matches!(lost, Err(StoreError::Duplicate(ref n)) if n == won),
+            "round {round}: the refusal names the binding that won: {lost:?}"
+        );
+        let (da, db) = (
+            [binding(&format!("Db{round}"), "pg", "t")],
+            [binding(&format!("db{round}"), "pg", "t")],
+        );
+        let (ua, ub) = tokio::join!(a.store.upsert_bindings(&da), b.store.upsert_bindings(&db));
+        assert!(
+            ua.is_ok() != ub.is_ok(),
+            "round {round}: exactly one bulk creation must succeed: {ua:?} {ub:?}"
+        );
+    }
+    let names = |h: &Host| -> Vec<String> {
+        let mut v: Vec<String> = h
+            .store
+            .list_bindings()
+            .unwrap()
+            .into_iter()
+            .map(|sb| sb.binding.name.to_ascii_lowercase())
+            .collect();
+        v.sort();
+        v
+    };
+    until(
+        Duration::from_secs(5),
+        "both hosts to hold the same six bindings",
+        || names(&a).len() == 6 && names(&a) == names(&b),
+    )
+    .await;
+    // The winner removed, the other spelling can be created.
+    let won = a
+        .store
+        .list_bindings()
+        .unwrap()
+        .into_iter()
+        .map(|sb| sb.binding.name)
+        .find(|n| n.eq_ignore_ascii_case("api0"))
+        .unwrap();
+    assert!(a.store.remove_binding(&won).await.unwrap());
+    let other = if won == "Api0" { "api0" } else { "Api0" };
+    until(Duration::from_secs(5), "the removal on B", || {
+        service_on(&b, &won).is_none()
+    })
+    .await;
+    b.store
+        .insert_binding(&binding(other, "web", "t"))
+        .await
+        .unwrap();
+}
+
+/// The clock of `host-b` in the test below: set to the time stamp of the version it replaces.
+static BEHIND: AtomicI64 = AtomicI64::new(0);
+
+fn behind() -> i64 {
+    BEHIND.load(Ordering::SeqCst)
+}
+
+/// A writer whose clock is behind (here: reading the very time stamp of the version it replaces)
+/// must still make a newer version: else a target set resolved from the old version passes as
+/// the new version's, and every host applies it; the writer's change is lost until the next
+/// resolution.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_whose_clock_is_behind_still_makes_a_newer_version() {
+    let cluster = blocking(|| EtcdCluster::start(3));
+    let a = host(&cluster, "host-a").await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut opts = options(&cluster, "host-b", &dir);
+    opts.clock = behind;
+    let b = host_with("host-b", opts, dir).await;
+
+    a.store
+        .insert_binding(&binding("api", "web1", "t"))
+        .await
+        .unwrap();
+    let v1 = a.store.get_binding("api").unwrap().unwrap().updated_at_ms;
+    until(Duration::from_secs(5), "api on B", || {
+        service_on(&b, "api").is_some()
+    })
+    .await;
+    // The resolver of api resolves version 1 ...
+    let resolver = loop {
+        if a.store.claim_resolver("api").await.unwrap() {
+            break &a;
+        }
+        if b.store.claim_resolver("api").await.unwrap() {
+            break &b;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let from_v1 = TargetSet {
+        resolved_by: String::new(),
+        at_ms: 1,
+        binding_updated_at_ms: v1,
+        targets: vec![serde_json::json!({"address": "10.0.0.1", "port": 80, "weight": 1})],
+        dropped: vec![],
+        ttl_seconds: None,
+        generation: 0,
+    };
+    // ... while B, its clock reading v1's stamp, changes the service.
+    BEHIND.store(v1, Ordering::SeqCst);
+    b.store
+        .upsert_bindings(&[binding("api", "web2", "t")])
+        .await
+        .unwrap();
+    until(Duration::from_secs(5), "the change on both hosts", || {
+        service_on(&a, "api").as_deref() == Some("web2")
+            && service_on(&b, "api").as_deref() == Some("web2")
+    })
+    .await;
+    let v2 = a.store.get_binding("api").unwrap().unwrap().updated_at_ms;
+    assert!(
+        v2 > v1,
+        "version 2 ({v2}) is not newer than version 1 ({v1})"
+    );
+    // The set resolved from version 1 is not published as version 2's.
+    let r = resolver.store.publish_targets("api", &from_v1).await;
+    assert!(
+        matches!(r, Err(StoreError::Conflict(_))),
+        "a set resolved from the replaced version was published: {r:?}"
+    );
 }
