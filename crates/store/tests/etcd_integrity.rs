@@ -335,15 +335,15 @@ async fn a_writer_whose_clock_is_behind_still_makes_a_newer_version() {
             && service_on(&b, "api").as_deref() == Some("web2")
     })
     .await;
-    let v2 = a.store.get_binding("api").unwrap().unwrap().updated_at_ms;
-    assert!(
-        v2 > v1,
-        "version 2 ({v2}) is not newer than version 1 ({v1})"
-    );
     // The set resolved from version 1 is not published as version 2's.
     let r = resolver.store.publish_targets("api", &from_v1).await;
     assert!(
         matches!(r, Err(StoreError::Conflict(_))),
         "a set resolved from the replaced version was published: {r:?}"
+    );
+    let v2 = a.store.get_binding("api").unwrap().unwrap().updated_at_ms;
+    assert!(
+        v2 > v1,
+        "version 2 ({v2}) is not newer than version 1 ({v1})"
     );
 }
