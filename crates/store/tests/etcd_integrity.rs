@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 
 use tributary_fakes::etcd_cluster::EtcdCluster;
 use tributary_store::{
-    BindingRecord, BindingStore, EtcdOptions, EtcdStore, SecretKeys, StoreError, TargetSet,
+    BindingRecord, BindingStore, EtcdOptions, EtcdStore, HostOutcome, HostState, SecretKeys,
+    StoreError, TargetSet, MAX_OUTCOME_MESSAGE,
 };
 
 const PREFIX: &str = "/integrity/";
@@ -345,5 +346,67 @@ async fn a_writer_whose_clock_is_behind_still_makes_a_newer_version() {
     assert!(
         v2 > v1,
         "version 2 ({v2}) is not newer than version 1 ({v1})"
+    );
+}
+
+/// nginx refused a change with a message larger than etcd takes in one request (1.5 MiB by
+/// default): the outcome is published with the message cut, the session stays up (it used to end
+/// and fail again at every reconnection, publishing nothing more), and later outcomes get through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outcome_too_large_for_etcd_is_cut_and_does_not_end_the_session() {
+    let cluster = blocking(|| EtcdCluster::start(3));
+    let a = host(&cluster, "host-a").await;
+    let b = host(&cluster, "host-b").await;
+    for name in ["api", "db"] {
+        a.store
+            .insert_binding(&binding(name, "web", "t"))
+            .await
+            .unwrap();
+    }
+    until(Duration::from_secs(5), "the bindings on B", || {
+        service_on(&b, "db").is_some()
+    })
+    .await;
+    let huge = format!("nginx: [emerg] {}", "x".repeat(2 << 20));
+    let outcome = |generation: i64, message: Option<String>| HostOutcome {
+        host: String::new(),
+        state: HostState::Failed,
+        at_ms: 1,
+        generation,
+        servers: 1,
+        message,
+    };
+    a.store
+        .publish_host_outcome("api", &outcome(1, Some(huge)))
+        .await
+        .unwrap();
+    let a_on_b = |name: &str| {
+        b.store
+            .fleet_view(name)
+            .hosts
+            .into_iter()
+            .find(|h| h.outcome.host == "host-a")
+            .map(|h| h.outcome)
+    };
+    until(Duration::from_secs(10), "A's outcome of api on B", || {
+        a_on_b("api").is_some()
+    })
+    .await;
+    let seen = a_on_b("api").unwrap().message.unwrap();
+    assert!(seen.len() <= MAX_OUTCOME_MESSAGE, "{} bytes", seen.len());
+    assert!(seen.starts_with("nginx: [emerg] xxx"), "{seen:.60}");
+    // The session is up and later outcomes get through.
+    a.store
+        .publish_host_outcome("db", &outcome(2, None))
+        .await
+        .unwrap();
+    until(Duration::from_secs(5), "A's outcome of db on B", || {
+        a_on_b("db").is_some_and(|o| o.generation == 2)
+    })
+    .await;
+    let status = a.store.status();
+    assert!(
+        status.connected && status.last_error.is_none(),
+        "{status:?}"
     );
 }

@@ -49,6 +49,26 @@ pub const DEFAULT_OP_TIMEOUT: Duration = Duration::from_secs(5);
 /// Bindings per etcd transaction in `upsert_bindings` (etcd's default `--max-txn-ops` is 128).
 pub const TXN_CHUNK: usize = 100;
 
+/// The longest message of a published host outcome (nginx's message of a refused change can be
+/// long: the whole outcome must stay well under etcd's request size limit, 1.5 MiB by default,
+/// with 100 outcomes in one transaction).
+pub const MAX_OUTCOME_MESSAGE: usize = 2048;
+
+/// `m` cut to at most `max` bytes (at a character boundary), saying so.
+fn bounded_message(mut m: String, max: usize) -> String {
+    const CUT: &str = " [cut]";
+    if m.len() <= max {
+        return m;
+    }
+    let mut end = max.saturating_sub(CUT.len());
+    while !m.is_char_boundary(end) {
+        end -= 1;
+    }
+    m.truncate(end);
+    m.push_str(CUT);
+    m
+}
+
 /// TLS of the etcd client: PEM files.
 #[derive(Debug, Clone, Default)]
 pub struct EtcdTls {
@@ -371,6 +391,7 @@ impl BindingStore for EtcdStore {
         let me = &self.shared.opts.host_id;
         let mut o = outcome.clone();
         o.host = me.clone();
+        o.message = o.message.map(|m| bounded_message(m, MAX_OUTCOME_MESSAGE));
         let published = lock(&self.shared.mirror).outcome_of(name, me);
         if published.is_some_and(|p| mirror::same_outcome(&p, &o)) {
             lock(&self.shared.pending).remove(name);
