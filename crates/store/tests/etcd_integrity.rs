@@ -410,3 +410,64 @@ async fn an_outcome_too_large_for_etcd_is_cut_and_does_not_end_the_session() {
         "{status:?}"
     );
 }
+
+/// etcd restored from a backup while the hosts run: its revisions go back. A host must rebuild
+/// its mirror from what etcd holds then (the restored version of a binding, no binding created
+/// after the backup) and follow the changes made after the restore, whose revisions are below the
+/// ones it had seen.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_etcd_is_restored_from_a_backup_the_hosts_follow_it() {
+    let mut cluster = blocking(|| EtcdCluster::start(3));
+    let a = host(&cluster, "host-a").await;
+    let b = host(&cluster, "host-b").await;
+    a.store
+        .insert_binding(&binding("api", "web1", "t"))
+        .await
+        .unwrap();
+    let backup = tempfile::tempdir().unwrap();
+    blocking(|| cluster.backup(backup.path()));
+    for h in [&a, &b] {
+        assert!(h.store.wait_connected(Duration::from_secs(15)).await);
+    }
+    // After the backup: many changes (revisions well past the backup's), a new binding.
+    for i in 0..20 {
+        a.store
+            .upsert_bindings(&[binding("api", &format!("web-{i}"), "t")])
+            .await
+            .unwrap();
+    }
+    a.store
+        .insert_binding(&binding("later", "web", "t"))
+        .await
+        .unwrap();
+    until(Duration::from_secs(5), "the changes on B", || {
+        service_on(&b, "later").is_some() && service_on(&b, "api").as_deref() == Some("web-19")
+    })
+    .await;
+
+    blocking(|| cluster.restore(backup.path()));
+    // Both hosts show what etcd holds now.
+    for h in [&a, &b] {
+        until(
+            Duration::from_secs(20),
+            "the restored state on every host",
+            || {
+                h.store.status().connected
+                    && service_on(h, "api").as_deref() == Some("web1")
+                    && service_on(h, "later").is_none()
+            },
+        )
+        .await;
+    }
+    // A change made after the restore (at a revision below the ones seen before) reaches A.
+    b.store
+        .upsert_bindings(&[binding("api", "web-after", "t")])
+        .await
+        .unwrap();
+    until(
+        Duration::from_secs(5),
+        "the change after the restore on A",
+        || service_on(&a, "api").as_deref() == Some("web-after"),
+    )
+    .await;
+}

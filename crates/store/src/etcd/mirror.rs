@@ -342,6 +342,24 @@ impl Mirror {
         Ok(events)
     }
 
+    /// Forgets every revision and all fleet state (etcd was restored from a backup or is another
+    /// cluster: its revisions mean nothing next to the ones held): the next full read applies
+    /// every key as new and removes the bindings it does not return. The file's bindings stay
+    /// until then.
+    pub fn forget_revisions(&mut self) {
+        self.revs.clear();
+        self.decoded_rev.clear();
+        self.needs.clear();
+        self.unreadable.clear();
+        self.unable.clear();
+        self.targets.clear();
+        self.resolvers.clear();
+        self.outcomes.clear();
+        self.hosts.clear();
+        self.unclaimed_since.clear();
+        self.stale_key.clear();
+    }
+
     fn forget_binding(&mut self, name: &str) {
         self.needs.remove(name);
         self.unreadable.remove(name);

@@ -185,6 +185,10 @@ pub(crate) struct Shared {
     pub spares: Mutex<Vec<Option<Client>>>,
     /// The lease of the writes' markers and when it was granted (`write.rs`).
     pub marker_lease: Mutex<Option<(i64, Instant)>>,
+    /// The etcd cluster id and the highest revision this process has seen from it: a session
+    /// that finds another cluster, or a revision below it (etcd restored from a backup), rebuilds
+    /// the mirror (`session.rs`).
+    pub seen: Mutex<Option<(u64, i64)>>,
 }
 
 pub(crate) use crate::lock;
@@ -241,6 +245,7 @@ impl EtcdStore {
             flush: tokio::sync::Notify::new(),
             spares: Mutex::new(vec![None; opts.endpoints.len()]),
             marker_lease: Mutex::new(None),
+            seen: Mutex::new(None),
             location,
             keys,
             secrets,
