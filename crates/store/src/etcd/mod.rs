@@ -21,6 +21,7 @@ mod claims;
 mod crypto;
 pub mod keys;
 mod mirror;
+mod outcomes;
 mod session;
 mod write;
 
@@ -36,6 +37,8 @@ use tokio::sync::broadcast;
 
 pub use crypto::{SecretKeys, KEY_LEN};
 use mirror::{Mirror, Update};
+use outcomes::bounded_message;
+pub use outcomes::MAX_OUTCOME_MESSAGE;
 
 use crate::{
     now_ms, BindingRecord, BindingStore, FleetView, HostOutcome, OutcomeRecord, SqliteFile,
@@ -48,26 +51,6 @@ pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(10);
 pub const DEFAULT_OP_TIMEOUT: Duration = Duration::from_secs(5);
 /// Bindings per etcd transaction in `upsert_bindings` (etcd's default `--max-txn-ops` is 128).
 pub const TXN_CHUNK: usize = 100;
-
-/// The longest message of a published host outcome (nginx's message of a refused change can be
-/// long: the whole outcome must stay well under etcd's request size limit, 1.5 MiB by default,
-/// with 100 outcomes in one transaction).
-pub const MAX_OUTCOME_MESSAGE: usize = 2048;
-
-/// `m` cut to at most `max` bytes (at a character boundary), saying so.
-fn bounded_message(mut m: String, max: usize) -> String {
-    const CUT: &str = " [cut]";
-    if m.len() <= max {
-        return m;
-    }
-    let mut end = max.saturating_sub(CUT.len());
-    while !m.is_char_boundary(end) {
-        end -= 1;
-    }
-    m.truncate(end);
-    m.push_str(CUT);
-    m
-}
 
 /// TLS of the etcd client: PEM files.
 #[derive(Debug, Clone, Default)]
