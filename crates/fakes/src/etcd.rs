@@ -221,9 +221,20 @@ impl Etcd {
     }
 
     fn add_user(&self, user: &str, password: &str, prefix: &str, perm: &str) {
+        let grants: &[(&str, &str)] = if prefix.is_empty() {
+            &[]
+        } else {
+            &[(prefix, perm)]
+        };
+        self.add_user_with(user, password, grants);
+    }
+
+    /// Adds `user` with `password` and a role holding each `(prefix, "READ" | "WRITE" |
+    /// "READWRITE")` grant (e.g. the whole prefix to read, some kinds of keys to write).
+    pub fn add_user_with(&self, user: &str, password: &str, grants: &[(&str, &str)]) {
         let role = format!("{user}-role");
         self.post("/v3/auth/role/add", json!({"name": role}));
-        if !prefix.is_empty() {
+        for (prefix, perm) in grants {
             let mut end = prefix.as_bytes().to_vec();
             *end.last_mut().unwrap() += 1;
             self.post(

@@ -327,11 +327,20 @@ impl BindingStore for FleetMember {
         Ok(())
     }
 
-    async fn upsert_bindings(&self, list: &[BindingRecord]) -> Result<Vec<Upsert>, StoreError> {
+    async fn upsert_bindings_from(
+        &self,
+        list: &[(BindingRecord, Option<BindingRecord>)],
+    ) -> Result<Vec<Upsert>, StoreError> {
         let mut s = self.lock();
         s.check(&self.host_id)?;
+        for (b, base) in list {
+            let held = s.data.bindings.get(&b.name).map(|sb| &sb.binding);
+            if base.is_some() && held != base.as_ref() {
+                return Err(StoreError::Conflict(b.name.clone()));
+            }
+        }
         let mut out = Vec::with_capacity(list.len());
-        for b in list {
+        for (b, _) in list {
             let t = s.tick_ms();
             let u = match s.data.bindings.get_mut(&b.name) {
                 Some(sb) if sb.binding == *b => Upsert::Unchanged,

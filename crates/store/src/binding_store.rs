@@ -204,8 +204,23 @@ pub trait BindingStore: Send + Sync + fmt::Debug {
     /// Inserts or updates bindings; returns what happened to each, in order. SQLite: one
     /// transaction. etcd: one transaction per 100 bindings (etcd's default limit is 128
     /// operations per transaction), each all-or-nothing, guarded against a concurrent change of
-    /// the same bindings on another host ([`StoreError::Conflict`]).
-    async fn upsert_bindings(&self, list: &[BindingRecord]) -> Result<Vec<Upsert>, StoreError>;
+    /// the same bindings on another host ([`StoreError::Conflict`]). Each record replaces
+    /// whatever is stored; see [`BindingStore::upsert_bindings_from`].
+    async fn upsert_bindings(&self, list: &[BindingRecord]) -> Result<Vec<Upsert>, StoreError> {
+        let based: Vec<(BindingRecord, Option<BindingRecord>)> =
+            list.iter().map(|b| (b.clone(), None)).collect();
+        self.upsert_bindings_from(&based).await
+    }
+
+    /// [`BindingStore::upsert_bindings`], each record with the stored record it was prepared
+    /// from (`Some`: secret fields left out were carried over from it): written only while the
+    /// store still holds that record, else [`StoreError::Conflict`] and nothing of its chunk is
+    /// written. A change prepared from a copy that lags (another host changed the binding after
+    /// this one read it) never overwrites the newer change. `None`: replaces whatever is stored.
+    async fn upsert_bindings_from(
+        &self,
+        list: &[(BindingRecord, Option<BindingRecord>)],
+    ) -> Result<Vec<Upsert>, StoreError>;
 
     /// Removes a binding with its outcomes and fleet state; `false` when there was none.
     async fn remove_binding(&self, name: &str) -> Result<bool, StoreError>;

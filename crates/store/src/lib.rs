@@ -39,7 +39,7 @@ pub use binding_store::{
     BindingStore, FleetHost, FleetView, HostOutcome, HostState, StoreEvent, StoreStatus, TargetSet,
 };
 pub use etcd::keys::provider_pair;
-pub use etcd::{EtcdOptions, EtcdStore, EtcdTls, SecretKeys};
+pub use etcd::{EtcdOptions, EtcdStore, EtcdTls, SecretKeys, MAX_OUTCOME_MESSAGE};
 pub use outcome::{Applied, DroppedRecord, Failure, OutcomeRecord, OutcomeStatus};
 pub use sqlite::{SqliteFile, SqliteStore, StoreOptions, DEFAULT_HISTORY, SCHEMA_VERSION};
 

@@ -282,6 +282,17 @@ impl SqliteFile {
 
     /// Inserts or updates many bindings in one transaction; returns what happened to each, in order.
     pub fn upsert_bindings(&mut self, list: &[BindingRecord]) -> Result<Vec<Upsert>, StoreError> {
+        let based: Vec<(BindingRecord, Option<BindingRecord>)> =
+            list.iter().map(|b| (b.clone(), None)).collect();
+        self.upsert_bindings_from(&based)
+    }
+
+    /// [`SqliteFile::upsert_bindings`], each record written only while the file holds the record
+    /// it was prepared from, when given ([`crate::BindingStore::upsert_bindings_from`]).
+    pub fn upsert_bindings_from(
+        &mut self,
+        list: &[(BindingRecord, Option<BindingRecord>)],
+    ) -> Result<Vec<Upsert>, StoreError> {
         let now = now_ms();
         let tx = self
             .conn
@@ -299,8 +310,11 @@ impl SqliteFile {
                  interval_secs = ?6, directives = ?7, updated_at = ?8, probe = ?9, \
              drain_secs = ?10 WHERE name = ?1",
             )?;
-            for b in list {
+            for (b, base) in list {
                 let existing = binding_by_name(&mut get, &b.name)?;
+                if base.is_some() && existing.as_ref().map(|sb| &sb.binding) != base.as_ref() {
+                    return Err(StoreError::Conflict(b.name.clone()));
+                }
                 let p = params![
                     b.name,
                     b.plugin,
@@ -663,9 +677,12 @@ impl BindingStore for SqliteStore {
         self.blocking(move |f| f.insert_binding(&b)).await
     }
 
-    async fn upsert_bindings(&self, list: &[BindingRecord]) -> Result<Vec<Upsert>, StoreError> {
+    async fn upsert_bindings_from(
+        &self,
+        list: &[(BindingRecord, Option<BindingRecord>)],
+    ) -> Result<Vec<Upsert>, StoreError> {
         let list = list.to_vec();
-        self.blocking(move |f| f.upsert_bindings(&list)).await
+        self.blocking(move |f| f.upsert_bindings_from(&list)).await
     }
 
     async fn remove_binding(&self, name: &str) -> Result<bool, StoreError> {

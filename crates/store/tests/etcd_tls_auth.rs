@@ -134,3 +134,63 @@ async fn a_user_limited_to_the_prefix_writes_everything() {
     assert!(s.remove_binding("db").await.unwrap());
     assert_eq!(s.get_binding("api").unwrap().unwrap().binding.service, "s2");
 }
+
+/// A user who may write everything under the prefix but host outcomes (a per-host permission
+/// layout gone wrong): its outcome writes are refused, dropped with a warning, and the session
+/// stays up (a refused batch used to end the session, and the reconnection flushed it again:
+/// a loop in which the store said unreachable most of the time).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_outcome_write_is_dropped_and_does_not_end_the_session() {
+    let mut etcd = tokio::task::block_in_place(Etcd::start);
+    tokio::task::block_in_place(|| {
+        etcd.enable_auth("root-pw-7103");
+        let writable: Vec<String> = [
+            "bindings",
+            "hosts",
+            "resolvers",
+            "targets",
+            "unable",
+            "writes",
+            "names",
+        ]
+        .iter()
+        .map(|kind| format!("/t/{kind}/"))
+        .collect();
+        let mut grants = vec![("/t/", "READ")];
+        grants.extend(writable.iter().map(|p| (p.as_str(), "READWRITE")));
+        etcd.add_user_with("fleet", "fleet-pw-3319", &grants);
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let mut o = opts(etcd.endpoint(), &dir);
+    o.user = Some(("fleet".into(), "fleet-pw-3319".into()));
+    let s = EtcdStore::open(o, keys()).unwrap();
+    assert!(
+        s.wait_connected(Duration::from_secs(15)).await,
+        "{:?}",
+        s.status()
+    );
+    s.insert_binding(&binding("api")).await.unwrap();
+    let outcome = tributary_store::HostOutcome {
+        host: String::new(),
+        state: tributary_store::HostState::Applied,
+        at_ms: 1,
+        generation: 1,
+        servers: 1,
+        message: None,
+    };
+    s.publish_host_outcome("api", &outcome).await.unwrap();
+    // For two seconds the session stays connected.
+    let until = std::time::Instant::now() + Duration::from_secs(2);
+    while std::time::Instant::now() < until {
+        let st = s.status();
+        assert!(st.connected, "the session ended: {st:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // The store still writes; the refused outcome is not pending any more.
+    s.insert_binding(&binding("db")).await.unwrap();
+    assert!(
+        s.fleet_view("api").hosts.is_empty(),
+        "{:?}",
+        s.fleet_view("api")
+    );
+}

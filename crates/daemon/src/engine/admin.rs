@@ -120,12 +120,17 @@ impl Engine {
                         }
                         e => e,
                     })?;
-            prepared.push((binding, record));
+            prepared.push((binding, record, previous));
         }
-        let records: Vec<BindingRecord> = prepared.iter().map(|(_, r)| r.clone()).collect();
-        let upserts = self.inner.store.upsert_bindings(&records).await?;
+        // Each written only over the record it was prepared from (secrets carried over from
+        // it): a copy that lags a change made on another host is refused, not written over it.
+        let records: Vec<(BindingRecord, Option<BindingRecord>)> = prepared
+            .iter()
+            .map(|(_, r, previous)| (r.clone(), previous.clone()))
+            .collect();
+        let upserts = self.inner.store.upsert_bindings_from(&records).await?;
         let mut out = Vec::with_capacity(prepared.len());
-        for ((binding, record), upsert) in prepared.into_iter().zip(upserts) {
+        for ((binding, record, _), upsert) in prepared.into_iter().zip(upserts) {
             let existing = lock(&self.inner.slots).get(&record.name).cloned();
             let slot = match (existing, upsert) {
                 (Some(slot), Upsert::Unchanged) => slot,

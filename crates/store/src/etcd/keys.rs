@@ -8,6 +8,7 @@
 //! PREFIX/outcomes/NAME/HOST       HostOutcome JSON of HOST for NAME     (no lease)
 //! PREFIX/unable/NAME/HOST         why HOST stepped out of resolving NAME (HOST's lease)
 //! PREFIX/writes/HOST/ID[/refused] empty: the markers of one write (write.rs) (HOST's writes' lease)
+//! PREFIX/names/LOWER              NAME whose lower case is LOWER (names.rs)   (no lease)
 //! ```
 
 use std::collections::BTreeMap;
@@ -81,6 +82,11 @@ impl Keys {
     /// The marker of write `id` of `host` (`write.rs`); not a kind the mirror applies.
     pub fn write_marker(&self, host: &str, id: &str) -> String {
         format!("{}writes/{host}/{id}", self.prefix)
+    }
+    /// The claim of a binding name regardless of ASCII case (`names.rs`); holds the name as
+    /// written. Not a kind the mirror applies.
+    pub fn name_claim(&self, name: &str) -> String {
+        format!("{}names/{}", self.prefix, name.to_ascii_lowercase())
     }
     /// The prefix of every host's outcome for `name`.
     pub fn outcomes_of(&self, name: &str) -> String {

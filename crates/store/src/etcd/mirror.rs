@@ -1,7 +1,9 @@
 //! The local mirror of the prefix: bindings in a [`SqliteFile`] (they survive a restart while
 //! etcd is down), fleet state in memory. Every applied key remembers the etcd revision it was
 //! applied at, so a change older than (or equal to) what the mirror holds is ignored: the watch's
-//! echo of this host's own writes, and a late event after a newer write.
+//! echo of this host's own writes, and a late event after a newer write. A binding's revision is
+//! recorded only once the file has committed it: when the write fails (disk full, the file
+//! locked), the session ends and its next read of the prefix applies the change again.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::time::{Duration, Instant};
@@ -121,6 +123,19 @@ impl Mirror {
         self.revs.get(key).copied().unwrap_or(0)
     }
 
+    /// Whether `rev` of binding key `key` is newer than what the file holds or `staged` (this
+    /// batch's binding writes, recorded only once the file has them) holds; stages it when so.
+    fn staged_newer(&self, staged: &mut HashMap<String, i64>, key: String, rev: i64) -> bool {
+        let held = self
+            .rev_of(&key)
+            .max(staged.get(&key).copied().unwrap_or(0));
+        if rev <= held && rev != 0 {
+            return false;
+        }
+        staged.insert(key, held.max(rev));
+        true
+    }
+
     /// `true` (and the revision recorded) when `rev` is newer than what `key` holds.
     fn newer(&mut self, key: String, rev: i64) -> bool {
         let e = self.revs.entry(key).or_insert(0);
@@ -142,10 +157,15 @@ impl Mirror {
         let mut events = Vec::new();
         let mut puts = Vec::new();
         let mut removes = Vec::new();
+        // Binding keys' revisions and decoded versions of this batch: recorded only after the
+        // file committed them. A failed write (disk full, the file locked) leaves the mirror at
+        // the revisions it holds, so the next read of the prefix applies the change again.
+        let mut staged: HashMap<String, i64> = HashMap::new();
+        let mut decoded: HashMap<String, i64> = HashMap::new();
         for u in updates {
             match u {
                 Update::Binding { name, rev, value } => {
-                    if !self.newer(keys.binding(&name), rev) {
+                    if !self.staged_newer(&mut staged, keys.binding(&name), rev) {
                         continue;
                     }
                     match value {
@@ -161,11 +181,12 @@ impl Mirror {
                                 },
                             );
                             self.unreadable.remove(&name);
-                            self.decoded_rev.insert(name.clone(), rev);
+                            decoded.insert(name.clone(), rev);
                             puts.push(sb)
                         }
                         None => {
                             self.forget_binding(&name);
+                            decoded.remove(&name);
                             removes.push(name);
                         }
                     }
@@ -200,13 +221,19 @@ impl Mirror {
                         continue;
                     };
                     let skey = String::from_utf8_lossy(&key).into_owned();
-                    if !self.newer(skey, rev) {
+                    let newer = if matches!(kind, Kind::Binding(_)) {
+                        self.staged_newer(&mut staged, skey, rev)
+                    } else {
+                        self.newer(skey, rev)
+                    };
+                    if !newer {
                         continue;
                     }
                     match kind {
                         Kind::Binding(name) => match value {
                             None => {
                                 self.forget_binding(&name);
+                                decoded.remove(&name);
                                 removes.push(name);
                             }
                             Some(v) => {
@@ -220,7 +247,7 @@ impl Mirror {
                                             self.stale_key.push(name.clone());
                                         }
                                         self.unreadable.remove(&name);
-                                        self.decoded_rev.insert(name.clone(), rev);
+                                        decoded.insert(name.clone(), rev);
                                         puts.push(sb);
                                     }
                                     // Kept as it was: a binding this host cannot read is not
@@ -301,11 +328,36 @@ impl Mirror {
         if !puts.is_empty() || !removes.is_empty() {
             let (changed, clashes) = self.file.mirror_apply(&puts, &removes)?;
             for c in clashes {
+                decoded.remove(&c);
                 tracing::error!(binding = %c, "binding from etcd not applied: its name differs only in case from another binding's");
             }
             events.extend(changed.into_iter().map(StoreEvent::Binding));
         }
+        // The file has this batch's bindings: their revisions are the mirror's now.
+        for (key, rev) in staged {
+            let e = self.revs.entry(key).or_insert(0);
+            *e = (*e).max(rev);
+        }
+        self.decoded_rev.extend(decoded);
         Ok(events)
+    }
+
+    /// Forgets every revision and all fleet state (etcd was restored from a backup or is another
+    /// cluster: its revisions mean nothing next to the ones held): the next full read applies
+    /// every key as new and removes the bindings it does not return. The file's bindings stay
+    /// until then.
+    pub fn forget_revisions(&mut self) {
+        self.revs.clear();
+        self.decoded_rev.clear();
+        self.needs.clear();
+        self.unreadable.clear();
+        self.unable.clear();
+        self.targets.clear();
+        self.resolvers.clear();
+        self.outcomes.clear();
+        self.hosts.clear();
+        self.unclaimed_since.clear();
+        self.stale_key.clear();
     }
 
     fn forget_binding(&mut self, name: &str) {

@@ -16,10 +16,12 @@
 //! - Every binding's config map is sealed as one ciphertext ([`SecretKeys`]); nothing else in a
 //!   binding is secret.
 
+mod bindings;
 mod claims;
 mod crypto;
 pub mod keys;
 mod mirror;
+mod outcomes;
 mod session;
 mod write;
 
@@ -30,12 +32,13 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use etcd_client::{Client, Compare, CompareOp, DeleteOptions, TxnOp};
+use etcd_client::Client;
 use tokio::sync::broadcast;
 
 pub use crypto::{SecretKeys, KEY_LEN};
 use mirror::{Mirror, Update};
-use write::{Guarded, Written};
+use outcomes::bounded_message;
+pub use outcomes::MAX_OUTCOME_MESSAGE;
 
 use crate::{
     now_ms, BindingRecord, BindingStore, FleetView, HostOutcome, OutcomeRecord, SqliteFile,
@@ -81,6 +84,9 @@ pub struct EtcdOptions {
     /// in the heartbeat with the secrets key ids, so that the hosts leave this one out of the
     /// resolver choice of a binding it cannot resolve (`docs/fleet.md`).
     pub providers: Option<Vec<String>>,
+    /// The clock of the bindings' time stamps (milliseconds since the Unix epoch; [`now_ms`]).
+    /// Versions do not depend on it (`bindings.rs`); a test sets one that is behind.
+    pub clock: fn() -> i64,
     /// Outcome history of this host, and where the mirror lives.
     pub history: StoreOptions,
     pub mirror_path: PathBuf,
@@ -113,6 +119,7 @@ impl EtcdOptions {
             tls: None,
             user: None,
             providers: None,
+            clock: now_ms,
             history: StoreOptions::default(),
             mirror_path: mirror_path.to_path_buf(),
         }
@@ -161,6 +168,10 @@ pub(crate) struct Shared {
     pub spares: Mutex<Vec<Option<Client>>>,
     /// The lease of the writes' markers and when it was granted (`write.rs`).
     pub marker_lease: Mutex<Option<(i64, Instant)>>,
+    /// The etcd cluster id and the highest revision this process has seen from it: a session
+    /// that finds another cluster, or a revision below it (etcd restored from a backup), rebuilds
+    /// the mirror (`session.rs`).
+    pub seen: Mutex<Option<(u64, i64)>>,
 }
 
 pub(crate) use crate::lock;
@@ -217,6 +228,7 @@ impl EtcdStore {
             flush: tokio::sync::Notify::new(),
             spares: Mutex::new(vec![None; opts.endpoints.len()]),
             marker_lease: Mutex::new(None),
+            seen: Mutex::new(None),
             location,
             keys,
             secrets,
@@ -305,136 +317,18 @@ impl BindingStore for EtcdStore {
     }
 
     async fn insert_binding(&self, b: &BindingRecord) -> Result<(), StoreError> {
-        let now = now_ms();
-        let sb = StoredBinding {
-            binding: b.clone(),
-            created_at_ms: now,
-            updated_at_ms: now,
-        };
-        let key = self.shared.keys.binding(&b.name);
-        let w = self
-            .write(Guarded {
-                compares: vec![Compare::create_revision(key.clone(), CompareOp::Equal, 0)],
-                ops: vec![TxnOp::put(key, self.binding_value(&sb), None)],
-            })
-            .await?;
-        let Written::Applied(rev) = w else {
-            return Err(StoreError::Duplicate(b.name.clone()));
-        };
-        self.apply_own(vec![Update::Binding {
-            name: b.name.clone(),
-            rev,
-            value: Some(sb),
-        }])
-        .await
+        self.insert(b).await
     }
 
-    async fn upsert_bindings(&self, list: &[BindingRecord]) -> Result<Vec<Upsert>, StoreError> {
-        let now = now_ms();
-        let mut out = Vec::with_capacity(list.len());
-        for chunk in list.chunks(TXN_CHUNK) {
-            let mut cmps = Vec::new();
-            let mut ops = Vec::new();
-            let mut written = Vec::new();
-            {
-                let m = lock(&self.shared.mirror);
-                for b in chunk {
-                    let key = self.shared.keys.binding(&b.name);
-                    let existing = m.file.get_binding(&b.name)?;
-                    let rev = m.rev_of(&key);
-                    match existing {
-                        Some(old) if old.binding == *b => {
-                            out.push(Upsert::Unchanged);
-                            continue;
-                        }
-                        Some(old) => {
-                            cmps.push(Compare::mod_revision(key.clone(), CompareOp::Equal, rev));
-                            let sb = StoredBinding {
-                                binding: b.clone(),
-                                created_at_ms: old.created_at_ms,
-                                updated_at_ms: now,
-                            };
-                            ops.push(TxnOp::put(key, self.binding_value(&sb), None));
-                            written.push(sb);
-                            out.push(Upsert::Updated);
-                        }
-                        None => {
-                            cmps.push(Compare::create_revision(key.clone(), CompareOp::Equal, 0));
-                            let sb = StoredBinding {
-                                binding: b.clone(),
-                                created_at_ms: now,
-                                updated_at_ms: now,
-                            };
-                            ops.push(TxnOp::put(key, self.binding_value(&sb), None));
-                            written.push(sb);
-                            out.push(Upsert::Created);
-                        }
-                    }
-                }
-            }
-            if ops.is_empty() {
-                continue;
-            }
-            let w = self
-                .write(Guarded {
-                    compares: cmps,
-                    ops,
-                })
-                .await?;
-            let Written::Applied(rev) = w else {
-                let names: Vec<&str> = written.iter().map(|s| s.binding.name.as_str()).collect();
-                return Err(StoreError::Conflict(names.join(", ")));
-            };
-            self.apply_own(
-                written
-                    .into_iter()
-                    .map(|sb| Update::Binding {
-                        name: sb.binding.name.clone(),
-                        rev,
-                        value: Some(sb),
-                    })
-                    .collect(),
-            )
-            .await?;
-        }
-        Ok(out)
+    async fn upsert_bindings_from(
+        &self,
+        list: &[(BindingRecord, Option<BindingRecord>)],
+    ) -> Result<Vec<Upsert>, StoreError> {
+        self.upsert(list).await
     }
 
     async fn remove_binding(&self, name: &str) -> Result<bool, StoreError> {
-        let k = &self.shared.keys;
-        let bkey = k.binding(name);
-        let w = self
-            .write(Guarded {
-                compares: vec![Compare::create_revision(
-                    bkey.clone(),
-                    CompareOp::Greater,
-                    0,
-                )],
-                ops: vec![
-                    TxnOp::delete(bkey, None),
-                    TxnOp::delete(k.targets(name), None),
-                    TxnOp::delete(k.resolver(name), None),
-                    TxnOp::delete(
-                        k.outcomes_of(name),
-                        Some(DeleteOptions::new().with_prefix()),
-                    ),
-                    TxnOp::delete(k.unable_of(name), Some(DeleteOptions::new().with_prefix())),
-                ],
-            })
-            .await?;
-        let (rev, removed) = match w {
-            Written::Applied(rev) => (rev, true),
-            // Gone already: the mirror forgets it too.
-            Written::Refused(rev) => (rev, false),
-        };
-        lock(&self.shared.pending).remove(name);
-        self.apply_own(vec![Update::Binding {
-            name: name.to_string(),
-            rev,
-            value: None,
-        }])
-        .await?;
-        Ok(removed)
+        self.remove(name).await
     }
 
     async fn record_outcomes(&self, list: &[(String, OutcomeRecord)]) -> Result<(), StoreError> {
@@ -485,6 +379,7 @@ impl BindingStore for EtcdStore {
         let me = &self.shared.opts.host_id;
         let mut o = outcome.clone();
         o.host = me.clone();
+        o.message = o.message.map(|m| bounded_message(m, MAX_OUTCOME_MESSAGE));
         let published = lock(&self.shared.mirror).outcome_of(name, me);
         if published.is_some_and(|p| mirror::same_outcome(&p, &o)) {
             lock(&self.shared.pending).remove(name);

@@ -246,6 +246,7 @@ async fn session_inner(
     let end = range_end(prefix.as_bytes());
     let mut from = prefix.as_bytes().to_vec();
     let mut snapshot = 0i64;
+    let mut cluster_id = 0u64;
     let mut updates = Vec::new();
     let mut seen = HashSet::new();
     loop {
@@ -256,6 +257,7 @@ async fn session_inner(
         let r = bounded(shared, "read prefix", client.get(from.clone(), Some(g))).await?;
         if snapshot == 0 {
             snapshot = r.header().map_or(0, |h| h.revision());
+            cluster_id = r.header().map_or(0, |h| h.cluster_id());
         }
         for kv in r.kvs() {
             seen.insert(String::from_utf8_lossy(kv.key()).into_owned());
@@ -275,7 +277,17 @@ async fn session_inner(
         }
     }
     let count = updates.len();
-    apply_and_emit(shared, updates, Some((seen, snapshot))).await?;
+    let rebuild = went_back(shared, cluster_id, snapshot);
+    apply_and_emit(shared, updates, Some((seen, snapshot, rebuild))).await?;
+    // Recorded once the mirror has it (a failed rebuild is tried again by the next session).
+    {
+        let mut seen = lock(&shared.seen);
+        let max = match *seen {
+            Some((_, max)) if !rebuild => max.max(snapshot),
+            _ => snapshot,
+        };
+        *seen = Some((cluster_id, max));
+    }
     let mut watch = bounded(
         shared,
         "watch",
@@ -306,7 +318,7 @@ async fn session_inner(
     tracing::info!(store = %shared.location, host_id = %o.host_id, keys = count, revision = snapshot, "etcd session: mirror synced, watching");
     let _ = shared.events.send(StoreEvent::Resync);
     let _ = shared.events.send(StoreEvent::Status);
-    flush_pending(shared, &mut client).await?;
+    super::outcomes::flush_pending(shared, &mut client).await?;
     rewrite_stale_keys(shared, &mut client).await?;
 
     loop {
@@ -316,6 +328,11 @@ async fn session_inner(
                     .ok_or_else(|| "watch: the stream ended".to_string())?;
                 if resp.canceled() {
                     return Err(format!("watch canceled (compacted at {}): {}", resp.compact_revision(), resp.cancel_reason()));
+                }
+                if let Some(h) = resp.header() {
+                    if let Some((_, max)) = lock(&shared.seen).as_mut() {
+                        *max = (*max).max(h.revision());
+                    }
                 }
                 let updates: Vec<Update> = resp.events().iter().filter_map(|ev| {
                     let kv = ev.kv()?;
@@ -343,7 +360,7 @@ async fn session_inner(
                 }
             }
             _ = shared.flush.notified() => {
-                flush_pending(shared, &mut client).await?;
+                super::outcomes::flush_pending(shared, &mut client).await?;
             }
         }
     }
@@ -463,17 +480,35 @@ fn range_end(prefix: &[u8]) -> Vec<u8> {
     vec![0]
 }
 
+/// Whether a full read at `revision` of cluster `id` finds etcd gone back: another cluster than
+/// the one this process saw, or a revision below the highest it saw (etcd restored from a
+/// backup; etcd-io/etcd#16028).
+fn went_back(shared: &Shared, id: u64, revision: i64) -> bool {
+    let Some((old_id, max)) = *lock(&shared.seen) else {
+        return false;
+    };
+    if old_id == id && revision >= max {
+        return false;
+    }
+    tracing::warn!(store = %shared.location, cluster = %format!("{id:x}"), revision, seen_cluster = %format!("{old_id:x}"), seen_revision = max, "etcd went back (restored from a backup, or another cluster): the mirror is rebuilt from what etcd holds now");
+    true
+}
+
 /// Applies watched or read changes to the mirror (on a blocking thread) and emits their events.
-/// `snapshot`: a full read (keys seen, revision): keys missing from it are removed.
+/// `snapshot`: a full read (keys seen, revision, whether etcd went back): keys missing from it
+/// are removed; when etcd went back, every revision held is forgotten first.
 async fn apply_and_emit(
     shared: &Arc<Shared>,
     mut updates: Vec<Update>,
-    snapshot: Option<(HashSet<String>, i64)>,
+    snapshot: Option<(HashSet<String>, i64, bool)>,
 ) -> Result<(), String> {
     let s = shared.clone();
     let events = tokio::task::spawn_blocking(move || {
         let mut m = lock(&s.mirror);
-        if let Some((seen, rev)) = snapshot {
+        if let Some((seen, rev, rebuild)) = snapshot {
+            if rebuild {
+                m.forget_revisions();
+            }
             let gone = m.missing_from(&seen, rev, &s.keys);
             updates.extend(gone);
         }
@@ -484,68 +519,6 @@ async fn apply_and_emit(
     .map_err(|e| format!("mirror: {e}"))?;
     for e in events {
         let _ = shared.events.send(e);
-    }
-    Ok(())
-}
-
-/// Writes this host's pending outcomes (for bindings that still exist), in transactions of 100.
-async fn flush_pending(shared: &Arc<Shared>, client: &mut Client) -> Result<(), String> {
-    let pending: Vec<(String, crate::HostOutcome)> = lock(&shared.pending)
-        .iter()
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
-    if pending.is_empty() {
-        return Ok(());
-    }
-    let me = &shared.opts.host_id;
-    let live: Vec<(String, crate::HostOutcome)> = {
-        let m = lock(&shared.mirror);
-        pending
-            .into_iter()
-            .filter(|(n, _)| m.binding_exists(n))
-            .collect()
-    };
-    for chunk in live.chunks(super::TXN_CHUNK) {
-        let ops: Vec<TxnOp> = chunk
-            .iter()
-            .map(|(n, o)| {
-                TxnOp::put(
-                    shared.keys.outcome(n, me),
-                    serde_json::to_vec(o).unwrap_or_default(),
-                    None,
-                )
-            })
-            .collect();
-        let r = bounded(
-            shared,
-            "publish outcomes",
-            client.txn(Txn::new().and_then(ops)),
-        )
-        .await?;
-        let rev = r.header().map_or(0, |h| h.revision());
-        let updates = chunk
-            .iter()
-            .map(|(n, o)| Update::Raw {
-                key: shared.keys.outcome(n, me).into_bytes(),
-                rev,
-                lease: 0,
-                value: Some(serde_json::to_vec(o).unwrap_or_default()),
-            })
-            .collect();
-        // Our own writes: applied without events.
-        let s = shared.clone();
-        tokio::task::spawn_blocking(move || {
-            lock(&s.mirror).apply(updates, &s.keys, &s.secrets, &s.opts.host_id)
-        })
-        .await
-        .map_err(|e| format!("mirror thread: {e}"))?
-        .map_err(|e| format!("mirror: {e}"))?;
-        let mut p = lock(&shared.pending);
-        for (n, o) in chunk {
-            if p.get(n) == Some(o) {
-                p.remove(n);
-            }
-        }
     }
     Ok(())
 }

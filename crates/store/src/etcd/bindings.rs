@@ -1,0 +1,324 @@
+//! Saving and removing bindings: guarded etcd transactions (`docs/fleet.md`, "Saving a binding").
+//!
+//! - **Names are unique regardless of ASCII case** (nginx compares upstream names so): creating
+//!   binding `NAME` also creates its name claim `PREFIX/names/lower(NAME)` holding `NAME`, in the
+//!   same transaction, guarded by the claim not existing. Two hosts creating `Api` and `api` at
+//!   once: etcd applies one transaction, the other's guard fails. Removing a binding deletes its
+//!   claim when the claim still holds that name (a nested transaction). A claim left by a binding
+//!   removed some other way (a daemon of before the claims, `etcdctl del`) is taken back when a
+//!   creation finds it ([`EtcdStore::reclaim_names`]).
+//! - **A change is written only over the version it was prepared from.** Every update compares
+//!   the binding key's `mod_revision` with the revision the mirror read it at; an update given
+//!   with the stored record it was prepared from (secret fields carried over from it) is refused
+//!   before that when the mirror's record is no longer that one (the caller's copy lags), so a
+//!   lagging copy never overwrites a newer change made on another host.
+//! - **Versions are not the writers' clocks.** `updated_at_ms`, the version a published target
+//!   set names, grows with every update of a binding: `max(clock, previous + 1)`, written under
+//!   the `mod_revision` compare, so a writer whose clock is behind still makes a newer version,
+//!   never one equal to (or older than) the version it replaces.
+
+use etcd_client::{Compare, CompareOp, DeleteOptions, Txn, TxnOp};
+
+use super::mirror::Update;
+use super::write::{Guarded, Written};
+use super::{lock, EtcdStore, TXN_CHUNK};
+use crate::{BindingRecord, StoreError, StoredBinding, Upsert};
+
+/// The next version of a binding whose current version is `previous`, at clock reading `now`.
+pub(crate) fn next_version(now: i64, previous: i64) -> i64 {
+    now.max(previous.saturating_add(1))
+}
+
+/// One chunk of an upsert, ready to send.
+struct Chunk {
+    compares: Vec<Compare>,
+    ops: Vec<TxnOp>,
+    written: Vec<StoredBinding>,
+    created: Vec<String>,
+    out: Vec<Upsert>,
+}
+
+impl EtcdStore {
+    fn now(&self) -> i64 {
+        (self.shared.opts.clock)()
+    }
+
+    /// The guard and the put of the name claim of a new binding `name`.
+    fn claim_name(&self, name: &str) -> (Compare, TxnOp) {
+        let key = self.shared.keys.name_claim(name);
+        (
+            Compare::create_revision(key.clone(), CompareOp::Equal, 0),
+            TxnOp::put(key, name, None),
+        )
+    }
+
+    /// Deletes the name claim of `name` when it holds that name.
+    fn release_name(&self, name: &str) -> TxnOp {
+        let key = self.shared.keys.name_claim(name);
+        TxnOp::txn(
+            Txn::new()
+                .when([Compare::value(key.clone(), CompareOp::Equal, name)])
+                .and_then([TxnOp::delete(key, None)]),
+        )
+    }
+
+    /// The value of `key` in etcd now (through the session's member).
+    async fn read(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        let client = lock(&self.shared.conn).client.clone();
+        let mut client = client.ok_or_else(|| self.unavailable("not connected"))?;
+        let r = tokio::time::timeout(self.shared.opts.op_timeout, client.get(key, None))
+            .await
+            .map_err(|_| {
+                self.unavailable(format!(
+                    "no answer within {:?}",
+                    self.shared.opts.op_timeout
+                ))
+            })?
+            .map_err(|e| self.unavailable(e.to_string()))?;
+        Ok(r.kvs().first().map(|kv| kv.value().to_vec()))
+    }
+
+    /// After a creation was refused: the name claims of `names` held by a binding that is gone
+    /// are deleted (guarded by both); returns whether one was, and the names whose claim another
+    /// existing binding holds, with that binding's name.
+    pub(crate) async fn reclaim_names(
+        &self,
+        names: &[String],
+    ) -> Result<(bool, Vec<(String, String)>), StoreError> {
+        let k = &self.shared.keys;
+        let mut freed = false;
+        let mut held = Vec::new();
+        for name in names {
+            let claim = k.name_claim(name);
+            let Some(holder) = self.read(&claim).await? else {
+                continue;
+            };
+            let holder = String::from_utf8_lossy(&holder).into_owned();
+            if self.read(&k.binding(&holder)).await?.is_some() {
+                held.push((name.clone(), holder));
+                continue;
+            }
+            let w = self
+                .write(Guarded {
+                    compares: vec![
+                        Compare::value(claim.clone(), CompareOp::Equal, holder.as_bytes()),
+                        Compare::create_revision(k.binding(&holder), CompareOp::Equal, 0),
+                    ],
+                    ops: vec![TxnOp::delete(claim, None)],
+                })
+                .await?;
+            if matches!(w, Written::Applied(_)) {
+                tracing::info!(binding = %holder, "name claim of a binding that is gone taken back");
+                freed = true;
+            }
+        }
+        Ok((freed, held))
+    }
+
+    pub(crate) async fn insert(&self, b: &BindingRecord) -> Result<(), StoreError> {
+        let now = self.now();
+        let sb = StoredBinding {
+            binding: b.clone(),
+            created_at_ms: now,
+            updated_at_ms: now,
+        };
+        let key = self.shared.keys.binding(&b.name);
+        for _ in 0..2 {
+            let (guard, put) = self.claim_name(&b.name);
+            let w = self
+                .write(Guarded {
+                    compares: vec![
+                        Compare::create_revision(key.clone(), CompareOp::Equal, 0),
+                        guard,
+                    ],
+                    ops: vec![TxnOp::put(key.clone(), self.binding_value(&sb), None), put],
+                })
+                .await?;
+            if let Written::Applied(rev) = w {
+                return self
+                    .apply_own(vec![Update::Binding {
+                        name: b.name.clone(),
+                        rev,
+                        value: Some(sb),
+                    }])
+                    .await;
+            }
+            let (freed, held) = self.reclaim_names(std::slice::from_ref(&b.name)).await?;
+            if let Some((_, holder)) = held.into_iter().next() {
+                return Err(StoreError::Duplicate(holder));
+            }
+            if !freed {
+                break;
+            }
+        }
+        Err(StoreError::Duplicate(b.name.clone()))
+    }
+
+    /// One chunk's transaction, from the mirror.
+    fn chunk(
+        &self,
+        list: &[(BindingRecord, Option<BindingRecord>)],
+        now: i64,
+    ) -> Result<Chunk, StoreError> {
+        let mut c = Chunk {
+            compares: Vec::new(),
+            ops: Vec::new(),
+            written: Vec::new(),
+            created: Vec::new(),
+            out: Vec::new(),
+        };
+        let m = lock(&self.shared.mirror);
+        for (b, base) in list {
+            let key = self.shared.keys.binding(&b.name);
+            let existing = m.file.get_binding(&b.name)?;
+            // Prepared from a record the mirror no longer holds (changed or removed since the
+            // caller read it): written over nothing.
+            if let Some(base) = base {
+                if existing.as_ref().map(|sb| &sb.binding) != Some(base) {
+                    return Err(StoreError::Conflict(b.name.clone()));
+                }
+            }
+            let rev = m.rev_of(&key);
+            let sb = match existing {
+                Some(old) if old.binding == *b => {
+                    c.out.push(Upsert::Unchanged);
+                    continue;
+                }
+                Some(old) => {
+                    c.compares
+                        .push(Compare::mod_revision(key.clone(), CompareOp::Equal, rev));
+                    c.out.push(Upsert::Updated);
+                    StoredBinding {
+                        binding: b.clone(),
+                        created_at_ms: old.created_at_ms,
+                        updated_at_ms: next_version(now, old.updated_at_ms),
+                    }
+                }
+                None => {
+                    c.compares
+                        .push(Compare::create_revision(key.clone(), CompareOp::Equal, 0));
+                    let (guard, put) = self.claim_name(&b.name);
+                    c.compares.push(guard);
+                    c.ops.push(put);
+                    c.created.push(b.name.clone());
+                    c.out.push(Upsert::Created);
+                    StoredBinding {
+                        binding: b.clone(),
+                        created_at_ms: now,
+                        updated_at_ms: now,
+                    }
+                }
+            };
+            c.ops.push(TxnOp::put(key, self.binding_value(&sb), None));
+            c.written.push(sb);
+        }
+        Ok(c)
+    }
+
+    pub(crate) async fn upsert(
+        &self,
+        list: &[(BindingRecord, Option<BindingRecord>)],
+    ) -> Result<Vec<Upsert>, StoreError> {
+        let now = self.now();
+        let mut out = Vec::with_capacity(list.len());
+        for part in list.chunks(TXN_CHUNK) {
+            let mut retried = false;
+            let (rev, c) = loop {
+                let c = self.chunk(part, now)?;
+                if c.ops.is_empty() {
+                    break (None, c);
+                }
+                let w = self
+                    .write(Guarded {
+                        compares: c.compares.clone(),
+                        ops: c.ops.clone(),
+                    })
+                    .await?;
+                match w {
+                    Written::Applied(rev) => break (Some(rev), c),
+                    Written::Refused(_) => {
+                        // A name taken regardless of case by a binding this host did not know
+                        // yet is a duplicate; a claim left by a binding that is gone is taken
+                        // back once; anything else is a concurrent change.
+                        let (freed, held) = self.reclaim_names(&c.created).await?;
+                        if let Some((_, holder)) = held.into_iter().next() {
+                            return Err(StoreError::Duplicate(holder));
+                        }
+                        if !freed || retried {
+                            let names: Vec<&str> =
+                                c.written.iter().map(|s| s.binding.name.as_str()).collect();
+                            return Err(StoreError::Conflict(names.join(", ")));
+                        }
+                        retried = true;
+                    }
+                }
+            };
+            out.extend(c.out);
+            if let Some(rev) = rev {
+                self.apply_own(
+                    c.written
+                        .into_iter()
+                        .map(|sb| Update::Binding {
+                            name: sb.binding.name.clone(),
+                            rev,
+                            value: Some(sb),
+                        })
+                        .collect(),
+                )
+                .await?;
+            }
+        }
+        Ok(out)
+    }
+
+    pub(crate) async fn remove(&self, name: &str) -> Result<bool, StoreError> {
+        let k = &self.shared.keys;
+        let bkey = k.binding(name);
+        let w = self
+            .write(Guarded {
+                compares: vec![Compare::create_revision(
+                    bkey.clone(),
+                    CompareOp::Greater,
+                    0,
+                )],
+                ops: vec![
+                    TxnOp::delete(bkey, None),
+                    TxnOp::delete(k.targets(name), None),
+                    TxnOp::delete(k.resolver(name), None),
+                    TxnOp::delete(
+                        k.outcomes_of(name),
+                        Some(DeleteOptions::new().with_prefix()),
+                    ),
+                    TxnOp::delete(k.unable_of(name), Some(DeleteOptions::new().with_prefix())),
+                    self.release_name(name),
+                ],
+            })
+            .await?;
+        let (rev, removed) = match w {
+            Written::Applied(rev) => (rev, true),
+            // Gone already: the mirror forgets it too.
+            Written::Refused(rev) => (rev, false),
+        };
+        lock(&self.shared.pending).remove(name);
+        self.apply_own(vec![Update::Binding {
+            name: name.to_string(),
+            rev,
+            value: None,
+        }])
+        .await?;
+        Ok(removed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::next_version;
+
+    #[test]
+    fn a_version_grows_also_when_the_writers_clock_is_behind() {
+        assert_eq!(next_version(1_000, 500), 1_000);
+        assert_eq!(next_version(1_000, 1_000), 1_001);
+        assert_eq!(next_version(400, 1_000), 1_001);
+        assert_eq!(next_version(0, i64::MAX), i64::MAX);
+    }
+}
