@@ -30,8 +30,6 @@ mod sqlite;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::PathBuf;
-use std::sync::{Mutex, MutexGuard, PoisonError};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
@@ -143,17 +141,6 @@ pub enum Upsert {
     Unchanged,
 }
 
-/// Milliseconds since the Unix epoch (0 if the clock is before it): the time stamps of the
-/// records here, and the one clock reading of the daemon and the fakes.
-pub fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
-
-/// Locks `m`, ignoring poisoning: a thread that panicked while holding it does not make every
-/// later caller panic too.
-pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
+/// The time stamps of the records here, and the one clock reading of the daemon and the fakes;
+/// the lock every crate shares.
+pub use tributary_base::{lock, now_ms};

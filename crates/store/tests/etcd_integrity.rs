@@ -32,6 +32,8 @@ fn binding(name: &str, service: &str, token: &str) -> BindingRecord {
         service: service.into(),
         interval_secs: 30,
         directives: vec![],
+        probe: None,
+        drain_secs: 0,
     }
 }
 
