@@ -112,9 +112,10 @@ fn a_host_with_an_empty_plugins_dir_holds_no_claim_and_every_host_serves_every_c
     match served_within(&f, &[0, 1, 2], &names, "two", 3 * INTERVAL) {
         Ok(took) => eprintln!("every host serves the change of {BINDINGS} bindings after {took:?}"),
         Err(left) => panic!(
-            "not served within 3 intervals ({:?}): {} pairs: {left:?}",
+            "not served within 3 intervals ({:?}): {} pairs: {left:?}\nC's log: {}",
             3 * INTERVAL,
-            left.len()
+            left.len(),
+            f.hosts[2].daemon.log_text()
         ),
     }
     assert_eq!(held_by(&f, 1, &names, "host-c"), Vec::<String>::new());

@@ -284,3 +284,52 @@ async fn a_host_that_stepped_out_is_left_out_until_it_steps_back_in() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_that_stepped_out_stays_out_when_its_lease_is_lost() {
+    let cluster = tokio::task::block_in_place(|| EtcdCluster::start(3));
+    let mut raw = raw_client(&cluster).await;
+    let a = host(&cluster, "host-a", &[&OLD_KEY]).await;
+    let b = host(&cluster, "host-b", &[&OLD_KEY]).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut name = None;
+    for i in 0..40 {
+        let n = format!("s{i}");
+        a.store.insert_binding(&binding(&n, "web")).await.unwrap();
+        if a.store.claim_resolver(&n).await.unwrap() {
+            name = Some(n);
+            break;
+        }
+    }
+    let name = name.expect("A is preferred for one of 40 bindings");
+    a.store
+        .step_out(&name, "3 failed resolutions in a row")
+        .await
+        .unwrap();
+    let key = format!("{PREFIX}unable/{name}/host-a");
+    let first = raw.get(key.as_str(), None).await.unwrap().kvs()[0].lease();
+
+    // A's lease is lost (revoked here; an overloaded host misses its keep-alives the same way):
+    // the marker goes with it. A's next session puts it again under its new lease.
+    raw.lease_revoke(first).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let r = raw.get(key.as_str(), None).await.unwrap();
+        if r.kvs()
+            .first()
+            .is_some_and(|kv| kv.lease() != first && kv.lease() != 0)
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "A's step-out marker is not back under a new lease"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Past a TTL of A's new session B would hand a binding back to its preferred host; A
+    // stepped out, so B keeps it and A cannot take it.
+    tokio::time::sleep(TTL * 2).await;
+    assert!(!a.store.claim_resolver(&name).await.unwrap());
+    assert!(b.store.claim_resolver(&name).await.unwrap());
+}

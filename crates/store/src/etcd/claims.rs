@@ -138,6 +138,7 @@ impl EtcdStore {
     /// gives its claim up.
     pub(crate) async fn stand_aside(&self, name: &str, why: &str) -> Result<(), StoreError> {
         let me = &self.shared.opts.host_id;
+        lock(&self.shared.stood_aside).insert(name.to_string(), why.to_string());
         let lease = self.session_lease()?;
         let key = self.shared.keys.unable(name, me);
         let value = serde_json::to_vec(&serde_json::json!({ "why": why })).unwrap_or_default();
@@ -169,6 +170,7 @@ impl EtcdStore {
 
     /// Deletes this host's "cannot resolve NAME" marker.
     pub(crate) async fn stand_in(&self, name: &str) -> Result<(), StoreError> {
+        lock(&self.shared.stood_aside).remove(name);
         let key = self.shared.keys.unable(name, &self.shared.opts.host_id);
         let w = self
             .write(Guarded {

@@ -172,6 +172,9 @@ pub(crate) struct Shared {
     /// that finds another cluster, or a revision below it (etcd restored from a backup), rebuilds
     /// the mirror (`session.rs`).
     pub seen: Mutex<Option<(u64, i64)>>,
+    /// The bindings this host stepped out of (name → why), so that a session on a new lease
+    /// puts their markers again: a marker lives with its session's lease (`claims.rs`).
+    pub stood_aside: Mutex<std::collections::BTreeMap<String, String>>,
 }
 
 pub(crate) use crate::lock;
@@ -229,6 +232,7 @@ impl EtcdStore {
             spares: Mutex::new(vec![None; opts.endpoints.len()]),
             marker_lease: Mutex::new(None),
             seen: Mutex::new(None),
+            stood_aside: Mutex::new(Default::default()),
             location,
             keys,
             secrets,

@@ -240,6 +240,28 @@ async fn session_inner(
         .await?;
     }
     lock(&shared.conn).host_checked = true;
+    // The markers of the bindings this host stepped out of went with an expired lease: put them
+    // again under this one, before the full read, so no host (this one included) counts this
+    // host in for them meanwhile.
+    let aside: Vec<(String, String)> = lock(&shared.stood_aside)
+        .iter()
+        .map(|(n, w)| (n.clone(), w.clone()))
+        .collect();
+    for (name, why) in aside {
+        let value = serde_json::to_vec(&serde_json::json!({ "why": why })).unwrap_or_default();
+        let txn = Txn::new()
+            .when(vec![Compare::create_revision(
+                keys.binding(&name),
+                CompareOp::Greater,
+                0,
+            )])
+            .and_then(vec![TxnOp::put(
+                keys.unable(&name, &o.host_id),
+                value,
+                Some(PutOptions::new().with_lease(lease)),
+            )]);
+        bounded(shared, "step-out marker", client.txn(txn)).await?;
+    }
 
     // The whole prefix at one revision, in pages.
     let prefix = keys.prefix.clone();
