@@ -9,10 +9,12 @@
 //! - [`route`]: which resource a request path names.
 //! - [`access`]: the location's parameters (`write=`, `host=`) and the `Host` check of a `PUT`.
 //! - [`down`]: the reasons a peer is skipped, as bits of nginx's `peer->down`.
+//! - [`probe`]: the `probe` directive (active health checks) and the per-server health state.
 
 pub mod access;
 pub mod down;
 pub mod plan;
+pub mod probe;
 pub mod render;
 pub mod sizing;
 
