@@ -14,6 +14,8 @@
 mod access;
 #[path = "live_api/churn.rs"]
 mod churn;
+#[path = "live_api/health.rs"]
+mod health;
 #[path = "live_api/helpers.rs"]
 mod helpers;
 #[path = "live_api/liveness.rs"]
@@ -1274,6 +1276,7 @@ fn main() {
         ),
     ];
     trials.extend(access::trials());
+    trials.extend(health::trials());
     trials.extend(zone_size::trials());
     trials.extend(reload_race::trials());
     trials.push(Trial::ignorable_test(

@@ -26,10 +26,12 @@
 pub mod balancer;
 pub mod conf;
 pub mod content;
+pub mod health;
 pub mod log;
 pub mod peers;
 pub mod pool;
 pub mod probe;
+pub mod prober;
 pub mod request;
 pub mod upstream;
 pub mod variables;

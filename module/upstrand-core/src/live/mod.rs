@@ -312,6 +312,9 @@ struct RawPut {
     _retired: Option<serde::de::IgnoredAny>,
     #[serde(default, rename = "rebalanced")]
     _rebalanced: Option<serde::de::IgnoredAny>,
+    /// The upstream's `probe` settings of a `GET` answer: accepted back, ignored.
+    #[serde(default, rename = "probe")]
+    _probe: Option<serde::de::IgnoredAny>,
 }
 
 #[derive(Deserialize)]
@@ -336,6 +339,21 @@ struct RawServer {
     _active: Option<serde::de::IgnoredAny>,
     #[serde(default, rename = "fails")]
     _fails: Option<serde::de::IgnoredAny>,
+    /// Health fields of a `GET` answer (`probe ...;`): accepted back, ignored.
+    #[serde(default, rename = "health")]
+    _health: Option<serde::de::IgnoredAny>,
+    #[serde(default, rename = "probe_fails")]
+    _probe_fails: Option<serde::de::IgnoredAny>,
+    #[serde(default, rename = "probe_passes")]
+    _probe_passes: Option<serde::de::IgnoredAny>,
+    #[serde(default, rename = "last_probe_ms_ago")]
+    _last_probe_ms_ago: Option<serde::de::IgnoredAny>,
+    #[serde(default, rename = "last_status")]
+    _last_status: Option<serde::de::IgnoredAny>,
+    #[serde(default, rename = "last_error")]
+    _last_error: Option<serde::de::IgnoredAny>,
+    #[serde(default, rename = "slow_start_remaining_ms")]
+    _slow_start_remaining_ms: Option<serde::de::IgnoredAny>,
 }
 
 fn one() -> u32 {

@@ -221,6 +221,9 @@ impl ProbeConf {
             port: self.port,
             mandatory: self.mandatory,
             slow_start_ms: self.slow_start_ms,
+            owner_pid: 0,
+            rounds: 0,
+            probes: 0,
         }
     }
 }
@@ -242,6 +245,11 @@ pub struct ProbeView {
     pub port: Option<u16>,
     pub mandatory: bool,
     pub slow_start_ms: u64,
+    /// pid of the worker probing now (0: none), rounds and probes started since the zone was
+    /// made (over all workers); filled in by the module.
+    pub owner_pid: u64,
+    pub rounds: u64,
+    pub probes: u64,
 }
 
 /// Why a probe failed (kept in the zone as a code and an errno).

@@ -203,10 +203,12 @@ fn renders_json() {
             down: false,
             active: 2,
             fails: 0,
+            health: None,
         }],
         retiring: 1,
         retired: vec![],
         rebalanced: 0,
+        probe: None,
     };
     assert_eq!(
         v.to_json(),
@@ -230,6 +232,7 @@ fn retired_servers_are_listed_with_their_age_when_there_are_some() {
             age_ms: 61_000,
         }],
         rebalanced: 0,
+        probe: None,
     };
     assert_eq!(
         v.to_json(),
@@ -239,6 +242,8 @@ fn retired_servers_are_listed_with_their_age_when_there_are_some() {
 
 #[test]
 fn every_field_of_a_get_answer_is_accepted_back() {
+    let probe_conf =
+        crate::live::probe::ProbeConf::parse(&["interval=1s", "slow_start=5s"]).unwrap();
     let v = render::ServerView {
         address: "10.0.0.1:80".into(),
         weight: 2,
@@ -249,6 +254,7 @@ fn every_field_of_a_get_answer_is_accepted_back() {
         down: false,
         active: 2,
         fails: 1,
+        health: Some(crate::live::probe::HealthState::new_server(true).view(&probe_conf, 10)),
     };
     let view = render::UpstreamView {
         generation: 9,
@@ -260,6 +266,7 @@ fn every_field_of_a_get_answer_is_accepted_back() {
             age_ms: 1_500,
         }],
         rebalanced: 4,
+        probe: Some(probe_conf.view()),
     };
     let body = view.to_json();
     let r = put(&body).unwrap_or_else(|e| panic!("{body}: {e}"));
