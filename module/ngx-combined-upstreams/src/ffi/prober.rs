@@ -112,6 +112,41 @@ pub fn disarm_tick() {
     }
 }
 
+/// The probes in flight in this process (address, and the function that ends one), so a
+/// worker that exits closes their connections first (nginx reports a connection still open at
+/// a graceful exit as an `[alert]`).
+static IN_FLIGHT: std::sync::Mutex<Vec<InFlight>> = std::sync::Mutex::new(Vec::new());
+
+/// A probe in flight: its address and the function that ends it.
+type InFlight = (usize, fn(usize));
+
+fn in_flight() -> std::sync::MutexGuard<'static, Vec<InFlight>> {
+    IN_FLIGHT.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn abort_one<D: ProbeDone>(raw: usize) {
+    // SAFETY: `raw` was taken out of IN_FLIGHT, where only live, unfinished probes are listed.
+    unsafe {
+        finish::<D>(
+            raw as *mut Probe<D>,
+            Outcome::Fail {
+                why: Failure::NoResources,
+                errno: 0,
+                status: 0,
+            },
+        )
+    };
+}
+
+/// Ends every probe in flight (the worker exits): their connections are closed, their outcomes
+/// reported as not run.
+pub fn abort_all() {
+    let all = core::mem::take(&mut *in_flight());
+    for (raw, end) in all {
+        end(raw);
+    }
+}
+
 /// Where a probe's outcome goes.
 pub trait ProbeDone {
     /// What the caller attached to the probe.
@@ -207,6 +242,7 @@ pub fn start_probe<D: ProbeDone>(spec: ProbeSpec, token: D::Token) {
             return;
         }
         (*c).data = raw.cast();
+        in_flight().push((raw as usize, abort_one::<D>));
         (*(*c).read).handler = Some(on_read::<D>);
         (*(*c).write).handler = Some(on_write::<D>);
         (*(*c).read).set_cancelable(1);
@@ -224,6 +260,7 @@ pub fn start_probe<D: ProbeDone>(spec: ProbeSpec, token: D::Token) {
 /// # Safety
 /// `raw` is a probe made by [`start_probe`] and not finished yet; nothing uses it afterwards.
 unsafe fn finish<D: ProbeDone>(raw: *mut Probe<D>, outcome: Outcome) {
+    in_flight().retain(|(r, _)| *r != raw as usize);
     // SAFETY: caller.
     let mut p = unsafe { Box::from_raw(raw) };
     if !p.pc.connection.is_null() {

@@ -85,6 +85,7 @@ impl ProcessHooks for Workers {
     }
 
     fn exit_process() {
+        prober::abort_all();
         release_all();
     }
 }
@@ -221,7 +222,6 @@ fn round(j: &Job, now: u64) {
             upstream: j.name.clone(),
             server: t.name,
             conf: j.conf.clone(),
-            started_ms: now,
         };
         start_probe::<Done>(spec, token);
     }
@@ -247,8 +247,6 @@ pub struct Token {
     upstream: String,
     server: String,
     conf: Arc<ProbeConf>,
-    #[allow(dead_code)]
-    started_ms: u64,
 }
 
 /// Where the probes' outcomes go.
