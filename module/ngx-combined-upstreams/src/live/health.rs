@@ -130,7 +130,7 @@ impl Ticker for Tick {
                 continue;
             }
             next_round().insert(j.key, now + j.conf.interval_ms);
-            round(&j, now);
+            round(&j);
         }
         Some(next)
     }
@@ -144,7 +144,7 @@ struct Target {
 }
 
 /// Starts a round of probes of `j` (this worker holds its lease).
-fn round(j: &Job, now: u64) {
+fn round(j: &Job) {
     let Some(h) = j.live.health() else { return };
     let mut targets: Vec<Target> = probe_targets(j.live)
         .into_iter()
