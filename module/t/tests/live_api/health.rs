@@ -386,6 +386,99 @@ fn case_mandatory_server_added_by_put_gets_nothing_before_its_first_pass() -> Ca
     m.check_workers_unchanged()
 }
 
+fn put_servers(m: &Master, servers: &[(u16, u32)]) -> CaseResult {
+    let list: Vec<String> = servers
+        .iter()
+        .map(|(p, w)| format!(r#"{{"address":"127.0.0.1:{p}","weight":{w},"max_fails":0}}"#))
+        .collect();
+    let r = m.put("app", &format!(r#"{{"servers":[{}]}}"#, list.join(",")))?;
+    check(r.status == 200, || {
+        format!("PUT: {} {}", r.status, r.text())
+    })
+}
+
+fn case_health_follows_the_live_set() -> CaseResult {
+    let b1 = Backend::start("b1")?;
+    let b2 = Backend::start("b2")?;
+    let b3 = Backend::start("b3")?;
+    let m = Master::start(&conf(
+        &[b1.port, b2.port],
+        "uri=/healthz interval=200ms timeout=100ms fails=1 passes=3",
+    ))?;
+    b1.set(FAIL_503);
+    until_health(&m, b1.port, "unhealthy", Duration::from_secs(2))?;
+    // Kept across a PUT (with another weight): still unhealthy, still skipped.
+    put_servers(&m, &[(b1.port, 2), (b2.port, 1)])?;
+    let s = server_view(&m, b1.port)?;
+    check(s["health"] == "unhealthy" && s["weight"] == 2, || {
+        format!("after the PUT: {s}")
+    })?;
+    let before = b1.proxied.load(Ordering::SeqCst);
+    both_workers_answer(&m, &["b2"], 10)?;
+    check_eq_usize(
+        b1.proxied.load(Ordering::SeqCst),
+        before,
+        "requests to the kept unhealthy b1",
+    )?;
+    // Removed: no longer probed. Added: probed from the next round.
+    put_servers(&m, &[(b2.port, 1), (b3.port, 1)])?;
+    let t = Instant::now();
+    std::thread::sleep(Duration::from_millis(1000));
+    let late = b1.probes_between(t + Duration::from_millis(300), Instant::now());
+    check_eq_usize(late, 0, "probes of the removed b1 after one round")?;
+    let new = b3.probes_between(t, Instant::now());
+    check(new >= 3, || format!("the added b3 got {new} probes in 1 s"))?;
+    let s = server_view(&m, b3.port)?;
+    check(s["health"] == "healthy" && s["last_status"] == 200, || {
+        format!("{s}")
+    })?;
+    // Re-added: a new server again (healthy without mandatory), not the old record.
+    put_servers(&m, &[(b1.port, 1), (b2.port, 1), (b3.port, 1)])?;
+    b1.set(OK);
+    std::thread::sleep(Duration::from_millis(300));
+    let s = server_view(&m, b1.port)?;
+    check(s["health"] == "healthy", || format!("re-added b1: {s}"))?;
+    m.check_workers_unchanged()
+}
+
+fn case_backup_serves_when_primaries_are_unhealthy_and_none_gives_502() -> CaseResult {
+    let b1 = Backend::start("b1")?;
+    let b2 = Backend::start("b2")?;
+    let http = conf(
+        &[b1.port],
+        "uri=/healthz interval=200ms timeout=100ms fails=1 passes=1",
+    )
+    .replace(
+        &format!("server 127.0.0.1:{} max_fails=0; ", b1.port),
+        &format!(
+            "server 127.0.0.1:{} max_fails=0; server 127.0.0.1:{} backup max_fails=0; ",
+            b1.port, b2.port
+        ),
+    );
+    let m = Master::start(&http)?;
+    until_health(&m, b1.port, "healthy", Duration::from_secs(2))?;
+    both_workers_answer(&m, &["b1"], 5)?;
+    b1.set(FAIL_503);
+    until_health(&m, b1.port, "unhealthy", Duration::from_secs(2))?;
+    both_workers_answer(&m, &["b2"], 10)?;
+    // Everything unhealthy: nginx's answer when every server is down (502).
+    b2.set(FAIL_503);
+    until_health(&m, b2.port, "unhealthy", Duration::from_secs(2))?;
+    for _ in 0..10 {
+        let r = ngx_harness::http_request(m.port(0), "GET", "/", &[], b"")?;
+        check(r.status == 502, || {
+            format!("every server unhealthy: {} {}", r.status, r.text())
+        })?;
+    }
+    check(m.error_log().contains("no live upstreams"), || {
+        "no \"no live upstreams\" line".into()
+    })?;
+    b1.set(OK);
+    until_health(&m, b1.port, "healthy", Duration::from_secs(2))?;
+    both_workers_answer(&m, &["b1"], 5)?;
+    m.check_workers_unchanged()
+}
+
 fn case_refusal_names_the_upstream_file_and_line() -> CaseResult {
     let t = config_test(
         "upstream nz {\n server 127.0.0.1:1;\n probe uri=/h;\n}\nserver { listen 127.0.0.1:{P0}; location / { proxy_pass http://nz; } }",
@@ -413,7 +506,7 @@ pub fn trials() -> Vec<Trial> {
         emerg_trial(
             "health_probe_refused_with_ip_hash",
             "upstream u { zone u 64k; ip_hash; server 127.0.0.1:1; probe; }\nserver { listen 127.0.0.1:{P0}; location / { proxy_pass http://u; } }",
-            "\"probe\" in upstream \"u\" needs round robin or least_conn (with or without keepalive), not ip_hash in ",
+            "\"probe\" in upstream \"u\" needs round robin or least_conn (with or without keepalive), not ip_hash",
         ),
         emerg_trial(
             "health_probe_refuses_unknown_parameters",
@@ -434,6 +527,16 @@ pub fn trials() -> Vec<Trial> {
             "health_probe_only_in_an_upstream",
             "server { listen 127.0.0.1:{P0}; probe; }",
             "\"probe\" directive is not allowed here",
+        ),
+        emerg_trial(
+            "health_probe_slow_start_is_refused_for_now",
+            "upstream u { zone u 64k; server 127.0.0.1:1; probe slow_start=10s; }",
+            "invalid parameter \"slow_start=10s\" in \"probe\" directive: slow start is not supported yet",
+        ),
+        Trial::test("health_follows_the_live_set", case_health_follows_the_live_set),
+        Trial::test(
+            "health_backup_serves_when_primaries_are_unhealthy_and_none_gives_502",
+            case_backup_serves_when_primaries_are_unhealthy_and_none_gives_502,
         ),
         Trial::test(
             "health_failing_server_leaves_and_comes_back",
