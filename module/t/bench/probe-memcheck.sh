@@ -80,7 +80,7 @@ http {
 }
 CONF
 
-valgrind --tool=memcheck --num-callers=40 --error-limit=no --trace-children=yes \
+valgrind --tool=memcheck ${VALGRIND_EXTRA:-} --num-callers=40 --error-limit=no --trace-children=yes \
   --log-file="$DIR/logs/valgrind.%p.log" \
   "$NGINX" -p "$DIR" -e "$DIR/logs/error.log" -c "$DIR/conf/nginx.conf" &
 PID=$!

@@ -21,23 +21,34 @@ use core::ptr::{self, NonNull};
 use core::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-use ngx::ffi::{ngx_atomic_t, ngx_rwlock_rlock, ngx_rwlock_unlock, ngx_slab_free};
+use ngx::ffi::{ngx_atomic_t, ngx_rwlock_unlock, ngx_slab_free};
 use upstrand_core::live::probe::HealthState;
 
 use super::peers::{wlock_until, Slab};
 
+/// nginx's `NGX_RWLOCK_WLOCK` (the lock word of a write-held rwlock).
+const WLOCK: u64 = u64::MAX;
+
+/// How long a reader waits for the table's lock.
+const READ_WAIT: core::time::Duration = core::time::Duration::from_millis(50);
+
 /// Longest peer name a record keeps (`NGX_SOCKADDR_STRLEN`).
 pub const NAME_MAX: usize = 113;
 
-/// One server's record.
+/// One server's record. No padding: every byte is written (`pad`), so no process ever copies
+/// undefined bytes into the zone (valgrind tracks definedness per process, and bytes another
+/// process left undefined there would later read as undefined in this one).
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct Rec {
     name_len: u32,
     name: [u8; NAME_MAX],
+    pad: [u8; 3],
     /// Its health.
     pub state: HealthState,
 }
+
+const _: () = assert!(size_of::<Rec>() == 4 + NAME_MAX + 3 + size_of::<HealthState>());
 
 impl Rec {
     /// A record for the peer `name` (cut to [`NAME_MAX`] bytes).
@@ -45,6 +56,7 @@ impl Rec {
         let mut r = Rec {
             name_len: 0,
             name: [0; NAME_MAX],
+            pad: [0; 3],
             state,
         };
         let b = name.as_bytes();
@@ -167,10 +179,13 @@ impl Health {
         )
     }
 
-    /// A copy of the table, read under its read lock.
-    pub fn read(self) -> Vec<Rec> {
-        // SAFETY: the lock word lives in the zone (handle).
-        unsafe { ngx_rwlock_rlock(self.lock_word()) };
+    /// A copy of the table, read under its read lock, taken within [`READ_WAIT`] (None when it
+    /// stays write-held, e.g. a worker died holding it: the caller goes on without the records
+    /// rather than stalling its worker).
+    pub fn read(self) -> Option<Vec<Rec>> {
+        if !self.rlock_until(Instant::now() + READ_WAIT) {
+            return None;
+        }
         // SAFETY: table/len change only under the write lock, excluded now; the array holds
         // `len` initialised records.
         let out = unsafe {
@@ -183,7 +198,32 @@ impl Health {
         };
         // SAFETY: taken above by this process.
         unsafe { ngx_rwlock_unlock(self.lock_word()) };
-        out
+        Some(out)
+    }
+
+    /// Takes the read side of the table's lock like `ngx_rwlock_rlock` (one more reader unless
+    /// it is write-held) but gives up at `deadline`; released with `ngx_rwlock_unlock`.
+    fn rlock_until(self, deadline: Instant) -> bool {
+        // SAFETY: the word lives in the zone (handle) and is only used atomically (nginx's
+        // functions and `wlock_until` use the CPU's atomic instructions on it).
+        let word = unsafe { AtomicU64::from_ptr(self.lock_word()) };
+        loop {
+            for _ in 0..64 {
+                let v = word.load(Ordering::Relaxed);
+                if v != WLOCK
+                    && word
+                        .compare_exchange(v, v.wrapping_add(1), Ordering::AcqRel, Ordering::Relaxed)
+                        .is_ok()
+                {
+                    return true;
+                }
+                core::hint::spin_loop();
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::yield_now();
+        }
     }
 
     /// Runs `f` on the record of `name` under the write lock taken within `deadline`; false when

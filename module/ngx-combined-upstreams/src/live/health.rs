@@ -156,7 +156,7 @@ fn round(j: &Job) {
         .collect();
     let mut seen = std::collections::HashSet::new();
     targets.retain(|t| seen.insert(t.name.clone()));
-    let old = h.read();
+    let Some(old) = h.read() else { return };
     let index: BTreeMap<&[u8], usize> =
         old.iter().enumerate().map(|(i, r)| (r.name(), i)).collect();
     let mut recs = Vec::with_capacity(targets.len());
@@ -178,7 +178,7 @@ fn round(j: &Job) {
     }
     // Bring the peers' health bits in line with the records (a missed write, a server added
     // under `mandatory` whose record is already healthy after a quick remove and re-add).
-    let current = h.read();
+    let Some(current) = h.read() else { return };
     let wanted: BTreeMap<&[u8], usize> = current
         .iter()
         .map(|r| (r.name(), bits_of(r.state.health())))
@@ -307,7 +307,7 @@ impl ProbeDone for Done {
 /// Adds the health fields to `GET <loc>/NAME` of an upstream with `probe` `conf`.
 pub fn decorate(view: &mut UpstreamView, live: LiveUpstream, conf: &ProbeConf) {
     let now = crate::ffi::current_msec();
-    let recs = live.health().map(|h| h.read()).unwrap_or_default();
+    let recs = live.health().and_then(|h| h.read()).unwrap_or_default();
     let by_name: BTreeMap<&[u8], HealthState> = recs.iter().map(|r| (r.name(), r.state)).collect();
     for s in &mut view.servers {
         // A server added since the last round has no record yet: its state is a new server's.
