@@ -419,6 +419,40 @@ impl ListsWrite {
         changed
     }
 
+    /// Slow start: sets (`sit_out`) or clears `down::SLOW_START` of the peers named `name`. The
+    /// bit is set only while another peer of the same list is not skipped for any reason, so a
+    /// ramp never leaves a list without a server to use. Whether the bit is set now.
+    pub fn set_slow_start(&self, name: &[u8], sit_out: bool) -> bool {
+        let mut set = false;
+        for list in [Some(self.primary), self.backup] {
+            let Some(list) = list else { continue };
+            // SAFETY: as in `set_health_bits`.
+            unsafe {
+                let mut others_up = false;
+                let mut p = (*list.raw()).peer;
+                while !p.is_null() {
+                    if crate::ffi::bytes(&(*p).name) != name && (*p).down == 0 {
+                        others_up = true;
+                    }
+                    p = (*p).next;
+                }
+                let mut p = (*list.raw()).peer;
+                while !p.is_null() {
+                    if crate::ffi::bytes(&(*p).name) == name {
+                        if sit_out && others_up {
+                            (*p).down |= down::SLOW_START;
+                            set = true;
+                        } else {
+                            (*p).down &= !down::SLOW_START;
+                        }
+                    }
+                    p = (*p).next;
+                }
+            }
+        }
+        set
+    }
+
     /// Puts `p` (just removed from these lists, still in use) on the retired chain `chain` of
     /// these lists' upstream, retired at `now_ms` (`ngx_current_msec`; kept in its `max_conns`).
     pub fn retire(&self, chain: RetiredChain, p: Peer, now_ms: u64) {

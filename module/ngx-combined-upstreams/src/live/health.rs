@@ -37,10 +37,10 @@ use crate::ffi::prober::{self, start_probe, ProbeDone, ProbeSpec, ProcessHooks, 
 const WRITE_WAIT: Duration = Duration::from_millis(20);
 
 /// Per-worker: the next round of each upstream this worker holds the lease of (by upstream
-/// address).
-static NEXT_ROUND: Mutex<BTreeMap<usize, u64>> = Mutex::new(BTreeMap::new());
+/// address), and the generation of the set its last round read.
+static NEXT_ROUND: Mutex<BTreeMap<usize, (u64, u64)>> = Mutex::new(BTreeMap::new());
 
-fn next_round() -> std::sync::MutexGuard<'static, BTreeMap<usize, u64>> {
+fn next_round() -> std::sync::MutexGuard<'static, BTreeMap<usize, (u64, u64)>> {
     NEXT_ROUND.lock().unwrap_or_else(|e| e.into_inner())
 }
 
@@ -118,19 +118,31 @@ impl Ticker for Tick {
             if j.live.state().superseded() {
                 continue;
             }
-            let tick = (j.conf.interval_ms / 4).max(5);
+            let tick = if j.conf.slow_start_ms > 0 {
+                super::slow_start::SLOT_MS
+            } else {
+                (j.conf.interval_ms / 4).max(5)
+            };
             next = next.min(tick);
             // The owner renews every tick; a heartbeat older than an interval means it is gone.
             if !h.lease(me, now, j.conf.interval_ms) {
                 next_round().remove(&j.key);
                 continue;
             }
-            let due = next_round().get(&j.key).copied().unwrap_or(0);
-            if now < due {
-                continue;
+            let (due, seen) = next_round().get(&j.key).copied().unwrap_or((0, 0));
+            let generation = j.live.state().generation();
+            if now >= due {
+                next_round().insert(j.key, (now + j.conf.interval_ms, generation));
+                round(&j, now, true);
+            } else if j.conf.slow_start_ms > 0 && generation != seen {
+                // A PUT changed the set: servers it added start their ramp now, not at the
+                // next round.
+                next_round().insert(j.key, (due, generation));
+                round(&j, now, false);
             }
-            next_round().insert(j.key, now + j.conf.interval_ms);
-            round(&j);
+            if j.conf.slow_start_ms > 0 {
+                super::slow_start::step(j.key, j.live, &j.conf, now);
+            }
         }
         Some(next)
     }
@@ -143,8 +155,9 @@ struct Target {
     down: usize,
 }
 
-/// Starts a round of probes of `j` (this worker holds its lease).
-fn round(j: &Job) {
+/// A round of `j` (this worker holds its lease): the record table follows the set, the peers'
+/// health bits follow the records, and with `probe` one probe per server starts.
+fn round(j: &Job, now: u64, probe: bool) {
     let Some(h) = j.live.health() else { return };
     let mut targets: Vec<Target> = probe_targets(j.live)
         .into_iter()
@@ -157,6 +170,9 @@ fn round(j: &Job) {
     let mut seen = std::collections::HashSet::new();
     targets.retain(|t| seen.insert(t.name.clone()));
     let Some(old) = h.read() else { return };
+    // The servers of a new zone's first round are its configured ones; later new records are
+    // servers a PUT added (slow start ramps those).
+    let first = old.is_empty() && h.counts().0 == 0;
     let index: BTreeMap<&[u8], usize> =
         old.iter().enumerate().map(|(i, r)| (r.name(), i)).collect();
     let mut recs = Vec::with_capacity(targets.len());
@@ -165,7 +181,8 @@ fn round(j: &Job) {
         let i = index.get(t.name.as_bytes()).copied();
         let state = match i.and_then(|i| old.get(i)) {
             Some(r) => r.state,
-            None => HealthState::new_server(j.conf.mandatory),
+            None if first => HealthState::new_server(j.conf.mandatory),
+            None => HealthState::added(&j.conf, now),
         };
         recs.push(Rec::new(&t.name, state));
         from.push(i);
@@ -197,6 +214,9 @@ fn round(j: &Job) {
                 lists.set_health_bits(Some(name.as_bytes()), *bits);
             }
         }
+    }
+    if !probe {
+        return;
     }
     h.count_round(targets.len() as u64);
     let request = match j.conf.kind {
@@ -280,6 +300,11 @@ impl ProbeDone for Done {
         }
         if let Some(lists) = j.live.primary.write_both(Instant::now() + WRITE_WAIT) {
             lists.set_health_bits(Some(t.server.as_bytes()), bits_of(state.health()));
+            if state.ramp_fraction(&t.conf, now).is_some() {
+                // Back (or in for the first time) under slow start: it sits out from now on,
+                // and the ramp lets it in a growing share of the time.
+                lists.set_slow_start(t.server.as_bytes(), true);
+            }
         }
         match tr {
             Transition::BecameUnhealthy => log_cycle(

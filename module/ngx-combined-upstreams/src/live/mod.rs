@@ -17,6 +17,7 @@
 pub mod balancer;
 pub mod handler;
 pub mod health;
+pub mod slow_start;
 pub mod zone;
 
 use std::collections::BTreeMap;

@@ -479,6 +479,74 @@ fn case_backup_serves_when_primaries_are_unhealthy_and_none_gives_502() -> CaseR
     m.check_workers_unchanged()
 }
 
+/// Share of `name` among `answers` (time since the PUT answer, body) in `[from, to)`.
+fn share(answers: &[(Duration, String)], name: &str, from: Duration, to: Duration) -> (f64, usize) {
+    let w: Vec<&(Duration, String)> = answers
+        .iter()
+        .filter(|(t, _)| *t >= from && *t < to)
+        .collect();
+    let hits = w.iter().filter(|(_, b)| b == name).count();
+    (hits as f64 / w.len().max(1) as f64, w.len())
+}
+
+fn case_slow_start_ramps_an_added_server() -> CaseResult {
+    let b1 = Backend::start("b1")?;
+    let b2 = Backend::start("b2")?;
+    let m = Master::start(&conf(
+        &[b1.port],
+        "uri=/healthz interval=200ms timeout=100ms slow_start=4s",
+    ))?;
+    until_health(&m, b1.port, "healthy", Duration::from_secs(2))?;
+    put_servers(&m, &[(b1.port, 1), (b2.port, 1)])?;
+    let t = Instant::now();
+    let mut answers = Vec::new();
+    let mut remaining_seen = None;
+    while t.elapsed() < Duration::from_millis(5500) {
+        let (_, body) = m.front()?;
+        answers.push((t.elapsed(), body));
+        if remaining_seen.is_none() && t.elapsed() > Duration::from_millis(100) {
+            remaining_seen = server_view(&m, b2.port)?["slow_start_remaining_ms"].as_u64();
+        }
+    }
+    let steady = 0.5;
+    let (first, n1) = share(&answers, "b2", Duration::ZERO, Duration::from_millis(400));
+    let (last, n2) = share(
+        &answers,
+        "b2",
+        Duration::from_millis(4300),
+        Duration::from_millis(5500),
+    );
+    let (mid, _) = share(
+        &answers,
+        "b2",
+        Duration::from_millis(1800),
+        Duration::from_millis(2200),
+    );
+    eprintln!(
+        "slow start 4s: b2 share {first:.3} of {n1} requests in the first 400 ms, {mid:.3} around 2 s, \
+         {last:.3} of {n2} after 4.3 s (steady {steady})"
+    );
+    check(first <= 0.15 * steady, || {
+        format!("b2 got {first:.3} of the first 400 ms (at most 15 % of its steady share {steady})")
+    })?;
+    check((last - steady).abs() <= 0.05, || {
+        format!("b2 got {last:.3} after the ramp, steady share {steady}")
+    })?;
+    check(mid > first && mid < last, || {
+        format!("no ramp: {first:.3}, {mid:.3}, {last:.3}")
+    })?;
+    check(
+        remaining_seen.is_some_and(|r| r > 3000 && r <= 4000),
+        || format!("slow_start_remaining_ms right after the PUT: {remaining_seen:?}"),
+    )?;
+    let s = server_view(&m, b2.port)?;
+    check(
+        s["slow_start_remaining_ms"] == 0 && s["weight"] == 1,
+        || format!("{s}"),
+    )?;
+    m.check_workers_unchanged()
+}
+
 fn case_refusal_names_the_upstream_file_and_line() -> CaseResult {
     let t = config_test(
         "upstream nz {\n server 127.0.0.1:1;\n probe uri=/h;\n}\nserver { listen 127.0.0.1:{P0}; location / { proxy_pass http://nz; } }",
@@ -528,10 +596,9 @@ pub fn trials() -> Vec<Trial> {
             "server { listen 127.0.0.1:{P0}; probe; }",
             "\"probe\" directive is not allowed here",
         ),
-        emerg_trial(
-            "health_probe_slow_start_is_refused_for_now",
-            "upstream u { zone u 64k; server 127.0.0.1:1; probe slow_start=10s; }",
-            "invalid parameter \"slow_start=10s\" in \"probe\" directive: slow start is not supported yet",
+        Trial::test(
+            "health_slow_start_ramps_an_added_server",
+            case_slow_start_ramps_an_added_server,
         ),
         Trial::test("health_follows_the_live_set", case_health_follows_the_live_set),
         Trial::test(

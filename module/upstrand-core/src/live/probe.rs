@@ -166,23 +166,15 @@ impl ProbeConf {
                     }
                     c.body = Some(v.into());
                 }
-                // Parsed so the error says what is wrong, but refused outside this crate's unit
-                // tests: the weight ramp is not built yet (the state machine below already
-                // tracks when a ramp would begin).
                 ("slow_start", Some(v)) => match parse_ms(v) {
-                    Some(ms) if ms <= 3_600_000 => {
-                        if !cfg!(test) {
-                            return Err(bad(p, "slow start is not supported yet"));
-                        }
-                        c.slow_start_ms = ms;
-                    }
+                    Some(ms) if ms <= 3_600_000 => c.slow_start_ms = ms,
                     _ => return Err(bad(p, "slow_start takes a time up to 1h")),
                 },
                 _ => {
                     return Err(bad(
                         p,
                         "the parameters are uri=, interval=, timeout=, fails=, passes=, status=, \
-                         type=http|tcp, port=, host=, body= and mandatory",
+                         type=http|tcp, port=, host=, body=, mandatory and slow_start=",
                     ))
                 }
             }
@@ -467,6 +459,31 @@ impl HealthState {
         }
     }
 
+    /// The state of a server a `PUT` added (not one of a new zone's first servers): a new
+    /// server's, ramping from `now_ms` under `slow_start=` unless `mandatory` holds it out (its
+    /// ramp then begins at its first pass).
+    pub fn added(conf: &ProbeConf, now_ms: u64) -> HealthState {
+        let mut s = HealthState::new_server(conf.mandatory);
+        if conf.slow_start_ms > 0 && !conf.mandatory {
+            s.slow_start_since_ms = now_ms.max(1);
+        }
+        s
+    }
+
+    /// While the server ramps up (`slow_start=`): the share of its weight it should get at
+    /// `now_ms`, from 0 to 1; None when it does not ramp (not healthy, no ramp, or done).
+    pub fn ramp_fraction(&self, conf: &ProbeConf, now_ms: u64) -> Option<f64> {
+        if self.health() != Health::Healthy || self.slow_start_since_ms == 0 {
+            return None;
+        }
+        let left = self.slow_start_remaining(conf, now_ms);
+        if left == 0 {
+            return None;
+        }
+        let done = conf.slow_start_ms.saturating_sub(left);
+        Some(done as f64 / conf.slow_start_ms.max(1) as f64)
+    }
+
     pub fn health(&self) -> Health {
         match self.health {
             1 => Health::Unhealthy,
@@ -536,6 +553,19 @@ impl HealthState {
         }
         let end = self.slow_start_since_ms.saturating_add(conf.slow_start_ms);
         end.saturating_sub(now_ms)
+    }
+}
+
+/// Slow start as time slots: a ramping server is available in a slot when its credit (which
+/// grows by `fraction` per slot) reaches 1, so over many slots it is available `fraction` of the
+/// time and gets that share of what its weight gives it. Returns whether it is available now.
+pub fn ramp_slot(credit: &mut f64, fraction: f64) -> bool {
+    *credit += fraction.clamp(0.0, 1.0);
+    if *credit >= 1.0 {
+        *credit -= 1.0;
+        true
+    } else {
+        false
     }
 }
 
@@ -619,8 +649,8 @@ mod tests {
         assert_eq!(
             err("urx=/"),
             "invalid parameter \"urx=/\" in \"probe\" directive: the parameters are uri=, \
-             interval=, timeout=, fails=, passes=, status=, type=http|tcp, port=, host=, body= and \
-             mandatory"
+             interval=, timeout=, fails=, passes=, status=, type=http|tcp, port=, host=, body=, \
+             mandatory and slow_start="
         );
         assert!(err("uri=healthz").contains("starting with \"/\""));
         assert!(err("interval=0").contains("interval takes a time"));
@@ -772,6 +802,30 @@ mod tests {
         assert_eq!(j["health"], "healthy");
         assert_eq!(j["slow_start_remaining_ms"], 7000);
         assert!(j.get("last_error").is_none());
+    }
+
+    #[test]
+    fn slow_start_ramps_the_available_share() {
+        let c = conf("slow_start=10s");
+        let s = HealthState::added(&c, 1000);
+        assert_eq!(s.health(), Health::Healthy);
+        assert_eq!(s.ramp_fraction(&c, 1000), Some(0.0));
+        assert_eq!(s.ramp_fraction(&c, 6000), Some(0.5));
+        assert_eq!(s.ramp_fraction(&c, 11_000), None);
+        let m = conf("slow_start=10s mandatory");
+        let s = HealthState::added(&m, 1000);
+        assert_eq!(s.health(), Health::Checking);
+        assert_eq!(
+            s.ramp_fraction(&m, 2000),
+            None,
+            "no ramp before the first pass"
+        );
+        // Over 1,000 slots at a fraction of 0.1, available in 100.
+        let mut credit = 0.0;
+        let on = (0..1000).filter(|_| ramp_slot(&mut credit, 0.1)).count();
+        assert!((99..=101).contains(&on), "{on}");
+        let mut credit = 0.0;
+        assert!(!(0..10).any(|_| ramp_slot(&mut credit, 0.0)));
     }
 
     #[test]
