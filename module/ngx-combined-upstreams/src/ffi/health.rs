@@ -226,9 +226,16 @@ impl Health {
         }
     }
 
-    /// Runs `f` on the record of `name` under the write lock taken within `deadline`; false when
-    /// the lock stayed taken or no record has that name. `f` must not panic or allocate.
-    pub fn modify(self, name: &[u8], deadline: Instant, f: impl FnOnce(&mut Rec)) -> bool {
+    /// Runs `f` on the record of `name` (looked for at `hint` first) under the write lock taken
+    /// within `deadline`; false when the lock stayed taken or no record has that name. `f` must
+    /// not panic or allocate.
+    pub fn modify(
+        self,
+        hint: usize,
+        name: &[u8],
+        deadline: Instant,
+        f: impl FnOnce(&mut Rec),
+    ) -> bool {
         // SAFETY: as in `read`.
         if !unsafe { wlock_until(self.lock_word(), deadline) } {
             return false;
@@ -239,9 +246,12 @@ impl Health {
             if (*b).table.is_null() {
                 None
             } else {
-                core::slice::from_raw_parts_mut((*b).table, (*b).len)
-                    .iter_mut()
-                    .find(|r| r.name() == name)
+                let all = core::slice::from_raw_parts_mut((*b).table, (*b).len);
+                if all.get(hint).is_some_and(|r| r.name() == name) {
+                    all.get_mut(hint)
+                } else {
+                    all.iter_mut().find(|r| r.name() == name)
+                }
             }
         };
         let hit = found.is_some();

@@ -33,6 +33,9 @@ use crate::ffi::health::Rec;
 use crate::ffi::log::log_cycle;
 use crate::ffi::prober::{self, start_probe, ProbeDone, ProbeSpec, ProcessHooks, Ticker};
 
+/// The tick while probes of a round wait to start.
+const PENDING_TICK_MS: u64 = 5;
+
 /// How long a probe result or a round waits for the record table's or the lists' write sides.
 const WRITE_WAIT: Duration = Duration::from_millis(20);
 
@@ -106,6 +109,7 @@ pub struct Tick;
 impl Ticker for Tick {
     fn tick() -> Option<u64> {
         if prober::exiting() {
+            PENDING.with_borrow_mut(|p| p.clear());
             release_all();
             prober::disarm_tick();
             return None;
@@ -143,6 +147,9 @@ impl Ticker for Tick {
             if j.conf.slow_start_ms > 0 {
                 super::slow_start::step(j.key, j.live, &j.conf, now);
             }
+        }
+        if let Some(d) = start_due(now) {
+            next = next.min(d.max(PENDING_TICK_MS));
         }
         Some(next)
     }
@@ -224,7 +231,12 @@ fn round(j: &Job, now: u64, probe: bool) {
         ProbeType::Tcp => None,
     };
     let running = crate::ffi::running_cycle();
-    for t in targets {
+    // Spread over the first half of the interval, so a round of many servers is many small
+    // pieces of work between the worker's other events, not one long one.
+    let n = targets.len().max(1) as u64;
+    let spread = j.conf.interval_ms / 2;
+    let mut queued = Pending::with_capacity(targets.len());
+    for (i, t) in targets.into_iter().enumerate() {
         let mut sockaddr = t.sockaddr;
         if let Some(port) = j.conf.port {
             set_port(&mut sockaddr, port);
@@ -237,14 +249,48 @@ fn round(j: &Job, now: u64, probe: bool) {
             max_read: BODY_WINDOW,
         };
         let token = Token {
-            key: j.key,
+            live: j.live,
+            index: i,
             cycle: running,
             upstream: j.name.clone(),
             server: t.name,
             conf: j.conf.clone(),
         };
+        queued.push_back((now + spread * i as u64 / n, spec, token));
+    }
+    PENDING.with_borrow_mut(|p| p.append(&mut queued));
+}
+
+/// Probes of this worker's rounds not started yet: start time, what, token (in start order per
+/// round).
+type Pending = std::collections::VecDeque<(u64, ProbeSpec, Token)>;
+
+thread_local! {
+    // nginx runs a worker on one thread: the queue is that thread's.
+    static PENDING: std::cell::RefCell<Pending> = const { std::cell::RefCell::new(Pending::new()) };
+}
+
+/// Starts the pending probes that are due; the delay to the next one, if any.
+fn start_due(now: u64) -> Option<u64> {
+    let mut due = Vec::new();
+    let next = PENDING.with_borrow_mut(|p| {
+        // Rounds of several upstreams interleave: take every due entry.
+        let mut keep = Pending::with_capacity(p.len());
+        for e in p.drain(..) {
+            if e.0 <= now {
+                due.push(e);
+            } else {
+                keep.push_back(e);
+            }
+        }
+        let next = keep.iter().map(|e| e.0).min();
+        *p = keep;
+        next
+    });
+    for (_, spec, token) in due {
         start_probe::<Done>(spec, token);
     }
+    next.map(|t| t.saturating_sub(now).max(1))
 }
 
 /// Writes `port` into an IPv4 or IPv6 socket address (the port is at the same place in both);
@@ -262,7 +308,10 @@ fn set_port(sa: &mut [u8], port: u16) {
 
 /// What a probe carries back to its result.
 pub struct Token {
-    key: usize,
+    /// The upstream (valid while its configuration runs: checked with `cycle` first).
+    live: LiveUpstream,
+    /// The server's place in the record table when the round started (a hint).
+    index: usize,
     cycle: usize,
     upstream: String,
     server: String,
@@ -284,21 +333,23 @@ impl ProbeDone for Done {
         if t.cycle != crate::ffi::running_cycle() {
             return;
         }
-        let Some(j) = jobs().into_iter().find(|j| j.key == t.key) else {
-            return;
-        };
-        let Some(h) = j.live.health() else { return };
+        let Some(h) = t.live.health() else { return };
         let now = crate::ffi::current_msec();
         let mut change = None;
-        h.modify(t.server.as_bytes(), Instant::now() + WRITE_WAIT, |r| {
-            let tr = r.state.record(&t.conf, outcome, now);
-            change = Some((tr, r.state));
-        });
+        h.modify(
+            t.index,
+            t.server.as_bytes(),
+            Instant::now() + WRITE_WAIT,
+            |r| {
+                let tr = r.state.record(&t.conf, outcome, now);
+                change = Some((tr, r.state));
+            },
+        );
         let Some((tr, state)) = change else { return };
         if tr == Transition::None {
             return;
         }
-        if let Some(lists) = j.live.primary.write_both(Instant::now() + WRITE_WAIT) {
+        if let Some(lists) = t.live.primary.write_both(Instant::now() + WRITE_WAIT) {
             lists.set_health_bits(Some(t.server.as_bytes()), bits_of(state.health()));
             if state.ramp_fraction(&t.conf, now).is_some() {
                 // Back (or in for the first time) under slow start: it sits out from now on,

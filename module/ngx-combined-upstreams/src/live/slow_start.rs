@@ -88,7 +88,7 @@ pub fn step(key: usize, live: LiveUpstream, conf: &ProbeConf, now: u64) {
         }
     }
     for name in ended {
-        h.modify(&name, Instant::now() + WRITE_WAIT, |r| {
+        h.modify(usize::MAX, &name, Instant::now() + WRITE_WAIT, |r| {
             r.state.slow_start_since_ms = 0;
         });
     }
