@@ -258,7 +258,11 @@ fn round(j: &Job, now: u64, probe: bool) {
         };
         queued.push_back((now + spread * i as u64 / n, spec, token));
     }
-    PENDING.with_borrow_mut(|p| p.append(&mut queued));
+    PENDING.with_borrow_mut(|p| {
+        p.append(&mut queued);
+        // Rounds of several upstreams interleave: keep the queue in start order.
+        p.make_contiguous().sort_by_key(|e| e.0);
+    });
 }
 
 /// Probes of this worker's rounds not started yet: start time, what, token (in start order per
@@ -274,18 +278,12 @@ thread_local! {
 fn start_due(now: u64) -> Option<u64> {
     let mut due = Vec::new();
     let next = PENDING.with_borrow_mut(|p| {
-        // Rounds of several upstreams interleave: take every due entry.
-        let mut keep = Pending::with_capacity(p.len());
-        for e in p.drain(..) {
-            if e.0 <= now {
+        while p.front().is_some_and(|e| e.0 <= now) {
+            if let Some(e) = p.pop_front() {
                 due.push(e);
-            } else {
-                keep.push_back(e);
             }
         }
-        let next = keep.iter().map(|e| e.0).min();
-        *p = keep;
-        next
+        p.front().map(|e| e.0)
     });
     for (_, spec, token) in due {
         start_probe::<Done>(spec, token);
