@@ -3,7 +3,8 @@
 # and 2 workers (every process under memcheck) probes every 100 ms an upstream whose servers
 # answer 200, 503, never (a listener that accepts and stays silent: timeouts) or refuse the
 # connection, while PUTs replace the set every 200 ms (servers added, kept, removed) and requests
-# go through it, with one `nginx -s reload` in the middle. Fails unless every process's valgrind
+# go through it (the least_conn upstream with `slow_start=1s`, so added servers ramp), with one
+# `nginx -s reload` in the middle. Fails unless every process's valgrind
 # report says "ERROR SUMMARY: 0 errors", no [alert]/[crit]/[emerg] line was logged, and the zone's
 # slab figures did not grow between two passes over the same sets after the reload.
 #
@@ -67,7 +68,7 @@ http {
   upstream app { zone live 1m; server 127.0.0.1:$P1; server 127.0.0.1:$P2; server 127.0.0.1:$PH;
     probe uri=/healthz interval=100ms timeout=80ms fails=2 passes=2 mandatory; }
   upstream tcp { zone live; least_conn; server 127.0.0.1:$P1; server 127.0.0.1:$PD;
-    probe type=tcp interval=100ms timeout=50ms; }
+    probe type=tcp interval=100ms timeout=50ms slow_start=1s; }
   server { listen 127.0.0.1:$P1; location / { return 200 "b1\n"; } }
   server { listen 127.0.0.1:$P2; location /healthz { return 503; } location / { return 200 "b2\n"; } }
   server { listen 127.0.0.1:$P3; location /healthz { return 200 "ok ready\n"; } location / { return 200 "b3\n"; } }
