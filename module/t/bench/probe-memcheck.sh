@@ -6,7 +6,7 @@
 # go through it (the least_conn upstream with `slow_start=1s`, so added servers ramp), with one
 # `nginx -s reload` in the middle. Fails unless every process's valgrind
 # report says "ERROR SUMMARY: 0 errors", no [alert]/[crit]/[emerg] line was logged, and the zone's
-# slab figures did not grow between two passes over the same sets after the reload.
+# slab figures did not grow from after two passes over the sets (after the reload) to the end.
 #
 #   module/t/bench/probe-memcheck.sh [PATH/TO/libngx_http_combined_upstreams_module.so]
 #
@@ -128,6 +128,9 @@ for f in "$DIR"/logs/valgrind.*.log; do
 done
 [ "${KEEP:-0}" = 1 ] && echo "probe-memcheck: logs in $DIR/logs"
 grep -E "\[(alert|crit|emerg)\]|exited on signal" "$DIR/logs/error.log" && ok=0
-[ "$first" = "$last" ] || { echo "probe-memcheck: slab figures changed: $first -> $last" >&2; ok=0; }
+# No growth: as many chunks or fewer, as many free pages or more (removed servers still held by a
+# request to the silent backend can make the first figure the larger one).
+read -r c1 p1 <<<"$first"; read -r c2 p2 <<<"$last"
+{ [ "$c2" -le "$c1" ] && [ "$p2" -ge "$p1" ]; } || { echo "probe-memcheck: slab figures grew: $first -> $last" >&2; ok=0; }
 [ "$ok" = 1 ] && [ "$failed" = 0 ] || { echo "probe-memcheck: FAILED" >&2; exit 1; }
 echo "probe-memcheck: OK"
