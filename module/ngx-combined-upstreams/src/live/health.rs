@@ -234,7 +234,8 @@ fn round(j: &Job, now: u64, probe: bool) {
     // Spread over the first half of the interval, so a round of many servers is many small
     // pieces of work between the worker's other events, not one long one.
     let n = targets.len().max(1) as u64;
-    let spread = j.conf.interval_ms / 2;
+    // The first round of a new zone starts at once: under `mandatory` every server waits for it.
+    let spread = if first { 0 } else { j.conf.interval_ms / 2 };
     let mut queued = Pending::with_capacity(targets.len());
     for (i, t) in targets.into_iter().enumerate() {
         let mut sockaddr = t.sockaddr;
