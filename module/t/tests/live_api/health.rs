@@ -24,6 +24,8 @@ struct Backend {
     port: u16,
     mode: Arc<AtomicU8>,
     probes: Arc<Mutex<Vec<Instant>>>,
+    /// The `Host` header of the last probe.
+    host: Arc<Mutex<String>>,
     proxied: Arc<AtomicUsize>,
     stop: Arc<AtomicBool>,
 }
@@ -37,14 +39,16 @@ impl Backend {
             port,
             mode: Arc::new(AtomicU8::new(OK)),
             probes: Arc::new(Mutex::new(Vec::new())),
+            host: Arc::default(),
             proxied: Arc::new(AtomicUsize::new(0)),
             stop: Arc::new(AtomicBool::new(false)),
         };
-        let (mode, probes, proxied, stop) = (
+        let (mode, probes, proxied, stop, host) = (
             b.mode.clone(),
             b.probes.clone(),
             b.proxied.clone(),
             b.stop.clone(),
+            b.host.clone(),
         );
         std::thread::spawn(move || {
             let held: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
@@ -56,9 +60,14 @@ impl Backend {
                         continue;
                     }
                 };
-                let (mode, probes, proxied, held) =
-                    (mode.clone(), probes.clone(), proxied.clone(), held.clone());
-                std::thread::spawn(move || serve(s, name, &mode, &probes, &proxied, &held));
+                let (mode, probes, proxied, held, host) = (
+                    mode.clone(),
+                    probes.clone(),
+                    proxied.clone(),
+                    held.clone(),
+                    host.clone(),
+                );
+                std::thread::spawn(move || serve(s, name, &mode, &probes, &proxied, &held, &host));
             }
         });
         Ok(b)
@@ -95,6 +104,7 @@ fn serve(
     probes: &Mutex<Vec<Instant>>,
     proxied: &AtomicUsize,
     held: &Mutex<Vec<TcpStream>>,
+    host: &Mutex<String>,
 ) {
     let _ = s.set_nonblocking(false);
     let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
@@ -107,6 +117,10 @@ fn serve(
         }
     }
     if req.starts_with(b"GET /healthz ") {
+        let text = String::from_utf8_lossy(&req).into_owned();
+        if let Some(h) = text.lines().find_map(|l| l.strip_prefix("Host: ")) {
+            *host.lock().unwrap_or_else(|e| e.into_inner()) = h.to_string();
+        }
         probes
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -555,6 +569,46 @@ fn case_slow_start_ramps_an_added_server() -> CaseResult {
     m.check_workers_unchanged()
 }
 
+fn case_port_host_and_body_parameters() -> CaseResult {
+    let b1 = Backend::start("b1")?;
+    // Nothing listens on the servers' own ports: `port=` sends the probes to b1's.
+    let dead: Vec<u16> = (0..2)
+        .map(|_| {
+            let l = TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+            Ok(l.local_addr().map_err(|e| e.to_string())?.port())
+        })
+        .collect::<Result<_, String>>()?;
+    let m = Master::start(&conf(
+        &dead,
+        &format!(
+            "uri=/healthz interval=200ms timeout=100ms port={} host=probe.example body=ok",
+            b1.port
+        ),
+    ))?;
+    until_health(&m, dead[0], "healthy", Duration::from_secs(2))?;
+    let s = server_view(&m, dead[1])?;
+    check(s["last_status"] == 200, || format!("{s}"))?;
+    check(!b1.probe_times().is_empty(), || "b1 saw no probe".into())?;
+    let host = b1.host.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    check(host == "probe.example", || format!("probe Host: {host:?}"))?;
+    drop(m);
+    // A body without the text fails the probe.
+    let m = Master::start(&conf(
+        &dead,
+        &format!(
+            "uri=/healthz interval=200ms timeout=100ms port={} body=ready",
+            b1.port
+        ),
+    ))?;
+    until_health(&m, dead[0], "unhealthy", Duration::from_secs(2))?;
+    let s = server_view(&m, dead[0])?;
+    check(
+        s["last_error"] == "body mismatch" && s["last_status"] == 200,
+        || format!("{s}"),
+    )?;
+    Ok(())
+}
+
 fn case_refusal_names_the_upstream_file_and_line() -> CaseResult {
     let t = config_test(
         "upstream nz {\n server 127.0.0.1:1;\n probe uri=/h;\n}\nserver { listen 127.0.0.1:{P0}; location / { proxy_pass http://nz; } }",
@@ -609,6 +663,10 @@ pub fn trials() -> Vec<Trial> {
             case_slow_start_ramps_an_added_server,
         ),
         Trial::test("health_follows_the_live_set", case_health_follows_the_live_set),
+        Trial::test(
+            "health_port_host_and_body_parameters",
+            case_port_host_and_body_parameters,
+        ),
         Trial::test(
             "health_backup_serves_when_primaries_are_unhealthy_and_none_gives_502",
             case_backup_serves_when_primaries_are_unhealthy_and_none_gives_502,
