@@ -27,13 +27,14 @@ use crate::upstrand::{Registry, ReqCtx};
 use crate::{add_upstream, combine_server_singlets, extend_single_peers, live, upstrand};
 
 /// The directive table.
-static mut COMMANDS: [ngx_command_t; 7] = [
+static mut COMMANDS: [ngx_command_t; 8] = [
     add_upstream::COMMAND,
     combine_server_singlets::COMMAND,
     extend_single_peers::COMMAND,
     upstrand::block::COMMAND,
     upstrand::dynamic::COMMAND,
     live::COMMAND,
+    live::PROBE_COMMAND,
     ngx_command_t::empty(),
 ];
 
@@ -46,6 +47,8 @@ pub static ngx_http_combined_upstreams_module: ModuleObject = ModuleObject::new(
     ctx: ptr::addr_of!(MODULE_CTX) as *mut c_void,
     commands: ptr::addr_of_mut!(COMMANDS) as *mut ngx_command_t,
     type_: NGX_HTTP_MODULE as ngx_uint_t,
+    init_process: Some(crate::ffi::prober::init_process::<live::health::Workers>),
+    exit_process: Some(crate::ffi::prober::exit_process::<live::health::Workers>),
     ..ngx_module_t::default()
 });
 
@@ -132,7 +135,7 @@ impl HttpHooks for Module {
 
     fn init_main_conf(cf: &mut ngx_conf_t) -> Result<(), ConfFail> {
         extend_single_peers::check_after_init(cf);
-        live::init_main_conf(cf).map_err(ConfFail::Text)
+        live::init_main_conf(cf)
     }
 }
 

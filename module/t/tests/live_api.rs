@@ -16,6 +16,8 @@ mod access;
 mod churn;
 #[path = "live_api/drain.rs"]
 mod drain;
+#[path = "live_api/health.rs"]
+mod health;
 #[path = "live_api/helpers.rs"]
 mod helpers;
 #[path = "live_api/liveness.rs"]
@@ -1276,6 +1278,7 @@ fn main() {
         ),
     ];
     trials.extend(access::trials());
+    trials.extend(health::trials());
     trials.extend(zone_size::trials());
     trials.extend(reload_race::trials());
     trials.push(Trial::ignorable_test(

@@ -67,6 +67,8 @@ pub enum ConfError {
     EmptyDefaultUpstrand,
     /// `"upstreams_api" directive is duplicate`
     ApiDuplicate,
+    /// A `probe` directive error, the whole text (`live::probe`).
+    Probe(String),
     /// `invalid parameter "X" in "upstreams_api" directive: WHY`
     ApiParameter {
         /// The parameter as written.
@@ -129,6 +131,7 @@ impl fmt::Display for ConfError {
             EmptyDefaultUpstrand => {
                 f.write_str("empty default upstrand in \"dynamic_upstrand\" directive")
             }
+            Probe(text) => f.write_str(text),
             ApiDuplicate => f.write_str("\"upstreams_api\" directive is duplicate"),
             ApiParameter { param, why } => write!(
                 f,

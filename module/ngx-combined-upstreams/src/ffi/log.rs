@@ -27,3 +27,12 @@ pub(crate) fn conf_log(cf: &ngx_conf_t, level: u32, msg: &str) {
     // nginx only reads the configuration (and writes through its log pointer).
     ngx::ngx_conf_log_error!(level, ptr::from_ref(cf).cast_mut(), "{msg}");
 }
+
+/// Logs `msg` at `level` on the running cycle's log (for work outside any request: the probes).
+pub fn log_cycle(level: u32, msg: &str) {
+    // SAFETY: ngx_cycle and its log live as long as the process runs this configuration; only
+    // this thread writes through it.
+    if let Some(log) = unsafe { ngx::ffi::ngx_cycle.as_ref().and_then(|c| c.log.as_ref()) } {
+        log_str(log, level, msg);
+    }
+}

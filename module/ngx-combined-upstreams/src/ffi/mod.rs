@@ -10,7 +10,10 @@
 //! - `init_upstream` / `peer.init` wrappers: [`upstream::InitUpstream`], [`upstream::PeerInit`],
 //! - content handlers and request bodies: [`content::ContentHandler`], [`content::BodyReader`],
 //! - balancer wrappers: [`balancer::PeerWrapper`]; zone `init` wrappers: [`zone::ZoneInit`];
-//!   pool cleanups: [`pool::Cleanup`].
+//!   pool cleanups: [`pool::Cleanup`];
+//! - worker start and exit, the probe timer and probe connections (active health checks):
+//!   [`prober::ProcessHooks`], [`prober::Ticker`], [`prober::ProbeDone`]; the zone's per-server
+//!   record table and the prober's lease: [`health::Health`].
 //!
 //! Below the trampolines the features work on handles whose methods are safe: [`conf::ConfExt`]
 //! on `ngx_conf_t`, [`request::Req`], [`variables::VarSlot`], [`upstream::Upstream`],
@@ -26,10 +29,12 @@
 pub mod balancer;
 pub mod conf;
 pub mod content;
+pub mod health;
 pub mod log;
 pub mod peers;
 pub mod pool;
 pub mod probe;
+pub mod prober;
 pub mod request;
 pub mod upstream;
 pub mod variables;

@@ -388,6 +388,71 @@ impl ListsWrite {
         }
     }
 
+    /// Sets the run-time health bits (`down::UNHEALTHY | down::CHECKING`) of the peers named
+    /// `name` (or of every peer when `name` is None) in these lists to `bits`, keeping the other
+    /// bits; how many peers changed.
+    pub fn set_health_bits(&self, name: Option<&[u8]>, bits: usize) -> usize {
+        const MASK: usize = down::UNHEALTHY | down::CHECKING;
+        let mut changed: usize = 0;
+        for list in [Some(self.primary), self.backup] {
+            let Some(list) = list else { continue };
+            // SAFETY: the list's write lock is held (guard); its chain of live peers ends with
+            // null; each peer's `name` holds `name.len` bytes in the zone.
+            unsafe {
+                let mut p = (*list.raw()).peer;
+                while !p.is_null() {
+                    let hit = match name {
+                        None => true,
+                        Some(n) => crate::ffi::bytes(&(*p).name) == n,
+                    };
+                    if hit {
+                        let new = ((*p).down & !MASK) | (bits & MASK);
+                        if new != (*p).down {
+                            (*p).down = new;
+                            changed = changed.wrapping_add(1);
+                        }
+                    }
+                    p = (*p).next;
+                }
+            }
+        }
+        changed
+    }
+
+    /// Slow start: sets (`sit_out`) or clears `down::SLOW_START` of the peers named `name`. The
+    /// bit is set only while another peer of the same list is not skipped for any reason, so a
+    /// ramp never leaves a list without a server to use. Whether the bit is set now.
+    pub fn set_slow_start(&self, name: &[u8], sit_out: bool) -> bool {
+        let mut set = false;
+        for list in [Some(self.primary), self.backup] {
+            let Some(list) = list else { continue };
+            // SAFETY: as in `set_health_bits`.
+            unsafe {
+                let mut others_up = false;
+                let mut p = (*list.raw()).peer;
+                while !p.is_null() {
+                    if crate::ffi::bytes(&(*p).name) != name && (*p).down == 0 {
+                        others_up = true;
+                    }
+                    p = (*p).next;
+                }
+                let mut p = (*list.raw()).peer;
+                while !p.is_null() {
+                    if crate::ffi::bytes(&(*p).name) == name {
+                        if sit_out && others_up {
+                            (*p).down |= down::SLOW_START;
+                            set = true;
+                        } else {
+                            (*p).down &= !down::SLOW_START;
+                        }
+                    }
+                    p = (*p).next;
+                }
+            }
+        }
+        set
+    }
+
     /// Puts `p` (just removed from these lists, still in use) on the retired chain `chain` of
     /// these lists' upstream, retired at `now_ms` (`ngx_current_msec`; kept in its `max_conns`).
     pub fn retire(&self, chain: RetiredChain, p: Peer, now_ms: u64) {
@@ -579,6 +644,23 @@ impl Peer {
         }
     }
 
+    /// What a probe of this peer needs: its name, its socket address (the `sockaddr` bytes) and
+    /// its `down` bits. Read under its list's lock.
+    pub fn probe_target(self) -> (String, Vec<u8>, usize) {
+        // SAFETY: p is live (handle); `sockaddr` is null or `socklen` bytes (set once).
+        unsafe {
+            let p = self.raw();
+            let sa = if (*p).sockaddr.is_null() {
+                Vec::new()
+            } else {
+                core::slice::from_raw_parts((*p).sockaddr.cast::<u8>(), (*p).socklen as usize)
+                    .to_vec()
+            };
+            let name = String::from_utf8_lossy(crate::ffi::bytes(&(*p).name)).into_owned();
+            (name, sa, (*p).down)
+        }
+    }
+
     /// The size of the TLS session nginx stored in the zone for this peer (0: none). Read under
     /// its list's lock (nginx writes it under the peer's lock; a snapshot).
     pub fn ssl_session_len(self) -> u64 {
@@ -642,6 +724,17 @@ impl Slab {
         // SAFETY: the pool is live (handle); ngx_slab_calloc locks it and returns zeroed memory
         // aligned for any structure or null.
         NonNull::new(unsafe { ngx_slab_calloc(self.raw(), size_of::<T>()) }.cast::<T>())
+    }
+
+    /// Allocates `n` bytes in the zone (not zeroed); None when it is full. Takes the mutex.
+    pub fn alloc_bytes(self, n: usize) -> Option<NonNull<u8>> {
+        // SAFETY: the pool is live (handle); ngx_slab_alloc locks it.
+        NonNull::new(unsafe { ngx::ffi::ngx_slab_alloc(self.raw(), n) }.cast::<u8>())
+    }
+
+    /// The pool, for `ngx_slab_free` of what [`Self::alloc_bytes`] returned.
+    pub(crate) fn raw_pool(self) -> *mut ngx_slab_pool_t {
+        self.raw()
     }
 
     /// Takes the pool's mutex, released by the guard.
@@ -713,9 +806,10 @@ impl SlabLocked {
     }
 
     /// Allocates a new peer for `s` in the zone, laid out like the zone module's copies; `name`
-    /// is `s.addr.name()` (made by the caller before the locks were taken). `None` when the
+    /// is `s.addr.name()` (made by the caller before the locks were taken); `run_bits`: the
+    /// run-time `down` bits it starts with (`down::CHECKING` under `probe ... mandatory`). `None` when the
     /// zone is full (everything allocated so far is freed again).
-    pub fn alloc_peer(&self, s: &Server, name: &str) -> Option<Peer> {
+    pub fn alloc_peer(&self, s: &Server, name: &str, run_bits: usize) -> Option<Peer> {
         let pool = self.0.raw();
         let name_len = name.len().min(NGX_SOCKADDR_STRLEN);
         // SAFETY: the mutex is held (guard); every allocation is checked before use and freed on
@@ -755,7 +849,7 @@ impl SlabLocked {
             (*p).max_fails = s.max_fails as usize;
             (*p).fail_timeout = s.fail_timeout_s as _;
             (*p).max_conns = s.max_conns as usize;
-            (*p).down = put_down_bits(s);
+            (*p).down = put_down_bits(s) | (run_bits & !down::SET_BY_PUT);
             // nginx builds with sticky sessions (cfg ngx_upstream_sid) give every zone peer a
             // `sid` buffer; an empty one here (only `sticky`, which the API refuses, reads it).
             #[cfg(ngx_upstream_sid)]

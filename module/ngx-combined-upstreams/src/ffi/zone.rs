@@ -17,6 +17,7 @@ use ngx::ffi::{
     ngx_shm_zone_t,
 };
 
+use super::health::Health;
 use super::peers::{wlock_until, Peers, Retired, RetiredChain, Slab};
 use super::probe::Balancer;
 use super::upstream::Upstream;
@@ -149,6 +150,12 @@ pub struct Shared {
     /// The removal time (`ngx_current_msec`) of the newest retired peer a `warn` line named:
     /// each is named once, by the worker that moves this forward.
     pub(crate) warned_since: AtomicU64,
+    /// The address of the upstream's per-server record table (`health.rs`; 0: no `probe`), set
+    /// when the zone is made.
+    health: AtomicU64,
+    /// The run-time `down` bits a peer added by a `PUT` starts with (`down::CHECKING` under
+    /// `probe ... mandatory`), set when the zone is made.
+    pub(crate) new_peer_bits: AtomicU64,
 }
 
 /// A handle on one upstream's [`Shared`] block in its zone (valid as long as the zone: the
@@ -298,5 +305,26 @@ impl LiveUpstream {
     /// The upstream's live state.
     pub fn state(self) -> LiveState {
         self.state
+    }
+
+    /// Makes a record table for this upstream in its zone (while nginx makes the zone: `probe`)
+    /// and the run-time `down` bits peers added later start with; false when the zone is full.
+    pub fn create_health(self, new_peer_bits: usize) -> bool {
+        let Some(h) = Health::create(self.slab) else {
+            return false;
+        };
+        let sh = self.state.shared();
+        sh.health.store(h.addr(), Ordering::SeqCst);
+        sh.new_peer_bits
+            .store(new_peer_bits as u64, Ordering::SeqCst);
+        true
+    }
+
+    /// The upstream's record table (an upstream with `probe`).
+    pub fn health(self) -> Option<Health> {
+        let a = self.state.shared().health.load(Ordering::SeqCst);
+        // SAFETY: set only by `create_health` to a block in this zone, which lives as long as
+        // the zone.
+        unsafe { Health::from_addr(a, self.slab) }
     }
 }

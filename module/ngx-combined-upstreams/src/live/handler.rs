@@ -119,6 +119,7 @@ struct Target {
     name: String,
     zone: String,
     live: LiveUpstream,
+    probe: Option<std::sync::Arc<upstrand_core::live::probe::ProbeConf>>,
 }
 
 fn target(r: ApiReq, name: &str) -> Result<Target, ApiError> {
@@ -149,6 +150,7 @@ fn target(r: ApiReq, name: &str) -> Result<Target, ApiError> {
             name: e.name.clone(),
             zone,
             live,
+            probe: e.probe.clone(),
         })
     })
     .unwrap_or_else(|| {
@@ -198,7 +200,10 @@ fn one(r: ApiReq, name: &str) -> Answer {
     if r.has_arg(b"slab") {
         return (200, t.live.slab(&t.zone).to_json());
     }
-    let view = t.live.view();
+    let mut view = t.live.view();
+    if let Some(p) = &t.probe {
+        super::health::decorate(&mut view, t.live, p);
+    }
     let overdue = t.live.overdue_retired();
     if !overdue.is_empty() {
         let warn_ms = t.live.retired_warn_ms();

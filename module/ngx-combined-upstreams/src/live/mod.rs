@@ -9,21 +9,26 @@
 //!   version-sensitive part).
 //! - [`balancer`]: per-request wrappers around the balancer.
 //! - [`handler`]: the HTTP handler (`GET`/`PUT`, JSON answers).
+//! - [`health`]: active health checks (`probe ...;`, issue 21).
 //!
 //! The JSON, validation, planning and error texts are in `upstrand_core::live`. The operator's
 //! documentation is `docs/live-api.md`.
 
 pub mod balancer;
 pub mod handler;
+pub mod health;
+pub mod slow_start;
 pub mod zone;
 
 use std::collections::BTreeMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use ngx::ffi::{
     ngx_command_t, ngx_conf_t, ngx_http_upstream_srv_conf_t, NGX_CONF_ANY, NGX_HTTP_LOC_CONF,
-    NGX_HTTP_LOC_CONF_OFFSET,
+    NGX_HTTP_LOC_CONF_OFFSET, NGX_HTTP_UPS_CONF, NGX_LOG_EMERG,
 };
+use upstrand_core::live::down;
+use upstrand_core::live::probe::ProbeConf;
 
 use crate::ffi::conf::{ConfExt, ConfPart, Directive};
 use crate::ffi::content::set_content_handler;
@@ -40,6 +45,43 @@ pub const COMMAND: ngx_command_t = command::<SetUpstreamsApi>(
     NGX_HTTP_LOC_CONF | NGX_CONF_ANY,
     NGX_HTTP_LOC_CONF_OFFSET,
 );
+
+/// `probe PARAMS;` in an `upstream {}` block (active health checks, [`health`]).
+pub const PROBE_COMMAND: ngx_command_t =
+    command::<SetProbe>(c"probe", NGX_HTTP_UPS_CONF | NGX_CONF_ANY, 0);
+
+/// `(cycle, upstream address) → probe` of the configurations being read and running (checked
+/// and moved into the registry's entries by [`init_main_conf`]).
+static PROBES: Mutex<BTreeMap<(usize, usize), Arc<ProbeConf>>> = Mutex::new(BTreeMap::new());
+
+struct SetProbe;
+
+impl Directive for SetProbe {
+    fn handle(cf: &mut ngx_conf_t) -> Result<(), ConfFail> {
+        let up = crate::ffi::upstream::current(cf).ok_or(ConfFail::Text(
+            "\"probe\" is allowed only in an upstream block",
+        ))?;
+        let texts = cf.param_texts();
+        let params: Vec<&str> = texts.iter().map(String::as_str).collect();
+        let conf = ProbeConf::parse(&params)?;
+        let mut p = PROBES.lock().unwrap_or_else(|e| e.into_inner());
+        let key = (cf.cycle as usize, up.as_ptr() as usize);
+        if p.contains_key(&key) {
+            return Err(ConfFail::Text("\"probe\" directive is duplicate"));
+        }
+        p.insert(key, Arc::new(conf));
+        Ok(())
+    }
+}
+
+/// The probed live upstreams of configuration `cycle`: address, name, live state, probe.
+pub fn probed(cycle: usize) -> Vec<(usize, String, LiveUpstream, Arc<ProbeConf>)> {
+    registry()
+        .iter()
+        .filter(|(_, e)| e.cycle == cycle)
+        .filter_map(|(k, e)| Some((*k, e.name.clone(), e.live()?, e.probe.clone()?)))
+        .collect()
+}
 
 /// The live API's part of a location's configuration (not inherited: the directive sets the
 /// location's content handler).
@@ -72,6 +114,8 @@ pub struct Entry {
     orig_zone_init: ZoneInitFn,
     /// Live state in the zone, once the zone exists (live upstreams only).
     pub state: Option<LiveState>,
+    /// Its `probe` (active health checks).
+    pub probe: Option<Arc<ProbeConf>>,
 }
 
 // SAFETY: nginx runs each process single-threaded; the handles are only used on that thread.
@@ -150,22 +194,32 @@ fn declare(cf: &mut ngx_conf_t, loc: &mut ApiLocation) -> Result<(), ConfFail> {
 /// From the module's `init_main_conf` (after every upstream ran its `init_upstream`): when the
 /// configuration has an `upstreams_api` location, records every `upstream {}` block and wraps
 /// the `peer.init` and zone `init` of those the API can change.
-pub fn init_main_conf(cf: &mut ngx_conf_t) -> Result<(), &'static str> {
+pub fn init_main_conf(cf: &mut ngx_conf_t) -> Result<(), ConfFail> {
     let cycle = cf.cycle as usize;
-    if *API_CYCLE.lock().unwrap_or_else(|e| e.into_inner()) != cycle {
+    let probes: BTreeMap<usize, Arc<ProbeConf>> = {
+        let mut p = PROBES.lock().unwrap_or_else(|e| e.into_inner());
+        let mine = p
+            .iter()
+            .filter(|((c, _), _)| *c == cycle)
+            .map(|((_, u), conf)| (*u, conf.clone()))
+            .collect();
+        p.retain(|(c, _), _| *c != cycle);
+        mine
+    };
+    if *API_CYCLE.lock().unwrap_or_else(|e| e.into_inner()) != cycle && probes.is_empty() {
         return Ok(());
     }
     if !cf.on_cleanup::<ForgetCycle>(cycle) {
-        return Err("out of memory");
+        return Err(ConfFail::Text("out of memory"));
     }
-    let probes = probe::Probes::run(cf);
+    let balancers = probe::Probes::run(cf);
     let mut reg = registry();
     for up in crate::ffi::upstream::all(cf) {
         if !up.is_block() {
             continue; // an implicit upstream (proxy_pass http://host)
         }
         let shm_zone = ShmZone::of(up);
-        let balancer = probes.classify(up);
+        let balancer = balancers.classify(up);
         // Only round robin and least_conn are known to keep a round-robin list in peer.data
         // (in the configuration pool: the zone is not made yet).
         let resolves_names = balancer.rr_list().is_some_and(Peers::resolves_names);
@@ -180,7 +234,21 @@ pub fn init_main_conf(cf: &mut ngx_conf_t) -> Result<(), &'static str> {
             orig_init: up.peer_init_fn(),
             orig_zone_init: ZoneInitFn::default(),
             state: None,
+            probe: probes.get(&(up.as_ptr() as usize)).cloned(),
         };
+        if e.probe.is_some() {
+            if let Some(why) = probe_refused(&e) {
+                let (file, line) = up.file_line();
+                cf.log_plain(
+                    NGX_LOG_EMERG,
+                    &format!(
+                        "\"probe\" in upstream \"{}\" {why} in {file}:{line}",
+                        e.name
+                    ),
+                );
+                return Err(ConfFail::Logged);
+            }
+        }
         if let (Some(z), Some(_), false, Some(_)) =
             (shm_zone, e.balancer.live(), e.resolves_names, e.orig_init)
         {
@@ -199,6 +267,26 @@ pub fn init_main_conf(cf: &mut ngx_conf_t) -> Result<(), &'static str> {
         reg.insert(up.as_ptr() as usize, e);
     }
     Ok(())
+}
+
+/// Why an upstream with `probe` cannot be probed (None: it can).
+fn probe_refused(e: &Entry) -> Option<String> {
+    if e.shm_zone.is_none() {
+        return Some("needs a \"zone\"".into());
+    }
+    if e.balancer.live().is_none() {
+        return Some(format!(
+            "needs round robin or least_conn (with or without keepalive), not {}",
+            e.balancer.name
+        ));
+    }
+    if e.resolves_names {
+        return Some("cannot probe servers with \"resolve\"".into());
+    }
+    if e.orig_init.is_none() {
+        return Some("has no balancer to drive".into());
+    }
+    None
 }
 
 /// From the module's `create_main_conf`, when nginx starts reading an `http {}` block: in the
@@ -290,6 +378,23 @@ impl ZoneInit for ZoneInitWrapper {
                 e.state = LiveState::create(slab, now_ms, e.up, warn_ms);
                 if e.state.is_none() {
                     return Status::NGX_ERROR;
+                }
+                if let Some(p) = e.probe.clone() {
+                    let Some(live) = e.live() else {
+                        return Status::NGX_ERROR;
+                    };
+                    let bits = if p.mandatory { down::CHECKING } else { 0 };
+                    if !live.create_health(bits) {
+                        return Status::NGX_ERROR;
+                    }
+                    if bits != 0 {
+                        // Every server of a new zone (start, reload) waits for its first pass.
+                        let deadline = std::time::Instant::now() + zone::WRITE_WAIT;
+                        let Some(lists) = live.primary.write_both(deadline) else {
+                            return Status::NGX_ERROR;
+                        };
+                        lists.set_health_bits(None, bits);
+                    }
                 }
             }
         }

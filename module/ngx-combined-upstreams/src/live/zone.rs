@@ -100,6 +100,7 @@ impl LiveUpstream {
                     drain: c.as_ref().is_some_and(|c| c.drain),
                     active: st.conns,
                     fails: st.fails,
+                    health: None,
                 });
             }
         }
@@ -115,6 +116,7 @@ impl LiveUpstream {
             retiring: sh.retiring.load(Ordering::SeqCst),
             retired,
             rebalanced: sh.rebalanced.load(Ordering::Relaxed),
+            probe: None,
         }
     }
 
@@ -301,9 +303,10 @@ impl LiveUpstream {
             // memory" line for it would only repeat that, so it is off while these allocate.
             let log_nomem = m.set_log_nomem(false);
             let mut failed = false;
+            let run_bits = sh.new_peer_bits.load(Ordering::Relaxed) as usize;
             for (slot, s) in c.slots.iter_mut().zip(c.servers) {
                 if let Some(name) = &slot.name {
-                    match m.alloc_peer(s, name) {
+                    match m.alloc_peer(s, name, run_bits) {
                         Some(np) => slot.peer = Some(np),
                         None => {
                             failed = true;

@@ -51,7 +51,7 @@ impl Default for Access {
 
 /// A time as the directive takes it: `N` (seconds) or `N` followed by `ms`, `s`, `m` or `h`; at
 /// least 1 ms.
-fn parse_ms(text: &str) -> Option<u64> {
+pub(crate) fn parse_ms(text: &str) -> Option<u64> {
     let (digits, unit) = text.split_at(
         text.find(|c: char| !c.is_ascii_digit())
             .unwrap_or(text.len()),

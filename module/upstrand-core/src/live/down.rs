@@ -15,6 +15,10 @@ pub const UNHEALTHY: usize = 1 << 2;
 /// Not yet passed its first probe under `probe ... mandatory`.
 pub const CHECKING: usize = 1 << 3;
 
+/// Ramping up under `probe ... slow_start=`: set in the time slots the server sits out, so it
+/// gets a growing share of its weight's traffic (`live::probe::ramp_slot`).
+pub const SLOW_START: usize = 1 << 4;
+
 /// The bits a `PUT` sets from the server's fields; the others survive a `PUT`.
 pub const SET_BY_PUT: usize = CONFIGURED | DRAIN;
 

@@ -9,10 +9,12 @@
 //! - [`route`]: which resource a request path names.
 //! - [`access`]: the location's parameters (`write=`, `host=`) and the `Host` check of a `PUT`.
 //! - [`down`]: the reasons a peer is skipped, as bits of nginx's `peer->down`.
+//! - [`probe`]: the `probe` directive (active health checks) and the per-server health state.
 
 pub mod access;
 pub mod down;
 pub mod plan;
+pub mod probe;
 pub mod render;
 pub mod sizing;
 
@@ -312,6 +314,9 @@ struct RawPut {
     _retired: Option<serde::de::IgnoredAny>,
     #[serde(default, rename = "rebalanced")]
     _rebalanced: Option<serde::de::IgnoredAny>,
+    /// The upstream's `probe` settings of a `GET` answer: accepted back, ignored.
+    #[serde(default, rename = "probe")]
+    _probe: Option<serde::de::IgnoredAny>,
 }
 
 #[derive(Deserialize)]
@@ -338,6 +343,21 @@ struct RawServer {
     _active: Option<serde::de::IgnoredAny>,
     #[serde(default, rename = "fails")]
     _fails: Option<serde::de::IgnoredAny>,
+    /// Health fields of a `GET` answer (`probe ...;`): accepted back, ignored.
+    #[serde(default, rename = "health")]
+    _health: Option<serde::de::IgnoredAny>,
+    #[serde(default, rename = "probe_fails")]
+    _probe_fails: Option<serde::de::IgnoredAny>,
+    #[serde(default, rename = "probe_passes")]
+    _probe_passes: Option<serde::de::IgnoredAny>,
+    #[serde(default, rename = "last_probe_ms_ago")]
+    _last_probe_ms_ago: Option<serde::de::IgnoredAny>,
+    #[serde(default, rename = "last_status")]
+    _last_status: Option<serde::de::IgnoredAny>,
+    #[serde(default, rename = "last_error")]
+    _last_error: Option<serde::de::IgnoredAny>,
+    #[serde(default, rename = "slow_start_remaining_ms")]
+    _slow_start_remaining_ms: Option<serde::de::IgnoredAny>,
 }
 
 fn one() -> u32 {

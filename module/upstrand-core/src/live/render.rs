@@ -25,6 +25,9 @@ pub struct ServerView {
     pub active: u64,
     /// Failures counted in the current `fail_timeout` window (`fails`).
     pub fails: u64,
+    /// Health fields (`health`, `probe_fails`, ...), only when the upstream has a `probe`.
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub health: Option<super::probe::HealthView>,
 }
 
 /// `GET <loc>/NAME`.
@@ -42,6 +45,9 @@ pub struct UpstreamView {
     /// Requests (since the zone was made) that were between two tries when the set changed and
     /// continued in the new set (their balancer state was made again).
     pub rebalanced: u64,
+    /// The upstream's `probe` settings (left out without one).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub probe: Option<super::probe::ProbeView>,
 }
 
 /// One removed server that still has requests in flight, in `GET <loc>/NAME`.

@@ -205,10 +205,12 @@ fn renders_json() {
             drain: false,
             active: 2,
             fails: 0,
+            health: None,
         }],
         retiring: 1,
         retired: vec![],
         rebalanced: 0,
+        probe: None,
     };
     assert_eq!(
         v.to_json(),
@@ -232,6 +234,7 @@ fn retired_servers_are_listed_with_their_age_when_there_are_some() {
             age_ms: 61_000,
         }],
         rebalanced: 0,
+        probe: None,
     };
     assert_eq!(
         v.to_json(),
@@ -241,6 +244,8 @@ fn retired_servers_are_listed_with_their_age_when_there_are_some() {
 
 #[test]
 fn every_field_of_a_get_answer_is_accepted_back() {
+    let probe_conf =
+        crate::live::probe::ProbeConf::parse(&["interval=1s", "slow_start=5s"]).unwrap();
     let v = render::ServerView {
         address: "10.0.0.1:80".into(),
         weight: 2,
@@ -252,6 +257,7 @@ fn every_field_of_a_get_answer_is_accepted_back() {
         drain: true,
         active: 2,
         fails: 1,
+        health: Some(crate::live::probe::HealthState::new_server(true).view(&probe_conf, 10)),
     };
     let view = render::UpstreamView {
         generation: 9,
@@ -263,6 +269,7 @@ fn every_field_of_a_get_answer_is_accepted_back() {
             age_ms: 1_500,
         }],
         rebalanced: 4,
+        probe: Some(probe_conf.view()),
     };
     let body = view.to_json();
     let r = put(&body).unwrap_or_else(|e| panic!("{body}: {e}"));
