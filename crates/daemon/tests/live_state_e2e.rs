@@ -435,3 +435,128 @@ fn binding_show_the_api_the_page_and_metrics_show_each_servers_live_state() {
     );
     d.stop();
 }
+
+/// The binding's `probe` setting end to end: the daemon renders `probe …;` into the upstream
+/// file, nginx (with the module) accepts it, the module probes each server, and the daemon shows
+/// each server's real health in the API, `binding show`, the page and `/metrics`.
+#[test]
+fn a_binding_with_a_probe_shows_each_servers_real_health_everywhere() {
+    let root = tempfile::tempdir().unwrap();
+    let nginx = TestNginx::builder()
+        .workers(2)
+        .live_api("")
+        .backend("a")
+        .start();
+    let closed_addr = {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("127.0.0.1:{}", l.local_addr().unwrap().port())
+    };
+    let a_addr = format!("127.0.0.1:{}", nginx.backend_port("a"));
+    let api = nginx.live_api_address();
+    let mut args: Vec<&str> = FAST.to_vec();
+    args.extend_from_slice(&["--apply", "live", "--live-api", &api]);
+    let d = Daemon::start_with(root.path(), &nginx, &args);
+    let probe = "uri=/ interval=300ms timeout=200ms fails=1 passes=1";
+    let body = json!({"plugin": "static", "provider": "static", "service": "web",
+                      "config": {"targets": format!("{a_addr} {closed_addr}")},
+                      "probe": probe});
+    let (status, v) = d.api(
+        "PUT",
+        "/api/v1/bindings/web?wait=true",
+        Some(&body.to_string()),
+    );
+    assert!(status == 200 || status == 201, "{status}: {v}");
+    assert_eq!(v["binding"]["last_outcome"]["status"], "ok", "{v}");
+    let file = std::fs::read_to_string(nginx.upstreams_dir().join("web.conf")).unwrap();
+    assert!(file.contains(&format!("    probe {probe};")), "{file}");
+
+    // The module's own word first, then each view must say the same.
+    let set = wait("both servers probed", || {
+        let set = module(&nginx, "GET", "web", None);
+        let health = |addr: &str| {
+            set["servers"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|s| s["address"] == addr)
+                .and_then(|s| s["health"].as_str().map(str::to_string))
+        };
+        (health(&a_addr).as_deref() == Some("healthy")
+            && health(&closed_addr).as_deref() == Some("unhealthy"))
+        .then_some(set)
+    });
+    eprintln!("module: {set}");
+
+    let (status, v) = d.api("GET", "/api/v1/bindings/web", None);
+    assert_eq!(status, 200, "{v}");
+    let server = |addr: &str| {
+        v["live"]["servers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["address"] == addr)
+            .unwrap_or_else(|| panic!("{addr} not in {v}"))
+            .clone()
+    };
+    assert_eq!(server(&a_addr)["health"], "healthy", "{v}");
+    let closed = server(&closed_addr);
+    assert_eq!(closed["health"], "unhealthy", "{v}");
+    assert!(
+        closed["last_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("refused")),
+        "{closed}"
+    );
+
+    let (ok, text) = d.cli_text(&["binding", "show", "web"]);
+    assert!(ok, "{text}");
+    assert!(text.contains(&format!("probe: {probe}")), "{text}");
+    let line = |addr: &str| {
+        text.lines()
+            .find(|l| l.trim_start().starts_with(addr) && l.contains(" active "))
+            .unwrap_or_else(|| panic!("no live line for {addr}: {text}"))
+            .to_string()
+    };
+    assert!(line(&a_addr).contains("[healthy]"), "{text}");
+    assert!(line(&closed_addr).contains("[unhealthy: "), "{text}");
+
+    let session = ui_session(&d);
+    let (status, _, page) = request(
+        d.port,
+        "GET",
+        "/ui/bindings/web",
+        &[("Cookie", &session)],
+        "",
+    );
+    assert_eq!(status, 200, "{page}");
+    let a_row = page_row(&page, &a_addr);
+    assert!(
+        a_row.contains("healthy") && !a_row.contains("unhealthy"),
+        "{a_row}"
+    );
+    assert!(
+        page_row(&page, &closed_addr).contains("unhealthy"),
+        "{page}"
+    );
+
+    let series = |addr: &str, state: &str| {
+        format!("tributary_server_health{{binding=\"web\",server=\"{addr}\",state=\"{state}\"}}")
+    };
+    let text = wait("the health series in /metrics", || {
+        let (status, text) = http(d.port, "GET", "/metrics", Some(&d.token()), None);
+        (status == 200 && metric(&text, &series(&closed_addr, "unhealthy")) == Some(1.0))
+            .then_some(text)
+    });
+    assert_eq!(
+        metric(&text, &series(&a_addr, "healthy")),
+        Some(1.0),
+        "{text}"
+    );
+    assert_eq!(
+        metric(&text, &series(&a_addr, "unhealthy")),
+        Some(0.0),
+        "{text}"
+    );
+    let complaints = promtool(&text);
+    assert!(complaints.trim().is_empty(), "promtool:\n{complaints}");
+}
