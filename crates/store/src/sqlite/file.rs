@@ -35,7 +35,7 @@ impl Default for StoreOptions {
     }
 }
 
-/// The SQLite database file: synchronous, one connection. [`SqliteStore`] is the
+/// The SQLite database file: synchronous, one connection. [`SqliteStore`](super::SqliteStore) is the
 /// [`crate::BindingStore`] over it; the etcd store keeps its local mirror in one.
 pub struct SqliteFile {
     pub(super) conn: Connection,
