@@ -12,7 +12,7 @@
 //! - "Unchanged" means the bytes on disk are the ones nginx has confirmed live.
 //! - Changes are applied in batches: one test and one reload for all of them; when the test fails,
 //!   the culprits are isolated by bisection and the rest is applied.
-//! - The live path ([`Applier::apply_live_batch`], issue 11) pushes a change through the caller's
+//! - The live path ([`Applier::apply_live_batch`]) pushes a change through the caller's
 //!   [`Push`] once its journal exists, confirms it once the file is in place, then tests (when
 //!   needed); a push whose file cannot be written or whose test fails is taken back.
 //! - Reloads keep a minimum gap ([`ApplyOptions::min_reload_gap`], default 2 s).
@@ -22,6 +22,15 @@
 //! - Removing a file is refused when nginx fails without it ("remove the include line first").
 //!
 //! Everything is synchronous and serialised by `&mut self`; the daemon calls it from a blocking task.
+//!
+//! The modules: `applier` (the transaction; its vocabulary in `applier/outcome.rs`, the stage/undo
+//! primitives in `applier/stage.rs`, a batch's steps in `applier/steps.rs`, the live path in
+//! `applier/push.rs`, crash recovery in `applier/recovery.rs`: a file recovery restores is not taken
+//! as live, so its next change reloads), [`live`] ([`ReloadConfirm`] watches the master from its pid
+//! file in `/proc` until every accepting worker is new, and reads nginx's `[emerg]` lines from its
+//! error log when the master rejects the configuration) and `nginx` ([`CommandNginx`], argv commands
+//! with a timeout; [`discover_reload_paths`] reads `pid`/`error_log` from `TEST_CMD -T` or `nginx
+//! -V`). [`Applier::last_steps`] tells how long the write and the test of the last batch took.
 #![forbid(unsafe_code)]
 
 mod applier;

@@ -9,6 +9,16 @@
 //! reports every invalid field at once (the API, the web form and the engine all use it), among
 //! them [`UpstreamName`] (it becomes a file name) and [`ExtraDirective`] (it becomes a line of
 //! nginx configuration).
+//!
+//! Also here: `zone.rs` (live mode's `zone` line sized from the server count, TLS sessions counted,
+//! at least a size the module named in a 507); [`schedule`] (refresh delay from interval and TTL,
+//! failure back-off, jitter); [`Binding`] with its checks against a provider's declared fields and
+//! its live settings (`probe.rs`: the module's `probe` parameters, written by
+//! `Binding::file_directives` in live mode only; `drain_secs`). [`BindingDraft::check`] (`draft.rs`)
+//! turns a person's input into a `Binding`, or reports every invalid field at once as `FieldError`s
+//! (one per field, ordered by field); the engine's `prepare` adds what only it knows (plugin and
+//! provider loaded, stored secrets). [`validate`] lower-cases host names and drops duplicates. Render
+//! cases live as fixture files in `crates/core/tests/render/`.
 #![forbid(unsafe_code)]
 
 mod binding;

@@ -22,6 +22,15 @@
 //!   plugin has a library, in the same run).
 //!
 //! Every server listens on 127.0.0.1 only, on a free port, and stops when dropped.
+//!
+//! `crates/daemon/tests/common/mod.rs` wraps the daemon runner (a dev-dependency: fakes does not
+//! depend on the daemon). The registries' fakes run on `http.rs` (a stoppable/resumable hyper server
+//! on its own runtime), Kubernetes' certificates come from `tls.rs` (rcgen). [`daemon::Daemon`] takes
+//! extra `serve` arguments and restarts on the same data dir. Fleet: `etcd_cluster.rs` runs a real
+//! n-member etcd cluster on loopback (SIGKILL and restart one member or all, dump a prefix with each
+//! key's version), `fleet_store.rs` is an in-memory multi-host `BindingStore` for the engine's in-
+//! process fleet tests, and `counting_plugin.rs` writes a shell plugin that counts its calls (the
+//! fleet tests and the fleet benchmark).
 #![forbid(unsafe_code)]
 
 pub mod bench;

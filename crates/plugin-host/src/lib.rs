@@ -24,6 +24,14 @@
 //!   too many timeouts, shutdown);
 //! - `conn`: one running process (stdin writer, stdout reader matching answers to calls, stderr log);
 //! - `lines`, `redact`: bounded line reading, the tolerant `id` scan, config redaction.
+//!
+//! Each process starts with a clean environment (`PATH`, `LANG`, `TZ`, a private `HOME` under
+//! [`HostOptions::home_root`], plus the manifest's `environment` list); at most
+//! [`HostOptions::max_concurrent`] calls are in flight per plugin (a semaphore; waiting is not
+//! timed); a process is killed after `max_timeouts` timeouts in a row or when a request line could
+//! not be written whole (`conn.rs` `Sending`). `conn` runs one reader task per process with a pending
+//! map of oneshots; lines are bounded to 4 MiB. `src/bin/tributary-testplug.rs` is a plugin that
+//! misbehaves on purpose for the tests.
 
 pub mod check;
 mod conn;

@@ -37,6 +37,12 @@
 //! The pieces: `serve` (the protocol loop behind [`run`] and [`serve`]), `config` (typed config
 //! access, the manifest checks, [`root_cause`]), `target` (building targets and reading the
 //! `address:port[:weight]` text entries the static, file and etcd plugins share).
+//!
+//! [`run`] registers the pipes on a current-thread tokio runtime and runs a task per request. Shared
+//! by the plugins' parsers: `split_target()` / `parse_port()` (`address:port[:weight]` text, IPv6 in
+//! brackets), `parse_weight()` / `weight_value()` (0–1000, 0 meaning no weight) and [`root_cause`]
+//! (an error's innermost cause, for messages that must not carry a URL); [`ConfigExt`] field
+//! accessors, [`target`], and `call()` (one request in-process, for plugin unit tests).
 
 mod config;
 mod serve;

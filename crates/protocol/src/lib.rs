@@ -7,6 +7,12 @@
 //!
 //! Every provider config value is secret: [`ConfigMap`]'s `Debug` prints keys only, and no `Display`
 //! of this crate prints a config value.
+//!
+//! The types: the JSON-RPC 2.0 envelope ([`Request`], [`Response`] with exactly one of result/error,
+//! [`RpcError`] with `field()` = `data.field`), [`ResolveParams`] / [`ResolveResult`] (targets kept
+//! as raw JSON for `tributary-core` to validate), the error codes (`ERR_CONFIG` -32003,
+//! `ERR_PROVIDER` -32000), [`ConfigMap`] (provider config) and [`Manifest`] (`plugin.json`) with
+//! strict validation. Golden fixtures in `crates/protocol/tests/fixtures/` pin the bytes.
 
 mod config;
 mod manifest;

@@ -19,6 +19,23 @@
 //! files, which inherit its mode) is created with mode `0600` and the mode is re-asserted on every
 //! open; [`BindingRecord`]'s `Debug` prints config keys only; no error of this crate contains a
 //! config value.
+//!
+//! The contract is in `binding_store.rs`: reads (bindings, this host's outcome history, published
+//! target sets, fleet view, status) are local and never touch the network; writes are async and
+//! bounded, failing with [`StoreError::Unavailable`] (naming the store) when it cannot be reached;
+//! `subscribe` gives level-triggered [`StoreEvent`]s for changes made elsewhere; the fleet hooks
+//! (`claim_resolver`, `publish_targets`/`published_targets`, `step_out`/`step_in`,
+//! `publish_host_outcome`, `fleet_view`) are called the same way for every store.
+//!
+//! [`SqliteFile`] is the SQLite file (rusqlite, bundled SQLite, WAL) holding the bindings (also their
+//! live settings `probe` and `drain_secs`) and the newest outcomes of each binding, trimmed to a
+//! history length per binding; the [`Failure`] kind (plugin_error, plugin_no_answer, no_valid_target,
+//! test_failed, reload_failed, restore_failed, write_failed, stopping; metrics count by it) and the
+//! [`Applied`] path (`live`/`reload`, with its reason) are tag columns. [`SqliteStore`] is the
+//! single-host [`BindingStore`] over it: writes on a blocking thread; it always resolves, its fleet
+//! is itself, it emits no events. The etcd store's file-by-file map is in `docs/fleet.md`;
+//! `tributary_fakes::etcd_cluster` runs the real 3-member cluster its tests use, and
+//! `benches/fleet.rs` measures 20 hosts × 1,000 bindings on it.
 
 #![forbid(unsafe_code)]
 

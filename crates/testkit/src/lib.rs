@@ -24,6 +24,12 @@
 //! - `GET /u/<upstream>/...` → `proxy_pass http://<upstream>` (an upstream that does not exist gives 502).
 //!
 //! A missing nginx binary makes the fixture panic with a clear message; tests never skip silently.
+//!
+//! [`TestNginx`] gives `test_cmd()` / `reload_cmd()` for `CommandNginx` (`nginx -t` runs under
+//! `unshare -n` where allowed, so an unresolvable host name in a test never sends a DNS query off the
+//! machine), and `wait_for_body` / `wait_settled`, which wait out the old worker after a reload so
+//! later requests see the new configuration. It is stopped through a stop-only config so a broken
+//! `nginx.conf` cannot block the shutdown.
 #![forbid(unsafe_code)]
 
 mod builder;

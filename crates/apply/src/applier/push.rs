@@ -1,4 +1,4 @@
-//! The live path's order (issue 11): journal, push, new file, confirm, then (when needed) test.
+//! The live path's order: journal, push, new file, confirm, then (when needed) test.
 //!
 //! A change of `server` lines only reaches nginx's traffic through the module's API, not through
 //! the files: the test guards the files (the next reload reads them), the module validates the set
@@ -17,7 +17,8 @@
 //! differ from the live bytes); the test is then skipped for upstreams whose live bytes passed a
 //! test of this Applier. `nginx -t` is a new process costing ~7 ms of CPU (mostly its own start:
 //! dynamic linking, OpenSSL), and at ten changes a second that alone took the proxied traffic's
-//! p99 from 0.95–0.97× to 1.7–1.9× of the no-change run (docs/live-api.md, runs S and T).
+//! p99 from 0.95–0.97× to 1.7–1.9× of the no-change run (measured with the live benchmark,
+//! docs/live-api.md).
 
 use std::collections::HashMap;
 

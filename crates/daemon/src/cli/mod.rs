@@ -8,6 +8,9 @@
 //! One file per concern: `serve.rs` the daemon's start-up, `binding.rs` the API client commands
 //! (with `print.rs` their text output), `config.rs` the `--config KEY=VALUE|@FILE|-` values of
 //! `binding add` and `resolve`, `plugin.rs` and `resolve.rs`.
+//!
+//! `mod.rs` holds `Cli`, `Cmd` and `main`; `client.rs` is the API client, hyper-util's pooled
+//! HTTP/1.1 `Client` (the one `reqwest` runs on) without TLS.
 
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -21,8 +21,21 @@
 //! requests of people (save, remove, refresh, views), `prepare` the validation of an input into a
 //! binding, `refresh` the per-binding task, `batch` the pure batching rules, `apply` the apply
 //! task, `fleet` the store events and the fleet side of a resolution (follow a published set,
-//! publish this host's outcome), `live` the choice between the live API and a reload for each change (issue 11), and
+//! publish this host's outcome), `live` the choice between the live API and a reload for each change, and
 //! `record` the recorder task.
+//!
+//! Batching: the changes ready within a short window (100 ms quiet, 1 s max; 2 ms / 10 ms while every
+//! change of the batch looks live-eligible, as there is no reload to share; the rules are the pure
+//! functions of `batch`) go to one `Applier::apply_batch`; `record_change` turns the applier's answer
+//! into the outcome's status and `Failure` kind. `live` goes through `Applier::apply_live_batch` with
+//! a push (`ApiPush`) that PUTs the set guarded by the generation of the API's list (asked as the
+//! batch starts, then by each `PUT` answer's and read-back's), takes it back with the previous file's
+//! set (from `live_plan`), logs per change where the time from decision to visible went, and records
+//! the path taken and why; the client is hyper's, for the `upstreams_api` on a unix socket or
+//! loopback port (`crate::live_api`). `drain` is graceful removal. `step_out` is how a host that
+//! keeps failing to resolve a binding steps out of resolving it. [`Engine::dead_tasks`] feeds the
+//! health check (503 when the apply or record task ended). The fleet side (`fleet`) is described in
+//! `docs/fleet-engine.md`.
 
 mod admin;
 mod apply;

@@ -13,6 +13,33 @@
 //! Access: `GET /api/v1/health` is open; `/api/v1/*` needs the bearer token; `/metrics` takes
 //! the bearer token or a UI session; UI pages need a session (else they redirect to `/login`).
 //! The JSON shapes themselves are data in [`crate::view`], shared with the engine and the CLI.
+//!
+//! The router puts every answer under `/api/` in the JSON error shape and the `Host` check in front;
+//! [`AppState`] holds the engine, token, metrics, sessions and login. `error.rs` is the one error
+//! body (`ApiError`, plus `errors`), `EngineError::http_status` (the one mapping of engine errors to
+//! HTTP status, used by the API and the web UI) and the middleware that turns axum's plain-text
+//! refusals under `/api/` into that body. `auth/`: the bearer check (`require_bearer`, and
+//! `require_bearer_or_session` for `/metrics`), the session and CSRF checks the UI uses
+//! (`session_of`, `csrf_ok`) and `auth/session.rs`, the UI login (argon2id hash in the data dir, in-
+//! memory sessions, CSRF tokens, the per-address login rate limit). `host.rs` takes `--allowed-host`.
+//! `api/` (bearer token on everything but health) by resource: `bindings.rs` (save, bulk, list, show,
+//! remove, refresh, history), `resolve.rs` (test resolution: `Engine::preview_binding` + one plugin
+//! call, nothing applied; also the web form's preview), `status.rs` (health, plugins, stats, store,
+//! nginx status), `openapi.rs` (serves `assets/openapi.json`). `metrics/` follows the engine's
+//! `EngineEvent`s (outcomes, apply batches) over a broadcast channel and renders through `prometheus-
+//! client` (`metrics/families.rs` declares every metric in one place, `Families`; `metrics/format.rs`
+//! the two formats; `metrics/live.rs` the live state). `ui/` renders the pages server-side
+//! (`ui/mod.rs` routes, the session guard and CSRF refusal pages and form reading; one file per page:
+//! `login`, `list`, `detail`, `edit`, `nginx`; `ui/form.rs` the create/edit form, `ui/chart.rs` the
+//! SVG charts, `ui/widgets.rs` the pieces several pages share, `ui/html.rs` the page frame, CSP
+//! headers and times, `ui/live.rs` the live state; `assets/style.css`, `assets/app.js` embedded with
+//! `include_str!`). Pages are maud `html!` templates: markup is checked at compile time and every
+//! value spliced into a page is escaped. Browser tests live in `tests/browser/` (playwright-core +
+//! Debian's chromium), run by `crates/daemon/tests/browser_ui.rs`.
+//!
+//! Modules depend one way: `http` → `engine`, `view`, `resolution`, `token`, `utc`, `live_state`,
+//! `live_api`; `view` → `live_state` → `live_api`; inside it `api`, `metrics`, `ui` → `auth`, `json`
+//! → `error`.
 
 pub mod api;
 pub mod auth;
