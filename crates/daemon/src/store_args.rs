@@ -60,6 +60,10 @@ pub struct StoreArgs {
     /// How long one etcd operation may take, in milliseconds (a save fails after it).
     #[arg(long, default_value_t = 5000, value_parser = clap::value_parser!(u64).range(100..=60000))]
     pub etcd_timeout_ms: u64,
+    /// The outcomes of a host whose heartbeat has been gone this many seconds are removed from
+    /// etcd (so from every host's fleet view); default one day.
+    #[arg(long, default_value_t = 86_400, value_parser = clap::value_parser!(u64).range(1..))]
+    pub etcd_forget_gone_hosts_secs: u64,
 }
 
 /// This host's id in a fleet (`--host-id`'s default): the kernel's host name, else `localhost`.
@@ -139,6 +143,8 @@ impl StoreArgs {
                 opts.providers = Some(providers);
                 opts.lease_ttl = Duration::from_secs(self.etcd_lease_ttl_secs);
                 opts.op_timeout = Duration::from_millis(self.etcd_timeout_ms);
+                opts.forget_gone_hosts_after =
+                    Duration::from_secs(self.etcd_forget_gone_hosts_secs);
                 if self.etcd_ca.is_some() || self.etcd_cert.is_some() || self.etcd_key.is_some() {
                     if self.etcd_cert.is_some() != self.etcd_key.is_some() {
                         bail!("--etcd-cert and --etcd-key go together");

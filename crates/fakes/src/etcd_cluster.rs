@@ -24,6 +24,8 @@ struct Member {
 pub struct EtcdCluster {
     dir: tempfile::TempDir,
     members: Vec<Member>,
+    /// Extra flags of every member (e.g. `--max-request-bytes`).
+    flags: Vec<String>,
 }
 
 impl EtcdCluster {
@@ -32,9 +34,15 @@ impl EtcdCluster {
     /// (tests run in parallel) makes a member exit: the cluster is started anew on new ports, up
     /// to 5 times.
     pub fn start(n: usize) -> EtcdCluster {
+        EtcdCluster::start_with_flags(n, &[])
+    }
+
+    /// [`EtcdCluster::start`] with `flags` added to every member's command line (also at a
+    /// restart), e.g. `["--max-request-bytes", "65536"]`.
+    pub fn start_with_flags(n: usize, flags: &[&str]) -> EtcdCluster {
         let mut last = String::new();
         for _ in 0..5 {
-            match EtcdCluster::try_start(n) {
+            match EtcdCluster::try_start(n, flags) {
                 Ok(c) => return c,
                 Err(why) => last = why,
             }
@@ -42,7 +50,7 @@ impl EtcdCluster {
         panic!("etcd cluster did not start: {last}");
     }
 
-    fn try_start(n: usize) -> Result<EtcdCluster, String> {
+    fn try_start(n: usize, flags: &[&str]) -> Result<EtcdCluster, String> {
         let mut c = EtcdCluster {
             dir: tempfile::tempdir().unwrap(),
             members: (0..n)
@@ -53,6 +61,7 @@ impl EtcdCluster {
                     child: None,
                 })
                 .collect(),
+            flags: flags.iter().map(|f| f.to_string()).collect(),
         };
         for i in 0..n {
             c.spawn(i);
@@ -107,6 +116,7 @@ impl EtcdCluster {
             // Quick elections on loopback: a killed leader is replaced within a second.
             .args(["--heartbeat-interval", "50", "--election-timeout", "500"])
             .args(["--log-level", "warn"])
+            .args(&self.flags)
             .env_remove("ETCDCTL_API")
             .stdin(Stdio::null())
             .stdout(Stdio::null())

@@ -56,7 +56,8 @@ use crate::{BindingRecord, DroppedRecord, OutcomeRecord, StoreError, StoredBindi
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StoreEvent {
     /// Binding `name` was created, changed or removed through another store instance: re-read it
-    /// with [`BindingStore::get_binding`] (`None`: it was removed).
+    /// with [`BindingStore::get_binding`] (`None`: it was removed). Also said of the bindings a
+    /// failed save of many did save (its earlier transactions, on every host) through this one.
     Binding(String),
     /// Another host published a new target set for `name`: read
     /// [`BindingStore::published_targets`].

@@ -131,7 +131,11 @@ impl Fleet {
     /// Three hosts set up each as `setups` says, with `args` added to every daemon's `serve`
     /// arguments.
     pub fn start_hosts(setups: [HostSetup<'_>; 3], args: &[&str]) -> Fleet {
-        let cluster = EtcdCluster::start(3);
+        Fleet::start_on(EtcdCluster::start(3), setups, args)
+    }
+
+    /// [`Fleet::start_hosts`] on `cluster` (e.g. one started with extra member flags).
+    pub fn start_on(cluster: EtcdCluster, setups: [HostSetup<'_>; 3], args: &[&str]) -> Fleet {
         let shared = tempfile::tempdir().unwrap();
         // Two secrets keys: `KEYS[0]` (every host's by default) and `KEYS[1]`.
         let key_files: Vec<PathBuf> = KEYS

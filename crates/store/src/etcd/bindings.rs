@@ -21,8 +21,8 @@ use etcd_client::{Compare, CompareOp, DeleteOptions, Txn, TxnOp};
 
 use super::mirror::Update;
 use super::write::{Guarded, Written};
-use super::{lock, EtcdStore, TXN_CHUNK};
-use crate::{BindingRecord, StoreError, StoredBinding, Upsert};
+use super::{lock, EtcdStore, BINDINGS_PER_TXN};
+use crate::{BindingRecord, StoreError, StoreEvent, StoredBinding, Upsert};
 
 /// The next version of a binding whose current version is `previous`, at clock reading `now`.
 pub(crate) fn next_version(now: i64, previous: i64) -> i64 {
@@ -215,13 +215,60 @@ impl EtcdStore {
         Ok(c)
     }
 
+    /// A save of many bindings, in transactions of [`BINDINGS_PER_TXN`]. Each transaction is
+    /// all-or-nothing, the save is not: when one fails after others were committed (a request too
+    /// large for etcd, a concurrent change, a timeout), the committed bindings are on every host,
+    /// and on this one too: they are in the mirror and announced as [`StoreEvent::Binding`], so
+    /// that the engine, which takes the failed save as a whole as not done, picks them up like a
+    /// change made on another host (`docs/fleet.md`, "Saving a binding").
     pub(crate) async fn upsert(
         &self,
         list: &[(BindingRecord, Option<BindingRecord>)],
     ) -> Result<Vec<Upsert>, StoreError> {
+        let mut saved = Vec::new();
+        let r = self.upsert_chunks(list, &mut saved).await;
+        match r {
+            Err(e) if !saved.is_empty() => Err(self.saved_in_part(&saved, e)),
+            r => r,
+        }
+    }
+
+    /// After a save failed part-way: the bindings `saved` by its committed transactions are
+    /// announced (this host's engine converges with the others), and the error says which.
+    fn saved_in_part(&self, saved: &[String], e: StoreError) -> StoreError {
+        tracing::warn!(store = %self.shared.location, saved = saved.len(), error = %e, "a save of many bindings failed part-way: the bindings of its committed transactions are saved on every host");
+        for name in saved {
+            let _ = self.shared.events.send(StoreEvent::Binding(name.clone()));
+        }
+        let shown: Vec<&str> = saved.iter().take(5).map(String::as_str).collect();
+        let more = if saved.len() > shown.len() {
+            ", ..."
+        } else {
+            ""
+        };
+        let note = format!(
+            " (this save's first {} bindings ({}{more}) were saved by earlier transactions and are on every host; the ones after them were not)",
+            saved.len(),
+            shown.join(", ")
+        );
+        match e {
+            StoreError::Unavailable { store, why } => StoreError::Unavailable {
+                store,
+                why: format!("{why}{note}"),
+            },
+            StoreError::Conflict(names) => StoreError::Conflict(format!("{names}{note}")),
+            other => other,
+        }
+    }
+
+    async fn upsert_chunks(
+        &self,
+        list: &[(BindingRecord, Option<BindingRecord>)],
+        saved: &mut Vec<String>,
+    ) -> Result<Vec<Upsert>, StoreError> {
         let now = self.now();
         let mut out = Vec::with_capacity(list.len());
-        for part in list.chunks(TXN_CHUNK) {
+        for part in list.chunks(BINDINGS_PER_TXN) {
             let mut retried = false;
             let (rev, c) = loop {
                 let c = self.chunk(part, now)?;
@@ -255,6 +302,7 @@ impl EtcdStore {
             };
             out.extend(c.out);
             if let Some(rev) = rev {
+                saved.extend(c.written.iter().map(|sb| sb.binding.name.clone()));
                 self.apply_own(
                     c.written
                         .into_iter()

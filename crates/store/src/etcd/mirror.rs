@@ -420,6 +420,16 @@ impl Mirror {
         out
     }
 
+    /// The hosts with an outcome of some binding and no heartbeat (gone, or not known yet).
+    pub fn gone_hosts(&self) -> std::collections::HashSet<String> {
+        self.outcomes
+            .values()
+            .flat_map(|hosts| hosts.keys())
+            .filter(|h| !self.hosts.contains_key(*h))
+            .cloned()
+            .collect()
+    }
+
     pub fn outcome_of(&self, name: &str, host: &str) -> Option<HostOutcome> {
         self.outcomes.get(name)?.get(host).cloned()
     }

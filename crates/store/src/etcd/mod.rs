@@ -19,6 +19,7 @@
 mod bindings;
 mod claims;
 mod crypto;
+mod gc;
 pub mod keys;
 mod mirror;
 mod outcomes;
@@ -47,10 +48,18 @@ use crate::{
 
 /// Default resolver/heartbeat lease TTL.
 pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(10);
+/// Default time after which the outcomes of a host that is gone are removed
+/// ([`EtcdOptions::forget_gone_hosts_after`]).
+pub const DEFAULT_FORGET_GONE_HOSTS_AFTER: Duration = Duration::from_secs(24 * 3600);
 /// Default bound of one etcd operation.
 pub const DEFAULT_OP_TIMEOUT: Duration = Duration::from_secs(5);
-/// Bindings per etcd transaction in `upsert_bindings` (etcd's default `--max-txn-ops` is 128).
+/// Outcomes per etcd transaction of this host's outcome flush (etcd's default `--max-txn-ops`,
+/// 128, bounds the compares and the operations of one transaction each).
 pub const TXN_CHUNK: usize = 100;
+/// Bindings per etcd transaction in `upsert_bindings`: a new binding takes two operations and
+/// two compares (its key and its name claim), and the write's markers one and two more, so 60
+/// stay within etcd's default `--max-txn-ops` of 128.
+pub const BINDINGS_PER_TXN: usize = 60;
 
 /// TLS of the etcd client: PEM files.
 #[derive(Debug, Clone, Default)]
@@ -77,6 +86,9 @@ pub struct EtcdOptions {
     /// Bound of one etcd operation (a write fails with `Unavailable` after it, having tried the
     /// next members when the first did not answer).
     pub op_timeout: Duration,
+    /// The outcomes (and markers) of a host whose heartbeat has been gone this long are removed
+    /// from etcd, so from every host's fleet view (`gc.rs`).
+    pub forget_gone_hosts_after: Duration,
     pub tls: Option<EtcdTls>,
     /// etcd user and password (read from a file by the caller; never on a command line).
     pub user: Option<(String, String)>,
@@ -116,6 +128,7 @@ impl EtcdOptions {
             host_id: host_id.to_string(),
             lease_ttl: DEFAULT_LEASE_TTL,
             op_timeout: DEFAULT_OP_TIMEOUT,
+            forget_gone_hosts_after: DEFAULT_FORGET_GONE_HOSTS_AFTER,
             tls: None,
             user: None,
             providers: None,
@@ -183,6 +196,8 @@ pub(crate) use crate::lock;
 pub struct EtcdStore {
     shared: Arc<Shared>,
     task: tokio::task::JoinHandle<()>,
+    /// The task removing what hosts gone for long left (`gc.rs`).
+    gc: tokio::task::JoinHandle<()>,
 }
 
 impl fmt::Debug for EtcdStore {
@@ -198,6 +213,7 @@ impl Drop for EtcdStore {
     fn drop(&mut self) {
         // Keep-alives stop: this host's claims end when its lease expires.
         self.task.abort();
+        self.gc.abort();
     }
 }
 
@@ -239,7 +255,17 @@ impl EtcdStore {
             opts,
         });
         let task = tokio::spawn(session::run(shared.clone()));
-        Ok(EtcdStore { shared, task })
+        let gc = tokio::spawn(gc::run(shared.clone()));
+        Ok(EtcdStore { shared, task, gc })
+    }
+
+    /// A handle on `shared` for a task of the store's own (its tasks are no-ops).
+    fn handle(shared: Arc<Shared>) -> EtcdStore {
+        EtcdStore {
+            shared,
+            task: tokio::spawn(async {}),
+            gc: tokio::spawn(async {}),
+        }
     }
 
     /// Waits until the store is connected and its mirror synced, at most `limit`; `false` at once
@@ -398,6 +424,7 @@ impl BindingStore for EtcdStore {
 
     async fn close(&self) {
         self.task.abort();
+        self.gc.abort();
         let (client, lease) = {
             let mut c = lock(&self.shared.conn);
             c.closed = true;

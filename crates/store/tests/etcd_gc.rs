@@ -1,0 +1,175 @@
+//! What a host that is gone leaves in etcd (issue 22, "Scale": garbage-collect outcomes of hosts
+//! gone longer than a set time, `fleet forget-host`), against a real 3-member etcd cluster: a host
+//! that stops keeps its outcomes until `forget_gone_hosts_after` has passed, then they are gone
+//! from etcd and from every host's fleet view; `forget_host` of a host that is alive is refused and
+//! deletes nothing; `forget_host` of a host that stopped deletes its outcomes at once.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tributary_fakes::etcd_cluster::EtcdCluster;
+use tributary_store::{
+    BindingRecord, BindingStore, EtcdOptions, EtcdStore, HostOutcome, HostState, SecretKeys,
+};
+
+const PREFIX: &str = "/gc/";
+
+fn binding(name: &str) -> BindingRecord {
+    BindingRecord {
+        name: name.to_string(),
+        plugin: "consul".into(),
+        provider: "consul".into(),
+        config: BTreeMap::new(),
+        service: "web".into(),
+        interval_secs: 30,
+        directives: vec![],
+        probe: None,
+        drain_secs: 0,
+    }
+}
+
+async fn host(
+    cluster: &EtcdCluster,
+    id: &str,
+    gc_after: Duration,
+    dir: &tempfile::TempDir,
+) -> Arc<EtcdStore> {
+    let mut opts = EtcdOptions::new(
+        cluster.endpoints(),
+        PREFIX,
+        id,
+        &dir.path().join(format!("{id}.db")),
+    );
+    opts.lease_ttl = Duration::from_secs(2);
+    opts.op_timeout = Duration::from_secs(2);
+    opts.forget_gone_hosts_after = gc_after;
+    let keys = SecretKeys::from_bytes(&[&[42u8; 32]]).unwrap();
+    let store = Arc::new(EtcdStore::open(opts, keys).unwrap());
+    assert!(store.wait_connected(Duration::from_secs(15)).await, "{id}");
+    store
+}
+
+async fn until(limit: Duration, what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn outcome() -> HostOutcome {
+    HostOutcome {
+        host: String::new(),
+        state: HostState::Applied,
+        at_ms: 1,
+        generation: 1,
+        servers: 1,
+        message: None,
+    }
+}
+
+/// `(host, alive)` of every host in `viewer`'s fleet view of `name`.
+fn view(viewer: &EtcdStore, name: &str) -> Vec<(String, bool)> {
+    viewer
+        .fleet_view(name)
+        .hosts
+        .into_iter()
+        .map(|h| (h.outcome.host, h.alive))
+        .collect()
+}
+
+fn outcome_keys(cluster: &EtcdCluster) -> Vec<String> {
+    tokio::task::block_in_place(|| cluster.dump(&format!("{PREFIX}outcomes/")))
+        .into_iter()
+        .map(|(k, _)| k)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outcomes_of_a_host_gone_longer_than_the_set_time_are_removed_from_etcd_and_every_view() {
+    let cluster = tokio::task::block_in_place(|| EtcdCluster::start(3));
+    let dir = tempfile::tempdir().unwrap();
+    const GC: Duration = Duration::from_secs(4);
+    let a = host(&cluster, "host-a", GC, &dir).await;
+    let b = host(&cluster, "host-b", GC, &dir).await;
+    let c = host(&cluster, "host-c", GC, &dir).await;
+    a.insert_binding(&binding("api")).await.unwrap();
+    a.insert_binding(&binding("db")).await.unwrap();
+    for s in [&a, &b, &c] {
+        for name in ["api", "db"] {
+            until(Duration::from_secs(10), "the binding everywhere", || {
+                s.get_binding(name).unwrap().is_some()
+            })
+            .await;
+            s.publish_host_outcome(name, &outcome()).await.unwrap();
+        }
+    }
+    until(
+        Duration::from_secs(10),
+        "3 outcomes of each binding",
+        || view(&a, "api").len() == 3 && view(&a, "db").len() == 3,
+    )
+    .await;
+
+    // Alive: refused, nothing deleted.
+    let e = c.forget_host("host-b").await.unwrap_err().to_string();
+    assert!(e.contains("host \"host-b\" is alive"), "{e}");
+    assert_eq!(outcome_keys(&cluster).len(), 6);
+
+    // B stops: its outcomes stay, shown not alive, until GC has passed.
+    b.close().await;
+    let stopped = Instant::now();
+    until(Duration::from_secs(10), "host-b shown gone", || {
+        view(&a, "api").contains(&("host-b".to_string(), false))
+    })
+    .await;
+    tokio::time::sleep(GC / 2).await;
+    assert!(
+        outcome_keys(&cluster)
+            .iter()
+            .any(|k| k.ends_with("/host-b")),
+        "removed before the set time"
+    );
+    until(GC * 4, "host-b's outcomes gone from etcd", || {
+        !outcome_keys(&cluster)
+            .iter()
+            .any(|k| k.ends_with("/host-b"))
+    })
+    .await;
+    assert!(stopped.elapsed() >= GC, "{:?}", stopped.elapsed());
+    for (id, s) in [("host-a", &a), ("host-c", &c)] {
+        until(
+            Duration::from_secs(10),
+            &format!("{id}'s view without host-b"),
+            || {
+                ["api", "db"]
+                    .iter()
+                    .all(|n| view(s, n).iter().all(|(h, _)| h != "host-b"))
+            },
+        )
+        .await;
+    }
+    // The others' outcomes stay.
+    assert_eq!(outcome_keys(&cluster).len(), 4);
+
+    // forget_host of a host that stopped: at once, long before the set time.
+    let d = host(&cluster, "host-d", Duration::from_secs(3600), &dir).await;
+    d.publish_host_outcome("api", &outcome()).await.unwrap();
+    until(Duration::from_secs(10), "host-d's outcome", || {
+        view(&a, "api").iter().any(|(h, _)| h == "host-d")
+    })
+    .await;
+    d.close().await;
+    let n = a.forget_host("host-d").await.unwrap();
+    assert_eq!(n, 1);
+    assert!(!outcome_keys(&cluster)
+        .iter()
+        .any(|k| k.ends_with("/host-d")));
+    until(
+        Duration::from_secs(10),
+        "host-c's view without host-d",
+        || view(&c, "api").iter().all(|(h, _)| h != "host-d"),
+    )
+    .await;
+}
