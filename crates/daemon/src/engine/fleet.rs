@@ -3,7 +3,7 @@
 //!
 //! - [`step`]: one wake-up of a binding's task. A scheduled run, a person's refresh or a free
 //!   resolver claim asks `claim_resolver`: `true` → resolve through the plugin and publish the
-//!   validated set (`refresh::resolve`); `false` → apply the newest published set, if it was
+//!   validated set (`resolve::resolve`); `false` → apply the newest published set, if it was
 //!   resolved from this host's version of the binding; an error (store unreachable) → nothing is
 //!   resolved or applied, the servers stay, the outcome says why. A new published set wakes the
 //!   task to apply it ([`Why::Follow`]).
@@ -29,10 +29,10 @@ use tributary_core::{Binding, UpstreamName};
 use tributary_protocol::ResolveResult;
 use tributary_store::{
     Failure, HostOutcome, HostState, OutcomeRecord, OutcomeStatus, StoreError, StoreEvent,
-    StoredBinding, TargetSet,
+    StoredBinding,
 };
 
-use super::refresh::{apply_rendered, resolve, Step, Why};
+use super::resolve::{apply_rendered, resolve, Step, Why};
 use super::{lock, now_ms, record_to_binding, ApplyMsg, Engine, Inner, Slot};
 use crate::resolution::Resolved;
 
@@ -129,35 +129,6 @@ async fn follow(inner: &Inner, slot: &Slot, binding: &Binding, again: bool) -> O
         store_down: false,
         resolved: false,
     })
-}
-
-/// Publishes the validated set of a resolution for the other hosts; returns its generation (0
-/// when the store did not take it: this host applies it anyway).
-pub(crate) async fn publish_targets(
-    inner: &Inner,
-    binding: &Binding,
-    rec: &OutcomeRecord,
-    updated_at_ms: i64,
-) -> i64 {
-    let name = binding.name.as_str();
-    let set = TargetSet {
-        resolved_by: String::new(),
-        at_ms: rec.at_ms,
-        binding_updated_at_ms: updated_at_ms,
-        targets: rec.kept.clone(),
-        dropped: rec.dropped.clone(),
-        ttl_seconds: rec.ttl_seconds,
-        generation: 0,
-    };
-    if let Err(e) = inner.store.publish_targets(name, &set).await {
-        tracing::warn!(binding = %name, error = %e, "publishing the target set failed; applied here only");
-        return 0;
-    }
-    inner
-        .store
-        .published_targets(name)
-        .filter(|p| p.targets == set.targets)
-        .map_or(0, |p| p.generation)
 }
 
 /// Publishes this host's state of `name` after a step: applied, failed with nginx's message, or

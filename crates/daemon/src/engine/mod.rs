@@ -46,6 +46,7 @@ mod live;
 mod prepare;
 mod record;
 pub mod refresh;
+mod resolve;
 mod step_out;
 
 use std::collections::HashMap;

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use tributary_core::Binding;
 use tributary_store::OutcomeStatus;
 
-use super::refresh::Step;
+use super::resolve::Step;
 use super::{lock, Inner, Slot};
 
 /// Failed resolutions in a row after which a host steps out of resolving a binding.
