@@ -412,13 +412,22 @@ fn roll(probe: Option<&str>, drain_secs: u64) -> Roll {
     // The last new backends finish warming and take traffic.
     std::thread::sleep(WARM + Duration::from_millis(700));
     let (tally, took) = load.finish();
-    let final_set = live_servers(&nginx)
-        .iter()
-        .map(|s| {
-            let a = s["address"].as_str().unwrap().to_string();
-            (a, s["health"].as_str().unwrap_or("-").to_string())
-        })
-        .collect();
+    // The end state, once it has settled (at most 5 s on a loaded machine).
+    let t = Instant::now();
+    let final_set: BTreeMap<String, String> = loop {
+        let set: BTreeMap<String, String> = live_servers(&nginx)
+            .iter()
+            .map(|s| {
+                let a = s["address"].as_str().unwrap().to_string();
+                (a, s["health"].as_str().unwrap_or("-").to_string())
+            })
+            .collect();
+        let settled = set.len() == N && set.values().all(|h| h == "healthy" || h == "-");
+        if settled || t.elapsed() > Duration::from_secs(5) {
+            break set;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
     let warming_proxied = new
         .iter()
         .map(|b| b.proxied_503.load(Ordering::SeqCst))
