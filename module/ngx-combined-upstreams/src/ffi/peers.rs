@@ -390,7 +390,8 @@ impl ListsWrite {
 
     /// Sets the run-time health bits (`down::UNHEALTHY | down::CHECKING`) of the peers named
     /// `name` (or of every peer when `name` is None) in these lists to `bits`, keeping the other
-    /// bits; how many peers changed.
+    /// bits; how many peers changed. A peer that leaves `UNHEALTHY` also has its passive `fails`
+    /// reset.
     pub fn set_health_bits(&self, name: Option<&[u8]>, bits: usize) -> usize {
         const MASK: usize = down::UNHEALTHY | down::CHECKING;
         let mut changed: usize = 0;
@@ -408,6 +409,12 @@ impl ListsWrite {
                     if hit {
                         let new = ((*p).down & !MASK) | (bits & MASK);
                         if new != (*p).down {
+                            // Back from unhealthy: the probes saw it answer, so the passive
+                            // failures the outage left (`max_fails` within `fail_timeout`) do not
+                            // keep it out of rotation any longer.
+                            if (*p).down & down::UNHEALTHY != 0 && new & down::UNHEALTHY == 0 {
+                                (*p).fails = 0;
+                            }
                             (*p).down = new;
                             changed = changed.wrapping_add(1);
                         }
