@@ -32,7 +32,12 @@ struct Backend {
 
 impl Backend {
     fn start(name: &'static str) -> Result<Backend, Failed> {
-        let l = TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+        Backend::start_at(name, 0)
+    }
+
+    /// A backend on `port` (0: any free port).
+    fn start_at(name: &'static str, port: u16) -> Result<Backend, Failed> {
+        let l = TcpListener::bind(("127.0.0.1", port)).map_err(|e| e.to_string())?;
         let port = l.local_addr().map_err(|e| e.to_string())?.port();
         l.set_nonblocking(true).map_err(|e| e.to_string())?;
         let b = Backend {
@@ -227,6 +232,57 @@ fn case_failing_server_leaves_and_comes_back() -> CaseResult {
     check(b1.proxied.load(Ordering::SeqCst) > before, || {
         format!("b1 got no request after it came back: {seen:?}")
     })?;
+    m.check_workers_unchanged()
+}
+
+/// A server the probes bring back is not held out by nginx's passive failure count: the requests
+/// that failed during its outage counted `fails` (here `max_fails=1 fail_timeout=10s`), which
+/// would keep it skipped for `fail_timeout` after the probes say it is healthy again.
+fn case_recovered_server_is_not_held_out_by_its_passive_fails() -> CaseResult {
+    let b1 = Backend::start("b1")?;
+    let b2 = Backend::start("b2")?;
+    let port = b1.port;
+    let conf = format!(
+        "upstream app {{ zone app 256k; \
+         server 127.0.0.1:{port} max_fails=1 fail_timeout=10s; \
+         server 127.0.0.1:{} max_fails=1 fail_timeout=10s; \
+         probe uri=/healthz interval=1s timeout=500ms fails=1 passes=1; }}\n\
+         server {{ listen 127.0.0.1:{{P0}} reuseport;\n\
+         add_header X-Worker $pid always;\n\
+         location / {{ proxy_pass http://app; }}\n\
+         location /api/ {{ allow 127.0.0.1; deny all; upstreams_api write=on; }}\n\
+         }}\n",
+        b2.port
+    );
+    let m = Master::start(&conf)?;
+    until_health(&m, port, "healthy", Duration::from_secs(3))?;
+    both_workers_answer(&m, &["b1", "b2"], 5)?;
+    // b1's port closes: the requests nginx sends it before the next probe fail (and go on to b2).
+    drop(b1);
+    std::thread::sleep(Duration::from_millis(50));
+    for _ in 0..10 {
+        let (_, body) = m.front()?;
+        check(body == "b2", || format!("answer {body:?} while b1 is down"))?;
+    }
+    until_health(&m, port, "unhealthy", Duration::from_secs(3))?;
+    let s = server_view(&m, port)?;
+    check(s["fails"].as_u64() >= Some(1), || {
+        format!("no passive failure was counted for b1: {s}")
+    })?;
+    let b1 = Backend::start_at("b1", port)?;
+    let back = until_health(&m, port, "healthy", Duration::from_secs(3))?;
+    let t = Instant::now();
+    while b1.proxied.load(Ordering::SeqCst) == 0 {
+        check(t.elapsed() < Duration::from_secs(2), || {
+            format!(
+                "b1 healthy again (after {back:?}) but got no request in 2 s: {}",
+                server_view(&m, port)
+                    .map(|v| v.to_string())
+                    .unwrap_or_default()
+            )
+        })?;
+        m.front()?;
+    }
     m.check_workers_unchanged()
 }
 
@@ -674,6 +730,10 @@ pub fn trials() -> Vec<Trial> {
         Trial::test(
             "health_failing_server_leaves_and_comes_back",
             case_failing_server_leaves_and_comes_back,
+        ),
+        Trial::test(
+            "health_recovered_server_is_not_held_out_by_its_passive_fails",
+            case_recovered_server_is_not_held_out_by_its_passive_fails,
         ),
         Trial::test(
             "health_hung_server_is_marked_unhealthy_by_the_timeout",
