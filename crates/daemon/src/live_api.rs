@@ -310,35 +310,6 @@ impl LiveApi {
         parse_answer(status, &body, &format!("GET {name}"))
     }
 
-    /// The servers of `name` that are drained and have no request in flight (`drain` true,
-    /// `active` 0 in `GET <loc>/NAME`): the ones graceful removal can remove now.
-    pub async fn drained_idle(
-        &self,
-        name: &str,
-    ) -> Result<std::collections::BTreeSet<String>, String> {
-        #[derive(Deserialize)]
-        struct Server {
-            address: String,
-            #[serde(default)]
-            drain: bool,
-            #[serde(default)]
-            active: u64,
-        }
-        #[derive(Deserialize)]
-        struct Answer {
-            servers: Vec<Server>,
-        }
-        let path = format!("{}{name}", self.prefix);
-        let (status, body) = self.request(Method::GET, &path, None).await?;
-        let set: Answer = parse_answer(status, &body, &format!("GET {name}"))?;
-        Ok(set
-            .servers
-            .into_iter()
-            .filter(|s| s.drain && s.active == 0)
-            .map(|s| s.address)
-            .collect())
-    }
-
     /// Replaces the set of `name` guarded by `generation` (from [`Self::listing`]: a reload or
     /// another change since then makes the `PUT` fail with 409). Returns when it was answered
     /// (the change is visible from then on), how long it took and the new generation. Every

@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::{lock, Inner, Slot};
+use crate::live_state::UpstreamState;
 
 /// How often the API is asked whether drained servers are idle.
 pub(crate) const POLL: Duration = Duration::from_millis(250);
@@ -164,10 +165,15 @@ pub(crate) fn watch(inner: &Inner, slot: &Arc<Slot>, name: String) {
             }
             let now = Instant::now();
             let due = drained.iter().any(|(_, until)| *until <= now);
-            let idle: Vec<String> = match api.drained_idle(&name).await {
-                Ok(idle) => drained
+            // Drained and idle in the module: `drain` true, `active` 0 in `GET <loc>/NAME`.
+            let idle: Vec<String> = match api.read_set::<UpstreamState>(&name).await {
+                Ok(set) => drained
                     .iter()
-                    .filter(|(a, _)| idle.contains(a))
+                    .filter(|(a, _)| {
+                        set.servers
+                            .iter()
+                            .any(|s| s.address == *a && s.drain == Some(true) && s.active == 0)
+                    })
                     .map(|(a, _)| a.clone())
                     .collect(),
                 Err(e) => {

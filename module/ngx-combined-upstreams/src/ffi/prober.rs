@@ -400,19 +400,8 @@ extern "C" fn on_read<D: ProbeDone>(rev: *mut ngx_event_t) {
             return;
         }
         if !p.connected {
-            // Readiness before the write event told us about the connect: let it judge.
-            let err = so_error(c);
-            if err != 0 {
-                finish::<D>(
-                    raw,
-                    Outcome::Fail {
-                        why: Failure::Connect,
-                        errno: err,
-                        status: 0,
-                    },
-                );
-                return;
-            }
+            // Readiness before the write event told us about the connect: the write handler
+            // judges it (a failed connect ends the probe there).
             on_write::<D>((*c).write);
             return;
         }
