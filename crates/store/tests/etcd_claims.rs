@@ -212,6 +212,19 @@ async fn a_claim_of_this_host_id_under_another_lease_does_not_let_this_host_publ
     raw.lease_revoke(other).await.unwrap();
 }
 
+/// Creates bindings on `a` until one whose preferred resolver is `a` (it claims it at once);
+/// that binding's name.
+async fn preferred_by(a: &Host) -> String {
+    for i in 0..40 {
+        let n = format!("s{i}");
+        a.store.insert_binding(&binding(&n, "web")).await.unwrap();
+        if a.store.claim_resolver(&n).await.unwrap() {
+            return n;
+        }
+    }
+    panic!("A is preferred for none of 40 bindings");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_host_that_stepped_out_is_left_out_until_it_steps_back_in() {
     let cluster = tokio::task::block_in_place(|| EtcdCluster::start(3));
@@ -221,16 +234,7 @@ async fn a_host_that_stepped_out_is_left_out_until_it_steps_back_in() {
     // A has seen B's heartbeat (its watch), so A's choice is between A and B.
     tokio::time::sleep(Duration::from_millis(500)).await;
     // Bindings until one whose preferred resolver is A: A claims it at once.
-    let mut name = None;
-    for i in 0..40 {
-        let n = format!("s{i}");
-        a.store.insert_binding(&binding(&n, "web")).await.unwrap();
-        if a.store.claim_resolver(&n).await.unwrap() {
-            name = Some(n);
-            break;
-        }
-    }
-    let name = name.expect("A is preferred for one of 40 bindings");
+    let name = preferred_by(&a).await;
     until(Duration::from_secs(10), "B reads the binding", || {
         b.store.get_binding(&name).unwrap().is_some()
     })
@@ -292,16 +296,7 @@ async fn a_host_that_stepped_out_stays_out_when_its_lease_is_lost() {
     let a = host(&cluster, "host-a", &[&OLD_KEY]).await;
     let b = host(&cluster, "host-b", &[&OLD_KEY]).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let mut name = None;
-    for i in 0..40 {
-        let n = format!("s{i}");
-        a.store.insert_binding(&binding(&n, "web")).await.unwrap();
-        if a.store.claim_resolver(&n).await.unwrap() {
-            name = Some(n);
-            break;
-        }
-    }
-    let name = name.expect("A is preferred for one of 40 bindings");
+    let name = preferred_by(&a).await;
     a.store
         .step_out(&name, "3 failed resolutions in a row")
         .await
