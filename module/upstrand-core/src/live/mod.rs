@@ -10,6 +10,7 @@
 //! - [`access`]: the location's parameters (`write=`, `host=`) and the `Host` check of a `PUT`.
 //! - [`down`]: the reasons a peer is skipped, as bits of nginx's `peer->down`.
 //! - [`probe`]: the `probe` directive (active health checks) and the per-server health state.
+//! - [`stats`]: per-server statistics (requests, responses, bytes, times) as the API shows them.
 
 pub mod access;
 pub mod down;
@@ -17,6 +18,7 @@ pub mod plan;
 pub mod probe;
 pub mod render;
 pub mod sizing;
+pub mod stats;
 
 use std::collections::HashSet;
 use std::fmt;
