@@ -647,3 +647,84 @@ async fn a_host_that_closes_hands_its_bindings_over_at_once() {
     ));
     assert!(closing.store.get_binding("api").unwrap().is_some());
 }
+
+/// A fleet whose values outgrow one gRPC message still syncs: 1,200 bindings with 60 targets each
+/// (every target with display tags, as registries give them: ≈ 8 KiB per set, so 1,000 keys of
+/// the prefix are ≈ 8 MiB, twice the gRPC client's 4 MiB default) are read by a host that starts
+/// afterwards, every set complete. Before pages were sized by bytes, that host's first page was
+/// refused by its client ("decoded message length too large") and it never connected.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_syncs_a_prefix_larger_than_one_grpc_message() {
+    const BINDINGS: usize = 1_200;
+    const TARGETS: usize = 60;
+    let cluster = blocking(|| EtcdCluster::start(3));
+    let writer = host(&cluster, "writer").await;
+    let names: Vec<String> = (0..BINDINGS).map(|i| format!("svc-{i:04}")).collect();
+    let list: Vec<BindingRecord> = names.iter().map(|n| binding(n, n)).collect();
+    writer.store.upsert_bindings(&list).await.unwrap();
+    until(
+        Duration::from_secs(60),
+        "bindings in the writer's mirror",
+        || writer.store.list_bindings().unwrap().len() == BINDINGS,
+    )
+    .await;
+    // Claimed and published 32 at a time (one after another it takes a minute on a busy machine).
+    let mut bytes = 0usize;
+    for chunk in names.chunks(32).enumerate() {
+        let (c, chunk) = chunk;
+        let mut tasks = tokio::task::JoinSet::new();
+        for (i, n) in chunk.iter().enumerate() {
+            let b = c * 32 + i;
+            let mut set = target_set(&writer, n, "10.0.0.1");
+            set.targets = (0..TARGETS)
+                .map(|t| {
+                    serde_json::json!({
+                        "address": format!("10.{}.{}.{}", b / 250, b % 250, t + 1),
+                        "port": 8080,
+                        "weight": 1,
+                        "tags": [
+                            format!("node=ip-10-{}-{}-{}.eu-west-1.compute.internal", b / 250, b % 250, t + 1),
+                            format!("zone=eu-west-1{}", ["a", "b", "c"][t % 3]),
+                            "version=2026.12.1",
+                        ],
+                    })
+                })
+                .collect();
+            bytes += serde_json::to_vec(&set).unwrap().len();
+            let (store, n) = (writer.store.clone(), n.clone());
+            tasks.spawn(async move {
+                assert!(store.claim_resolver(&n).await.unwrap(), "{n}: claimed");
+                store.publish_targets(&n, &set).await.unwrap();
+            });
+        }
+        while let Some(r) = tasks.join_next().await {
+            r.unwrap();
+        }
+    }
+    eprintln!(
+        "published {BINDINGS} sets of {TARGETS} targets: {} KiB in all, {} bytes per set",
+        bytes / 1024,
+        bytes / BINDINGS
+    );
+    assert!(
+        bytes / BINDINGS * 1000 > 4 << 20,
+        "the sets of one 1,000-key page must exceed the client's 4 MiB default"
+    );
+
+    let t0 = Instant::now();
+    let late = open_at(&cluster, "late", Arc::new(tempfile::tempdir().unwrap()));
+    assert!(
+        late.store.wait_connected(Duration::from_secs(60)).await,
+        "the late host did not sync: {:?}",
+        late.store.status()
+    );
+    eprintln!("the late host synced in {:?}", t0.elapsed());
+    assert_eq!(late.store.list_bindings().unwrap().len(), BINDINGS);
+    for n in &names {
+        let set = late
+            .store
+            .published_targets(n)
+            .unwrap_or_else(|| panic!("{n}: no set on the late host"));
+        assert_eq!(set.targets.len(), TARGETS, "{n}: the whole set");
+    }
+}

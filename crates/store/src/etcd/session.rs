@@ -21,7 +21,17 @@ use super::mirror::Update;
 use super::{lock, Shared};
 use crate::{now_ms, StoreEvent};
 
+/// Most keys in one page of the prefix read.
 const PAGE: i64 = 1000;
+/// Bytes (keys and values) one page of the prefix read aims at: the next page's key count is
+/// sized from the bytes per key seen so far, so a prefix of large values (target sets of
+/// 60 tagged servers are ≈ 8 KiB each) is read in pages that stay far below [`MAX_MESSAGE`].
+const PAGE_BYTES: usize = 2 << 20;
+/// Largest message this client takes from etcd, raised on purpose from tonic's 4 MiB: one key
+/// holds at most etcd's request limit (`--max-request-bytes`, 1.5 MiB by default) and a watch
+/// response carries every event of one transaction. A page that is still refused as too large
+/// (`OutOfRange`) is asked again with a quarter of its keys.
+pub(crate) const MAX_MESSAGE: usize = 64 << 20;
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
 /// HTTP/2 keep-alive pings to the member: etcd refuses a client that pings more often than its
 /// `--grpc-keepalive-min-time` (5 s by default) with `too_many_pings` and closes the connection.
@@ -115,6 +125,13 @@ pub(crate) fn connect_options(shared: &Shared) -> Result<ConnectOptions, String>
         opts = opts.with_tls(t);
     }
     Ok(opts)
+}
+
+/// The key count of the next page of the prefix read, from the bytes per key of this one.
+fn next_page(kvs: &[etcd_client::KeyValue]) -> i64 {
+    let bytes: usize = kvs.iter().map(|kv| kv.key().len() + kv.value().len()).sum();
+    let per_key = (bytes / kvs.len().max(1)).max(1);
+    ((PAGE_BYTES / per_key) as i64).clamp(1, PAGE)
 }
 
 async fn bounded<T, E: std::fmt::Display>(
@@ -271,12 +288,24 @@ async fn session_inner(
     let mut cluster_id = 0u64;
     let mut updates = Vec::new();
     let mut seen = HashSet::new();
+    let mut kv = client.kv_client().max_decoding_message_size(MAX_MESSAGE);
+    let mut page = PAGE;
     loop {
-        let mut g = GetOptions::new().with_range(end.clone()).with_limit(PAGE);
+        let mut g = GetOptions::new().with_range(end.clone()).with_limit(page);
         if snapshot > 0 {
             g = g.with_revision(snapshot);
         }
-        let r = bounded(shared, "read prefix", client.get(from.clone(), Some(g))).await?;
+        let r = match timeout(o.op_timeout, kv.get(from.clone(), Some(g))).await {
+            Ok(Err(etcd_client::Error::GRpcStatus(e)))
+                if e.code() == tonic::Code::OutOfRange && page > 1 =>
+            {
+                page = (page / 4).max(1);
+                continue;
+            }
+            Ok(r) => r.map_err(|e| format!("read prefix: {e}"))?,
+            Err(_) => return Err(format!("read prefix: no answer within {:?}", o.op_timeout)),
+        };
+        page = next_page(r.kvs());
         if snapshot == 0 {
             snapshot = r.header().map_or(0, |h| h.revision());
             cluster_id = r.header().map_or(0, |h| h.cluster_id());
@@ -313,15 +342,18 @@ async fn session_inner(
     let mut watch = bounded(
         shared,
         "watch",
-        client.watch(
-            prefix.clone(),
-            Some(
-                WatchOptions::new()
-                    .with_prefix()
-                    .with_start_revision(snapshot + 1)
-                    .with_progress_notify(),
+        client
+            .watch_client()
+            .max_decoding_message_size(MAX_MESSAGE)
+            .watch(
+                prefix.clone(),
+                Some(
+                    WatchOptions::new()
+                        .with_prefix()
+                        .with_start_revision(snapshot + 1)
+                        .with_progress_notify(),
+                ),
             ),
-        ),
     )
     .await?;
     {
