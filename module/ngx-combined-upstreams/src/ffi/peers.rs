@@ -1,6 +1,9 @@
 //! Every access to nginx's round-robin peer structures (`ngx_http_upstream_rr_peer_t`,
 //! `ngx_http_upstream_rr_peers_t`) the live API makes, in one file so that nginx-version
-//! conditionals stay in one place.
+//! conditionals stay in one place — but for the statistics' own fields of a peer (`slow_start`,
+//! `start_time`: its id and its counters; the chosen peer from `pc->name`; `fails`,
+//! `max_fails`, `single` for `unavail`), which `ffi/counters.rs` reads and writes through the
+//! same handles (no version conditionals there: those fields are the same from 1.22 to 1.30).
 //!
 //! Fields relied on (same layout in nginx 1.22.1 and 1.26.3; 1.27.3+ adds `host`, `zombie`,
 //! `refs` to the peer and `config`/`resolve` to the list, none of which this file touches):
@@ -14,6 +17,16 @@
 //! A peer's `down` holds the reasons it is skipped as bits (`upstrand_core::live::down`): every
 //! stock balancer reads it only as "not 0"; `GET` reports the configured bit as `down`, and a
 //! `PUT` replaces only the bits it sets, so run-time states survive it.
+//!
+//! A peer's `slow_start` holds its id (`Peer::id`, the NGINX Plus API's per-peer `id`): a field
+//! only NGINX Plus uses (open-source nginx from 1.22 to 1.30 declares it and never reads or
+//! writes it; the zone module's copy of a configured peer copies its 0). Ids are given by
+//! [`ListsWrite::assign_ids`] when the zone is made and by [`SlabLocked::alloc_peer`] for a
+//! peer a `PUT` adds, from the upstream's counter in the zone (`Shared::next_id`), so the
+//! upstream never gives an id twice (until a reload makes a new zone).
+//!
+//! A peer's `start_time` (also NGINX Plus's alone) holds the address of its statistics
+//! counters in the zone (`ffi/counters.rs`), made and freed with the peer.
 //!
 //! A retired peer's `max_conns` holds the time it was retired (`ngx_current_msec`, a monotonic
 //! clock shared by the workers): only a selection reads `max_conns`, and a retired peer is in no
@@ -68,7 +81,8 @@
 //! session was saved, `ssl_session` (and in nginx builds with sticky sessions, 1.29.6+ by
 //! default, cfg `ngx_upstream_sid`: a `sid` buffer of 32 bytes) as separate slab allocations — the layout
 //! `ngx_http_upstream_zone_module` gives the peers it copies, so one [`SlabLocked::free_peer`]
-//! frees both kinds.
+//! frees both kinds — and the module's own statistics slot (`start_time`, 120 bytes), given to
+//! the copied peers when the zone is made ([`ListsWrite::attach_counters`]).
 
 use core::mem::size_of;
 use core::ptr::{self, NonNull};
@@ -86,6 +100,8 @@ use upstrand_core::live::plan::ListTotals;
 use upstrand_core::live::render::{RetiredView, SlabView};
 use upstrand_core::live::sizing::{PeerLayout, SlabShape};
 use upstrand_core::live::{down, Addr, Current, Server};
+
+use super::counters::SLOT_BYTES;
 
 /// `AF_INET`, `AF_INET6`, `AF_UNIX` as the socket structures store them.
 const AF_INET: u16 = 2;
@@ -166,7 +182,7 @@ impl Peers {
         NonNull::new(p).map(Peers)
     }
 
-    fn raw(self) -> *mut ngx_http_upstream_rr_peers_t {
+    pub(super) fn raw(self) -> *mut ngx_http_upstream_rr_peers_t {
         self.0.as_ptr()
     }
 
@@ -338,8 +354,8 @@ impl Drop for ListRead {
 /// The held write locks of a primary list and of the backup list it had when they were taken.
 /// Its methods run with the write locks held: panic-free (see the module comment).
 pub struct ListsWrite {
-    primary: Peers,
-    backup: Option<Peers>,
+    pub(super) primary: Peers,
+    pub(super) backup: Option<Peers>,
 }
 
 #[deny(
@@ -395,6 +411,7 @@ impl ListsWrite {
     pub fn set_health_bits(&self, name: Option<&[u8]>, bits: usize) -> usize {
         const MASK: usize = down::UNHEALTHY | down::CHECKING;
         let mut changed: usize = 0;
+        let now = crate::ffi::wall_msec();
         for list in [Some(self.primary), self.backup] {
             let Some(list) = list else { continue };
             // SAFETY: the list's write lock is held (guard); its chain of live peers ends with
@@ -414,6 +431,14 @@ impl ListsWrite {
                             // keep it out of rotation any longer.
                             if (*p).down & down::UNHEALTHY != 0 && new & down::UNHEALTHY == 0 {
                                 (*p).fails = 0;
+                            }
+                            // Unhealthy or checking is a down spell of its statistics.
+                            if let Some(c) = Peer(NonNull::new_unchecked(p)).counters() {
+                                if new & MASK != 0 {
+                                    c.down_begins(now);
+                                } else {
+                                    c.down_ends(now);
+                                }
                             }
                             (*p).down = new;
                             changed = changed.wrapping_add(1);
@@ -555,7 +580,7 @@ impl RetiredChain {
 /// Made only from a list under its lock or by [`SlabLocked::alloc_peer`]; used only while it
 /// cannot be freed (see the module comment).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub struct Peer(NonNull<ngx_http_upstream_rr_peer_t>);
+pub struct Peer(pub(super) NonNull<ngx_http_upstream_rr_peer_t>);
 
 /// Run-time figures of one peer.
 pub struct PeerState {
@@ -566,7 +591,7 @@ pub struct PeerState {
 }
 
 impl Peer {
-    fn raw(self) -> *mut ngx_http_upstream_rr_peer_t {
+    pub(super) fn raw(self) -> *mut ngx_http_upstream_rr_peer_t {
         self.0.as_ptr()
     }
 
@@ -721,7 +746,7 @@ impl Slab {
         NonNull::new(p).map(Slab)
     }
 
-    fn raw(self) -> *mut ngx_slab_pool_t {
+    pub(super) fn raw(self) -> *mut ngx_slab_pool_t {
         self.0.as_ptr()
     }
 
@@ -790,7 +815,7 @@ impl Slab {
 }
 
 /// A held slab mutex.
-pub struct SlabLocked(Slab);
+pub struct SlabLocked(pub(super) Slab);
 
 #[deny(
     clippy::indexing_slicing,
@@ -814,9 +839,10 @@ impl SlabLocked {
 
     /// Allocates a new peer for `s` in the zone, laid out like the zone module's copies; `name`
     /// is `s.addr.name()` (made by the caller before the locks were taken); `run_bits`: the
-    /// run-time `down` bits it starts with (`down::CHECKING` under `probe ... mandatory`). `None` when the
-    /// zone is full (everything allocated so far is freed again).
-    pub fn alloc_peer(&self, s: &Server, name: &str, run_bits: usize) -> Option<Peer> {
+    /// run-time `down` bits it starts with (`down::CHECKING` under `probe ... mandatory`); `id`:
+    /// its id ([`Peer::id`]). `None` when the zone is full (everything allocated so far is freed
+    /// again).
+    pub fn alloc_peer(&self, s: &Server, name: &str, run_bits: usize, id: u64) -> Option<Peer> {
         let pool = self.0.raw();
         let name_len = name.len().min(NGX_SOCKADDR_STRLEN);
         // SAFETY: the mutex is held (guard); every allocation is checked before use and freed on
@@ -832,8 +858,9 @@ impl SlabLocked {
                 ngx_slab_calloc_locked(pool, size_of::<ngx_sockaddr_t>()).cast::<ngx_sockaddr_t>();
             let nm = ngx_slab_calloc_locked(pool, NGX_SOCKADDR_STRLEN).cast::<u8>();
             let sv = ngx_slab_calloc_locked(pool, name_len.max(1)).cast::<u8>();
-            if sa.is_null() || nm.is_null() || sv.is_null() {
-                for q in [sa.cast::<u8>(), nm, sv] {
+            let ct = ngx_slab_calloc_locked(pool, SLOT_BYTES).cast::<u8>();
+            if sa.is_null() || nm.is_null() || sv.is_null() || ct.is_null() {
+                for q in [sa.cast::<u8>(), nm, sv, ct] {
                     if !q.is_null() {
                         ngx_slab_free_locked(pool, q.cast());
                     }
@@ -857,13 +884,15 @@ impl SlabLocked {
             (*p).fail_timeout = s.fail_timeout_s as _;
             (*p).max_conns = s.max_conns as usize;
             (*p).down = put_down_bits(s) | (run_bits & !down::SET_BY_PUT);
+            (*p).slow_start = id as _;
+            (*p).start_time = ct as usize as _;
             // nginx builds with sticky sessions (cfg ngx_upstream_sid) give every zone peer a
             // `sid` buffer; an empty one here (only `sticky`, which the API refuses, reads it).
             #[cfg(ngx_upstream_sid)]
             {
                 let sid = ngx_slab_calloc_locked(pool, NGX_HTTP_UPSTREAM_SID_LEN).cast::<u8>();
                 if sid.is_null() {
-                    for q in [sa.cast::<u8>(), nm, sv] {
+                    for q in [sa.cast::<u8>(), nm, sv, ct] {
                         ngx_slab_free_locked(pool, q.cast());
                     }
                     ngx_slab_free_locked(pool, p.cast());
@@ -911,7 +940,13 @@ impl SlabLocked {
             if !(*p).sid.data.is_null() {
                 ngx_slab_free_locked(pool, (*p).sid.data.cast());
             }
-            for q in [(*p).server.data, (*p).name.data, (*p).sockaddr.cast::<u8>()] {
+            let ct = (*p).start_time as *mut u8;
+            for q in [
+                (*p).server.data,
+                (*p).name.data,
+                (*p).sockaddr.cast::<u8>(),
+                ct,
+            ] {
                 if !q.is_null() {
                     ngx_slab_free_locked(pool, q.cast());
                 }
@@ -938,6 +973,7 @@ pub fn peer_layout() -> PeerLayout {
         sid: NGX_HTTP_UPSTREAM_SID_LEN as u64,
         #[cfg(not(ngx_upstream_sid))]
         sid: 0,
+        counters: SLOT_BYTES as u64,
     }
 }
 

@@ -20,6 +20,7 @@ pub mod health;
 pub mod slow_start;
 pub mod zone;
 
+use core::sync::atomic::Ordering;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
@@ -379,10 +380,32 @@ impl ZoneInit for ZoneInitWrapper {
                 if e.state.is_none() {
                     return Status::NGX_ERROR;
                 }
+                let Some(live) = e.live() else {
+                    return Status::NGX_ERROR;
+                };
+                // The configured servers get the upstream's first ids (0, 1, ...).
+                let deadline = std::time::Instant::now() + zone::WRITE_WAIT;
+                let Some(lists) = live.primary.write_both(deadline) else {
+                    return Status::NGX_ERROR;
+                };
+                let next = lists.assign_ids(0);
+                // ... and their statistics counters.
+                let counted = lists.attach_counters(&slab.lock());
+                drop(lists);
+                if !counted {
+                    crate::ffi::log::log_cycle(
+                        NGX_LOG_EMERG,
+                        &format!(
+                            "upstreams_api: zone \"{}\" is too small for the statistics of upstream \"{}\" ({} bytes per server): make it larger",
+                            z.name(),
+                            e.name,
+                            crate::ffi::counters::SLOT_BYTES.next_power_of_two()
+                        ),
+                    );
+                    return Status::NGX_ERROR;
+                }
+                live.state().shared().next_id.store(next, Ordering::Relaxed);
                 if let Some(p) = e.probe.clone() {
-                    let Some(live) = e.live() else {
-                        return Status::NGX_ERROR;
-                    };
                     let bits = if p.mandatory { down::CHECKING } else { 0 };
                     if !live.create_health(bits) {
                         return Status::NGX_ERROR;
