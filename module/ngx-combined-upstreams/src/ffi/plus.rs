@@ -1,14 +1,16 @@
 //! What the NGINX Plus-compatible API (`live/plus/`) reads of nginx beyond the live state:
 //! nginx's connection and request counters (the stub status module's `ngx_stat_*`, found at run
 //! time so the module still loads into an nginx built without that module), a zone's slab
-//! size classes, and a request's `$request_id`.
+//! size classes, a request's `$request_id`, and how often and when a configuration was loaded
+//! (the module's `init_module`, which nginx's master runs once per configuration it loads).
 
 use core::ffi::c_void;
 use core::ptr;
+use core::sync::atomic::{AtomicU64, Ordering};
 
 use ngx::ffi::{
-    dlsym, ngx_atomic_t, ngx_hash_key, ngx_http_get_variable, ngx_pagesize_shift, ngx_slab_stat_t,
-    ngx_str_t,
+    dlsym, ngx_atomic_t, ngx_cycle_t, ngx_hash_key, ngx_http_get_variable, ngx_int_t,
+    ngx_pagesize_shift, ngx_slab_stat_t, ngx_str_t,
 };
 use upstrand_core::plus::view::{SlabFigures, SlotFigures, StubCounters};
 
@@ -99,4 +101,28 @@ impl Req {
             String::from_utf8_lossy(v).into_owned()
         }
     }
+}
+
+/// Configurations loaded by this process and the ones it forked (start and every reload that
+/// succeeded), and when the last one was (epoch ms). Statics of the module survive a reload:
+/// nginx opens the same `.so` again while the old configuration still holds it.
+static LOADS: AtomicU64 = AtomicU64::new(0);
+static LOADED_MS: AtomicU64 = AtomicU64::new(0);
+
+/// `init_module` of the module object: nginx's master calls it once a new configuration is
+/// loaded (after which loading cannot fail), before the workers of it are started.
+pub extern "C" fn init_module(_cycle: *mut ngx_cycle_t) -> ngx_int_t {
+    LOADS.fetch_add(1, Ordering::Relaxed);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    LOADED_MS.store(now, Ordering::Relaxed);
+    super::Status::NGX_OK.0
+}
+
+/// `(configurations loaded, epoch ms of the last load)` as this process knows them (a worker:
+/// as of its fork); None before the first load.
+pub fn config_loads() -> Option<(u64, u64)> {
+    let n = LOADS.load(Ordering::Relaxed);
+    (n > 0).then(|| (n, LOADED_MS.load(Ordering::Relaxed)))
 }

@@ -88,12 +88,14 @@ fn nginx(r: Req) -> NginxInfo {
         Listener::Unix => "unix:".to_string(),
         Listener::Unknown => String::new(),
     };
+    let loads = crate::ffi::plus::config_loads();
     NginxInfo {
         version: ngx::ffi::NGINX_VERSION.to_string_lossy().into_owned(),
         build: None,
         address,
-        generation: None,
-        load_timestamp: None,
+        // Reloads: the configurations loaded since the module was, less the first.
+        generation: loads.map(|(n, _)| n - 1),
+        load_timestamp: loads.map(|(_, ms)| iso8601_ms(ms)),
         timestamp: iso8601_ms(now_ms()),
         pid: u64::from(std::process::id()),
         ppid: u64::from(std::os::unix::process::parent_id()),
