@@ -3,8 +3,9 @@
 //!
 //! The table is the zone's general per-server record: one [`Rec`] per server of the set, keyed
 //! by the peer's name (`10.0.0.1:8080`, the same for a server kept across a `PUT`), holding its
-//! health (`upstrand_core::live::probe::HealthState`) today; issue 24 adds per-server counters
-//! and Plus-API ids to the same record. It is a slab array with its own rwlock (`lock`), used
+//! health (`upstrand_core::live::probe::HealthState`) and the probe's counters (`ProbeCounts`,
+//! the `health_checks` of the server's statistics, issue 24; the other counters and the ids are
+//! per peer, `ffi/counters.rs`). It is a slab array with its own rwlock (`lock`), used
 //! only by the probe code and `GET` (never by a peer selection): read-held to copy it out,
 //! write-held (with a deadline, like every write side in the zone) to change a record in place
 //! or to swap in a rebuilt array. Only the prober that holds the lease rebuilds it (once per
@@ -46,9 +47,26 @@ pub struct Rec {
     pad: [u8; 3],
     /// Its health.
     pub state: HealthState,
+    /// The probe's counters since the server got its record (its statistics'
+    /// `health_checks`, issue 24).
+    pub counts: ProbeCounts,
 }
 
-const _: () = assert!(size_of::<Rec>() == 4 + NAME_MAX + 3 + size_of::<HealthState>());
+/// A server's probe counters (`health_checks` of its statistics).
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct ProbeCounts {
+    /// Probes that ended.
+    pub checks: u64,
+    /// Of those, failed.
+    pub fails: u64,
+    /// Times the server became unhealthy.
+    pub unhealthy: u64,
+}
+
+const _: () = assert!(
+    size_of::<Rec>() == 4 + NAME_MAX + 3 + size_of::<HealthState>() + size_of::<ProbeCounts>()
+);
 
 impl Rec {
     /// A record for the peer `name` (cut to [`NAME_MAX`] bytes).
@@ -58,6 +76,7 @@ impl Rec {
             name: [0; NAME_MAX],
             pad: [0; 3],
             state,
+            counts: ProbeCounts::default(),
         };
         let b = name.as_bytes();
         let n = b.len().min(NAME_MAX);
@@ -294,6 +313,7 @@ impl Health {
                     if let Some(o) = i.and_then(|i| old.get(i)) {
                         if o.name() == r.name() {
                             r.state = o.state;
+                            r.counts = o.counts;
                         }
                     }
                 }
