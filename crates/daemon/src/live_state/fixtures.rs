@@ -36,3 +36,40 @@ pub const OLD_JSON: &str = r#"{"generation": 3, "rebalanced": 0,
      "max_conns": 0, "backup": false, "down": true, "active": 0, "fails": 0}
   ],
   "retiring": 1, "retired": [{"address": "10.0.0.9:80", "active": 2, "age_ms": 61000}]}"#;
+
+/// `GET <loc>/NAME` of a module with per-server ids and statistics (issue 24, CONTRACT.md §2 of
+/// session 9): `id` and `stats` in each server, `health_checks` in `stats` only for a probed
+/// upstream. Three servers: one that served 12 requests (one 5xx), one that failed every try and
+/// became unavailable, and one that saw nothing (zeros).
+pub const STATS_JSON: &str = r#"{"generation": 7, "retiring": 0, "rebalanced": 0,
+  "probe": {"type": "http", "interval_ms": 1000, "uri": "/healthz"},
+  "servers": [
+    {"address": "10.0.0.1:80", "id": 0, "weight": 1, "max_fails": 1, "fail_timeout_ms": 10000,
+     "max_conns": 0, "backup": false, "down": false, "drain": false, "active": 1, "fails": 0,
+     "health": "healthy", "probe_fails": 0, "probe_passes": 5, "last_probe_ms_ago": 300,
+     "last_status": 200,
+     "stats": {"requests": 12,
+               "responses": {"1xx": 0, "2xx": 10, "3xx": 1, "4xx": 0, "5xx": 1, "total": 12},
+               "sent": 1800, "received": 5400, "fails": 0, "unavail": 0, "downtime": 0,
+               "downstart_ms": 0, "selected_ms": 1764435540000, "header_time": 3,
+               "response_time": 25,
+               "health_checks": {"checks": 5, "fails": 0, "unhealthy": 0, "last_passed": true}}},
+    {"address": "10.0.0.2:80", "id": 3, "weight": 1, "max_fails": 1, "fail_timeout_ms": 10000,
+     "max_conns": 0, "backup": false, "down": false, "drain": false, "active": 0, "fails": 1,
+     "health": "unhealthy", "probe_fails": 2, "probe_passes": 0, "last_probe_ms_ago": 700,
+     "last_error": "connect: connection refused",
+     "stats": {"requests": 4,
+               "responses": {"1xx": 0, "2xx": 0, "3xx": 0, "4xx": 0, "5xx": 0, "total": 0},
+               "sent": 0, "received": 0, "fails": 4, "unavail": 2, "downtime": 20000,
+               "downstart_ms": 1764435530000, "selected_ms": 1764435529000,
+               "header_time": 0, "response_time": 0, "new_counter": 9,
+               "health_checks": {"checks": 6, "fails": 6, "unhealthy": 1, "last_passed": false}}},
+    {"address": "10.0.0.3:80", "id": 4, "weight": 1, "max_fails": 1, "fail_timeout_ms": 10000,
+     "max_conns": 0, "backup": true, "down": false, "drain": false, "active": 0, "fails": 0,
+     "health": "checking", "probe_fails": 0, "probe_passes": 0,
+     "stats": {"requests": 0,
+               "responses": {"1xx": 0, "2xx": 0, "3xx": 0, "4xx": 0, "5xx": 0, "total": 0},
+               "sent": 0, "received": 0, "fails": 0, "unavail": 0, "downtime": 0,
+               "downstart_ms": 0, "selected_ms": 0, "header_time": 0, "response_time": 0,
+               "health_checks": {"checks": 0, "fails": 0, "unhealthy": 0}}}
+  ]}"#;
