@@ -390,6 +390,24 @@ fn a_binding_with_a_probe_shows_each_servers_real_health_everywhere() {
         page_row(&page, &closed_addr).contains("unhealthy"),
         "{page}"
     );
+    // The probe's counters (issue 24: the module's `stats.health_checks`): the refused server's
+    // probes failed, the healthy one's did not.
+    let checks = |row: &str| {
+        let start = row
+            .find("<td class=\"health-checks\">")
+            .unwrap_or_else(|| panic!("no health checks in {row}"));
+        row[start..].split(['>', '<']).nth(1).unwrap().to_string()
+    };
+    let said = checks(page_row(&page, &closed_addr));
+    assert!(
+        !said.starts_with("0 made") && !said.contains(" 0 failed"),
+        "{said}"
+    );
+    let said = checks(a_row);
+    assert!(
+        !said.starts_with("0 made") && said.contains(" 0 failed"),
+        "{said}"
+    );
 
     let series = |addr: &str, state: &str| {
         format!("tributary_server_health{{binding=\"web\",server=\"{addr}\",state=\"{state}\"}}")
@@ -409,6 +427,19 @@ fn a_binding_with_a_probe_shows_each_servers_real_health_everywhere() {
         Some(0.0),
         "{text}"
     );
+    let stat = |name: &str, addr: &str| {
+        metric(
+            &text,
+            &format!("{name}{{binding=\"web\",server=\"{addr}\"}}"),
+        )
+        .unwrap_or_else(|| panic!("no {name} of {addr}: {text}"))
+    };
+    assert!(stat("tributary_server_health_checks_total", &a_addr) >= 1.0);
+    assert_eq!(
+        stat("tributary_server_health_check_failures_total", &a_addr),
+        0.0
+    );
+    assert!(stat("tributary_server_health_check_failures_total", &closed_addr) >= 1.0);
     let complaints = promtool(&text);
     assert!(complaints.trim().is_empty(), "promtool:\n{complaints}");
 }
