@@ -382,21 +382,24 @@ fn a_binding_with_a_probe_shows_each_servers_real_health_everywhere() {
     );
     assert_eq!(status, 200, "{page}");
     let a_row = page_row(&page, &a_addr);
+    // The state badges (the health checks cell also says "unhealthy N times").
     assert!(
-        a_row.contains("healthy") && !a_row.contains("unhealthy"),
+        a_row.contains("<span class=\"badge healthy\">") && !a_row.contains("badge unhealthy"),
         "{a_row}"
     );
     assert!(
-        page_row(&page, &closed_addr).contains("unhealthy"),
+        page_row(&page, &closed_addr).contains("<span class=\"badge unhealthy\""),
         "{page}"
     );
     // The probe's counters (issue 24: the module's `stats.health_checks`): the refused server's
     // probes failed, the healthy one's did not.
     let checks = |row: &str| {
+        let cell = "<td class=\"health-checks\">";
         let start = row
-            .find("<td class=\"health-checks\">")
+            .find(cell)
             .unwrap_or_else(|| panic!("no health checks in {row}"));
-        row[start..].split(['>', '<']).nth(1).unwrap().to_string()
+        let text = &row[start + cell.len()..];
+        text[..text.find('<').unwrap()].to_string()
     };
     let said = checks(page_row(&page, &closed_addr));
     assert!(
