@@ -2,22 +2,55 @@
 //! by class, failures and times; the daemon reads them (`"id"`, `"stats"` of `GET <loc>/NAME`) and
 //! shows them in `/metrics` (labelled `binding`, `server`), the API's `live`, the binding page and
 //! `binding show`. Real daemon in live mode, real `static` plugin, real nginx (`master_process
-//! on`, two workers, the module's release `.so`), a backend answering 200, one answering 500 and a
-//! closed port. A known number of requests is sent; every view must show the counts the clients
+//! on`, two workers, the module's release `.so`), a backend answering 200, one answering 500 after
+//! 25 ms and a closed port. A known number of requests is sent; every view must show the counts the clients
 //! saw, exactly (a quiet upstream: nothing else reaches it).
 
 mod common;
 
 use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::time::Duration;
 
 use common::live::{metric, module, page_row, promtool, request, ui_session, wait};
 use common::{http, Daemon};
 use serde_json::{json, Value};
 use tributary_fakes::daemon::FAST;
-use tributary_testkit::{free_port, TestNginx};
+use tributary_testkit::TestNginx;
 
 /// Requests sent through nginx to the upstream.
 const SENT: usize = 60;
+
+/// How long the broken backend takes to answer: its average response time is at least this.
+const SLOW: Duration = Duration::from_millis(25);
+
+/// A backend that answers every request `500` after [`SLOW`] (one thread per connection, for
+/// the life of the test): its address.
+fn slow_broken_backend() -> String {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = format!("127.0.0.1:{}", l.local_addr().unwrap().port());
+    std::thread::spawn(move || {
+        for mut c in l.incoming().flatten() {
+            std::thread::spawn(move || {
+                let mut got = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match c.read(&mut buf) {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => got.extend_from_slice(&buf[..n]),
+                    }
+                }
+                std::thread::sleep(SLOW);
+                let _ = c.write_all(
+                    b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 6\r\n\
+                      Connection: close\r\n\r\nbroken",
+                );
+            });
+        }
+    });
+    addr
+}
 
 /// The server `address` of a `GET <loc>/NAME` answer (or of the API's `live`).
 fn server<'a>(set: &'a Value, address: &str) -> &'a Value {
@@ -36,17 +69,13 @@ fn n(v: &Value) -> u64 {
 #[test]
 fn each_servers_statistics_match_the_requests_sent_in_every_view() {
     let root = tempfile::tempdir().unwrap();
-    let broken_port = free_port();
     let nginx = TestNginx::builder()
         .workers(2)
         .live_api("")
         .backend("a")
-        .http_snippet(&format!(
-            "server {{ listen 127.0.0.1:{broken_port}; location / {{ return 500 \"broken\"; }} }}"
-        ))
         .start();
     let a = format!("127.0.0.1:{}", nginx.backend_port("a"));
-    let broken = format!("127.0.0.1:{broken_port}");
+    let broken = slow_broken_backend();
     // A closed port: connecting fails, nginx counts a failed try and passes the request on.
     let closed = {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -152,11 +181,21 @@ fn each_servers_statistics_match_the_requests_sent_in_every_view() {
         }
     }
     assert!(n(&st(&a)["received"]) > 0, "{now}");
-    assert_eq!(
-        metric(&text, &series("tributary_server_response_time_seconds", &a)),
-        Some(n(&st(&a)["response_time"]) as f64 / 1000.0),
-        "{text}"
-    );
+    // The slow server's average times are at least SLOW; /metrics gives them in seconds.
+    let rt_broken = n(&st(&broken)["response_time"]);
+    assert!(rt_broken >= SLOW.as_millis() as u64, "{now}");
+    for addr in [&a, &broken] {
+        for (name, field) in [
+            ("tributary_server_response_time_seconds", "response_time"),
+            ("tributary_server_header_time_seconds", "header_time"),
+        ] {
+            assert_eq!(
+                metric(&text, &series(name, addr)),
+                Some(n(&st(addr)[field]) as f64 / 1000.0),
+                "{name} {addr}: {text}"
+            );
+        }
+    }
     let complaints = promtool(&text);
     assert_eq!(
         complaints, "",
@@ -189,6 +228,12 @@ fn each_servers_statistics_match_the_requests_sent_in_every_view() {
         row.contains(&format!("<td class=\"num r5xx\">{five}</td>")),
         "{row}"
     );
+    assert!(
+        row.contains(&format!(
+            "<td class=\"num response-time\">{rt_broken} ms</td>"
+        )),
+        "{row}"
+    );
     let row = page_row(&page, &closed);
     assert!(
         row.contains(&format!(
@@ -210,7 +255,10 @@ fn each_servers_statistics_match_the_requests_sent_in_every_view() {
     );
     let id_b = n(&server(&now, &broken)["id"]);
     assert!(
-        text.contains(&format!("      id {id_b}  requests {five}  5xx {five}  ")),
+        text.contains(&format!(
+            "      id {id_b}  requests {five}  5xx {five}  failed tries 0  \
+             response time {rt_broken} ms"
+        )),
         "{text}"
     );
 
