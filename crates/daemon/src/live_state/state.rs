@@ -206,7 +206,9 @@ pub struct RetiredState {
 
 #[cfg(test)]
 mod tests {
-    use super::super::fixtures::{OLD_JSON, PROBED_JSON, STATS_JSON};
+    use super::super::fixtures::{
+        OLD_JSON, PROBED_JSON, RECORDED_JSON, RECORDED_PROBED_JSON, STATS_JSON,
+    };
     use super::*;
 
     /// A module with ids and statistics (issue 24): each server's `id` and `stats` read into the
@@ -249,6 +251,41 @@ mod tests {
         assert_eq!(out["stats"]["health_checks"]["checks"], 5, "{out}");
         let unknown = serde_json::to_value(&s.servers[1]).unwrap();
         assert!(unknown["stats"].get("new_counter").is_none(), "{unknown}");
+    }
+
+    /// Answers recorded from the real module read, every server with its id and statistics as
+    /// the module wrote them (written back out, `stats` is the module's JSON exactly).
+    #[test]
+    fn answers_recorded_from_the_module_read_with_ids_and_statistics() {
+        let s: UpstreamState = serde_json::from_str(RECORDED_JSON).unwrap();
+        let raw: serde_json::Value = serde_json::from_str(RECORDED_JSON).unwrap();
+        let by = |a: &str| s.servers.iter().find(|x| x.address == a).unwrap();
+        let closed = by("127.0.0.1:33969").stats.unwrap();
+        assert_eq!((closed.requests, closed.fails, closed.unavail), (1, 1, 1));
+        assert_eq!(closed.responses.total, 0);
+        let ok = by("127.0.0.1:39549").stats.unwrap();
+        assert_eq!(
+            (ok.requests, ok.responses.c2xx, ok.responses.total),
+            (30, 30, 30)
+        );
+        let broken = by("127.0.0.1:41159").stats.unwrap();
+        assert_eq!((broken.responses.c5xx, broken.response_time), (30, 26));
+        for (mine, theirs) in s.servers.iter().zip(raw["servers"].as_array().unwrap()) {
+            let out = serde_json::to_value(mine).unwrap();
+            assert_eq!(out["stats"], theirs["stats"], "{}", mine.address);
+            assert_eq!(out["id"], theirs["id"], "{}", mine.address);
+        }
+        let p: UpstreamState = serde_json::from_str(RECORDED_PROBED_JSON).unwrap();
+        let refused = p.servers[1].stats.unwrap().health_checks.unwrap();
+        assert_eq!(
+            (refused.checks, refused.fails, refused.unhealthy),
+            (1, 1, 1)
+        );
+        assert_eq!(refused.last_passed, Some(false));
+        assert_eq!(
+            p.servers[1].badges(),
+            vec![Badge::Unhealthy(Some("connect: connection refused".into()))]
+        );
     }
 
     /// A module before issue 24 (no `id`, no `stats`) still reads, and the API's `live` makes
