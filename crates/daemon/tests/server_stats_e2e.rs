@@ -13,7 +13,9 @@ use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::time::Duration;
 
-use common::live::{metric, module, page_row, promtool, request, ui_session, wait};
+use common::live::{
+    metric, module, openmetrics_families, page_row, promtool, request, ui_session, wait,
+};
 use common::{http, Daemon};
 use serde_json::{json, Value};
 use tributary_fakes::daemon::FAST;
@@ -200,6 +202,34 @@ fn each_servers_statistics_match_the_requests_sent_in_every_view() {
     assert_eq!(
         complaints, "",
         "promtool check metrics:\n{complaints}\n{text}"
+    );
+    // The same samples in OpenMetrics (what Prometheus asks for), read by a real parser.
+    let bearer = format!("Bearer {}", d.token());
+    let (status, _, om) = request(
+        d.port,
+        "GET",
+        "/metrics",
+        &[
+            ("Authorization", &bearer),
+            ("Accept", "application/openmetrics-text; version=1.0.0"),
+        ],
+        "",
+    );
+    assert_eq!(status, 200, "{om}");
+    let families = openmetrics_families(&om);
+    for want in [
+        "tributary_server_requests counter",
+        "tributary_server_responses counter",
+        "tributary_server_failures counter",
+        "tributary_server_sent_bytes counter",
+        "tributary_server_response_time_seconds gauge",
+    ] {
+        assert!(families.iter().any(|f| f == want), "{want}: {families:?}");
+    }
+    assert_eq!(
+        metric(&om, &class(&broken, "5xx")),
+        Some(five as f64),
+        "{om}"
     );
 
     // The binding page: per server requests, 5xx, failed tries, response time.

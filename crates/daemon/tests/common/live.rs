@@ -158,3 +158,38 @@ pub fn page_row<'a>(page: &'a str, address: &str) -> &'a str {
     let len = page[start..].find("</tr>").unwrap();
     &page[start..start + len]
 }
+
+/// The families (`name type`) the OpenMetrics parser of Python's `prometheus_client` (in
+/// `target/venv`, made by `scripts/setup.sh`; `TRIBUTARY_VENV` elsewhere) reads from `text`;
+/// panics with the parser's error when it refuses the text.
+pub fn openmetrics_families(text: &str) -> Vec<String> {
+    let venv = std::env::var_os("TRIBUTARY_VENV")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| super::workspace_root().join("target/venv"));
+    let mut child = std::process::Command::new(venv.join("bin/python"))
+        .args([
+            "-c",
+            "import sys\nfrom prometheus_client.openmetrics.parser import text_string_to_metric_families as p\nfor f in p(sys.stdin.read()): print(f.name, f.type)",
+        ])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("target/venv/bin/python is missing: scripts/setup.sh makes it");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "the OpenMetrics parser refused the text:\n{}\n{text}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
