@@ -139,8 +139,9 @@ impl StatsFamilies {
         }
     }
 
-    /// One server's series. A counter just cleared is 0, so adding the module's value sets it
-    /// (two servers of one upstream with the same address add up: one series per address).
+    /// One server's series. A counter just cleared is 0, so adding the module's value sets it.
+    /// (The live API refuses an address listed twice in a set, so an address names one server;
+    /// should two ever share one, their counters would add up and the times be the last one's.)
     fn set_server(&self, binding: &str, server: &str, st: &ServerStats) {
         let label = ServerLabel {
             binding: binding.to_string(),
