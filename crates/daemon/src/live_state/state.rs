@@ -61,7 +61,7 @@ impl LiveState {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ServerState {
     pub address: String,
-    /// The server's id in the zone (the NGINX Plus-compatible API's peer id: kept while the
+    /// The server's id in its upstream (the NGINX Plus-compatible API's peer id: kept while the
     /// server stays in the set, never reused; a reload starts over). Absent: a module before
     /// issue 24.
     #[serde(default, skip_serializing_if = "Option::is_none")]
