@@ -88,12 +88,12 @@ impl StatsFamilies {
         );
         r.register(
             "tributary_server_header_time_seconds",
-            "Average time to the response header of the server's responses, as NGINX Plus averages it (module's per-server statistics)",
+            "Mean time from the start of a try to the response header, over every response of the server since it joined the set (module's per-server statistics)",
             self.header_time.clone(),
         );
         r.register(
             "tributary_server_response_time_seconds",
-            "Average time to the whole response of the server's responses, as NGINX Plus averages it (module's per-server statistics)",
+            "Mean time from the start of a try to the end of the response, over every response of the server since it joined the set (module's per-server statistics)",
             self.response_time.clone(),
         );
         r.register(

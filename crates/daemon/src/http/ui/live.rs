@@ -62,7 +62,7 @@ fn servers_table(servers: &[ServerState]) -> Markup {
                         th title="requests sent to the server since it joined the set (or since nginx reloaded), each try counted" { "Requests" }
                         th title="5xx responses received from the server" { "5xx" }
                         th title="unsuccessful tries since it joined the set (what nginx counts toward max_fails)" { "Failed tries" }
-                        th title="average time to the whole response, as NGINX Plus averages it" { "Response time" }
+                        th title="mean time to the end of the response over every response since the server joined the set" { "Response time" }
                     }
                     th { "State" }
                     @if probed { th { "Probes in a row" } th { "Last probe" } }
