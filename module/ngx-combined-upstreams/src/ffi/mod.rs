@@ -33,6 +33,7 @@ pub mod counters;
 pub mod health;
 pub mod log;
 pub mod peers;
+pub mod plus;
 pub mod pool;
 pub mod probe;
 pub mod prober;
