@@ -11,6 +11,7 @@ mod common;
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use common::live::{
@@ -19,7 +20,7 @@ use common::live::{
 use common::{http, Daemon};
 use serde_json::{json, Value};
 use tributary_fakes::daemon::FAST;
-use tributary_testkit::TestNginx;
+use tributary_testkit::{free_port, http_get, TestNginx};
 
 /// Requests sent through nginx to the upstream.
 const SENT: usize = 60;
@@ -54,6 +55,60 @@ fn slow_broken_backend() -> String {
     addr
 }
 
+/// `prometheus-nginx-exporter -nginx.plus` (Debian's package) reading the Plus-compatible API on
+/// `127.0.0.1:port/api`, serving its metrics on a free port; killed on drop.
+struct Exporter {
+    child: Child,
+    port: u16,
+}
+
+impl Exporter {
+    fn start(plus_port: u16) -> Exporter {
+        let port = free_port();
+        let child = Command::new("prometheus-nginx-exporter")
+            .args([
+                "-nginx.plus",
+                &format!("-nginx.scrape-uri=http://127.0.0.1:{plus_port}/api"),
+                &format!("-web.listen-address=127.0.0.1:{port}"),
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("prometheus-nginx-exporter is missing: scripts/setup.sh installs it");
+        Exporter { child, port }
+    }
+
+    /// Its `/metrics` (polled until it answers 200 with the upstream's series, at most 20 s).
+    fn scrape(&self) -> String {
+        wait("the exporter's upstream series", || {
+            match http_get(self.port, "/metrics") {
+                Ok((200, text)) if text.contains("nginxplus_upstream_server_requests{") => {
+                    Some(text)
+                }
+                _ => None,
+            }
+        })
+    }
+}
+
+impl Drop for Exporter {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The exporter's `nginxplus_upstream_server_<name>` of upstream `web`'s server `address` (with
+/// `code` for responses).
+fn exported(text: &str, name: &str, address: &str, code: Option<&str>) -> Option<f64> {
+    let prefix = format!("nginxplus_upstream_server_{name}{{");
+    text.lines()
+        .filter(|l| l.starts_with(&prefix))
+        .filter(|l| l.contains(&format!("server=\"{address}\"")) && l.contains("upstream=\"web\""))
+        .find(|l| code.is_none_or(|c| l.contains(&format!("code=\"{c}\""))))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+}
+
 /// The server `address` of a `GET <loc>/NAME` answer (or of the API's `live`).
 fn server<'a>(set: &'a Value, address: &str) -> &'a Value {
     set["servers"]
@@ -71,10 +126,15 @@ fn n(v: &Value) -> u64 {
 #[test]
 fn each_servers_statistics_match_the_requests_sent_in_every_view() {
     let root = tempfile::tempdir().unwrap();
+    // The module's NGINX Plus-compatible API too, for the official exporter to read.
+    let plus_port = free_port();
     let nginx = TestNginx::builder()
         .workers(2)
         .live_api("")
         .backend("a")
+        .http_snippet(&format!(
+            "server {{ listen 127.0.0.1:{plus_port}; location /api {{ upstreams_api plus; }} }}"
+        ))
         .start();
     let a = format!("127.0.0.1:{}", nginx.backend_port("a"));
     let broken = slow_broken_backend();
@@ -231,6 +291,43 @@ fn each_servers_statistics_match_the_requests_sent_in_every_view() {
         Some(five as f64),
         "{om}"
     );
+
+    // The official exporter scraping the module's Plus-compatible API directly
+    // (docs/operations.md): its per-server series carry the same numbers, times in ms.
+    let exporter = Exporter::start(plus_port);
+    let plus = exporter.scrape();
+    for addr in [&a, &broken, &closed] {
+        for (theirs, ours, code) in [
+            ("requests", "tributary_server_requests_total", None),
+            ("responses", "tributary_server_responses_total", Some("2xx")),
+            ("responses", "tributary_server_responses_total", Some("5xx")),
+            ("fails", "tributary_server_failures_total", None),
+            ("unavail", "tributary_server_unavailable_total", None),
+            ("sent", "tributary_server_sent_bytes_total", None),
+            ("received", "tributary_server_received_bytes_total", None),
+        ] {
+            let mine = match code {
+                Some(c) => metric(&text, &class(addr, c)),
+                None => metric(&text, &series(ours, addr)),
+            };
+            assert_eq!(
+                exported(&plus, theirs, addr, code),
+                mine,
+                "{theirs} {code:?} of {addr}: exporter\n{plus}\nours\n{text}"
+            );
+        }
+        let ms = exported(&plus, "response_time", addr, None);
+        let ours = metric(
+            &text,
+            &series("tributary_server_response_time_seconds", addr),
+        );
+        assert_eq!(ms.map(|v| v / 1000.0), ours, "{addr}: {plus}");
+    }
+    assert_eq!(
+        exported(&plus, "responses", &broken, Some("5xx")),
+        Some(five as f64)
+    );
+    drop(exporter);
 
     // The binding page: per server requests, 5xx, failed tries, response time.
     let session = ui_session(&d);
