@@ -119,7 +119,8 @@ pub(super) fn print_view(b: &BindingView) {
 /// The live state lines `tributary binding show` prints (indented by two spaces): one line per
 /// server as nginx runs it now (address, weight, active connections, fails, then its states:
 /// down, draining, healthy / unhealthy with the last error / checking, slow start, and the
-/// probe's counts when the module gives them), or why it could not be read.
+/// probe's counts when the module gives them; under it, when the module keeps them, the server's
+/// id and statistics: [`stats_line`]), or why it could not be read.
 pub(super) fn live_lines(live: &LiveState) -> Vec<String> {
     if let Some(e) = &live.error {
         return vec![format!("  live state unavailable: {}", e.trim())];
@@ -141,6 +142,9 @@ pub(super) fn live_lines(live: &LiveState) -> Vec<String> {
         .unwrap_or(0);
     for s in &live.servers {
         out.push(format!("    {}", server_line(s, width)));
+        if let Some(line) = stats_line(s) {
+            out.push(format!("      {line}"));
+        }
     }
     for r in &live.retired {
         out.push(format!(
@@ -183,6 +187,31 @@ fn server_line(s: &ServerState, width: usize) -> String {
         line.push_str(&format!("  probes in a row: {}", probe.join(", ")));
     }
     line
+}
+
+/// A server's id and statistics (issue 24): requests, 5xx responses, failed tries since it joined
+/// the set, the average response time and the probe's checks. `None` for a module that does not
+/// keep them.
+fn stats_line(s: &ServerState) -> Option<String> {
+    let st = s.stats.as_ref()?;
+    let mut line = String::new();
+    if let Some(id) = s.id {
+        line.push_str(&format!("id {id}  "));
+    }
+    line.push_str(&format!(
+        "requests {}  5xx {}  failed tries {}  response time {} ms",
+        st.requests, st.responses.c5xx, st.fails, st.response_time
+    ));
+    if let Some(h) = &st.health_checks {
+        line.push_str(&format!(
+            "  health checks {} ({} failed, unhealthy {} {})",
+            h.checks,
+            h.fails,
+            h.unhealthy,
+            if h.unhealthy == 1 { "time" } else { "times" }
+        ));
+    }
+    Some(line)
 }
 
 /// The fleet lines `tributary binding show` prints (indented by two spaces): nothing for one host
@@ -368,6 +397,31 @@ mod tests {
         assert_eq!(
             live_lines(&gone),
             ["  live state unavailable: cannot reach the live API at unix:/x.sock:/api/: refused"]
+        );
+    }
+
+    /// A module with statistics (issue 24): under each server, its id, requests, 5xx, failed
+    /// tries, response time and the probe's checks.
+    #[test]
+    fn binding_show_prints_each_servers_statistics_under_it() {
+        let lines = live_lines(&live(crate::live_state::fixtures::STATS_JSON));
+        assert_eq!(
+            lines[1..],
+            [
+                "    10.0.0.1:80  weight 1  active 1  fails 0  [healthy]  \
+                 probes in a row: 0 failed, 5 passed, last 300 ms ago, status 200",
+                "      id 0  requests 12  5xx 1  failed tries 0  response time 25 ms  \
+                 health checks 5 (0 failed, unhealthy 0 times)",
+                "    10.0.0.2:80  weight 1  active 0  fails 1  \
+                 [unhealthy: connect: connection refused]  \
+                 probes in a row: 2 failed, 0 passed, last 700 ms ago",
+                "      id 3  requests 4  5xx 0  failed tries 4  response time 0 ms  \
+                 health checks 6 (6 failed, unhealthy 1 time)",
+                "    10.0.0.3:80  weight 1  active 0  fails 0  backup  [checking]  \
+                 probes in a row: 0 failed, 0 passed",
+                "      id 4  requests 0  5xx 0  failed tries 0  response time 0 ms  \
+                 health checks 0 (0 failed, unhealthy 0 times)",
+            ]
         );
     }
 

@@ -1,6 +1,7 @@
 //! Reading upstreams' live state from the module for display (issue 21): what `binding show`, the
 //! API's binding view, the binding page and `/metrics` show per server (address, weight, active
-//! connections, fails, down, and drain, health and slow start when the module gives them).
+//! connections, fails, down, and drain, health, slow start, the server's id and its statistics —
+//! requests, responses by class, bytes, failures, response times — when the module gives them).
 //!
 //! Read on demand through [`LiveApi::read_set`], each read bounded by
 //! [`crate::live_api::READ_TIMEOUT`]; a module that cannot be read gives a [`LiveState`] whose
@@ -19,7 +20,7 @@ use crate::live_api::LiveApi;
 pub(crate) mod fixtures;
 mod state;
 
-pub use state::{Badge, LiveState, RetiredState, ServerState, UpstreamState};
+pub use state::{Badge, LiveState, RetiredState, ServerState, ServerStats, UpstreamState};
 
 /// How long `/metrics` reuses a binding's live state before reading it again.
 pub const LIVE_TTL: Duration = Duration::from_secs(5);

@@ -1,8 +1,13 @@
 //! The shapes of an upstream's live state: what the module's `GET <loc>/NAME` gives
 //! ([`UpstreamState`], [`ServerState`], [`RetiredState`]), what the API shows ([`LiveState`], the
 //! `live` of `GET /api/v1/bindings/{name}`) and the state badges a person reads ([`Badge`]).
+//!
+//! A server's statistics (`"stats"`, issue 24) are read with the module's own type,
+//! [`ServerStats`] of `upstrand_core::live::stats`: the module writes that JSON from the same
+//! struct, so the field names are written once for both sides.
 
 use serde::{Deserialize, Serialize};
+pub use upstrand_core::live::stats::ServerStats;
 
 /// An upstream's servers as nginx runs them now, read from the module's live API
 /// (`GET <loc>/NAME`) when asked. `error` says why it could not be read (then `servers` is empty).
@@ -56,6 +61,11 @@ impl LiveState {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ServerState {
     pub address: String,
+    /// The server's id in its upstream (the NGINX Plus-compatible API's peer id: kept while the
+    /// server stays in the set, never reused; a reload starts over). Absent: a module before
+    /// issue 24.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<u64>,
     #[serde(default)]
     pub weight: u64,
     #[serde(default)]
@@ -93,6 +103,11 @@ pub struct ServerState {
     /// Time left of the slow start ramp (0: not ramping; only with `slow_start=`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slow_start_remaining_ms: Option<u64>,
+    /// Requests, responses by class, bytes, failures and response times since the server joined
+    /// the set (or since the zone was made: a reload starts them at 0). Absent: a module before
+    /// issue 24.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stats: Option<ServerStats>,
 }
 
 impl ServerState {
@@ -191,8 +206,115 @@ pub struct RetiredState {
 
 #[cfg(test)]
 mod tests {
-    use super::super::fixtures::{OLD_JSON, PROBED_JSON};
+    use super::super::fixtures::{
+        OLD_JSON, PROBED_JSON, RECORDED_JSON, RECORDED_PROBED_JSON, STATS_JSON,
+    };
     use super::*;
+
+    /// A module with ids and statistics (issue 24): each server's `id` and `stats` read into the
+    /// module's own type, a field this daemon does not know inside `stats` ignored, and both
+    /// written back out (the API's `live`) with the module's field names.
+    #[test]
+    fn a_modules_ids_and_statistics_read_with_the_modules_own_type() {
+        let s: UpstreamState = serde_json::from_str(STATS_JSON).unwrap();
+        let ids: Vec<Option<u64>> = s.servers.iter().map(|x| x.id).collect();
+        assert_eq!(ids, [Some(0), Some(3), Some(4)]);
+        let one = s.servers[0].stats.unwrap();
+        assert_eq!(one.requests, 12);
+        assert_eq!(
+            (one.responses.c2xx, one.responses.c3xx, one.responses.c5xx),
+            (10, 1, 1)
+        );
+        assert_eq!(one.responses.total, 12);
+        assert_eq!((one.sent, one.received), (1800, 5400));
+        assert_eq!((one.header_time, one.response_time), (3, 25));
+        assert_eq!(one.selected_ms, 1_764_435_540_000);
+        let hc = one.health_checks.unwrap();
+        assert_eq!((hc.checks, hc.fails, hc.last_passed), (5, 0, Some(true)));
+        let two = s.servers[1].stats.unwrap();
+        assert_eq!((two.requests, two.fails, two.unavail), (4, 4, 2));
+        assert_eq!(
+            (two.downtime, two.downstart_ms),
+            (20_000, 1_764_435_530_000)
+        );
+        assert_eq!(two.health_checks.unwrap().unhealthy, 1);
+        // Window fails (nginx's `fails`) and fails since joining (`stats.fails`) stay apart.
+        assert_eq!(s.servers[1].fails, 1);
+        let three = s.servers[2].stats.unwrap();
+        assert_eq!(three.requests, 0);
+        assert_eq!(three.health_checks.unwrap().last_passed, None);
+
+        let out = serde_json::to_value(&s.servers[0]).unwrap();
+        assert_eq!(out["id"], 0, "{out}");
+        assert_eq!(out["stats"]["responses"]["5xx"], 1, "{out}");
+        assert_eq!(out["stats"]["response_time"], 25, "{out}");
+        assert_eq!(out["stats"]["health_checks"]["checks"], 5, "{out}");
+        let unknown = serde_json::to_value(&s.servers[1]).unwrap();
+        assert!(unknown["stats"].get("new_counter").is_none(), "{unknown}");
+    }
+
+    /// Answers recorded from the real module read, every server with its id and statistics as
+    /// the module wrote them (written back out, `stats` is the module's JSON exactly).
+    #[test]
+    fn answers_recorded_from_the_module_read_with_ids_and_statistics() {
+        let s: UpstreamState = serde_json::from_str(RECORDED_JSON).unwrap();
+        let raw: serde_json::Value = serde_json::from_str(RECORDED_JSON).unwrap();
+        let by = |a: &str| s.servers.iter().find(|x| x.address == a).unwrap();
+        let closed = by("127.0.0.1:33969").stats.unwrap();
+        assert_eq!((closed.requests, closed.fails, closed.unavail), (1, 1, 1));
+        assert_eq!(closed.responses.total, 0);
+        let ok = by("127.0.0.1:39549").stats.unwrap();
+        assert_eq!(
+            (ok.requests, ok.responses.c2xx, ok.responses.total),
+            (30, 30, 30)
+        );
+        let broken = by("127.0.0.1:41159").stats.unwrap();
+        assert_eq!((broken.responses.c5xx, broken.response_time), (30, 26));
+        for (mine, theirs) in s.servers.iter().zip(raw["servers"].as_array().unwrap()) {
+            let out = serde_json::to_value(mine).unwrap();
+            assert_eq!(out["stats"], theirs["stats"], "{}", mine.address);
+            assert_eq!(out["id"], theirs["id"], "{}", mine.address);
+        }
+        let p: UpstreamState = serde_json::from_str(RECORDED_PROBED_JSON).unwrap();
+        let refused = p.servers[1].stats.unwrap().health_checks.unwrap();
+        assert_eq!(
+            (refused.checks, refused.fails, refused.unhealthy),
+            (1, 1, 1)
+        );
+        assert_eq!(refused.last_passed, Some(false));
+        assert_eq!(
+            p.servers[1].badges(),
+            vec![Badge::Unhealthy(Some("connect: connection refused".into()))]
+        );
+    }
+
+    /// A module before issue 24 (no `id`, no `stats`) still reads, and the API's `live` makes
+    /// neither up.
+    #[test]
+    fn a_module_without_ids_or_statistics_still_reads() {
+        for json in [OLD_JSON, PROBED_JSON] {
+            let s: UpstreamState = serde_json::from_str(json).unwrap();
+            for x in &s.servers {
+                assert_eq!((x.id, x.stats), (None, None), "{}", x.address);
+                let out = serde_json::to_value(x).unwrap();
+                assert!(
+                    out.get("id").is_none() && out.get("stats").is_none(),
+                    "{out}"
+                );
+            }
+        }
+    }
+
+    /// `stats` that is not the module's shape is an error that says which field, not zeros.
+    #[test]
+    fn malformed_statistics_are_an_error_naming_the_field() {
+        let bad = STATS_JSON.replacen(r#""requests": 12"#, r#""requests": "twelve""#, 1);
+        let e = serde_json::from_str::<UpstreamState>(&bad).unwrap_err();
+        assert!(
+            e.to_string().contains("invalid type: string \"twelve\""),
+            "{e}"
+        );
+    }
 
     #[test]
     fn a_probing_modules_state_reads_with_every_contract_field() {

@@ -13,6 +13,7 @@ use tributary_fakes::etcd_cluster::EtcdCluster;
 use tributary_testkit::TestNginx;
 
 pub mod fleet;
+pub mod live;
 
 #[allow(unused_imports)] // each test binary uses some of them
 pub use tributary_fakes::daemon::{assert_fails, assert_ok, http};

@@ -93,6 +93,8 @@ pub(super) struct Families {
     pub(super) server_draining: Family<ServerLabel, Gauge>,
     pub(super) server_health: Family<HealthLabel, Gauge>,
     pub(super) server_slow_start: Family<ServerLabel, FloatGauge>,
+    /// The per-server statistics (issue 24), declared in `server_stats.rs`.
+    pub(super) server_stats: super::server_stats::StatsFamilies,
 }
 
 /// The latency histogram with [`LATENCY_BUCKETS`].
@@ -218,6 +220,7 @@ impl Families {
             "Time left of the server's slow start ramp (0: not ramping; absent: no slow_start)",
             self.server_slow_start.clone(),
         );
+        self.server_stats.register(r);
         r.register(
             "tributary_metrics_events_lost",
             "Engine events the metrics task missed because it fell behind",

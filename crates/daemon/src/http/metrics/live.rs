@@ -1,4 +1,5 @@
-//! The per-server gauges of `/metrics` from the servers' live state (issue 21).
+//! The per-server gauges of `/metrics` from the servers' live state (issue 21); their statistics
+//! (issue 24) are in `server_stats.rs`.
 
 use std::collections::HashMap;
 
@@ -15,6 +16,7 @@ pub(super) fn set(f: &Families, live: Option<&HashMap<String, LiveState>>) {
     f.server_draining.clear();
     f.server_health.clear();
     f.server_slow_start.clear();
+    f.server_stats.set(live);
     let Some(live) = live else { return };
     for (binding, state) in live {
         f.live_up
@@ -55,7 +57,7 @@ pub(super) fn set(f: &Families, live: Option<&HashMap<String, LiveState>>) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use std::io::Write;
     use std::process::{Command, Stdio};
 
@@ -64,19 +66,19 @@ mod tests {
     use crate::live_state::LiveState;
     use crate::live_state::UpstreamState;
 
-    fn state(json: &str) -> LiveState {
+    pub(in crate::http::metrics) fn state(json: &str) -> LiveState {
         let s: UpstreamState = serde_json::from_str(json).unwrap();
         LiveState::read("unix:/x.sock:/api/".into(), 0, s)
     }
 
-    fn value(text: &str, series: &str) -> Option<f64> {
+    pub(in crate::http::metrics) fn value(text: &str, series: &str) -> Option<f64> {
         text.lines()
             .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
             .and_then(|v| v.parse().ok())
     }
 
     /// What `promtool check metrics` says of `text` ("" when it has no complaint).
-    fn promtool(text: &str) -> String {
+    pub(in crate::http::metrics) fn promtool(text: &str) -> String {
         let mut child = Command::new("promtool")
             .args(["check", "metrics"])
             .stdin(Stdio::piped())
@@ -103,7 +105,7 @@ mod tests {
         }
     }
 
-    fn scrape(live: &[(&str, LiveState)]) -> String {
+    pub(in crate::http::metrics) fn scrape(live: &[(&str, LiveState)]) -> String {
         let m = Metrics::default();
         let map = live
             .iter()

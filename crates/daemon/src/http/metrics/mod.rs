@@ -12,17 +12,19 @@
 //! reload, and each binding's last successful resolution (for staleness). The per-binding gauges
 //! are set from the engine at scrape time, so removed bindings disappear.
 //!
-//! In live mode each server's live state (active connections, fails, down, drain, probe health)
-//! is read from the module's upstreams API through a cache ([`LiveCache`]: at most one read per
+//! In live mode each server's live state (active connections, fails, down, drain, probe health,
+//! and its statistics when the module keeps them) is read from the module's upstreams API through a cache ([`LiveCache`]: at most one read per
 //! binding per 5 s, shared by concurrent scrapes, at most ~1 s per scrape).
 //!
 //! Files: `mod.rs` the registry, the event task and the `/metrics` route; `families.rs` every
 //! metric (declared in one place, `Families`); `format.rs` the two text formats; `live.rs` the
-//! per-server gauges of the live state.
+//! per-server gauges of the live state; `server_stats.rs` the per-server statistics the module
+//! counts (requests, responses by class, fails, bytes, response times, probes).
 
 mod families;
 mod format;
 mod live;
+mod server_stats;
 #[cfg(test)]
 mod tests;
 

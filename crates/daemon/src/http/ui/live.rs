@@ -1,5 +1,7 @@
 //! The binding page's "Live in nginx" card: each server as nginx runs it now (read from the
-//! module's live API when the page is rendered), with a state badge per server.
+//! module's live API when the page is rendered), with a state badge per server and, when the
+//! module keeps them (issue 24), its statistics: requests, 5xx responses, failed tries, average
+//! response time, and the probe's checks.
 
 use maud::{html, Markup};
 
@@ -46,12 +48,25 @@ fn servers_table(servers: &[ServerState]) -> Markup {
     let probed = servers.iter().any(|s| {
         s.probe_fails.is_some() || s.probe_passes.is_some() || s.last_probe_ms_ago.is_some()
     });
+    let counted = servers.iter().any(|s| s.stats.is_some());
+    let checked = servers
+        .iter()
+        .any(|s| s.stats.is_some_and(|st| st.health_checks.is_some()));
     html! {
         table.live-servers {
             thead {
                 tr {
-                    th { "Address" } th { "Weight" } th { "Active" } th { "Fails" } th { "State" }
+                    th { "Address" } th { "Weight" } th { "Active" }
+                    th title="failures in the current fail_timeout window" { "Fails" }
+                    @if counted {
+                        th title="requests sent to the server since it joined the set (or since nginx reloaded), each try counted" { "Requests" }
+                        th title="5xx responses received from the server" { "5xx" }
+                        th title="unsuccessful tries since it joined the set (what nginx counts toward max_fails)" { "Failed tries" }
+                        th title="mean time to the end of the response over every response since the server joined the set" { "Response time" }
+                    }
+                    th { "State" }
                     @if probed { th { "Probes in a row" } th { "Last probe" } }
+                    @if checked { th title="probes made since it joined the set" { "Health checks" } }
                 }
             }
             tbody {
@@ -61,6 +76,17 @@ fn servers_table(servers: &[ServerState]) -> Markup {
                         td.num.weight { (s.weight) }
                         td.num.active { (s.active) }
                         td.num.fails { (s.fails) }
+                        @if counted {
+                            @match &s.stats {
+                                Some(st) => {
+                                    td.num.requests { (st.requests) }
+                                    td.num.r5xx { (st.responses.c5xx) }
+                                    td.num.failed-tries { (st.fails) }
+                                    td.num.response-time { (st.response_time) " ms" }
+                                },
+                                None => { td {} td {} td {} td {} },
+                            }
+                        }
                         td.badges {
                             @let badges = s.badges();
                             @if badges.is_empty() {
@@ -79,6 +105,14 @@ fn servers_table(servers: &[ServerState]) -> Markup {
                             td {
                                 @if let Some(ms) = s.last_probe_ms_ago { (ms) " ms ago" }
                                 @if let Some(st) = s.last_status { " (status " (st) ")" }
+                            }
+                        }
+                        @if checked {
+                            td.health-checks {
+                                @if let Some(h) = s.stats.and_then(|st| st.health_checks) {
+                                    (h.checks) " made, " (h.fails) " failed, unhealthy "
+                                    (h.unhealthy) (if h.unhealthy == 1 { " time" } else { " times" })
+                                }
                             }
                         }
                     }
@@ -148,6 +182,61 @@ mod tests {
             "{page}"
         );
         assert!(!page.contains("healthy"), "{page}");
+    }
+
+    /// A module with statistics (issue 24): per server requests, 5xx, failed tries since it
+    /// joined, response time, and the probe's checks, next to its state.
+    #[test]
+    fn the_card_shows_each_servers_statistics_and_health() {
+        let page = live_card(&state(crate::live_state::fixtures::STATS_JSON), 1_000).into_string();
+        let row = |addr: &str| {
+            let start = page
+                .find(&format!("<tr data-address=\"{addr}\">"))
+                .unwrap_or_else(|| panic!("{addr}: {page}"));
+            let len = page[start..].find("</tr>").unwrap();
+            page[start..start + len].to_string()
+        };
+        let one = row("10.0.0.1:80");
+        for want in [
+            r#"<td class="num requests">12</td>"#,
+            r#"<td class="num r5xx">1</td>"#,
+            r#"<td class="num failed-tries">0</td>"#,
+            r#"<td class="num response-time">25 ms</td>"#,
+            r#"<span class="badge healthy">healthy</span>"#,
+            r#"<td class="health-checks">5 made, 0 failed, unhealthy 0 times</td>"#,
+        ] {
+            assert!(one.contains(want), "{want}\n{one}");
+        }
+        let two = row("10.0.0.2:80");
+        for want in [
+            r#"<td class="num requests">4</td>"#,
+            r#"<td class="num fails">1</td>"#,
+            r#"<td class="num failed-tries">4</td>"#,
+            r#"<span class="badge unhealthy""#,
+            r#"<td class="health-checks">6 made, 6 failed, unhealthy 1 time</td>"#,
+        ] {
+            assert!(two.contains(want), "{want}\n{two}");
+        }
+        assert!(page.contains(">Response time</th>"), "{page}");
+    }
+
+    /// Without statistics (an older module) the table has no statistics columns.
+    #[test]
+    fn the_card_has_no_statistics_columns_without_statistics() {
+        for json in [
+            crate::live_state::fixtures::OLD_JSON,
+            crate::live_state::fixtures::PROBED_JSON,
+        ] {
+            let page = live_card(&state(json), 1_000).into_string();
+            for absent in [
+                "Requests",
+                "Response time",
+                "Health checks",
+                "class=\"num requests\"",
+            ] {
+                assert!(!page.contains(absent), "{absent}\n{page}");
+            }
+        }
     }
 
     #[test]
