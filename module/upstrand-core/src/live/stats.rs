@@ -6,10 +6,14 @@
 //! `/api/N/http/upstreams/NAME`, so the two views map one to one. Times are milliseconds;
 //! instants are milliseconds since the Unix epoch (0: never).
 
+//! Every field reads as 0 (or absent) when the JSON lacks it, so a daemon reads the answer of a
+//! module older or newer than itself.
+
 use serde::{Deserialize, Serialize};
 
 /// Responses by status class.
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(default)]
 pub struct Responses {
     #[serde(rename = "1xx")]
     pub c1xx: u64,
@@ -27,6 +31,7 @@ pub struct Responses {
 
 /// The probe's counters (only for an upstream with a `probe`).
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(default)]
 pub struct HealthChecks {
     /// Probes made.
     pub checks: u64,
@@ -42,6 +47,7 @@ pub struct HealthChecks {
 /// One server's statistics since it joined the set (or since the zone was made: a reload starts
 /// them at 0, as NGINX Plus does).
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(default)]
 pub struct ServerStats {
     /// Requests sent to the server (each try counts once).
     pub requests: u64,
