@@ -8,6 +8,7 @@ use tokio::sync::{oneshot, watch};
 use tributary_apply::RemoveOutcome;
 use tributary_store::{BindingRecord, OutcomeRecord, Upsert};
 
+use super::apply::reload_cause_text;
 use super::{lock, ApplyMsg, Engine, EngineError, Slot};
 use crate::view::{BindingDetail, BindingInput, BindingView, BulkItem, RemoveResponse};
 
@@ -397,9 +398,10 @@ fn removed_file(outcome: &RemoveOutcome) -> Result<bool, String> {
              kept: {}",
             nginx_error.trim()
         )),
-        RemoveOutcome::ReloadFailed { error } => Err(format!(
-            "nginx reload failed after removing the file, so the binding and its file were \
+        RemoveOutcome::ReloadFailed { cause, error } => Err(format!(
+            "nginx reload failed ({}) after removing the file, so the binding and its file were \
              kept: {}",
+            reload_cause_text(*cause),
             error.trim()
         )),
         RemoveOutcome::RestoreFailed { cause, error } => Err(format!(

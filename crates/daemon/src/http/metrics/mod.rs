@@ -18,11 +18,12 @@
 //!
 //! Files: `mod.rs` the registry, the event task and the `/metrics` route; `families.rs` every
 //! metric (declared in one place, `Families`); `format.rs` the two text formats; `live.rs` the
-//! per-server gauges of the live state.
+//! per-server gauges of the live state; `reloads.rs` the changes applied by a reload, by reason.
 
 mod families;
 mod format;
 mod live;
+mod reloads;
 #[cfg(test)]
 mod tests;
 
@@ -107,6 +108,8 @@ pub struct Metrics {
     scrape: Mutex<()>,
     /// The servers' live state, read at most once per TTL.
     live: LiveCache,
+    /// Changes applied by a reload, by reason.
+    reload_reasons: reloads::ReloadReasons,
 }
 
 impl Default for Metrics {
@@ -114,6 +117,7 @@ impl Default for Metrics {
         let families = Families::default();
         let mut registry = Registry::default();
         families.register(&mut registry);
+        let reload_reasons = reloads::ReloadReasons::register(&mut registry);
         for outcome in OUTCOMES {
             let _ = families
                 .resolutions
@@ -135,6 +139,7 @@ impl Default for Metrics {
             state: Mutex::new(State::default()),
             scrape: Mutex::new(()),
             live: LiveCache::default(),
+            reload_reasons,
         }
     }
 }
@@ -208,6 +213,7 @@ impl Metrics {
             })
             .inc();
         f.latency.0.observe(o.duration_ms as f64 / 1000.0);
+        self.reload_reasons.observe(o);
         if let Some(path) = o.applied {
             f.applied
                 .get_or_create(&PathLabel {
