@@ -75,3 +75,38 @@ impl LiveApiError {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::{parse_answer, PutAnswer};
+    use super::*;
+
+    #[test]
+    fn a_refusal_keeps_its_status_and_a_507_its_sizes() {
+        let body = br#"{"error":"zone \"a\" too small","needed_bytes":123904,"zone_bytes":65536}"#;
+        let e = parse_answer::<PutAnswer>(507, body, "PUT a").unwrap_err();
+        assert_eq!(e.to_string(), "PUT a: HTTP 507: zone \"a\" too small");
+        assert_eq!(
+            e.zone_too_small(),
+            Some(ZoneTooSmall {
+                needed: 123_904,
+                zone: 65_536
+            })
+        );
+        assert!(!e.is_down());
+        let e = parse_answer::<PutAnswer>(409, br#"{"error":"generation"}"#, "PUT a").unwrap_err();
+        assert!(matches!(e, LiveApiError::Status { status: 409, .. }), "{e}");
+        assert_eq!(e.zone_too_small(), None);
+        let e = parse_answer::<PutAnswer>(200, b"{}", "PUT a").unwrap_err();
+        assert!(matches!(e, LiveApiError::Answer { .. }), "{e}");
+        let down = LiveApiError::Unreachable {
+            api: "unix:/x.sock:/".into(),
+            error: "refused".into(),
+        };
+        assert!(down.is_down());
+        assert_eq!(
+            down.to_string(),
+            "cannot reach the live API at unix:/x.sock:/: refused"
+        );
+    }
+}

@@ -29,7 +29,7 @@ pub(super) enum PushFailure {
 
 impl PushFailure {
     /// The kind of reload this failure leads to.
-    fn reason(&self) -> ReloadReason {
+    pub(super) fn reason(&self) -> ReloadReason {
         match self {
             PushFailure::NotListed | PushFailure::Unavailable(LiveApiError::ReadOnly { .. }) => {
                 ReloadReason::NotListed

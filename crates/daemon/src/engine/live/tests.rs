@@ -1,8 +1,8 @@
 //! The live decision as the engine runs it: bytes in, plan or reason out.
 
-use super::push::zone_too_small;
+use super::push::{zone_too_small, PushFailure};
 use super::*;
-use crate::live_api::ZoneTooSmall;
+use crate::live_api::{LiveApiError, ZoneTooSmall};
 
 /// `text` with the `zone` line sized for its servers.
 fn zoned(text: &str) -> String {
@@ -175,4 +175,50 @@ fn zone_line_only_when_an_api_is_configured_outside_reload_mode() {
             "{mode:?}"
         );
     }
+}
+
+#[test]
+fn a_failed_push_names_its_reload_reason_by_kind() {
+    let status = |status: u16| LiveApiError::Status {
+        what: "PUT api".into(),
+        status,
+        message: "no".into(),
+        zone_too_small: None,
+    };
+    let cases = [
+        (PushFailure::NotListed, ReloadReason::NotListed),
+        (
+            PushFailure::Unavailable(LiveApiError::ReadOnly {
+                api: "unix:/x.sock:/".into(),
+            }),
+            ReloadReason::NotListed,
+        ),
+        (
+            PushFailure::Unavailable(LiveApiError::Timeout {
+                api: "unix:/x.sock:/".into(),
+                ms: 2000,
+            }),
+            ReloadReason::ApiDown,
+        ),
+        (
+            PushFailure::Api(LiveApiError::Handshake("reset".into())),
+            ReloadReason::ApiDown,
+        ),
+        (PushFailure::Api(status(507)), ReloadReason::ZoneFull),
+        (PushFailure::Api(status(409)), ReloadReason::LiveFailed),
+        (
+            PushFailure::Api(LiveApiError::Differs {
+                name: "api".into(),
+                got: 1,
+                expected: 2,
+            }),
+            ReloadReason::LiveFailed,
+        ),
+    ];
+    for (failure, reason) in cases {
+        assert_eq!(failure.reason(), reason, "{failure}");
+    }
+    assert!(PushFailure::Unavailable(status(503))
+        .to_string()
+        .starts_with("live API unavailable: PUT api: HTTP 503"));
 }
