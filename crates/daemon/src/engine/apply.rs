@@ -7,7 +7,7 @@ use std::collections::HashMap;
 
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
-use tributary_apply::{Applier, ChangeOutcome, ReloadCause, RemoveOutcome};
+use tributary_apply::{Applier, ApplyError, ChangeOutcome, ReloadCause, RemoveOutcome};
 use tributary_core::UpstreamName;
 use tributary_store::{Failure, OutcomeRecord, OutcomeStatus};
 
@@ -17,7 +17,7 @@ use super::{now_ms, EngineEvent, Inner};
 
 /// A message for the apply task.
 pub(crate) type ApplyMsg =
-    Queued<Waiter, oneshot::Sender<Result<RemoveOutcome, String>>, oneshot::Sender<()>>;
+    Queued<Waiter, oneshot::Sender<Result<RemoveOutcome, ApplyError>>, oneshot::Sender<()>>;
 
 /// Who waits for a change's outcome, and when the change was decided: the moment its bytes were
 /// rendered from a validated answer and handed to the apply task (the start of "decision →
@@ -117,10 +117,8 @@ pub(crate) async fn apply_task(
                     tracing::debug!(changes = n, took_ms, "batch unchanged");
                 }
             }
-            let removed: Vec<Result<RemoveOutcome, String>> = names
-                .iter()
-                .map(|n| a.remove(n).map_err(|e| e.to_string()))
-                .collect();
+            let removed: Vec<Result<RemoveOutcome, ApplyError>> =
+                names.iter().map(|n| a.remove(n)).collect();
             (a, outcomes, removed)
         })
         .await;
