@@ -34,9 +34,10 @@ mod steps;
 
 use outcome::io_err;
 pub use outcome::{
-    ApplyError, ApplyOptions, Change, ChangeOutcome, RecoveryReport, RemoveOutcome, StepTimes,
+    ApplyError, ApplyOptions, Change, ChangeOutcome, RecoveryReport, ReloadCause, ReloadError,
+    RemoveOutcome, StepTimes,
 };
-pub use push::Push;
+pub use push::{Push, UndoError};
 use stage::{Pending, Unrestored, JOURNAL_NONE, JOURNAL_PREV};
 
 /// Name of the lock file inside `upstreams/`.
@@ -232,7 +233,11 @@ impl Applier {
         changes: &[Change],
         push: &mut dyn Push,
         test: bool,
-    ) -> Vec<(UpstreamName, ChangeOutcome, Option<String>)> {
+    ) -> Vec<(
+        UpstreamName,
+        ChangeOutcome,
+        Option<tributary_core::NeedsReload>,
+    )> {
         self.apply_changes(changes, Some((push, test)))
     }
 
@@ -286,12 +291,12 @@ impl Applier {
         }
         match self.reload_or_undo(&staged) {
             Ok(()) => Ok(RemoveOutcome::Removed),
-            Err((error, unrestored)) => Ok(match unrestored.into_iter().next() {
+            Err((cause, error, unrestored)) => Ok(match unrestored.into_iter().next() {
                 Some((_, e)) => RemoveOutcome::RestoreFailed {
                     cause: error,
                     error: e,
                 },
-                None => RemoveOutcome::ReloadFailed { error },
+                None => RemoveOutcome::ReloadFailed { cause, error },
             }),
         }
     }

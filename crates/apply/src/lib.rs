@@ -39,8 +39,8 @@ pub mod live;
 mod nginx;
 
 pub use applier::{
-    Applier, ApplyError, ApplyOptions, Change, ChangeOutcome, Push, RecoveryReport, RemoveOutcome,
-    StepTimes, LOCK_FILE,
+    Applier, ApplyError, ApplyOptions, Change, ChangeOutcome, Push, RecoveryReport, ReloadCause,
+    ReloadError, RemoveOutcome, StepTimes, UndoError, LOCK_FILE,
 };
 pub use live::{NotLive, ReloadConfirm, DEFAULT_CONFIRM_TIMEOUT};
 pub use nginx::{

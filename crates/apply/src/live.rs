@@ -79,6 +79,8 @@ pub enum NotLive {
     MasterGone { pid: u32, emerg: Option<String> },
 }
 
+impl std::error::Error for NotLive {}
+
 impl fmt::Display for NotLive {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

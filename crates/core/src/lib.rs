@@ -2,8 +2,11 @@
 //!
 //! The data flow it serves, one function per arrow:
 //! plugin answer (raw JSON targets) → [`validate`] (drop bad targets with a reason, lower-case host
-//! names, dedupe, canonical sort) → [`render`] (the exact bytes of `upstreams/<name>.conf`) → the
-//! apply crate compares bytes and writes. [`schedule`] computes when a binding refreshes next.
+//! names, dedupe, canonical sort) → [`UpstreamFile`] (the file as a value; [`render`] gives its
+//! exact bytes, [`UpstreamFile::parse`] is the strict inverse) → the apply crate compares bytes
+//! and writes. [`live_plan`] decides from two files (the one nginx runs, the one wanted) whether
+//! a change goes live through the module's API, or why it needs a reload ([`NeedsReload`], whose
+//! [`ReloadReason`] is the tag stored with the outcome). [`schedule`] computes when a binding refreshes next.
 //!
 //! Inputs a person types are validated here once, when a binding is saved: [`BindingDraft::check`]
 //! reports every invalid field at once (the API, the web form and the engine all use it), among
@@ -24,6 +27,7 @@
 mod binding;
 mod directive;
 mod draft;
+mod file;
 mod name;
 mod probe;
 mod render;
@@ -34,14 +38,17 @@ mod zone;
 pub use binding::{coerce_config, Binding, BindingError, MAX_SERVICE_LEN};
 pub use directive::{DirectiveError, ExtraDirective, MAX_DIRECTIVE_LEN};
 pub use draft::{tidy_field_errors, BindingDraft, FieldError};
+pub use file::{
+    live_plan, FileError, LivePlan, NeedsReload, ReloadReason, Server, UpstreamFile, HEADER,
+};
 pub use name::{NameError, UpstreamName, MAX_NAME_LEN};
 pub use probe::{Probe, ProbeError, MAX_DRAIN_SECS, MAX_PROBE_LEN};
-pub use render::{render, HEADER};
+pub use render::render;
 pub use target::{
     summarize_dropped, validate, Address, DropReason, Dropped, Target, Validated, MAX_HOST_LEN,
     MAX_WEIGHT,
 };
 pub use zone::{
-    add_zone, add_zone_at_least, render_live, zone_size, zone_size_at_least, zone_size_text,
-    ZONE_BYTES_PER_SERVER, ZONE_MIN_BYTES, ZONE_TLS_SESSION_BYTES,
+    render_live, zone_size, zone_size_at_least, zone_size_text, ZONE_BYTES_PER_SERVER,
+    ZONE_MIN_BYTES, ZONE_TLS_SESSION_BYTES,
 };

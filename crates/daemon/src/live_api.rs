@@ -5,7 +5,7 @@
 //! after a second colon: `unix:/run/nginx/api.sock:/api/`) or on a loopback port
 //! (`http://127.0.0.1:8081/api/`). Other hosts are refused: the daemon writes nginx's files on this
 //! machine, so its nginx is local, and the API is an admin endpoint. One HTTP/1.1 request per
-//! connection (hyper), each bounded by a timeout.
+//! connection (hyper), each bounded by a timeout. Every failure is a [`LiveApiError`] (`error.rs`).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -15,6 +15,10 @@ use hyper::body::Bytes;
 use hyper::{Method, Request};
 use hyper_util::rt::TokioIo;
 use serde::{Deserialize, Serialize};
+
+mod address;
+mod error;
+pub use error::LiveApiError;
 
 /// How long one request to the API may take.
 pub const TIMEOUT: Duration = Duration::from_secs(2);
@@ -163,103 +167,9 @@ pub struct ZoneTooSmall {
     pub zone: u64,
 }
 
-/// Why a [`LiveApi::replace`] failed: the text naming the step, and for a full zone the sizes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PutError {
-    pub text: String,
-    pub zone_too_small: Option<ZoneTooSmall>,
-}
-
-impl From<String> for PutError {
-    fn from(text: String) -> PutError {
-        PutError {
-            text,
-            zone_too_small: None,
-        }
-    }
-}
-
-impl std::fmt::Display for PutError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.text)
-    }
-}
-
 impl LiveApi {
-    /// Parses `unix:/abs/path[:/loc/]` or `http://127.0.0.1:PORT/loc/` (also `[::1]` and
-    /// `localhost`). The location defaults to `/`.
-    pub fn parse(s: &str) -> Result<LiveApi, String> {
-        let fix_prefix = |p: &str| -> Result<String, String> {
-            let p = if p.is_empty() { "/" } else { p };
-            if !p.starts_with('/') || p.contains(['?', '#', ' ']) {
-                return Err(format!(
-                    "live API {s:?}: the location must be a path like /api/"
-                ));
-            }
-            Ok(if p.ends_with('/') {
-                p.to_string()
-            } else {
-                format!("{p}/")
-            })
-        };
-        if let Some(rest) = s.strip_prefix("unix:") {
-            let (path, loc) = match rest.split_once(":/") {
-                Some((p, l)) => (p, format!("/{l}")),
-                None => (rest, String::new()),
-            };
-            if !path.starts_with('/') {
-                return Err(format!(
-                    "live API {s:?}: the socket path must be absolute (unix:/run/nginx/api.sock)"
-                ));
-            }
-            return Ok(LiveApi {
-                target: Target::Unix(PathBuf::from(path)),
-                prefix: fix_prefix(&loc)?,
-            });
-        }
-        let Some(rest) = s.strip_prefix("http://") else {
-            return Err(format!(
-                "live API {s:?}: expected unix:/path/to.sock[:/location/] or \
-                 http://127.0.0.1:PORT/location/"
-            ));
-        };
-        let (authority, loc) = match rest.find('/') {
-            Some(i) => (&rest[..i], &rest[i..]),
-            None => (rest, ""),
-        };
-        if authority.contains('@') {
-            return Err(format!("live API {s:?}: no user info in the address"));
-        }
-        let (host, port) = authority
-            .rsplit_once(':')
-            .ok_or_else(|| format!("live API {s:?}: the address needs a port"))?;
-        let port: u16 = port
-            .parse()
-            .ok()
-            .filter(|p| *p != 0)
-            .ok_or_else(|| format!("live API {s:?}: bad port"))?;
-        let host = host.trim_start_matches('[').trim_end_matches(']');
-        let loopback = host == "localhost"
-            || host
-                .parse::<std::net::IpAddr>()
-                .is_ok_and(|ip| ip.is_loopback());
-        if !loopback {
-            return Err(format!(
-                "live API {s:?}: only a loopback address (127.0.0.1, [::1], localhost) or a unix \
-                 socket is accepted; the API is an admin endpoint of the local nginx"
-            ));
-        }
-        Ok(LiveApi {
-            target: Target::Tcp {
-                host: host.to_string(),
-                port,
-            },
-            prefix: fix_prefix(loc)?,
-        })
-    }
-
     /// What the API's location says about itself and its upstreams (`GET <loc>/`).
-    pub async fn probe(&self) -> Result<Listing, String> {
+    pub async fn probe(&self) -> Result<Listing, LiveApiError> {
         let (status, body) = self.request(Method::GET, &self.prefix, None).await?;
         let list: ListAnswer = parse_answer(status, &body, "GET /")?;
         Ok(Listing {
@@ -274,7 +184,7 @@ impl LiveApi {
 
     /// The upstreams the API can change with their generations (`GET <loc>/`); an error when the
     /// location is read-only (its sets cannot be changed).
-    pub async fn listing(&self) -> Result<std::collections::HashMap<String, u64>, String> {
+    pub async fn listing(&self) -> Result<std::collections::HashMap<String, u64>, LiveApiError> {
         let l = self.probe().await?;
         if !l.write {
             return Err(self.read_only());
@@ -283,15 +193,14 @@ impl LiveApi {
     }
 
     /// Why a read-only location cannot be used, and the fix.
-    pub fn read_only(&self) -> String {
-        format!(
-            "the live API at {self} is read-only: write \"upstreams_api write=on;\" in its nginx \
-             location and reload nginx"
-        )
+    pub fn read_only(&self) -> LiveApiError {
+        LiveApiError::ReadOnly {
+            api: self.to_string(),
+        }
     }
 
     /// The generation and servers of one upstream (`GET <loc>/NAME`).
-    pub async fn get(&self, name: &str) -> Result<(u64, Vec<LiveServer>), String> {
+    pub async fn get(&self, name: &str) -> Result<(u64, Vec<LiveServer>), LiveApiError> {
         let path = format!("{}{name}", self.prefix);
         let (status, body) = self.request(Method::GET, &path, None).await?;
         let set: SetAnswer = parse_answer(status, &body, &format!("GET {name}"))?;
@@ -302,7 +211,10 @@ impl LiveApi {
     /// upstream for display (`crate::live_state`). Every failure says why (unreachable, not
     /// answered in time, HTTP status and the module's error, an answer that is not the expected
     /// JSON).
-    pub async fn read_set<T: serde::de::DeserializeOwned>(&self, name: &str) -> Result<T, String> {
+    pub async fn read_set<T: serde::de::DeserializeOwned>(
+        &self,
+        name: &str,
+    ) -> Result<T, LiveApiError> {
         let path = format!("{}{name}", self.prefix);
         let (status, body) = self
             .request_within(READ_TIMEOUT, Method::GET, &path, None)
@@ -319,26 +231,15 @@ impl LiveApi {
         name: &str,
         servers: &[LiveServer],
         generation: u64,
-    ) -> Result<PushTimes, PutError> {
+    ) -> Result<PushTimes, LiveApiError> {
         let t0 = std::time::Instant::now();
         let path = format!("{}{name}", self.prefix);
         let body = serde_json::to_vec(&PutBody {
             servers,
             generation,
         })
-        .map_err(|e| format!("encoding the set: {e}"))?;
+        .map_err(|e| LiveApiError::Encode(e.to_string()))?;
         let (status, answer) = self.request(Method::PUT, &path, Some(body)).await?;
-        if status == 507 {
-            if let Some(z) = zone_too_small(&answer) {
-                let text = parse_answer::<PutAnswer>(status, &answer, &format!("PUT {name}"))
-                    .err()
-                    .unwrap_or_default();
-                return Err(PutError {
-                    text,
-                    zone_too_small: Some(z),
-                });
-            }
-        }
         let put: PutAnswer = parse_answer(status, &answer, &format!("PUT {name}"))?;
         let visible_at = std::time::Instant::now();
         Ok(PushTimes {
@@ -357,17 +258,17 @@ impl LiveApi {
         &self,
         name: &str,
         servers: &[LiveServer],
-    ) -> Result<(u64, Duration), String> {
+    ) -> Result<(u64, Duration), LiveApiError> {
         let t0 = std::time::Instant::now();
         let (generation, now) = self.get(name).await?;
         if same_set(&now, servers) {
             Ok((generation, t0.elapsed()))
         } else {
-            Err(format!(
-                "GET {name} after the PUT shows a different set ({} servers, {} expected)",
-                now.len(),
-                servers.len()
-            ))
+            Err(LiveApiError::Differs {
+                name: name.to_string(),
+                got: now.len(),
+                expected: servers.len(),
+            })
         }
     }
 
@@ -377,11 +278,8 @@ impl LiveApi {
         name: &str,
         servers: &[LiveServer],
         generation: u64,
-    ) -> Result<PushTimes, String> {
-        let mut times = self
-            .replace(name, servers, generation)
-            .await
-            .map_err(|e| e.text)?;
+    ) -> Result<PushTimes, LiveApiError> {
+        let mut times = self.replace(name, servers, generation).await?;
         let (generation, readback) = self.confirm(name, servers).await?;
         times.generation = generation;
         times.readback = readback;
@@ -394,7 +292,7 @@ impl LiveApi {
         method: Method,
         path: &str,
         body: Option<Vec<u8>>,
-    ) -> Result<(u16, Bytes), String> {
+    ) -> Result<(u16, Bytes), LiveApiError> {
         self.request_within(TIMEOUT, method, path, body).await
     }
 
@@ -404,14 +302,12 @@ impl LiveApi {
         method: Method,
         path: &str,
         body: Option<Vec<u8>>,
-    ) -> Result<(u16, Bytes), String> {
+    ) -> Result<(u16, Bytes), LiveApiError> {
         tokio::time::timeout(timeout, self.request_inner(method, path, body))
             .await
-            .map_err(|_| {
-                format!(
-                    "the live API at {self} did not answer within {} ms",
-                    timeout.as_millis()
-                )
+            .map_err(|_| LiveApiError::Timeout {
+                api: self.to_string(),
+                ms: timeout.as_millis(),
             })?
     }
 
@@ -420,8 +316,12 @@ impl LiveApi {
         method: Method,
         path: &str,
         body: Option<Vec<u8>>,
-    ) -> Result<(u16, Bytes), String> {
-        let unreachable = |e: std::io::Error| format!("cannot reach the live API at {self}: {e}");
+    ) -> Result<(u16, Bytes), LiveApiError> {
+        let unreachable = |e: std::io::Error| LiveApiError::Unreachable {
+            api: self.to_string(),
+            error: e.to_string(),
+        };
+        let handshake = |e: hyper::Error| LiveApiError::Handshake(e.to_string());
         let (mut sender, host) = match &self.target {
             Target::Unix(p) => {
                 let s = tokio::net::UnixStream::connect(p)
@@ -429,7 +329,7 @@ impl LiveApi {
                     .map_err(unreachable)?;
                 let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(s))
                     .await
-                    .map_err(|e| format!("HTTP handshake with the live API: {e}"))?;
+                    .map_err(handshake)?;
                 tokio::spawn(async move {
                     let _ = conn.await;
                 });
@@ -441,7 +341,7 @@ impl LiveApi {
                     .map_err(unreachable)?;
                 let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(s))
                     .await
-                    .map_err(|e| format!("HTTP handshake with the live API: {e}"))?;
+                    .map_err(handshake)?;
                 tokio::spawn(async move {
                     let _ = conn.await;
                 });
@@ -459,31 +359,22 @@ impl LiveApi {
             .header(hyper::header::HOST, host)
             .header(hyper::header::CONTENT_TYPE, "application/json")
             .body(Full::new(Bytes::from(body.unwrap_or_default())))
-            .map_err(|e| format!("building the request: {e}"))?;
+            .map_err(|e| LiveApiError::Request(e.to_string()))?;
         let resp = sender
             .send_request(req)
             .await
-            .map_err(|e| format!("the live API at {self} failed: {e}"))?;
+            .map_err(|e| LiveApiError::Exchange {
+                api: self.to_string(),
+                error: e.to_string(),
+            })?;
         let status = resp.status().as_u16();
         let bytes = resp
             .into_body()
             .collect()
             .await
-            .map_err(|e| format!("reading the live API's answer: {e}"))?
+            .map_err(|e| LiveApiError::Body(e.to_string()))?
             .to_bytes();
         Ok((status, bytes))
-    }
-}
-
-impl std::fmt::Display for LiveApi {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match &self.target {
-            Target::Unix(p) => write!(f, "unix:{}:{}", p.display(), self.prefix),
-            Target::Tcp { host, port } if host.contains(':') => {
-                write!(f, "http://[{host}]:{port}{}", self.prefix)
-            }
-            Target::Tcp { host, port } => write!(f, "http://{host}:{port}{}", self.prefix),
-        }
     }
 }
 
@@ -491,14 +382,22 @@ fn parse_answer<T: serde::de::DeserializeOwned>(
     status: u16,
     body: &[u8],
     what: &str,
-) -> Result<T, String> {
+) -> Result<T, LiveApiError> {
     if status != 200 {
         let msg = serde_json::from_slice::<ErrorAnswer>(body)
             .map(|e| e.error)
             .unwrap_or_else(|_| String::from_utf8_lossy(body).chars().take(200).collect());
-        return Err(format!("{what}: HTTP {status}: {}", msg.trim()));
+        return Err(LiveApiError::Status {
+            what: what.to_string(),
+            status,
+            message: msg.trim().to_string(),
+            zone_too_small: (status == 507).then(|| zone_too_small(body)).flatten(),
+        });
     }
-    serde_json::from_slice(body).map_err(|e| format!("{what}: unexpected answer: {e}"))
+    serde_json::from_slice(body).map_err(|e| LiveApiError::Answer {
+        what: what.to_string(),
+        error: e.to_string(),
+    })
 }
 
 /// The sizes of a 507 answer that names them (a module that does not: `None`).
@@ -555,7 +454,7 @@ mod tests {
             "http://127.0.0.1:0/",
             "http://u:p@127.0.0.1:1/",
         ] {
-            let e = LiveApi::parse(bad).unwrap_err();
+            let e = LiveApi::parse(bad).unwrap_err().to_string();
             assert!(e.contains(bad), "{bad}: {e}");
         }
     }

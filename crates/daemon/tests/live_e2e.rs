@@ -101,6 +101,7 @@ fn server_changes_go_live_on_every_worker_without_a_reload_and_the_rest_by_reloa
     let o = put_wait(&d, "web", &binding(&targets(&nginx, &["a"]), &[]));
     assert_eq!(o["status"], "ok", "{o}");
     assert_eq!(o["applied"], "reload", "{o}");
+    assert_eq!(o["reload_reason"], "new_upstream", "{o}");
     assert!(
         o["applied_reason"]
             .as_str()
@@ -163,6 +164,7 @@ fn server_changes_go_live_on_every_worker_without_a_reload_and_the_rest_by_reloa
         &binding(&targets(&nginx, &["b"]), &["keepalive 4;"]),
     );
     assert_eq!(o["applied"], "reload", "{o}");
+    assert_eq!(o["reload_reason"], "directives_changed", "{o}");
     assert!(
         o["applied_reason"]
             .as_str()
@@ -196,10 +198,12 @@ fn live_failure_falls_back_to_a_reload_with_the_reason() {
     let path = TestNginx::upstream_path("web");
     let o = put_wait(&d, "web", &binding(&targets(&nginx, &["a"]), &[]));
     assert_eq!(o["applied"], "reload", "{o}");
+    assert_eq!(o["reload_reason"], "new_upstream", "{o}");
     let reloads = nginx.reloads_seen();
     let o = put_wait(&d, "web", &binding(&targets(&nginx, &["b"]), &[]));
     assert_eq!(o["status"], "ok", "{o}");
     assert_eq!(o["applied"], "reload", "{o}");
+    assert_eq!(o["reload_reason"], "live_failed", "{o}");
     assert_eq!(o["reloaded"], true, "{o}");
     let why = o["applied_reason"].as_str().unwrap();
     assert!(
@@ -240,6 +244,7 @@ fn a_full_zone_reloads_and_the_outcome_says_zone_too_small_with_the_size() {
     let o = put_wait(&d, "web", &binding(&set(21000), &own_zone));
     assert_eq!(o["status"], "ok", "{o}");
     assert_eq!(o["applied"], "reload", "{o}");
+    assert_eq!(o["reload_reason"], "zone_full", "{o}");
     assert_eq!(o["reloaded"], true, "{o}");
     let why = o["applied_reason"].as_str().unwrap();
     let need: u64 = why
@@ -296,6 +301,7 @@ fn a_crash_after_the_put_is_recovered_from_the_journal() {
     let mut d = live_daemon(root.path(), &nginx, &[]);
     let o = put_wait(&d, "web", &binding(&targets(&nginx, &["a"]), &[]));
     assert_eq!(o["applied"], "reload", "{o}");
+    assert_eq!(o["reload_reason"], "new_upstream", "{o}");
     d.stop();
     nginx
         .wait_settled(std::time::Duration::from_secs(10))
@@ -339,6 +345,7 @@ fn a_live_change_nginx_t_refuses_is_taken_back() {
     let path = TestNginx::upstream_path("web");
     let o = put_wait(&d, "web", &binding(&targets(&nginx, &["a"]), &[]));
     assert_eq!(o["applied"], "reload", "{o}");
+    assert_eq!(o["reload_reason"], "new_upstream", "{o}");
     nginx
         .wait_settled(std::time::Duration::from_secs(10))
         .unwrap();
@@ -405,6 +412,7 @@ fn by_default_only_an_upstreams_first_live_change_after_start_is_tested() {
     let path = TestNginx::upstream_path("web");
     let o = put_wait(&d, "web", &binding(&targets(&nginx, &["a"]), &[]));
     assert_eq!(o["applied"], "reload", "{o}");
+    assert_eq!(o["reload_reason"], "new_upstream", "{o}");
     nginx
         .wait_settled(std::time::Duration::from_secs(10))
         .unwrap();
@@ -452,6 +460,7 @@ fn auto_mode_without_a_reachable_api_uses_reload() {
     let o = put_wait(&d, "web", &binding(&targets(&nginx, &["b"]), &[]));
     assert_eq!(o["status"], "ok", "{o}");
     assert_eq!(o["applied"], "reload", "{o}");
+    assert_eq!(o["reload_reason"], "api_down", "{o}");
     let why = o["applied_reason"].as_str().unwrap();
     assert!(
         why.contains("live API unavailable") && why.contains("cannot reach"),
@@ -464,6 +473,7 @@ fn auto_mode_without_a_reachable_api_uses_reload() {
     let d = daemon(root2.path(), &nginx, &[]);
     let o = put_wait(&d, "web", &binding(&targets(&nginx, &["a"]), &[]));
     assert_eq!(o["applied"], "reload", "{o}");
+    assert_eq!(o["reload_reason"], "no_live_api", "{o}");
     assert!(
         o["applied_reason"]
             .as_str()
@@ -551,6 +561,7 @@ fn a_read_only_api_stops_live_mode_and_auto_reloads() {
     let o = put_wait(&d, "web", &binding(&targets(&nginx, &["b"]), &[]));
     assert_eq!(o["status"], "ok", "{o}");
     assert_eq!(o["applied"], "reload", "{o}");
+    assert_eq!(o["reload_reason"], "not_listed", "{o}");
     let why = o["applied_reason"].as_str().unwrap();
     assert!(
         why.contains("read-only") && why.contains("upstreams_api write=on;"),

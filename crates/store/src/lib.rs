@@ -55,7 +55,7 @@ pub use binding_store::{
 };
 pub use etcd::keys::provider_pair;
 pub use etcd::{EtcdOptions, EtcdStore, EtcdTls, SecretKeys, MAX_OUTCOME_MESSAGE};
-pub use outcome::{Applied, DroppedRecord, Failure, OutcomeRecord, OutcomeStatus};
+pub use outcome::{Applied, DroppedRecord, Failure, OutcomeRecord, OutcomeStatus, ReloadReason};
 pub use sqlite::{SqliteFile, SqliteStore, StoreOptions, DEFAULT_HISTORY, SCHEMA_VERSION};
 
 /// Errors of the store. None of them carries a provider config value.

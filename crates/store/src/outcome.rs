@@ -3,6 +3,7 @@
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
+pub use tributary_core::ReloadReason;
 
 /// What a resolution ended as.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -176,6 +177,10 @@ pub struct OutcomeRecord {
     /// Why that path was taken (e.g. why live was not possible and a reload was used).
     #[serde(default)]
     pub applied_reason: Option<String>,
+    /// For a change applied by a reload, why the live API was not used, as a tag (the kind of
+    /// `applied_reason`; `None` for a live change, and for outcomes recorded before tags).
+    #[serde(default)]
+    pub reload_reason: Option<ReloadReason>,
 }
 
 impl OutcomeRecord {
@@ -198,6 +203,7 @@ impl OutcomeRecord {
             nginx_error: None,
             applied: None,
             applied_reason: None,
+            reload_reason: None,
         }
     }
 }

@@ -22,7 +22,7 @@ macro_rules! binding_columns {
 macro_rules! outcome_columns {
     () => {
         "binding, at_ms, duration_ms, status, why, code, field, kept, dropped, ttl_seconds, \
-         changed, reloaded, nginx_error, failure, applied, applied_reason"
+         changed, reloaded, nginx_error, failure, applied, applied_reason, reload_reason"
     };
 }
 

@@ -46,7 +46,7 @@ fn probe_and_drain_secs_are_stored_by_every_write_and_a_schema_3_store_is_migrat
         .unwrap();
     }
     let mut s = SqliteFile::open(&path).unwrap();
-    assert_eq!(SCHEMA_VERSION, 4);
+    assert_eq!(SCHEMA_VERSION, 5);
     assert_eq!(settings(&s, "old"), (None, 0), "none set before");
 
     let probe = "uri=/healthz interval=1s fails=2";

@@ -2,8 +2,8 @@ use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
 
 use tributary_store::{
-    Applied, BindingRecord, DroppedRecord, Failure, OutcomeRecord, OutcomeStatus, SqliteFile,
-    StoreError, StoreOptions, Upsert, SCHEMA_VERSION,
+    Applied, BindingRecord, DroppedRecord, Failure, OutcomeRecord, OutcomeStatus, ReloadReason,
+    SqliteFile, StoreError, StoreOptions, Upsert, SCHEMA_VERSION,
 };
 
 fn binding(name: &str, targets: &str) -> BindingRecord {
@@ -43,6 +43,7 @@ fn outcome(at: i64, status: OutcomeStatus) -> OutcomeRecord {
         nginx_error: None,
         applied: None,
         applied_reason: None,
+        reload_reason: None,
     }
 }
 
@@ -450,6 +451,7 @@ fn applied_path_round_trips_and_schema_2_reloads_become_reload() {
         let mut reload = outcome(2, OutcomeStatus::Ok);
         reload.applied = Some(Applied::Reload);
         reload.applied_reason = Some("new upstream".into());
+        reload.reload_reason = Some(ReloadReason::NewUpstream);
         s.record_outcome("api", &live).unwrap();
         s.record_outcome("api", &reload).unwrap();
         let got = s.recent_outcomes("api", 10).unwrap();
@@ -459,6 +461,7 @@ fn applied_path_round_trips_and_schema_2_reloads_become_reload() {
         let conn = rusqlite::Connection::open(&path).unwrap();
         conn.execute_batch(
             "UPDATE outcomes SET applied = NULL, applied_reason = NULL;
+             ALTER TABLE outcomes DROP COLUMN reload_reason;
              ALTER TABLE outcomes DROP COLUMN applied_reason;
              ALTER TABLE outcomes DROP COLUMN applied;
              ALTER TABLE bindings DROP COLUMN drain_secs;

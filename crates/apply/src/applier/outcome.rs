@@ -8,7 +8,8 @@ use std::time::Duration;
 use serde::Serialize;
 use tributary_core::UpstreamName;
 
-use crate::live::ReloadConfirm;
+use crate::live::{NotLive, ReloadConfirm};
+use crate::CommandError;
 
 /// Options of an [`Applier`](super::Applier).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -51,8 +52,8 @@ pub enum ChangeOutcome {
     TestFailed { nginx_error: String },
     /// The test passed but the reload failed or was rejected by the master (`error` carries
     /// nginx's `[emerg]` text): the previous bytes are back and nginx was tested again; `error`
-    /// says both.
-    ReloadFailed { error: String },
+    /// says both, `cause` which way the reload failed.
+    ReloadFailed { cause: ReloadCause, error: String },
     /// The file could not be written (disk full, permissions); nothing changed.
     WriteFailed { error: String },
     /// The change failed (`cause`) and the previous file could not be put back (`error`): the
@@ -70,6 +71,58 @@ impl ChangeOutcome {
     }
 }
 
+/// Which way a reload failed (the kind of [`ReloadError`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReloadCause {
+    /// The reload command failed (exit status, or it could not run or timed out).
+    Command,
+    /// The state before the signal could not be read, so no reload was sent.
+    CannotConfirm,
+    /// The master logged `[emerg]` and kept the old configuration.
+    Rejected,
+    /// No new workers within the confirmation's timeout.
+    Timeout,
+    /// The master exited after the signal.
+    MasterGone,
+}
+
+impl ReloadCause {
+    /// The cause as a word for logs and outcomes.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReloadCause::Command => "command",
+            ReloadCause::CannotConfirm => "cannot_confirm",
+            ReloadCause::Rejected => "rejected",
+            ReloadCause::Timeout => "timeout",
+            ReloadCause::MasterGone => "master_gone",
+        }
+    }
+}
+
+/// Why a reload did not make the files live: the command failed, or the reload was not
+/// confirmed ([`NotLive`]). `Display` is the text for the outcome.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReloadError {
+    #[error(transparent)]
+    Command(#[from] CommandError),
+    #[error(transparent)]
+    NotLive(#[from] NotLive),
+}
+
+impl ReloadError {
+    /// Which way it failed.
+    pub fn cause(&self) -> ReloadCause {
+        match self {
+            ReloadError::Command(_) => ReloadCause::Command,
+            ReloadError::NotLive(NotLive::CannotConfirm(_)) => ReloadCause::CannotConfirm,
+            ReloadError::NotLive(NotLive::Rejected { .. }) => ReloadCause::Rejected,
+            ReloadError::NotLive(NotLive::Timeout { .. }) => ReloadCause::Timeout,
+            ReloadError::NotLive(NotLive::MasterGone { .. }) => ReloadCause::MasterGone,
+        }
+    }
+}
+
 /// What [`Applier::remove`](super::Applier::remove) did.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "outcome", rename_all = "snake_case")]
@@ -80,8 +133,8 @@ pub enum RemoveOutcome {
     NotFound,
     /// nginx fails without the file (an `include` still names it): the file is kept.
     Refused { nginx_error: String },
-    /// Removed and tested, but the reload failed: the file is back.
-    ReloadFailed { error: String },
+    /// Removed and tested, but the reload failed (`cause`): the file is back.
+    ReloadFailed { cause: ReloadCause, error: String },
     /// The removal failed (`cause`) and the file could not be put back (`error`); the journal is
     /// kept for the next attempt and the next start.
     RestoreFailed { cause: String, error: String },

@@ -22,7 +22,7 @@
 
 use std::collections::HashMap;
 
-use tributary_core::UpstreamName;
+use tributary_core::{NeedsReload, ReloadReason, UpstreamName};
 
 use super::{Applier, Change, ChangeOutcome, Pending};
 
@@ -31,19 +31,22 @@ use super::{Applier, Change, ChangeOutcome, Pending};
 pub trait Push {
     /// Sends `change` live (the `PUT`); `Err(why)` sends the change to the reload path. Called
     /// once its journal exists, before its new file is written.
-    fn push(&mut self, change: &Change) -> Result<(), String>;
+    fn push(&mut self, change: &Change) -> Result<(), NeedsReload>;
     /// Confirms a pushed `change` once its new file is in place (reads the set back and
     /// compares); `Err(why)` sends the change to the reload path.
-    fn confirm(&mut self, change: &Change) -> Result<(), String>;
+    fn confirm(&mut self, change: &Change) -> Result<(), NeedsReload>;
     /// Puts back the set that was live before a successful [`Self::push`] of `change` (its file
     /// could not be written, or the test failed). `Err(why)`: nginx may still serve the pushed
     /// set.
-    fn undo(&mut self, change: &Change) -> Result<(), String>;
+    fn undo(&mut self, change: &Change) -> Result<(), UndoError>;
 }
+
+/// Why a [`Push::undo`] failed (the caller's own error, shown in the outcome).
+pub type UndoError = Box<dyn std::error::Error + Send + Sync>;
 
 /// A staged change and, when it was pushed before the batch's test, the push's result (`None`:
 /// not pushed yet — the test failed and the change was tested again on its own).
-pub(super) type Tested = (Pending, Option<Result<(), String>>);
+pub(super) type Tested = (Pending, Option<Result<(), NeedsReload>>);
 
 impl Applier {
     /// Journals, pushes, writes and confirms each change of `pending`, then tests (unless `test`
@@ -65,7 +68,7 @@ impl Applier {
         // Each change is pushed once, the first time its journal exists (a write failure makes
         // `stage_recording` stage the others again).
         // (A list, in the batch's order, so that undos run in that order too.)
-        let mut pushed: Vec<(UpstreamName, Result<(), String>)> = Vec::new();
+        let mut pushed: Vec<(UpstreamName, Result<(), NeedsReload>)> = Vec::new();
         let staged = self.stage_recording(pending, outcomes, &mut |journaled| {
             for p in journaled {
                 if !pushed.iter().any(|(n, _)| n == &p.name) {
@@ -86,12 +89,15 @@ impl Applier {
             .collect();
         let not_undone = self.undo_all(&unwritten, changes, push);
         self.note_not_undone(not_undone, outcomes);
-        let results: Vec<Result<(), String>> = staged
+        let results: Vec<Result<(), NeedsReload>> = staged
             .iter()
             .map(|p| match pushed.iter().find(|(n, _)| n == &p.name) {
                 Some((_, Ok(()))) => push.confirm(changes[&p.name]),
                 Some((_, Err(why))) => Err(why.clone()),
-                None => Err("internal: the change was not pushed".into()),
+                None => Err(NeedsReload::new(
+                    ReloadReason::LiveFailed,
+                    "internal: the change was not pushed",
+                )),
             })
             .collect();
         let err = match if test { self.timed_test() } else { Ok(()) } {
@@ -123,7 +129,11 @@ impl Applier {
     ) -> Vec<(UpstreamName, String)> {
         names
             .iter()
-            .filter_map(|n| push.undo(changes[n]).err().map(|e| (n.clone(), e)))
+            .filter_map(|n| {
+                push.undo(changes[n])
+                    .err()
+                    .map(|e| (n.clone(), e.to_string()))
+            })
             .collect()
     }
 

@@ -63,7 +63,7 @@ impl Applier {
                         false
                     }
                     Err(e) => {
-                        report.reload = Some(Err(e));
+                        report.reload = Some(Err(e.to_string()));
                         true
                     }
                 }

@@ -8,11 +8,12 @@ use std::collections::HashMap;
 use std::thread;
 use std::time::Instant;
 
-use tributary_core::UpstreamName;
+use tributary_core::{NeedsReload, UpstreamName};
 
 use super::push::Tested;
 use super::{
-    join_errors, Applier, Change, ChangeOutcome, Outcomes, Pending, Push, StepTimes, Unrestored,
+    join_errors, Applier, Change, ChangeOutcome, Outcomes, Pending, Push, ReloadCause, ReloadError,
+    StepTimes, Unrestored,
 };
 use crate::fsutil::read_optional;
 
@@ -24,7 +25,7 @@ pub(super) struct Batch<'c> {
     /// The outcome of each name that has one yet.
     outcomes: Outcomes,
     /// For changes that took the reload path on the live path: why live failed.
-    why_reload: HashMap<UpstreamName, String>,
+    why_reload: HashMap<UpstreamName, NeedsReload>,
 }
 
 impl<'c> Batch<'c> {
@@ -46,7 +47,7 @@ impl<'c> Batch<'c> {
     }
 
     /// One outcome per distinct name, in the order names first appear, with why live failed.
-    fn finish(mut self) -> Vec<(UpstreamName, ChangeOutcome, Option<String>)> {
+    fn finish(mut self) -> Vec<(UpstreamName, ChangeOutcome, Option<NeedsReload>)> {
         self.order
             .into_iter()
             .map(|n| {
@@ -70,7 +71,7 @@ impl Applier {
         &mut self,
         changes: &[Change],
         push: Option<(&mut dyn Push, bool)>,
-    ) -> Vec<(UpstreamName, ChangeOutcome, Option<String>)> {
+    ) -> Vec<(UpstreamName, ChangeOutcome, Option<NeedsReload>)> {
         let started = Instant::now();
         self.steps = StepTimes::default();
         let mut batch = Batch::new(changes);
@@ -197,7 +198,7 @@ impl Applier {
                         .insert(p.name.clone(), ChangeOutcome::Applied { reloaded: true });
                 }
             }
-            Err((error, unrestored)) => {
+            Err((cause, error, unrestored)) => {
                 for p in &reload {
                     let o = match unrestored.iter().find(|(n, _)| n == &p.name) {
                         Some((_, e)) => ChangeOutcome::RestoreFailed {
@@ -205,6 +206,7 @@ impl Applier {
                             error: e.clone(),
                         },
                         None => ChangeOutcome::ReloadFailed {
+                            cause,
                             error: error.clone(),
                         },
                     };
@@ -311,7 +313,7 @@ impl Applier {
     }
 
     /// Waits for the reload gap, reloads and waits for the reload to be confirmed live.
-    pub(super) fn reload_confirmed(&mut self) -> Result<(), String> {
+    pub(super) fn reload_confirmed(&mut self) -> Result<(), ReloadError> {
         if let Some(last) = self.last_reload {
             let since = last.elapsed();
             if since < self.opts.min_reload_gap {
@@ -320,25 +322,25 @@ impl Applier {
         }
         let confirm = self.opts.confirm.clone();
         let before = match &confirm {
-            Some(c) => Some(c.before().map_err(|e| e.to_string())?),
+            Some(c) => Some(c.before()?),
             None => None,
         };
         let result = self.nginx.reload();
         self.last_reload = Some(Instant::now());
-        result.map_err(|e| e.to_string())?;
+        result?;
         if let (Some(c), Some(b)) = (&confirm, &before) {
-            c.wait(b).map_err(|e| e.to_string())?;
+            c.wait(b)?;
         }
         Ok(())
     }
 
     /// Reloads (confirmed); on success drops the journals and notes the new bytes as live. On
-    /// failure restores the staged changes, tests again, and returns the text to record plus the
-    /// restores that failed.
+    /// failure restores the staged changes, tests again, and returns the reload's cause, the text
+    /// to record and the restores that failed.
     pub(super) fn reload_or_undo(
         &mut self,
         staged: &[Pending],
-    ) -> Result<(), (String, Unrestored)> {
+    ) -> Result<(), (ReloadCause, String, Unrestored)> {
         match self.reload_confirmed() {
             Ok(()) => {
                 self.settle(staged);
@@ -363,7 +365,11 @@ impl Applier {
                         format!("restoring the previous files failed: {}", join_errors(u))
                     }
                 };
-                Err((format!("{e}\n{retest}"), restore.err().unwrap_or_default()))
+                Err((
+                    e.cause(),
+                    format!("{e}\n{retest}"),
+                    restore.err().unwrap_or_default(),
+                ))
             }
         }
     }

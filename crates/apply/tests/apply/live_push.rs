@@ -8,7 +8,8 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use crate::common::{change, fake, fast, name, FakeNginx};
-use tributary_apply::{Applier, Change, ChangeOutcome, CommandError, Nginx, Push};
+use tributary_apply::{Applier, Change, ChangeOutcome, CommandError, Nginx, Push, UndoError};
+use tributary_core::{NeedsReload, ReloadReason};
 
 /// What a [`Recorder`] runs at each push and undo.
 type During = Box<dyn FnMut(&str, &Change)>;
@@ -24,24 +25,27 @@ struct Recorder {
 }
 
 impl Push for Recorder {
-    fn push(&mut self, c: &Change) -> Result<(), String> {
+    fn push(&mut self, c: &Change) -> Result<(), NeedsReload> {
         self.events.push(format!("push {}", c.name));
         if let Some(f) = &mut self.during {
             f("push", c);
         }
         if self.refuse.contains(&c.name.as_str()) {
-            return Err("409 from the API".into());
+            return Err(NeedsReload::new(
+                ReloadReason::LiveFailed,
+                "409 from the API",
+            ));
         }
         Ok(())
     }
-    fn confirm(&mut self, c: &Change) -> Result<(), String> {
+    fn confirm(&mut self, c: &Change) -> Result<(), NeedsReload> {
         self.events.push(format!("confirm {}", c.name));
         if let Some(f) = &mut self.during {
             f("confirm", c);
         }
         Ok(())
     }
-    fn undo(&mut self, c: &Change) -> Result<(), String> {
+    fn undo(&mut self, c: &Change) -> Result<(), UndoError> {
         self.events.push(format!("undo {}", c.name));
         if let Some(f) = &mut self.during {
             f("undo", c);
@@ -62,8 +66,12 @@ fn journals(dir: &std::path::Path) -> Vec<String> {
 }
 
 fn by_name(
-    out: Vec<(tributary_core::UpstreamName, ChangeOutcome, Option<String>)>,
-) -> HashMap<String, (ChangeOutcome, Option<String>)> {
+    out: Vec<(
+        tributary_core::UpstreamName,
+        ChangeOutcome,
+        Option<NeedsReload>,
+    )>,
+) -> HashMap<String, (ChangeOutcome, Option<NeedsReload>)> {
     out.into_iter()
         .map(|(n, o, w)| (n.as_str().to_string(), (o, w)))
         .collect()
@@ -192,7 +200,10 @@ fn a_failed_test_takes_every_push_back_then_the_good_ones_go_after_their_own_tes
         by["refused"],
         (
             ChangeOutcome::Applied { reloaded: true },
-            Some("409 from the API".to_string())
+            Some(NeedsReload::new(
+                ReloadReason::LiveFailed,
+                "409 from the API"
+            ))
         )
     );
     let (ChangeOutcome::TestFailed { nginx_error }, None) = &by["bad"] else {

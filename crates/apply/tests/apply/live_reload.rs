@@ -7,7 +7,7 @@ use std::net::{Ipv4Addr, TcpListener};
 use std::time::Duration;
 
 use crate::common::*;
-use tributary_apply::{Applier, ChangeOutcome, ReloadConfirm};
+use tributary_apply::{Applier, ChangeOutcome, ReloadCause, ReloadConfirm};
 use tributary_testkit::TestNginx;
 
 fn two_workers() -> TestNginx {
@@ -61,9 +61,10 @@ fn reload_rejected_by_the_master_is_a_failure_with_nginx_emerg_text_and_the_file
 
     let v2 = upstream_bytes("api", &[pb], &[]);
     let out = applier.apply_batch(&[change("api", v2.clone())]);
-    let ChangeOutcome::ReloadFailed { error } = &out[0].1 else {
+    let ChangeOutcome::ReloadFailed { cause, error } = &out[0].1 else {
         panic!("expected ReloadFailed, got {out:?}")
     };
+    assert_eq!(*cause, ReloadCause::Rejected, "{error}");
     assert!(
         error.contains("nginx rejected the new configuration"),
         "{error}"
@@ -91,7 +92,7 @@ fn reload_rejected_by_the_master_is_a_failure_with_nginx_emerg_text_and_the_file
     let reloads = count.reloads();
     let out = applier.apply_batch(&[change("api", v2.clone())]);
     assert!(
-        matches!(&out[0].1, ChangeOutcome::ReloadFailed { error } if error.contains("[emerg]")),
+        matches!(&out[0].1, ChangeOutcome::ReloadFailed { error, .. } if error.contains("[emerg]")),
         "{out:?}"
     );
     assert_eq!(count.reloads(), reloads + 1);
@@ -176,9 +177,10 @@ fn reload_without_a_running_master_is_not_sent_and_the_files_are_restored() {
     nginx.stop();
     let reloads = count.reloads();
     let out = applier.apply_batch(&[change("api", upstream_bytes("api", &[pb], &[]))]);
-    let ChangeOutcome::ReloadFailed { error } = &out[0].1 else {
+    let ChangeOutcome::ReloadFailed { cause, error } = &out[0].1 else {
         panic!("expected ReloadFailed, got {out:?}")
     };
+    assert_eq!(*cause, ReloadCause::CannotConfirm, "{error}");
     assert!(
         error.contains("cannot confirm a reload") && error.contains("nginx.pid"),
         "{error}"
@@ -201,9 +203,10 @@ fn a_master_that_never_starts_new_workers_times_out() {
     let mut applier = Applier::open(&nginx.conf_dir(), Box::new(silent), opts).unwrap();
     let v1 = upstream_bytes("api", &[nginx.backend_port("a")], &[]);
     let out = applier.apply_batch(&[change("api", v1.clone())]);
-    let ChangeOutcome::ReloadFailed { error } = &out[0].1 else {
+    let ChangeOutcome::ReloadFailed { cause, error } = &out[0].1 else {
         panic!("expected ReloadFailed, got {out:?}")
     };
+    assert_eq!(*cause, ReloadCause::Timeout, "{error}");
     assert!(
         error.contains("did not confirm the reload within 600 ms")
             && error

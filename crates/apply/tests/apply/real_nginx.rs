@@ -128,9 +128,10 @@ fn reload_failure_restores_and_retests() {
     let fresh = upstream_bytes("fresh", &[nginx.backend_port("b")], &[]);
     let out = applier.apply_batch(&[change("api", v2), change("fresh", fresh)]);
     for (n, o) in &out {
-        let ChangeOutcome::ReloadFailed { error } = o else {
+        let ChangeOutcome::ReloadFailed { cause, error } = o else {
             panic!("{n}: expected ReloadFailed, got {o:?}")
         };
+        assert_eq!(*cause, tributary_apply::ReloadCause::Command, "{error}");
         assert!(error.contains("nginx.pid"), "nginx's message kept: {error}");
         assert!(
             error.contains("previous files restored; nginx -t passes"),

@@ -23,9 +23,10 @@ pub(super) fn outcome_line(o: &OutcomeRecord) -> String {
             s.push_str(&format!(", applied live (no reload): {why}"))
         }
         (Some(Applied::Live), None) => s.push_str(", applied live (no reload)"),
-        (Some(Applied::Reload), Some(why)) => {
-            s.push_str(&format!(", nginx reloaded (applied by reload: {why})"))
-        }
+        (Some(Applied::Reload), Some(why)) => match o.reload_reason {
+            Some(r) => s.push_str(&format!(", nginx reloaded (applied by reload, {r}: {why})")),
+            None => s.push_str(&format!(", nginx reloaded (applied by reload: {why})")),
+        },
         _ if o.reloaded => s.push_str(", nginx reloaded"),
         _ => {}
     }
@@ -433,6 +434,17 @@ mod tests {
         assert!(
             outcome_line(&o).ends_with(
                 ", applied live (no reload): server set changed: PUT through the live API"
+            ),
+            "{}",
+            outcome_line(&o)
+        );
+        o.applied = Some(Applied::Reload);
+        o.applied_reason = Some("the zone line changes (9 servers): needs a reload".into());
+        o.reload_reason = Some(tributary_store::ReloadReason::ZoneResized);
+        assert!(
+            outcome_line(&o).ends_with(
+                ", nginx reloaded (applied by reload, zone_resized: the zone line changes (9 \
+                 servers): needs a reload)"
             ),
             "{}",
             outcome_line(&o)

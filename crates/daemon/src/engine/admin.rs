@@ -8,6 +8,7 @@ use tokio::sync::{oneshot, watch};
 use tributary_apply::RemoveOutcome;
 use tributary_store::{BindingRecord, OutcomeRecord, Upsert};
 
+use super::apply::reload_cause_text;
 use super::{lock, ApplyMsg, Engine, EngineError, Slot};
 use crate::view::{BindingDetail, BindingInput, BindingView, BulkItem, RemoveResponse};
 
@@ -203,14 +204,14 @@ impl Engine {
         let file_removed = match res {
             Ok(outcome) => match removed_file(&outcome) {
                 Ok(removed) => removed,
-                Err(why) => {
+                Err(e) => {
                     self.spawn(&slot);
-                    return Err(EngineError::Conflict(why));
+                    return Err(e);
                 }
             },
             Err(e) => {
                 self.spawn(&slot);
-                return Err(EngineError::Conflict(e));
+                return Err(EngineError::Conflict(e.to_string()));
             }
         };
         if let Err(e) = self.inner.store.remove_binding(name).await {
@@ -387,26 +388,28 @@ fn upsert_str(u: Upsert) -> &'static str {
     }
 }
 
-/// `Ok(file_removed)` when the binding may go, `Err(why)` when the file had to stay.
-fn removed_file(outcome: &RemoveOutcome) -> Result<bool, String> {
+/// `Ok(file_removed)` when the binding may go, a [`EngineError::Conflict`] saying why when the
+/// file had to stay.
+fn removed_file(outcome: &RemoveOutcome) -> Result<bool, EngineError> {
     match outcome {
         RemoveOutcome::Removed => Ok(true),
         RemoveOutcome::NotFound => Ok(false),
-        RemoveOutcome::Refused { nginx_error } => Err(format!(
+        RemoveOutcome::Refused { nginx_error } => Err(EngineError::Conflict(format!(
             "nginx -t fails without this upstream's file, so the binding and its file were \
              kept: {}",
             nginx_error.trim()
-        )),
-        RemoveOutcome::ReloadFailed { error } => Err(format!(
-            "nginx reload failed after removing the file, so the binding and its file were \
+        ))),
+        RemoveOutcome::ReloadFailed { cause, error } => Err(EngineError::Conflict(format!(
+            "nginx reload failed ({}) after removing the file, so the binding and its file were \
              kept: {}",
+            reload_cause_text(*cause),
             error.trim()
-        )),
-        RemoveOutcome::RestoreFailed { cause, error } => Err(format!(
+        ))),
+        RemoveOutcome::RestoreFailed { cause, error } => Err(EngineError::Conflict(format!(
             "removing the file failed ({}) and it could not be put back ({}); the binding was \
              kept and the restore is retried",
             cause.trim(),
             error.trim()
-        )),
+        ))),
     }
 }

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
-use tributary_apply::{Applier, ChangeOutcome, RemoveOutcome};
+use tributary_apply::{Applier, ApplyError, ChangeOutcome, ReloadCause, RemoveOutcome};
 use tributary_core::UpstreamName;
 use tributary_store::{Failure, OutcomeRecord, OutcomeStatus};
 
@@ -17,7 +17,7 @@ use super::{now_ms, EngineEvent, Inner};
 
 /// A message for the apply task.
 pub(crate) type ApplyMsg =
-    Queued<Waiter, oneshot::Sender<Result<RemoveOutcome, String>>, oneshot::Sender<()>>;
+    Queued<Waiter, oneshot::Sender<Result<RemoveOutcome, ApplyError>>, oneshot::Sender<()>>;
 
 /// Who waits for a change's outcome, and when the change was decided: the moment its bytes were
 /// rendered from a validated answer and handed to the apply task (the start of "decision →
@@ -117,10 +117,8 @@ pub(crate) async fn apply_task(
                     tracing::debug!(changes = n, took_ms, "batch unchanged");
                 }
             }
-            let removed: Vec<Result<RemoveOutcome, String>> = names
-                .iter()
-                .map(|n| a.remove(n).map_err(|e| e.to_string()))
-                .collect();
+            let removed: Vec<Result<RemoveOutcome, ApplyError>> =
+                names.iter().map(|n| a.remove(n)).collect();
             (a, outcomes, removed)
         })
         .await;
@@ -148,6 +146,7 @@ pub(crate) async fn apply_task(
                     let outcome = by_name.get(change.as_str()).cloned().unwrap_or_else(|| {
                         ApplyResult::new(
                             ChangeOutcome::ReloadFailed {
+                                cause: ReloadCause::Command,
                                 error: "the applier returned no outcome for this upstream".into(),
                             },
                             None,
@@ -180,14 +179,26 @@ pub(crate) async fn apply_task(
 /// `reloaded` is only ever true for a reload the applier confirmed live. The path taken (live or
 /// reload) and why go to `applied` / `applied_reason`.
 pub(crate) fn record_result(rec: &mut OutcomeRecord, result: Option<ApplyResult>) {
-    let (outcome, path) = match result {
-        Some(r) => (Some(r.outcome), r.path),
-        None => (None, None),
+    let (outcome, path, reason) = match result {
+        Some(r) => (Some(r.outcome), r.path, r.reload_reason),
+        None => (None, None, None),
     };
     record_change(rec, outcome);
     if let Some((applied, why)) = path {
         rec.applied = Some(applied);
         rec.applied_reason = Some(why);
+        rec.reload_reason = reason;
+    }
+}
+
+/// Which way a reload failed, for the person.
+pub(crate) fn reload_cause_text(cause: ReloadCause) -> &'static str {
+    match cause {
+        ReloadCause::Command => "the reload command failed",
+        ReloadCause::CannotConfirm => "not sent: the master's state could not be read",
+        ReloadCause::Rejected => "rejected by the master",
+        ReloadCause::Timeout => "not confirmed live in time",
+        ReloadCause::MasterGone => "the master exited",
     }
 }
 
@@ -212,12 +223,13 @@ pub(crate) fn record_change(rec: &mut OutcomeRecord, result: Option<ChangeOutcom
             "nginx -t failed with the new file; the previous file was restored".into(),
             Some(nginx_error),
         ),
-        Some(ChangeOutcome::ReloadFailed { error }) => fail(
+        Some(ChangeOutcome::ReloadFailed { cause, error }) => fail(
             rec,
             Failure::ReloadFailed,
-            "nginx reload failed, was rejected or was not confirmed live; the previous file was \
-             restored"
-                .into(),
+            format!(
+                "nginx reload failed ({}); the previous file was restored",
+                reload_cause_text(cause)
+            ),
             Some(error),
         ),
         Some(ChangeOutcome::RestoreFailed { cause, error }) => fail(
@@ -273,7 +285,10 @@ mod tests {
                 Some(Failure::TestFailed),
             ),
             (
-                Some(ChangeOutcome::ReloadFailed { error: "r".into() }),
+                Some(ChangeOutcome::ReloadFailed {
+                    cause: ReloadCause::Rejected,
+                    error: "r".into(),
+                }),
                 OutcomeStatus::Failed,
                 Some(Failure::ReloadFailed),
             ),

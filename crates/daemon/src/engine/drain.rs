@@ -14,6 +14,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use tributary_core::{Server, Target, UpstreamFile};
+
 use super::{lock, Inner, Slot};
 use crate::live_state::UpstreamState;
 
@@ -23,30 +25,22 @@ pub(crate) const POLL: Duration = Duration::from_millis(250);
 /// A binding's drained servers and the servers of its last applied file.
 #[derive(Debug, Default)]
 pub(crate) struct Draining {
-    /// Servers (`ADDR:PORT`, weight) of the last file applied, drained ones left out. `None`
-    /// until the first apply (or the file on disk) says.
-    applied: Option<Vec<(String, u32)>>,
-    /// Drained servers: address → (weight, removed at the latest then).
-    drained: BTreeMap<String, (u32, Instant)>,
+    /// Servers of the last file applied, drained ones left out. `None` until the first apply (or
+    /// the file on disk) says.
+    applied: Option<Vec<Target>>,
+    /// Drained servers: `ADDR:PORT` → (the server, removed at the latest then).
+    drained: BTreeMap<String, (Target, Instant)>,
     /// Drained servers the API showed idle (drained, `active` 0): removed by the next file.
     idle: BTreeSet<String>,
     /// A [`watch`] task runs for the binding.
     pub(crate) watching: bool,
 }
 
-/// The `server` lines of a rendered file: (address, weight, written `down`).
-fn servers(file: &str) -> Vec<(String, u32, bool)> {
-    file.lines()
-        .filter_map(|l| {
-            let s = l.strip_prefix("    server ")?.strip_suffix(';')?;
-            let (s, down) = match s.strip_suffix(" down") {
-                Some(s) => (s, true),
-                None => (s, false),
-            };
-            let (addr, w) = s.split_once(" weight=")?;
-            Some((addr.to_string(), w.parse().ok()?, down))
-        })
-        .collect()
+/// The servers of a file (none for a text not in the rendered form).
+fn servers(file: &str) -> Vec<Server> {
+    UpstreamFile::parse(file)
+        .map(|f| f.servers)
+        .unwrap_or_default()
 }
 
 impl Draining {
@@ -63,34 +57,37 @@ impl Draining {
         }
         let Some(file) = file else { return };
         let mut applied = Vec::new();
-        for (addr, w, down) in servers(file) {
-            if down {
-                self.drained.insert(addr, (w, now + drain));
+        for s in servers(file) {
+            if s.down {
+                self.drained.insert(s.host_port(), (s.target, now + drain));
             } else {
-                applied.push((addr, w));
+                applied.push(s.target);
             }
         }
         self.applied = Some(applied);
     }
 
     /// The file to write for `rendered`: servers of the last applied file missing from it are
-    /// added as `down` lines (drained until `now + drain`), servers back in it are no longer
-    /// drained, drained servers whose time is up or that were seen idle are left out. With
-    /// `drain` 0 the rendered file is the file, and nothing is kept.
+    /// added as `down` servers after its own (drained until `now + drain`), servers back in it
+    /// are no longer drained, drained servers whose time is up or that were seen idle are left
+    /// out. With `drain` 0 the rendered file is the file, and nothing is kept.
     pub(crate) fn file(&mut self, rendered: &str, drain: Duration, now: Instant) -> String {
         if drain.is_zero() {
             self.drained.clear();
             self.idle.clear();
             return rendered.to_string();
         }
-        let wanted = servers(rendered);
-        let in_file: BTreeSet<&str> = wanted.iter().map(|(a, _, _)| a.as_str()).collect();
+        let Ok(mut file) = UpstreamFile::parse(rendered) else {
+            return rendered.to_string();
+        };
+        let in_file: BTreeSet<String> = file.servers.iter().map(Server::host_port).collect();
         // Back in discovery: undrained.
-        self.drained.retain(|a, _| !in_file.contains(a.as_str()));
+        self.drained.retain(|a, _| !in_file.contains(a));
         // Left discovery since the last applied file: drained from now.
-        for (addr, w) in self.applied.iter().flatten() {
-            if !in_file.contains(addr.as_str()) && !self.drained.contains_key(addr) {
-                self.drained.insert(addr.clone(), (*w, now + drain));
+        for t in self.applied.iter().flatten() {
+            let addr = t.host_port();
+            if !in_file.contains(&addr) && !self.drained.contains_key(&addr) {
+                self.drained.insert(addr, (t.clone(), now + drain));
             }
         }
         // Done: time up, or drained with nothing in flight.
@@ -100,18 +97,12 @@ impl Draining {
         if self.drained.is_empty() {
             return rendered.to_string();
         }
-        let lines: String = self
-            .drained
-            .iter()
-            .map(|(a, (w, _))| format!("    server {a} weight={w} down;\n"))
-            .collect();
-        // After the last server line (a rendered file always has one).
-        let at = rendered
-            .match_indices("\n    server ")
-            .last()
-            .and_then(|(i, _)| rendered[i + 1..].find('\n').map(|j| i + 1 + j + 1))
-            .unwrap_or(0);
-        format!("{}{lines}{}", &rendered[..at], &rendered[at..])
+        file.servers
+            .extend(self.drained.values().map(|(t, _)| Server {
+                target: t.clone(),
+                down: true,
+            }));
+        file.render()
     }
 
     /// The file `written` was applied: its plain servers are the ones a later resolution can
@@ -120,8 +111,8 @@ impl Draining {
         self.applied = Some(
             servers(written)
                 .into_iter()
-                .filter(|(_, _, down)| !down)
-                .map(|(a, w, _)| (a, w))
+                .filter(|s| !s.down)
+                .map(|s| s.target)
                 .collect(),
         );
     }

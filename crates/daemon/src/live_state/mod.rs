@@ -37,7 +37,7 @@ pub async fn read(api: &LiveApi, name: &str) -> LiveState {
     let read_at_ms = now_ms();
     match api.read_set::<UpstreamState>(name).await {
         Ok(s) => LiveState::read(api.to_string(), read_at_ms, s),
-        Err(e) => LiveState::failed(api.to_string(), read_at_ms, e),
+        Err(e) => LiveState::failed(api.to_string(), read_at_ms, e.to_string()),
     }
 }
 

@@ -14,7 +14,8 @@ use super::rows::{
 };
 use super::schema;
 use crate::{
-    now_ms, Applied, BindingRecord, Failure, OutcomeRecord, StoreError, StoredBinding, Upsert,
+    now_ms, Applied, BindingRecord, Failure, OutcomeRecord, ReloadReason, StoreError,
+    StoredBinding, Upsert,
 };
 
 /// Default number of outcomes kept per binding.
@@ -276,8 +277,9 @@ impl SqliteFile {
             let mut exists = tx.prepare_cached("SELECT 1 FROM bindings WHERE name = ?1")?;
             let mut ins = tx.prepare_cached(
                 "INSERT INTO outcomes (binding, at_ms, duration_ms, status, why, code, field, kept, \
-                 dropped, ttl_seconds, changed, reloaded, nginx_error, failure, applied, applied_reason) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
+                 dropped, ttl_seconds, changed, reloaded, nginx_error, failure, applied, applied_reason, \
+                 reload_reason) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
             )?;
             let mut trim = tx.prepare_cached(
                 "DELETE FROM outcomes WHERE binding = ?1 AND id <= \
@@ -304,6 +306,7 @@ impl SqliteFile {
                     o.failure.map(Failure::as_str),
                     o.applied.map(Applied::as_str),
                     o.applied_reason,
+                    o.reload_reason.map(ReloadReason::as_str),
                 ])?;
                 trim.execute(params![name, history])?;
             }

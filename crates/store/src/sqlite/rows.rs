@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 use rusqlite::{OptionalExtension, Row, Statement};
 
 use crate::{
-    Applied, BindingRecord, Failure, OutcomeRecord, OutcomeStatus, StoreError, StoredBinding,
+    Applied, BindingRecord, Failure, OutcomeRecord, OutcomeStatus, ReloadReason, StoreError,
+    StoredBinding,
 };
 
 pub(super) const SELECT_BINDING_BY_NAME: &str = concat!(
@@ -109,6 +110,12 @@ pub(super) fn outcome_from_row(row: &Row<'_>) -> RowResult<OutcomeRecord> {
         Some(Some(a)) => Some(a),
         Some(None) => return corrupt("applied path"),
     };
+    let reload_reason: Option<String> = row.get(16)?;
+    let reload_reason = match reload_reason.as_deref().map(ReloadReason::parse) {
+        None => None,
+        Some(Some(r)) => Some(r),
+        Some(None) => return corrupt("reload reason"),
+    };
     let duration: i64 = row.get(2)?;
     let ttl: Option<i64> = row.get(9)?;
     Ok(Ok(OutcomeRecord {
@@ -127,5 +134,6 @@ pub(super) fn outcome_from_row(row: &Row<'_>) -> RowResult<OutcomeRecord> {
         nginx_error: row.get(12)?,
         applied,
         applied_reason: row.get(15)?,
+        reload_reason,
     }))
 }

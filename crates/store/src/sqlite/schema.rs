@@ -9,7 +9,7 @@ use rusqlite::{Connection, TransactionBehavior};
 use crate::StoreError;
 
 /// Schema version written to `PRAGMA user_version`.
-pub const SCHEMA_VERSION: i64 = 4;
+pub const SCHEMA_VERSION: i64 = 5;
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS bindings (
@@ -78,6 +78,9 @@ const MIGRATIONS: &[(i64, &str)] = &[
         "ALTER TABLE bindings ADD COLUMN probe TEXT;
          ALTER TABLE bindings ADD COLUMN drain_secs INTEGER NOT NULL DEFAULT 0;",
     ),
+    // 5: why a change took the reload path, as a tag next to `applied_reason`. Outcomes recorded
+    // before keep NULL (their text is not read back into a kind).
+    (5, "ALTER TABLE outcomes ADD COLUMN reload_reason TEXT;"),
 ];
 
 /// Unique binding names regardless of (ASCII) case.

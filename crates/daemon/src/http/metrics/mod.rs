@@ -19,11 +19,13 @@
 //! Files: `mod.rs` the registry, the event task and the `/metrics` route; `families.rs` every
 //! metric (declared in one place, `Families`); `format.rs` the two text formats; `live.rs` the
 //! per-server gauges of the live state; `server_stats.rs` the per-server statistics the module
-//! counts (requests, responses by class, fails, bytes, response times, probes).
+//! counts (requests, responses by class, fails, bytes, response times, probes); `reloads.rs` the
+//! changes applied by a reload, by reason.
 
 mod families;
 mod format;
 mod live;
+mod reloads;
 mod server_stats;
 #[cfg(test)]
 mod tests;
@@ -109,6 +111,8 @@ pub struct Metrics {
     scrape: Mutex<()>,
     /// The servers' live state, read at most once per TTL.
     live: LiveCache,
+    /// Changes applied by a reload, by reason.
+    reload_reasons: reloads::ReloadReasons,
 }
 
 impl Default for Metrics {
@@ -116,6 +120,7 @@ impl Default for Metrics {
         let families = Families::default();
         let mut registry = Registry::default();
         families.register(&mut registry);
+        let reload_reasons = reloads::ReloadReasons::register(&mut registry);
         for outcome in OUTCOMES {
             let _ = families
                 .resolutions
@@ -137,6 +142,7 @@ impl Default for Metrics {
             state: Mutex::new(State::default()),
             scrape: Mutex::new(()),
             live: LiveCache::default(),
+            reload_reasons,
         }
     }
 }
@@ -210,6 +216,7 @@ impl Metrics {
             })
             .inc();
         f.latency.0.observe(o.duration_ms as f64 / 1000.0);
+        self.reload_reasons.observe(o);
         if let Some(path) = o.applied {
             f.applied
                 .get_or_create(&PathLabel {

@@ -175,6 +175,7 @@ pub(super) fn detail_page(
                             td.applied {
                                 @if let Some(a) = o.applied {
                                     (a.as_str())
+                                    @if let Some(r) = o.reload_reason { " (" span.reason { (r.as_str()) } ")" }
                                     @if let Some(w) = &o.applied_reason { span.why { ": " (w) } }
                                 }
                             }

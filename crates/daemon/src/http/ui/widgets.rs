@@ -95,7 +95,7 @@ pub(super) fn outcome_block(o: &OutcomeRecord, now: i64) -> Markup {
             dt { "File changed" } dd { (yes_no(o.changed)) }
             dt { "nginx reloaded" } dd { (yes_no(o.reloaded)) }
             @if let Some(a) = o.applied {
-                dt { "Applied" } dd.applied { (a.as_str()) @if let Some(w) = &o.applied_reason { " — " (w) } }
+                dt { "Applied" } dd.applied { (a.as_str()) @if let Some(r) = o.reload_reason { " (" (r.as_str()) ")" } @if let Some(w) = &o.applied_reason { " — " (w) } }
             }
         }
         @if !o.dropped.is_empty() {
