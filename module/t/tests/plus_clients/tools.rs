@@ -106,6 +106,7 @@ pub fn plus_go() -> Result<PathBuf, Failed> {
             .env("GOPATH", GOPATH)
             .env("GOCACHE", dir.join("cache"))
             .env("GOFLAGS", "")
+            .env("GOENV", "off")
             .output()
             .map_err(|e| format!("run go build: {e}"))?;
         if !out.status.success() {
