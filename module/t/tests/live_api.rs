@@ -30,6 +30,8 @@ mod reload_race;
 mod retired;
 #[path = "live_api/scale.rs"]
 mod scale;
+#[path = "live_api/stats.rs"]
+mod stats;
 #[path = "live_api/sticky.rs"]
 mod sticky;
 #[path = "live_api/zone_size.rs"]
@@ -1287,5 +1289,6 @@ fn main() {
     ));
     trials.extend(scale::trials());
     trials.extend(drain::trials());
+    trials.extend(stats::trials());
     run_tests(trials);
 }

@@ -8,6 +8,7 @@
 //! - [`singlets`]: arguments of `combine_server_singlets`, singlet names and per-singlet flags.
 //! - [`extend`]: which fake peers `extend_single_peers` adds.
 //! - [`live`]: the live upstream API (`upstreams_api`): request parsing, change plans, answers.
+//! - [`plus`]: the NGINX Plus-compatible API (`upstreams_api plus`): routes, answers, writes.
 //! - [`upstreams`]: which upstream of nginx's list a name refers to, which ones an upstrand may
 //!   use and which ones a walk wraps.
 //! - [`upstrand`]: the `upstrand` family (block, walk state machine, variables, `dynamic_upstrand`).
@@ -15,6 +16,7 @@
 pub mod add_upstream;
 pub mod extend;
 pub mod live;
+pub mod plus;
 pub mod singlets;
 pub mod upstrand;
 pub mod upstreams;

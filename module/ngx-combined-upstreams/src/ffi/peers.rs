@@ -15,6 +15,13 @@
 //! stock balancer reads it only as "not 0"; `GET` reports the configured bit as `down`, and a
 //! `PUT` replaces only the bits it sets, so run-time states survive it.
 //!
+//! A peer's `slow_start` holds its id (`Peer::id`, the NGINX Plus API's per-peer `id`): a field
+//! only NGINX Plus uses (open-source nginx from 1.22 to 1.30 declares it and never reads or
+//! writes it; the zone module's copy of a configured peer copies its 0). Ids are given by
+//! [`ListsWrite::assign_ids`] when the zone is made and by [`SlabLocked::alloc_peer`] for a
+//! peer a `PUT` adds, from the zone's counter (`Shared::next_id`), so no id is given twice in
+//! a zone.
+//!
 //! A retired peer's `max_conns` holds the time it was retired (`ngx_current_msec`, a monotonic
 //! clock shared by the workers): only a selection reads `max_conns`, and a retired peer is in no
 //! list, so nothing selects it again ([`ListsWrite::retire`], [`ListsRead::retired`]).
@@ -460,6 +467,25 @@ impl ListsWrite {
         set
     }
 
+    /// Gives the peers of these lists ids from `next` on, in list order (primary first), and
+    /// returns the next free id: the servers of a zone nginx just made (ids start at 0).
+    pub fn assign_ids(&self, mut next: u64) -> u64 {
+        for list in [Some(self.primary), self.backup] {
+            let Some(list) = list else { continue };
+            // SAFETY: the list's write lock is held (guard); its chain of live peers ends with
+            // null.
+            unsafe {
+                let mut p = (*list.raw()).peer;
+                while !p.is_null() {
+                    (*p).slow_start = next as _;
+                    next = next.wrapping_add(1);
+                    p = (*p).next;
+                }
+            }
+        }
+        next
+    }
+
     /// Puts `p` (just removed from these lists, still in use) on the retired chain `chain` of
     /// these lists' upstream, retired at `now_ms` (`ngx_current_msec`; kept in its `max_conns`).
     pub fn retire(&self, chain: RetiredChain, p: Peer, now_ms: u64) {
@@ -632,6 +658,13 @@ impl Peer {
                 drain: (*p).down & down::DRAIN != 0,
             })
         }
+    }
+
+    /// The server's id in its zone (kept in the peer's `slow_start`, see the module comment).
+    /// Set once, before the peer is in a list.
+    pub fn id(self) -> u64 {
+        // SAFETY: p is live (handle); the field is written only before the peer is linked.
+        unsafe { (*self.raw()).slow_start as u64 }
     }
 
     /// The peer's name (as nginx wrote it) and its run-time figures (read under its list's read
@@ -814,9 +847,10 @@ impl SlabLocked {
 
     /// Allocates a new peer for `s` in the zone, laid out like the zone module's copies; `name`
     /// is `s.addr.name()` (made by the caller before the locks were taken); `run_bits`: the
-    /// run-time `down` bits it starts with (`down::CHECKING` under `probe ... mandatory`). `None` when the
-    /// zone is full (everything allocated so far is freed again).
-    pub fn alloc_peer(&self, s: &Server, name: &str, run_bits: usize) -> Option<Peer> {
+    /// run-time `down` bits it starts with (`down::CHECKING` under `probe ... mandatory`); `id`:
+    /// its id ([`Peer::id`]). `None` when the zone is full (everything allocated so far is freed
+    /// again).
+    pub fn alloc_peer(&self, s: &Server, name: &str, run_bits: usize, id: u64) -> Option<Peer> {
         let pool = self.0.raw();
         let name_len = name.len().min(NGX_SOCKADDR_STRLEN);
         // SAFETY: the mutex is held (guard); every allocation is checked before use and freed on
@@ -857,6 +891,7 @@ impl SlabLocked {
             (*p).fail_timeout = s.fail_timeout_s as _;
             (*p).max_conns = s.max_conns as usize;
             (*p).down = put_down_bits(s) | (run_bits & !down::SET_BY_PUT);
+            (*p).slow_start = id as _;
             // nginx builds with sticky sessions (cfg ngx_upstream_sid) give every zone peer a
             // `sid` buffer; an empty one here (only `sticky`, which the API refuses, reads it).
             #[cfg(ngx_upstream_sid)]

@@ -156,6 +156,9 @@ pub struct Shared {
     /// The run-time `down` bits a peer added by a `PUT` starts with (`down::CHECKING` under
     /// `probe ... mandatory`), set when the zone is made.
     pub(crate) new_peer_bits: AtomicU64,
+    /// The id the next server that enters the set gets (`Peer::id`): ids of a zone are never
+    /// given twice.
+    pub(crate) next_id: AtomicU64,
 }
 
 /// A handle on one upstream's [`Shared`] block in its zone (valid as long as the zone: the

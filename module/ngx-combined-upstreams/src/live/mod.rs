@@ -20,6 +20,7 @@ pub mod health;
 pub mod slow_start;
 pub mod zone;
 
+use core::sync::atomic::Ordering;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
@@ -379,10 +380,18 @@ impl ZoneInit for ZoneInitWrapper {
                 if e.state.is_none() {
                     return Status::NGX_ERROR;
                 }
+                let Some(live) = e.live() else {
+                    return Status::NGX_ERROR;
+                };
+                // The configured servers get the upstream's first ids (0, 1, ...).
+                let deadline = std::time::Instant::now() + zone::WRITE_WAIT;
+                let Some(lists) = live.primary.write_both(deadline) else {
+                    return Status::NGX_ERROR;
+                };
+                let next = lists.assign_ids(0);
+                drop(lists);
+                live.state().shared().next_id.store(next, Ordering::Relaxed);
                 if let Some(p) = e.probe.clone() {
-                    let Some(live) = e.live() else {
-                        return Status::NGX_ERROR;
-                    };
                     let bits = if p.mandatory { down::CHECKING } else { 0 };
                     if !live.create_health(bits) {
                         return Status::NGX_ERROR;

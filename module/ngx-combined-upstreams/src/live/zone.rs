@@ -90,6 +90,7 @@ impl LiveUpstream {
                 let (name, st) = p.name_and_state();
                 let c = p.current(backup);
                 servers.push(ServerView {
+                    id: p.id(),
                     address: name,
                     weight: c.as_ref().map_or(0, |c| u64::from(c.weight)),
                     max_fails: c.as_ref().map_or(0, |c| u64::from(c.max_fails)),
@@ -101,6 +102,7 @@ impl LiveUpstream {
                     active: st.conns,
                     fails: st.fails,
                     health: None,
+                    stats: Default::default(),
                 });
             }
         }
@@ -306,7 +308,8 @@ impl LiveUpstream {
             let run_bits = sh.new_peer_bits.load(Ordering::Relaxed) as usize;
             for (slot, s) in c.slots.iter_mut().zip(c.servers) {
                 if let Some(name) = &slot.name {
-                    match m.alloc_peer(s, name, run_bits) {
+                    let id = sh.next_id.fetch_add(1, Ordering::Relaxed);
+                    match m.alloc_peer(s, name, run_bits, id) {
                         Some(np) => slot.peer = Some(np),
                         None => {
                             failed = true;

@@ -360,6 +360,12 @@ struct RawServer {
     _last_error: Option<serde::de::IgnoredAny>,
     #[serde(default, rename = "slow_start_remaining_ms")]
     _slow_start_remaining_ms: Option<serde::de::IgnoredAny>,
+    /// The server's id and statistics of a `GET` answer: accepted back, ignored (the module
+    /// gives ids; a server's statistics are its own).
+    #[serde(default, rename = "id")]
+    _id: Option<serde::de::IgnoredAny>,
+    #[serde(default, rename = "stats")]
+    _stats: Option<serde::de::IgnoredAny>,
 }
 
 fn one() -> u32 {

@@ -5,6 +5,10 @@ use serde::Serialize;
 /// One server in `GET <loc>/NAME`.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 pub struct ServerView {
+    /// The server's id in its zone: given when it entered the set (configuration, `PUT`), kept
+    /// while it stays, never given to another server of the zone (a reload makes a new zone,
+    /// whose ids start again at 0). The NGINX Plus API's per-peer `id`.
+    pub id: u64,
     /// Peer name (`10.0.0.1:8080`, `[::1]:80`, `unix:/path`).
     pub address: String,
     /// `weight`
@@ -28,6 +32,8 @@ pub struct ServerView {
     /// Health fields (`health`, `probe_fails`, ...), only when the upstream has a `probe`.
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
     pub health: Option<super::probe::HealthView>,
+    /// The server's statistics since it entered the set (`docs/live-api.md`).
+    pub stats: super::stats::ServerStats,
 }
 
 /// `GET <loc>/NAME`.

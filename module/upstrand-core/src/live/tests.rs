@@ -195,6 +195,7 @@ fn renders_json() {
     let v = render::UpstreamView {
         generation: 3,
         servers: vec![render::ServerView {
+            id: 7,
             address: "10.0.0.1:80".into(),
             weight: 1,
             max_fails: 1,
@@ -206,6 +207,7 @@ fn renders_json() {
             active: 2,
             fails: 0,
             health: None,
+            stats: Default::default(),
         }],
         retiring: 1,
         retired: vec![],
@@ -214,7 +216,7 @@ fn renders_json() {
     };
     assert_eq!(
         v.to_json(),
-        r#"{"generation":3,"servers":[{"address":"10.0.0.1:80","weight":1,"max_fails":1,"fail_timeout_ms":10000,"max_conns":0,"backup":false,"down":false,"drain":false,"active":2,"fails":0}],"retiring":1,"rebalanced":0}"#
+        r#"{"generation":3,"servers":[{"id":7,"address":"10.0.0.1:80","weight":1,"max_fails":1,"fail_timeout_ms":10000,"max_conns":0,"backup":false,"down":false,"drain":false,"active":2,"fails":0,"stats":{"requests":0,"responses":{"1xx":0,"2xx":0,"3xx":0,"4xx":0,"5xx":0,"total":0},"sent":0,"received":0,"fails":0,"unavail":0,"downtime":0,"downstart_ms":0,"selected_ms":0,"header_time":0,"response_time":0}}],"retiring":1,"rebalanced":0}"#
     );
     assert_eq!(
         ApiError::unknown_upstream("x\"y").to_json(),
@@ -247,6 +249,7 @@ fn every_field_of_a_get_answer_is_accepted_back() {
     let probe_conf =
         crate::live::probe::ProbeConf::parse(&["interval=1s", "slow_start=5s"]).unwrap();
     let v = render::ServerView {
+        id: 3,
         address: "10.0.0.1:80".into(),
         weight: 2,
         max_fails: 3,
@@ -258,6 +261,11 @@ fn every_field_of_a_get_answer_is_accepted_back() {
         active: 2,
         fails: 1,
         health: Some(crate::live::probe::HealthState::new_server(true).view(&probe_conf, 10)),
+        stats: crate::live::stats::ServerStats {
+            requests: 5,
+            health_checks: Some(Default::default()),
+            ..Default::default()
+        },
     };
     let view = render::UpstreamView {
         generation: 9,
