@@ -47,6 +47,7 @@ pub static ngx_http_combined_upstreams_module: ModuleObject = ModuleObject::new(
     ctx: ptr::addr_of!(MODULE_CTX) as *mut c_void,
     commands: ptr::addr_of_mut!(COMMANDS) as *mut ngx_command_t,
     type_: NGX_HTTP_MODULE as ngx_uint_t,
+    init_module: Some(crate::ffi::plus::init_module),
     init_process: Some(crate::ffi::prober::init_process::<live::health::Workers>),
     exit_process: Some(crate::ffi::prober::exit_process::<live::health::Workers>),
     ..ngx_module_t::default()

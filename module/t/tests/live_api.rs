@@ -24,6 +24,10 @@ mod helpers;
 mod liveness;
 #[path = "live_api/master.rs"]
 mod master;
+#[path = "live_api/plus.rs"]
+mod plus;
+#[path = "live_api/plus_writes.rs"]
+mod plus_writes;
 #[path = "live_api/reload_race.rs"]
 mod reload_race;
 #[path = "live_api/retired.rs"]
@@ -1290,5 +1294,6 @@ fn main() {
     trials.extend(scale::trials());
     trials.extend(drain::trials());
     trials.extend(stats::trials());
+    trials.extend(plus::trials());
     run_tests(trials);
 }

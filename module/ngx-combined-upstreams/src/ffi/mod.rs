@@ -32,6 +32,7 @@ pub mod content;
 pub mod health;
 pub mod log;
 pub mod peers;
+pub mod plus;
 pub mod pool;
 pub mod probe;
 pub mod prober;

@@ -115,14 +115,15 @@ fn handle(r: ApiReq) -> ngx_int_t {
 }
 
 /// What the registry says about the upstream `name`, when it may be changed live.
-struct Target {
-    name: String,
-    zone: String,
-    live: LiveUpstream,
-    probe: Option<std::sync::Arc<upstrand_core::live::probe::ProbeConf>>,
+pub(crate) struct Target {
+    pub(crate) name: String,
+    pub(crate) zone: String,
+    pub(crate) live: LiveUpstream,
+    pub(crate) probe: Option<std::sync::Arc<upstrand_core::live::probe::ProbeConf>>,
 }
 
-fn target(r: ApiReq, name: &str) -> Result<Target, ApiError> {
+/// The upstream `name` when it may be changed live (shared with the Plus API, `live/plus/`).
+pub(crate) fn target(r: ApiReq, name: &str) -> Result<Target, ApiError> {
     let Some(u) = r
         .upstreams()
         .into_iter()

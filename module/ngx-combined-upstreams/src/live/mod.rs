@@ -10,6 +10,7 @@
 //! - [`balancer`]: per-request wrappers around the balancer.
 //! - [`handler`]: the HTTP handler (`GET`/`PUT`, JSON answers).
 //! - [`health`]: active health checks (`probe ...;`, issue 21).
+//! - [`plus`]: the NGINX Plus-compatible API (`upstreams_api plus;`, issue 24).
 //!
 //! The JSON, validation, planning and error texts are in `upstrand_core::live`. The operator's
 //! documentation is `docs/live-api.md`.
@@ -17,6 +18,7 @@
 pub mod balancer;
 pub mod handler;
 pub mod health;
+pub mod plus;
 pub mod slow_start;
 pub mod zone;
 
@@ -40,7 +42,8 @@ use crate::ffi::upstream::{PeerInitFn, Upstream};
 use crate::ffi::zone::{LiveState, LiveUpstream, ShmZone, ZoneData, ZoneInit, ZoneInitFn};
 use crate::ffi::{command, ConfFail, Status};
 
-/// `upstreams_api [write=on|off] [host=NAME ...];` in a `location`.
+/// `upstreams_api [plus] [write=on|off] [host=NAME ...];` in a `location` (`plus`: the NGINX
+/// Plus-compatible API, [`plus`]).
 pub const COMMAND: ngx_command_t = command::<SetUpstreamsApi>(
     c"upstreams_api",
     NGX_HTTP_LOC_CONF | NGX_CONF_ANY,
@@ -176,7 +179,9 @@ fn declare(cf: &mut ngx_conf_t, loc: &mut ApiLocation) -> Result<(), ConfFail> {
     }
     let texts = cf.param_texts();
     let params: Vec<&str> = texts.iter().map(String::as_str).collect();
-    let access = upstrand_core::live::Access::parse(&params)?;
+    upstrand_core::plus::check_mode_word(&params)?;
+    let (plus, params) = upstrand_core::plus::split_mode(&params);
+    let access = upstrand_core::live::Access::parse(params)?;
     let warn = access.retired_warn_ms.unwrap_or(0);
     {
         let mut w = RETIRED_WARN.lock().unwrap_or_else(|e| e.into_inner());
@@ -187,7 +192,11 @@ fn declare(cf: &mut ngx_conf_t, loc: &mut ApiLocation) -> Result<(), ConfFail> {
         }
     }
     loc.access = Some(access);
-    set_content_handler::<handler::Api>(cf)?;
+    if plus {
+        set_content_handler::<plus::Api>(cf)?;
+    } else {
+        set_content_handler::<handler::Api>(cf)?;
+    }
     *API_CYCLE.lock().unwrap_or_else(|e| e.into_inner()) = cf.cycle as usize;
     Ok(())
 }

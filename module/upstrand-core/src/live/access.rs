@@ -154,7 +154,7 @@ impl Access {
             } else {
                 return Err(bad(
                     p,
-                    "the parameters are write=on|off, host=NAME and retired_warn=TIME|off",
+                    "the parameters are write=on|off, host=NAME and retired_warn=TIME|off (after plus, first, for the NGINX Plus-compatible API)",
                 ));
             }
         }
