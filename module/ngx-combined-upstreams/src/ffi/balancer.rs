@@ -23,6 +23,7 @@ use ngx::ffi::{
 };
 
 use super::log::log_str;
+use super::peers::Peer;
 use super::pool::{alloc, copy_str, PoolCell};
 use super::request::Req;
 use super::upstream::{PeerInitFn, Upstream};
@@ -34,6 +35,11 @@ pub trait PeerWrapper: 'static {
     type State: Copy;
     /// nginx asks for a peer: choose with [`Wrap::balancer_get`] (or refuse).
     fn get(w: Wrap<Self>, pc: PeerConn) -> Status
+    where
+        Self: Sized;
+    /// Before the balancer's `free` of a try runs (the try still holds its peer), with nginx's
+    /// `state` bits (`NGX_PEER_FAILED`, `NGX_PEER_NEXT`).
+    fn before_free(w: Wrap<Self>, pc: PeerConn, state: ngx_uint_t)
     where
         Self: Sized;
     /// After the balancer's `free` of a try ran.
@@ -191,6 +197,11 @@ impl<W: PeerWrapper> Wrap<W> {
         true
     }
 
+    /// The request.
+    pub fn request(self) -> Req {
+        self.0.get().r
+    }
+
     /// The upstream the request is connected to.
     pub fn upstream(self) -> Upstream {
         self.0.get().us
@@ -223,6 +234,17 @@ impl PeerConn {
         // SAFETY: see `from_ptr`; nginx is single-threaded and no other reference to the peer
         // connection is used while `f` runs.
         f(unsafe { &mut *self.as_ptr() })
+    }
+
+    /// The peer the balancer chose, right after a successful `get` (before
+    /// [`Wrap::record_try`] points `name` at a copy): only for balancers that keep a zone's
+    /// round-robin list (round robin, least_conn, with or without keepalive), which point
+    /// `pc->name` at the chosen peer's `name` (checked against `pc->sockaddr`).
+    pub fn chosen_rr_peer(self) -> Option<Peer> {
+        let (name, sa) = self.with(|p| (p.name, p.sockaddr));
+        // SAFETY: called by the live wrapper, installed only on those balancers, right after
+        // their successful `get` (see `Peer::chosen`).
+        unsafe { Peer::chosen(name, sa) }
     }
 
     /// The tries the request has left.
@@ -363,6 +385,7 @@ extern "C" fn free_peer<W: PeerWrapper>(
     else {
         return;
     };
+    W::before_free(w, pc, state);
     let c = w.0.get();
     if let Some(free) = c.free {
         // SAFETY: the balancer's own free, with the data its get used.

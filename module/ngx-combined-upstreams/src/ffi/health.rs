@@ -46,9 +46,26 @@ pub struct Rec {
     pad: [u8; 3],
     /// Its health.
     pub state: HealthState,
+    /// The probe's counters since the server got its record (its statistics'
+    /// `health_checks`, issue 24).
+    pub counts: ProbeCounts,
 }
 
-const _: () = assert!(size_of::<Rec>() == 4 + NAME_MAX + 3 + size_of::<HealthState>());
+/// A server's probe counters (`health_checks` of its statistics).
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct ProbeCounts {
+    /// Probes that ended.
+    pub checks: u64,
+    /// Of those, failed.
+    pub fails: u64,
+    /// Times the server became unhealthy.
+    pub unhealthy: u64,
+}
+
+const _: () = assert!(
+    size_of::<Rec>() == 4 + NAME_MAX + 3 + size_of::<HealthState>() + size_of::<ProbeCounts>()
+);
 
 impl Rec {
     /// A record for the peer `name` (cut to [`NAME_MAX`] bytes).
@@ -58,6 +75,7 @@ impl Rec {
             name: [0; NAME_MAX],
             pad: [0; 3],
             state,
+            counts: ProbeCounts::default(),
         };
         let b = name.as_bytes();
         let n = b.len().min(NAME_MAX);
@@ -294,6 +312,7 @@ impl Health {
                     if let Some(o) = i.and_then(|i| old.get(i)) {
                         if o.name() == r.name() {
                             r.state = o.state;
+                            r.counts = o.counts;
                         }
                     }
                 }

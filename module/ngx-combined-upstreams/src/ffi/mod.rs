@@ -29,6 +29,7 @@
 pub mod balancer;
 pub mod conf;
 pub mod content;
+pub mod counters;
 pub mod health;
 pub mod log;
 pub mod peers;
@@ -110,6 +111,22 @@ pub(crate) fn borrowed(s: &[u8]) -> ngx_str_t {
 pub fn current_msec() -> u64 {
     // SAFETY: a plain integer global nginx updates on its own thread, which this is.
     unsafe { ngx::ffi::ngx_current_msec as u64 }
+}
+
+/// nginx's cached wall clock in milliseconds since the Unix epoch (`ngx_timeofday()`).
+#[inline]
+pub fn wall_msec() -> u64 {
+    // SAFETY: `ngx_cached_time` is a pointer global nginx sets at start and updates on its own
+    // thread, which this is; it points at one of its cached time slots.
+    unsafe {
+        let t = ngx::ffi::ngx_cached_time;
+        if t.is_null() {
+            return 0;
+        }
+        ((*t).sec.max(0) as u64)
+            .saturating_mul(1000)
+            .saturating_add((*t).msec as u64)
+    }
 }
 
 /// The address of nginx's running configuration (`ngx_cycle`; while a new one is read, still the

@@ -22,6 +22,9 @@
 //! peer a `PUT` adds, from the zone's counter (`Shared::next_id`), so no id is given twice in
 //! a zone.
 //!
+//! A peer's `start_time` (also NGINX Plus's alone) holds the address of its statistics
+//! counters in the zone (`ffi/counters.rs`), made and freed with the peer.
+//!
 //! A retired peer's `max_conns` holds the time it was retired (`ngx_current_msec`, a monotonic
 //! clock shared by the workers): only a selection reads `max_conns`, and a retired peer is in no
 //! list, so nothing selects it again ([`ListsWrite::retire`], [`ListsRead::retired`]).
@@ -75,7 +78,8 @@
 //! session was saved, `ssl_session` (and in nginx builds with sticky sessions, 1.29.6+ by
 //! default, cfg `ngx_upstream_sid`: a `sid` buffer of 32 bytes) as separate slab allocations — the layout
 //! `ngx_http_upstream_zone_module` gives the peers it copies, so one [`SlabLocked::free_peer`]
-//! frees both kinds.
+//! frees both kinds — and the module's own statistics slot (`start_time`, 120 bytes), given to
+//! the copied peers when the zone is made ([`ListsWrite::attach_counters`]).
 
 use core::mem::size_of;
 use core::ptr::{self, NonNull};
@@ -93,6 +97,8 @@ use upstrand_core::live::plan::ListTotals;
 use upstrand_core::live::render::{RetiredView, SlabView};
 use upstrand_core::live::sizing::{PeerLayout, SlabShape};
 use upstrand_core::live::{down, Addr, Current, Server};
+
+use super::counters::{Counters, SLOT_BYTES};
 
 /// `AF_INET`, `AF_INET6`, `AF_UNIX` as the socket structures store them.
 const AF_INET: u16 = 2;
@@ -402,6 +408,7 @@ impl ListsWrite {
     pub fn set_health_bits(&self, name: Option<&[u8]>, bits: usize) -> usize {
         const MASK: usize = down::UNHEALTHY | down::CHECKING;
         let mut changed: usize = 0;
+        let now = crate::ffi::wall_msec();
         for list in [Some(self.primary), self.backup] {
             let Some(list) = list else { continue };
             // SAFETY: the list's write lock is held (guard); its chain of live peers ends with
@@ -421,6 +428,14 @@ impl ListsWrite {
                             // keep it out of rotation any longer.
                             if (*p).down & down::UNHEALTHY != 0 && new & down::UNHEALTHY == 0 {
                                 (*p).fails = 0;
+                            }
+                            // Unhealthy or checking is a down spell of its statistics.
+                            if let Some(c) = Peer(NonNull::new_unchecked(p)).counters() {
+                                if new & MASK != 0 {
+                                    c.down_begins(now);
+                                } else {
+                                    c.down_ends(now);
+                                }
                             }
                             (*p).down = new;
                             changed = changed.wrapping_add(1);
@@ -484,6 +499,30 @@ impl ListsWrite {
             }
         }
         next
+    }
+
+    /// Gives every peer of these lists that has none its statistics counters (the configured
+    /// servers, when the zone is made); false when the zone is full.
+    pub fn attach_counters(&self, m: &SlabLocked) -> bool {
+        for list in [Some(self.primary), self.backup] {
+            let Some(list) = list else { continue };
+            // SAFETY: the list's write lock is held (guard) and the slab mutex (m); its chain of
+            // live peers ends with null; a zeroed slot is a fresh one.
+            unsafe {
+                let mut p = (*list.raw()).peer;
+                while !p.is_null() {
+                    if (*p).start_time == 0 {
+                        let ct = ngx_slab_calloc_locked(m.0.raw(), SLOT_BYTES);
+                        if ct.is_null() {
+                            return false;
+                        }
+                        (*p).start_time = ct as usize as _;
+                    }
+                    p = (*p).next;
+                }
+            }
+        }
+        true
     }
 
     /// Puts `p` (just removed from these lists, still in use) on the retired chain `chain` of
@@ -657,6 +696,55 @@ impl Peer {
                 down: (*p).down & down::CONFIGURED != 0,
                 drain: (*p).down & down::DRAIN != 0,
             })
+        }
+    }
+
+    /// The peer whose `name` field is at `name`, when the peer's `sockaddr` is `sockaddr`.
+    ///
+    /// # Safety
+    /// `name` is null or `pc->name` right after a successful `get` of nginx's round robin or
+    /// least_conn (with or without keepalive) on a list of a zone: those set `pc->name` to the
+    /// chosen peer's `&peer->name` and `pc->sockaddr` to its `sockaddr`, and hold the peer
+    /// (`conns`) until their `free`.
+    pub(crate) unsafe fn chosen(
+        name: *const ngx::ffi::ngx_str_t,
+        sockaddr: *const ngx::ffi::sockaddr,
+    ) -> Option<Peer> {
+        if name.is_null() || sockaddr.is_null() {
+            return None;
+        }
+        let off = core::mem::offset_of!(ngx_http_upstream_rr_peer_t, name);
+        // SAFETY: caller: `name` is the `name` field of a live peer, so stepping back by its
+        // offset gives the peer; its `sockaddr` is read to confirm.
+        unsafe {
+            let p = name.cast::<u8>().sub(off) as *mut ngx_http_upstream_rr_peer_t;
+            if (*p).sockaddr.cast_const() != sockaddr {
+                return None;
+            }
+            NonNull::new(p).map(Peer)
+        }
+    }
+
+    /// The peer's statistics counters (`start_time` holds their address, see
+    /// `ffi/counters.rs`); None for a peer without (the zone was too full to make them).
+    #[inline]
+    pub fn counters(self) -> Option<Counters> {
+        // SAFETY: p is live (handle); the field is written only before the peer is linked (or
+        // when the zone is made); it is 0 or a slot of this zone, freed only with the peer.
+        unsafe { Counters::from_ptr((*self.raw()).start_time as *mut _) }
+    }
+
+    /// `(fails, max_fails)` now (a snapshot: a balancer may be changing `fails`), and whether
+    /// its list is `single` (nginx counts no failure then); read while the peer is held.
+    pub fn passive(self, list: Peers) -> (u64, u64, bool) {
+        // SAFETY: p is live (handle); list is live (handle).
+        unsafe {
+            let p = self.raw();
+            (
+                (*p).fails as u64,
+                (*p).max_fails as u64,
+                (*list.raw()).single() != 0,
+            )
         }
     }
 
@@ -866,8 +954,9 @@ impl SlabLocked {
                 ngx_slab_calloc_locked(pool, size_of::<ngx_sockaddr_t>()).cast::<ngx_sockaddr_t>();
             let nm = ngx_slab_calloc_locked(pool, NGX_SOCKADDR_STRLEN).cast::<u8>();
             let sv = ngx_slab_calloc_locked(pool, name_len.max(1)).cast::<u8>();
-            if sa.is_null() || nm.is_null() || sv.is_null() {
-                for q in [sa.cast::<u8>(), nm, sv] {
+            let ct = ngx_slab_calloc_locked(pool, SLOT_BYTES).cast::<u8>();
+            if sa.is_null() || nm.is_null() || sv.is_null() || ct.is_null() {
+                for q in [sa.cast::<u8>(), nm, sv, ct] {
                     if !q.is_null() {
                         ngx_slab_free_locked(pool, q.cast());
                     }
@@ -892,13 +981,14 @@ impl SlabLocked {
             (*p).max_conns = s.max_conns as usize;
             (*p).down = put_down_bits(s) | (run_bits & !down::SET_BY_PUT);
             (*p).slow_start = id as _;
+            (*p).start_time = ct as usize as _;
             // nginx builds with sticky sessions (cfg ngx_upstream_sid) give every zone peer a
             // `sid` buffer; an empty one here (only `sticky`, which the API refuses, reads it).
             #[cfg(ngx_upstream_sid)]
             {
                 let sid = ngx_slab_calloc_locked(pool, NGX_HTTP_UPSTREAM_SID_LEN).cast::<u8>();
                 if sid.is_null() {
-                    for q in [sa.cast::<u8>(), nm, sv] {
+                    for q in [sa.cast::<u8>(), nm, sv, ct] {
                         ngx_slab_free_locked(pool, q.cast());
                     }
                     ngx_slab_free_locked(pool, p.cast());
@@ -946,7 +1036,13 @@ impl SlabLocked {
             if !(*p).sid.data.is_null() {
                 ngx_slab_free_locked(pool, (*p).sid.data.cast());
             }
-            for q in [(*p).server.data, (*p).name.data, (*p).sockaddr.cast::<u8>()] {
+            let ct = (*p).start_time as *mut u8;
+            for q in [
+                (*p).server.data,
+                (*p).name.data,
+                (*p).sockaddr.cast::<u8>(),
+                ct,
+            ] {
                 if !q.is_null() {
                     ngx_slab_free_locked(pool, q.cast());
                 }
@@ -973,6 +1069,7 @@ pub fn peer_layout() -> PeerLayout {
         sid: NGX_HTTP_UPSTREAM_SID_LEN as u64,
         #[cfg(not(ngx_upstream_sid))]
         sid: 0,
+        counters: SLOT_BYTES as u64,
     }
 }
 

@@ -20,6 +20,9 @@
 //! - a request whose tries ran out in a `free` while the set changed (also because nginx's
 //!   `free` ends every retry on reading the new list's `single` flag) continues in the new set
 //!   by the same rule;
+//! - every try is counted in its server's statistics (`ffi/counters.rs`): the selection after
+//!   the balancer's `get`, the try's end (status class, bytes, times, failure) just before the
+//!   balancer's `free`, through the peer the try holds (no lookup, no lock);
 //! - a `free` frees retired peers that became idle (at most once per `SWEEP_EVERY_MS` per
 //!   upstream over all workers, so a long connection to a removed server does not make every
 //!   request take the list write locks).
@@ -28,14 +31,17 @@
 //! (`ffi/balancer.rs`: the trampolines, the balancer's saved callbacks, the copies of the
 //! peer's name and address and the addresses of the tries in the request pool).
 
-use ngx::ffi::{ngx_uint_t, NGX_DONE, NGX_LOG_WARN};
+use ngx::ffi::{ngx_uint_t, NGX_DONE, NGX_LOG_WARN, NGX_PEER_FAILED};
 use upstrand_core::live::plan::tries_in_new_set;
 use upstrand_core::live::render::overdue_retired_line;
 
 use super::zone::LiveUpstream;
 use crate::ffi::balancer::{wrap, PeerConn, PeerWrapper, Wrap};
+use crate::ffi::counters::TryEnd;
+use crate::ffi::peers::Peer;
 use crate::ffi::request::Req;
 use crate::ffi::upstream::{PeerInit, Upstream};
+use crate::ffi::wall_msec;
 use crate::ffi::Status;
 
 /// Per-request state of the wrapper (request pool; plain data).
@@ -47,6 +53,9 @@ pub struct LiveCtx {
     cap: ngx_uint_t,
     /// Tries ended so far (calls of `free`).
     made: ngx_uint_t,
+    /// The peer of the try in progress (from its `get` to its `free`, which the try holds it
+    /// for): whose statistics counters the try's end goes to.
+    peer: Option<Peer>,
 }
 
 /// The `peer.init` installed for live upstreams.
@@ -72,6 +81,7 @@ impl PeerInit for LivePeerInit {
             generation,
             cap: r.next_upstream_tries(),
             made: 0,
+            peer: None,
         };
         wrap::<LiveWrapper>(r, us, orig, ctx)
     }
@@ -107,10 +117,40 @@ impl PeerWrapper for LiveWrapper {
         }
         let rc = w.balancer_get(pc);
         drop(gate);
-        if (rc == Status::NGX_OK || rc.0 == NGX_DONE as isize) && !w.record_try(pc) {
-            return Status::NGX_ERROR;
+        if rc == Status::NGX_OK || rc.0 == NGX_DONE as isize {
+            // Statistics: the chosen peer (before `record_try` points the name at a copy).
+            let peer = pc.chosen_rr_peer();
+            if let Some(ct) = peer.and_then(Peer::counters) {
+                ct.selected(wall_msec());
+            }
+            w.update_state(|c| c.peer = peer);
+            if !w.record_try(pc) {
+                return Status::NGX_ERROR;
+            }
         }
         rc
+    }
+
+    fn before_free(w: Wrap<Self>, _pc: PeerConn, state: ngx_uint_t) {
+        // Counted before the balancer's `free`, while the try still holds the peer: after it,
+        // a removed peer may be freed (with its counters) by any worker.
+        let c = w.state();
+        let Some(peer) = c.peer else { return };
+        w.update_state(|c| c.peer = None);
+        let Some(ct) = peer.counters() else { return };
+        let failed = state & NGX_PEER_FAILED as ngx_uint_t != 0;
+        // nginx's round-robin `free` is about to count this failure: the server becomes
+        // unavailable when that brings `fails` to `max_fails` (never for a `single` list).
+        let became_unavail = failed && {
+            let (fails, max_fails, single) = peer.passive(c.live.primary);
+            !single && max_fails != 0 && fails.saturating_add(1) >= max_fails
+        };
+        ct.ended(
+            &TryEnd::of(w.request()),
+            failed,
+            became_unavail,
+            wall_msec(),
+        );
     }
 
     fn after_free(w: Wrap<Self>, pc: PeerConn) {

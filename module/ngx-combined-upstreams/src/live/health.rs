@@ -27,9 +27,10 @@ use upstrand_core::live::probe::{
     BODY_WINDOW,
 };
 use upstrand_core::live::render::UpstreamView;
+use upstrand_core::live::stats::HealthChecks;
 
 use super::zone::LiveUpstream;
-use crate::ffi::health::Rec;
+use crate::ffi::health::{ProbeCounts, Rec};
 use crate::ffi::log::log_cycle;
 use crate::ffi::prober::{self, start_probe, ProbeDone, ProbeSpec, ProcessHooks, Ticker};
 
@@ -341,6 +342,14 @@ impl ProbeDone for Done {
             Instant::now() + WRITE_WAIT,
             |r| {
                 let tr = r.state.record(&t.conf, outcome, now);
+                let c = &mut r.counts;
+                c.checks = c.checks.wrapping_add(1);
+                if matches!(outcome, Outcome::Fail { .. }) {
+                    c.fails = c.fails.wrapping_add(1);
+                }
+                if tr == Transition::BecameUnhealthy {
+                    c.unhealthy = c.unhealthy.wrapping_add(1);
+                }
                 change = Some((tr, r.state));
             },
         );
@@ -383,14 +392,28 @@ impl ProbeDone for Done {
 pub fn decorate(view: &mut UpstreamView, live: LiveUpstream, conf: &ProbeConf) {
     let now = crate::ffi::current_msec();
     let recs = live.health().and_then(|h| h.read()).unwrap_or_default();
-    let by_name: BTreeMap<&[u8], HealthState> = recs.iter().map(|r| (r.name(), r.state)).collect();
+    let by_name: BTreeMap<&[u8], (HealthState, ProbeCounts)> = recs
+        .iter()
+        .map(|r| (r.name(), (r.state, r.counts)))
+        .collect();
     for s in &mut view.servers {
         // A server added since the last round has no record yet: its state is a new server's.
-        let state = by_name
+        let (state, counts) = by_name
             .get(s.address.as_bytes())
             .copied()
-            .unwrap_or_else(|| HealthState::new_server(conf.mandatory));
+            .unwrap_or_else(|| {
+                (
+                    HealthState::new_server(conf.mandatory),
+                    ProbeCounts::default(),
+                )
+            });
         s.health = Some(state.view(conf, now));
+        s.stats.health_checks = Some(HealthChecks {
+            checks: counts.checks,
+            fails: counts.fails,
+            unhealthy: counts.unhealthy,
+            last_passed: (state.last_probe_ms != 0).then_some(state.last_error == 0),
+        });
     }
     let mut pv = conf.view();
     if let Some(h) = live.health() {

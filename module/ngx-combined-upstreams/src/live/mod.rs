@@ -398,7 +398,21 @@ impl ZoneInit for ZoneInitWrapper {
                     return Status::NGX_ERROR;
                 };
                 let next = lists.assign_ids(0);
+                // ... and their statistics counters.
+                let counted = lists.attach_counters(&slab.lock());
                 drop(lists);
+                if !counted {
+                    crate::ffi::log::log_cycle(
+                        NGX_LOG_EMERG,
+                        &format!(
+                            "upstreams_api: zone \"{}\" is too small for the statistics of upstream \"{}\" ({} bytes per server): make it larger",
+                            z.name(),
+                            e.name,
+                            crate::ffi::counters::SLOT_BYTES.next_power_of_two()
+                        ),
+                    );
+                    return Status::NGX_ERROR;
+                }
                 live.state().shared().next_id.store(next, Ordering::Relaxed);
                 if let Some(p) = e.probe.clone() {
                     let bits = if p.mandatory { down::CHECKING } else { 0 };

@@ -102,7 +102,10 @@ impl LiveUpstream {
                     active: st.conns,
                     fails: st.fails,
                     health: None,
-                    stats: Default::default(),
+                    stats: p
+                        .counters()
+                        .map(|c| c.read().to_stats())
+                        .unwrap_or_default(),
                 });
             }
         }

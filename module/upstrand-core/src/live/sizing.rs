@@ -3,8 +3,8 @@
 //! describes it.
 //!
 //! What it counts, per new server: the slab allocations a peer takes (the peer structure, its
-//! `sockaddr`, its name buffer, its server string, the `sid` buffer of nginx builds with sticky
-//! sessions) and — once a peer of the upstream has a TLS session stored in the zone
+//! `sockaddr`, its name buffer, its server string, its statistics counters, the `sid` buffer of
+//! nginx builds with sticky sessions) and — once a peer of the upstream has a TLS session stored in the zone
 //! (`proxy_ssl_session_reuse`, nginx's default for `https` upstreams) — one session of the
 //! largest size stored, since every new peer gets one at its first request. Each allocation is
 //! rounded as nginx's slab allocator rounds it (a power of two from 8 bytes up to half a page,
@@ -26,6 +26,8 @@ pub struct PeerLayout {
     pub name_buf: u64,
     /// The `sid` buffer (0: the build has none).
     pub sid: u64,
+    /// The peer's statistics counters (the module's slot, issue 24).
+    pub counters: u64,
 }
 
 /// A zone's slab figures.
@@ -61,6 +63,9 @@ pub fn peer_bytes(l: &PeerLayout, server_len: u64, tls_session: u64, page: u64) 
         + slab_bytes(l.sockaddr, page)
         + slab_bytes(l.name_buf, page)
         + slab_bytes(server_len.max(1), page);
+    if l.counters > 0 {
+        b += slab_bytes(l.counters, page);
+    }
     if l.sid > 0 {
         b += slab_bytes(l.sid, page);
     }
@@ -115,6 +120,7 @@ mod tests {
         sockaddr: 112,
         name_buf: 113,
         sid: 0,
+        counters: 120,
     };
 
     #[test]
@@ -129,13 +135,19 @@ mod tests {
 
     #[test]
     fn a_peer_counts_its_allocations_and_its_tls_session() {
-        // 256 + 128 + 128 + 16 for "127.0.0.1:10001" (15 bytes).
-        assert_eq!(peer_bytes(&LAYOUT, 15, 0, 4096), 528);
+        // 256 + 128 + 128 + 16 for "127.0.0.1:10001" (15 bytes) + 128 of counters.
+        assert_eq!(peer_bytes(&LAYOUT, 15, 0, 4096), 656);
         // A 1500-byte session takes a 2048-byte chunk; a 2100-byte one a whole page.
-        assert_eq!(peer_bytes(&LAYOUT, 15, 1500, 4096), 528 + 2048);
-        assert_eq!(peer_bytes(&LAYOUT, 15, 2100, 4096), 528 + 4096);
+        assert_eq!(peer_bytes(&LAYOUT, 15, 1500, 4096), 656 + 2048);
+        assert_eq!(peer_bytes(&LAYOUT, 15, 2100, 4096), 656 + 4096);
         let sid = PeerLayout { sid: 32, ..LAYOUT };
-        assert_eq!(peer_bytes(&sid, 15, 0, 4096), 528 + 32);
+        assert_eq!(peer_bytes(&sid, 15, 0, 4096), 656 + 32);
+        // Without counters (a layout that has none) the peer is 128 bytes smaller.
+        let bare = PeerLayout {
+            counters: 0,
+            ..LAYOUT
+        };
+        assert_eq!(peer_bytes(&bare, 15, 0, 4096), 656 - 128);
     }
 
     #[test]
@@ -149,12 +161,12 @@ mod tests {
             page_desc_bytes: 24,
         };
         let need = zone_need(&shape, &LAYOUT, &[15; 20], 1500);
-        assert_eq!(need.change_bytes, 20 * (528 + 2048));
-        assert_eq!(need.per_server_bytes, 528 + 2048);
+        assert_eq!(need.change_bytes, 20 * (656 + 2048));
+        assert_eq!(need.per_server_bytes, 656 + 2048);
         assert_eq!(need.tls_session_bytes, 2048);
         assert_eq!(need.in_use_bytes, 12 * 4096);
-        // 12 × 4096 + 51520 = 100672 bytes: 25 pages; overhead 65536 − 14 × 4120 = 7856.
-        let want = (7856u64 + 25 * 4120).div_ceil(1024) * 1024;
+        // 12 × 4096 + 54080 = 103232 bytes: 26 pages; overhead 65536 − 14 × 4120 = 7856.
+        let want = (7856u64 + 26 * 4120).div_ceil(1024) * 1024;
         assert_eq!(need.needed_bytes, want);
         assert!(need.needed_bytes > shape.zone_bytes);
         // Without sessions the same change needs less.
