@@ -170,9 +170,10 @@ func orEmpty(s []client.UpstreamServer) []client.UpstreamServer {
 }
 
 // grow merges each address into the upstream's set with UpdateHTTPServers: the list it hands the
-// client is the set it just read plus the new address. Another writer's server that appears
-// between that read and the client's own read inside UpdateHTTPServers is one the client deletes
-// (its diff says so): the caller accounts for it from "deleted".
+// client is the set it just read plus the new address. UpdateHTTPServers reads the set again
+// itself, so with another writer at work the two reads can differ: a server of the other writer
+// that appeared in between is deleted, and one of ours that the other writer deleted in between
+// is added again. The diffs say so; the caller accounts for every add and delete reported.
 func grow(c *client.NginxClient, upstream string, addrs []string) (interface{}, error) {
 	type report struct {
 		Added   []string `json:"added"`
@@ -186,7 +187,14 @@ func grow(c *client.NginxClient, upstream string, addrs []string) (interface{}, 
 		if err != nil {
 			return nil, err
 		}
-		want := append(cur, client.UpstreamServer{Server: a})
+		// The servers as a caller would list them (nginx-asg-sync builds them without ids): the
+		// client would send an id it was given back in a POST when it adds one again.
+		want := make([]client.UpstreamServer, 0, len(cur)+1)
+		for _, s := range cur {
+			s.ID = 0
+			want = append(want, s)
+		}
+		want = append(want, client.UpstreamServer{Server: a})
 		added, deleted, updated, err := c.UpdateHTTPServers(upstream, want)
 		r.Calls++
 		for _, s := range added {

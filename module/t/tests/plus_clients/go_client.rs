@@ -328,11 +328,14 @@ pub fn case_writes_are_followed_by_traffic() -> Result<Completion, Failed> {
 const GROW: usize = 40;
 
 /// (c) Two clients at once, each merging its own servers into `app` one `UpdateHTTPServers` at a
-/// time (the set it read plus one new server), `GROW` times: at the end `app` holds the configured
-/// server and every server either client added, less those a client's diff reports it deleted
-/// (a server of the other writer that appeared between its two reads). A write the module
-/// lost (two writers' read-modify-write interleaved) shows as a server the clients added and
-/// never deleted that is not in the set.
+/// time (the set it read plus one new server), `GROW` times. The client reads the set again
+/// inside `UpdateHTTPServers`, so a writer's diff can delete a server of the other writer that
+/// appeared between its two reads, or add one of its own again that the other deleted in between;
+/// every add and delete it makes is in its diffs. An address is never in the set twice (the client
+/// adds only what it does not find, the module refuses a second one), so per address the adds and
+/// deletes alternate: at the end an address is in the set exactly when the clients reported one add
+/// more than deletes. A write the module lost (two writers' read-modify-write interleaved) shows as
+/// an address with one add more that is not in the set.
 pub fn case_two_writers_lose_no_server() -> Result<Completion, Failed> {
     if let Some(skip) = require(&["go"])? {
         return Ok(skip);
@@ -361,8 +364,9 @@ pub fn case_two_writers_lose_no_server() -> Result<Completion, Failed> {
             Ok(c.spawn().map_err(|e| format!("start plus-go grow: {e}"))?)
         })
         .collect::<Result<Vec<_>, Failed>>()?;
-    let mut added = BTreeSet::new();
-    let mut deleted = BTreeSet::new();
+    // Per address: adds minus deletes the clients reported (the configured server counts 1).
+    let mut net: BTreeMap<String, i64> = BTreeMap::from([(addr(&m, 1), 1)]);
+    let (mut adds, mut deletes) = (0, 0);
     for (w, c) in children.into_iter().enumerate() {
         let out = c
             .wait_with_output()
@@ -376,7 +380,7 @@ pub fn case_two_writers_lose_no_server() -> Result<Completion, Failed> {
         })?;
         let r: Value = serde_json::from_slice(&out.stdout)
             .map_err(|e| format!("writer {w}: bad JSON: {e}"))?;
-        let list = |k: &str| -> BTreeSet<String> {
+        let list = |k: &str| -> Vec<String> {
             r[k].as_array()
                 .into_iter()
                 .flatten()
@@ -384,35 +388,56 @@ pub fn case_two_writers_lose_no_server() -> Result<Completion, Failed> {
                 .collect()
         };
         let own: BTreeSet<String> = sets[w].iter().cloned().collect();
+        let other: BTreeSet<String> = sets[1 - w].iter().cloned().collect();
         check_eq(
-            list("added"),
+            list("added").into_iter().collect::<BTreeSet<_>>(),
             own,
             &format!("writer {w}: the servers its diffs added"),
+        )?;
+        check(list("deleted").iter().all(|d| other.contains(d)), || {
+            format!(
+                "writer {w} deleted servers not of the other writer: {:?}",
+                list("deleted")
+            )
+        })?;
+        check_eq(
+            list("updated"),
+            Vec::new(),
+            &format!("writer {w}: servers updated"),
         )?;
         check_eq(
             r["calls"].as_u64(),
             Some(GROW as u64),
             &format!("writer {w}: calls"),
         )?;
-        added.extend(list("added"));
-        deleted.extend(list("deleted"));
+        for a in list("added") {
+            adds += 1;
+            *net.entry(a).or_default() += 1;
+        }
+        for d in list("deleted") {
+            deletes += 1;
+            *net.entry(d).or_default() -= 1;
+        }
     }
-    let mut want: BTreeSet<String> = added.difference(&deleted).cloned().collect();
-    want.insert(addr(&m, 1));
+    let odd: Vec<(&String, &i64)> = net.iter().filter(|(_, n)| !(0..=1).contains(*n)).collect();
+    check(odd.is_empty(), || {
+        format!("adds and deletes of an address do not alternate: {odd:?}")
+    })?;
+    let want: BTreeSet<String> = net
+        .iter()
+        .filter(|(_, n)| **n == 1)
+        .map(|(a, _)| a.clone())
+        .collect();
     let have: BTreeSet<String> = http_servers(&m, "app")?.into_keys().collect();
     let lost: Vec<&String> = want.difference(&have).collect();
     let extra: Vec<&String> = have.difference(&want).collect();
     check(lost.is_empty() && extra.is_empty(), || {
         format!(
-            "lost servers {lost:?}, servers that should be gone {extra:?} ({} added, {} deleted by the clients' diffs)",
-            added.len(),
-            deleted.len()
+            "lost servers {lost:?}, servers that should be gone {extra:?} ({adds} adds, {deletes} deletes in the clients' diffs)"
         )
     })?;
     println!(
-        "two writers: {} servers added, {} deleted by a diff (the other writer's, between its reads), {} in the set",
-        added.len(),
-        deleted.len(),
+        "two writers: {adds} adds and {deletes} deletes reported by the clients' diffs, {} servers in the set",
         have.len()
     );
     m.check_workers_unchanged()?;
