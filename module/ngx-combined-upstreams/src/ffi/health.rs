@@ -3,8 +3,9 @@
 //!
 //! The table is the zone's general per-server record: one [`Rec`] per server of the set, keyed
 //! by the peer's name (`10.0.0.1:8080`, the same for a server kept across a `PUT`), holding its
-//! health (`upstrand_core::live::probe::HealthState`) today; issue 24 adds per-server counters
-//! and Plus-API ids to the same record. It is a slab array with its own rwlock (`lock`), used
+//! health (`upstrand_core::live::probe::HealthState`) and the probe's counters (`ProbeCounts`,
+//! the `health_checks` of the server's statistics, issue 24; the other counters and the ids are
+//! per peer, `ffi/counters.rs`). It is a slab array with its own rwlock (`lock`), used
 //! only by the probe code and `GET` (never by a peer selection): read-held to copy it out,
 //! write-held (with a deadline, like every write side in the zone) to change a record in place
 //! or to swap in a rebuilt array. Only the prober that holds the lease rebuilds it (once per

@@ -19,8 +19,8 @@
 //! only NGINX Plus uses (open-source nginx from 1.22 to 1.30 declares it and never reads or
 //! writes it; the zone module's copy of a configured peer copies its 0). Ids are given by
 //! [`ListsWrite::assign_ids`] when the zone is made and by [`SlabLocked::alloc_peer`] for a
-//! peer a `PUT` adds, from the zone's counter (`Shared::next_id`), so no id is given twice in
-//! a zone.
+//! peer a `PUT` adds, from the upstream's counter in the zone (`Shared::next_id`), so the
+//! upstream never gives an id twice (until a reload makes a new zone).
 //!
 //! A peer's `start_time` (also NGINX Plus's alone) holds the address of its statistics
 //! counters in the zone (`ffi/counters.rs`), made and freed with the peer.

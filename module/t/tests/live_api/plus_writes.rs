@@ -278,8 +278,8 @@ fn case_refused_writes_change_nothing() -> CaseResult {
 fn case_concurrent_writers_lose_no_server() -> CaseResult {
     let m = Master::start(&conf(""))?;
     let (port, dead) = (m.port(0), m.dead);
-    let per = 20;
-    let writers: Vec<_> = (1..=2)
+    let (nwriters, per) = (4, 25);
+    let writers: Vec<_> = (1..=nwriters)
         .map(|w| {
             std::thread::spawn(move || -> Result<(), String> {
                 for i in 0..per {
@@ -310,7 +310,7 @@ fn case_concurrent_writers_lose_no_server() -> CaseResult {
     let all = ids(&m)?;
     check_eq(
         all.len(),
-        2 + 2 * per,
+        2 + nwriters * per,
         &format!("servers after the concurrent POSTs: {all:?}"),
     )?;
     let distinct: BTreeSet<u64> = all.values().copied().collect();

@@ -5,9 +5,9 @@ use serde::Serialize;
 /// One server in `GET <loc>/NAME`.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 pub struct ServerView {
-    /// The server's id in its zone: given when it entered the set (configuration, `PUT`), kept
-    /// while it stays, never given to another server of the zone (a reload makes a new zone,
-    /// whose ids start again at 0). The NGINX Plus API's per-peer `id`.
+    /// The server's id in its upstream: given when it entered the set (configuration, `PUT`),
+    /// kept while it stays, never given to another server of the upstream (a reload makes a new
+    /// zone, whose ids start again at 0). The NGINX Plus API's per-peer `id`.
     pub id: u64,
     /// Peer name (`10.0.0.1:8080`, `[::1]:80`, `unix:/path`).
     pub address: String,
