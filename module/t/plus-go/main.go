@@ -15,12 +15,16 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nginxinc/nginx-plus-go-client/client"
@@ -35,10 +39,13 @@ commands (each prints JSON):
   add URL UPSTREAM SERVER          AddHTTPServer
   update URL UPSTREAM SERVER...    UpdateHTTPServers: {"added":[],"deleted":[],"updated":[]}
   delete URL UPSTREAM ADDRESS      DeleteHTTPServer
-  grow URL UPSTREAM ADDRESS...     for each ADDRESS in turn: GetHTTPServers, then UpdateHTTPServers
-                                   with the servers read plus ADDRESS (one writer of several merging
-                                   its own servers into the set); prints the addresses the client
-                                   reported added, deleted and updated over all calls
+  grow URL UPSTREAM WORKERS ADDRESS...
+                                   WORKERS goroutines, each merging its share of the ADDRESSes into
+                                   the set one at a time: GetHTTPServers, then UpdateHTTPServers with
+                                   the servers read plus the address (a call that fails because
+                                   another writer was quicker is tried again); prints every server
+                                   the API acknowledged creating (POST 201, with its id) and every
+                                   id it acknowledged deleting (DELETE 200)
 `
 
 func main() {
@@ -149,10 +156,14 @@ func run(cmd, url string, version int, rest []string) (interface{}, error) {
 		}
 		return map[string]string{"deleted": rest[1]}, nil
 	default: // grow
-		if len(rest) < 2 {
-			return nil, usageError("expected UPSTREAM ADDRESS...")
+		if len(rest) < 3 {
+			return nil, usageError("expected UPSTREAM WORKERS ADDRESS...")
 		}
-		return grow(c, rest[0], rest[1:])
+		workers, err := strconv.Atoi(rest[1])
+		if err != nil || workers < 1 {
+			return nil, usageError(fmt.Sprintf("WORKERS %q: a number of goroutines, 1 or more", rest[1]))
+		}
+		return grow(url, rest[0], version, workers, rest[2:])
 	}
 }
 
@@ -169,48 +180,138 @@ func orEmpty(s []client.UpstreamServer) []client.UpstreamServer {
 	return s
 }
 
-// grow merges each address into the upstream's set with UpdateHTTPServers: the list it hands the
-// client is the set it just read plus the new address. UpdateHTTPServers reads the set again
-// itself, so with another writer at work the two reads can differ: a server of the other writer
-// that appeared in between is deleted, and one of ours that the other writer deleted in between
-// is added again. The diffs say so; the caller accounts for every add and delete reported.
-func grow(c *client.NginxClient, upstream string, addrs []string) (interface{}, error) {
+// grow merges each address into the upstream's set with UpdateHTTPServers, from `workers`
+// goroutines at once (each with its own client, the addresses dealt out in turn): the list a
+// goroutine hands the client is the set it just read (without ids, as nginx-asg-sync builds its
+// servers) plus the new address. UpdateHTTPServers reads the set again itself, so with other
+// writers at work the two reads differ: the client deletes a server that appeared in between and
+// adds again one that went, and it fails when another writer was quicker (a server that exists
+// already, or is gone). Such a call is tried again (up to 20 times). What the API acknowledged is
+// recorded below the client, from the HTTP exchanges: every server a POST created (201, with the
+// id the answer gives) and every id a DELETE removed (200): the caller checks the final set
+// against exactly that.
+func grow(url, upstream string, version, workers int, addrs []string) (interface{}, error) {
+	rec := &recorder{base: http.DefaultTransport}
 	type report struct {
-		Added   []string `json:"added"`
-		Deleted []string `json:"deleted"`
-		Updated []string `json:"updated"`
-		Calls   int      `json:"calls"`
+		Created []createdServer `json:"created"`
+		Deleted []uint64        `json:"deleted_ids"`
+		Calls   int             `json:"calls"`
+		Retried int             `json:"retried"`
+		Errors  []string        `json:"errors"`
 	}
-	r := report{Added: []string{}, Deleted: []string{}, Updated: []string{}}
-	for _, a := range addrs {
-		cur, err := c.GetHTTPServers(upstream)
+	var mu sync.Mutex
+	r := report{Errors: []string{}}
+	var wg sync.WaitGroup
+	failed := make(chan error, workers)
+	for w := 0; w < workers; w++ {
+		var mine []string
+		for i := w; i < len(addrs); i += workers {
+			mine = append(mine, addrs[i])
+		}
+		c, err := client.NewNginxClientWithVersion(&http.Client{Timeout: 15 * time.Second, Transport: rec}, url, version)
 		if err != nil {
 			return nil, err
 		}
-		// The servers as a caller would list them (nginx-asg-sync builds them without ids): the
-		// client would send an id it was given back in a POST when it adds one again.
-		want := make([]client.UpstreamServer, 0, len(cur)+1)
-		for _, s := range cur {
-			s.ID = 0
-			want = append(want, s)
-		}
-		want = append(want, client.UpstreamServer{Server: a})
-		added, deleted, updated, err := c.UpdateHTTPServers(upstream, want)
-		r.Calls++
-		for _, s := range added {
-			r.Added = append(r.Added, s.Server)
-		}
-		for _, s := range deleted {
-			r.Deleted = append(r.Deleted, s.Server)
-		}
-		for _, s := range updated {
-			r.Updated = append(r.Updated, s.Server)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("after %d calls (%+v): %w", r.Calls, r, err)
-		}
+		wg.Add(1)
+		go func(mine []string) {
+			defer wg.Done()
+			for _, a := range mine {
+				var last error
+				for attempt := 0; attempt < 20; attempt++ {
+					last = mergeOne(c, upstream, a)
+					mu.Lock()
+					r.Calls++
+					if last != nil {
+						r.Retried++
+						if len(r.Errors) < 10 {
+							r.Errors = append(r.Errors, last.Error())
+						}
+					}
+					mu.Unlock()
+					if last == nil {
+						break
+					}
+				}
+				if last != nil {
+					failed <- fmt.Errorf("%s: 20 attempts failed, the last: %w", a, last)
+					return
+				}
+			}
+		}(mine)
 	}
+	wg.Wait()
+	close(failed)
+	if err := <-failed; err != nil {
+		return nil, err
+	}
+	r.Created, r.Deleted = rec.created, rec.deleted
 	return r, nil
+}
+
+// mergeOne: the set as read, without ids, plus addr, through UpdateHTTPServers.
+func mergeOne(c *client.NginxClient, upstream, addr string) error {
+	cur, err := c.GetHTTPServers(upstream)
+	if err != nil {
+		return err
+	}
+	want := make([]client.UpstreamServer, 0, len(cur)+1)
+	for _, s := range cur {
+		if s.Server == addr {
+			return nil // in the set already (an earlier attempt's add went through)
+		}
+		s.ID = 0
+		want = append(want, s)
+	}
+	want = append(want, client.UpstreamServer{Server: addr})
+	_, _, _, err = c.UpdateHTTPServers(upstream, want)
+	return err
+}
+
+type createdServer struct {
+	ID     uint64 `json:"id"`
+	Server string `json:"server"`
+}
+
+// recorder is the clients' transport: it passes every exchange on and notes what the API
+// acknowledged, a server created by a POST (201) or an id removed by a DELETE (200).
+type recorder struct {
+	base    http.RoundTripper
+	mu      sync.Mutex
+	created []createdServer
+	deleted []uint64
+}
+
+func (r *recorder) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := r.base.RoundTrip(req)
+	if err != nil {
+		return resp, err
+	}
+	switch {
+	case req.Method == http.MethodPost && resp.StatusCode == http.StatusCreated:
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			return nil, err
+		}
+		resp.Body = io.NopCloser(bytes.NewReader(body))
+		var s createdServer
+		if err := json.Unmarshal(body, &s); err != nil || s.Server == "" {
+			return nil, fmt.Errorf("POST %s answered 201 without a server: %q", req.URL.Path, body)
+		}
+		r.mu.Lock()
+		r.created = append(r.created, s)
+		r.mu.Unlock()
+	case req.Method == http.MethodDelete && resp.StatusCode == http.StatusOK:
+		parts := strings.Split(strings.Trim(req.URL.Path, "/"), "/")
+		id, err := strconv.ParseUint(parts[len(parts)-1], 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("DELETE %s: no id in the path", req.URL.Path)
+		}
+		r.mu.Lock()
+		r.deleted = append(r.deleted, id)
+		r.mu.Unlock()
+	}
+	return resp, nil
 }
 
 func parseServer(arg string) (client.UpstreamServer, error) {
