@@ -1,7 +1,7 @@
 //! (d) The official Prometheus exporter, Debian's `prometheus-nginx-exporter` 0.11.0 with
 //! `-nginx.plus`, scraping the Plus API: its per-server `nginxplus_upstream_server_*` series carry
 //! exactly the requests this case sent, by backend and status class, and zeros for a quiet
-//! upstream.
+//! upstream; after a reload (a new zone) the same exporter shows only what came after it.
 
 use std::collections::BTreeMap;
 use std::io::Read;
@@ -136,14 +136,33 @@ pub fn case_exporter_counts_match_requests() -> Result<Completion, Failed> {
 }
 
 fn run() -> CaseResult {
-    let m = Master::start(&conf(
+    let conf = conf(
         "upstream app { zone app 1m; server 127.0.0.1:{P1}; server 127.0.0.1:{P2}; }\n\
          upstream quiet { zone quiet 64k; server 127.0.0.1:{P3}; }",
-    ))?;
+    );
+    let mut m = Master::start(&conf)?;
     let exporter = Exporter::start(m.port(0))?;
-    // Sent: per backend and status class, counted from the answers (X-Backend names the server).
+    let sent = send(
+        &m,
+        &[("/", 14), ("/s/404", 6), ("/s/500", 4), ("/s/302", 3)],
+    )?;
+    series_match(&m, &exporter, &sent)?;
+    m.check_workers_unchanged()?;
+    // A reload starts a new zone, whose counters start at 0 (as in Plus): the same exporter
+    // process, scraping on, shows only what was sent after it.
+    m.reload(&conf)?;
+    let sent = send(&m, &[("/", 5), ("/s/500", 2)])?;
+    series_match(&m, &exporter, &sent)?;
+    m.check_workers_unchanged()
+}
+
+type Sent = BTreeMap<(String, &'static str), u64>;
+
+/// Requests to `app` (`mix`: path, times; answers of every class); counted per backend and status class from the
+/// answers (`X-Backend` names the server).
+fn send(m: &Master, mix: &[(&str, usize)]) -> Result<Sent, Failed> {
     let mut sent: BTreeMap<(String, &str), u64> = BTreeMap::new();
-    for (path, times) in [("/", 14), ("/s/404", 6), ("/s/500", 4), ("/s/302", 3)] {
+    for &(path, times) in mix {
         for _ in 0..times {
             let r = http_request(m.port(0), "GET", path, &[], b"")?;
             let b = r.header("X-Backend").unwrap_or("-").to_string();
@@ -160,10 +179,15 @@ fn run() -> CaseResult {
             *sent.entry((b, class)).or_default() += 1;
         }
     }
+    Ok(sent)
+}
+
+/// The exporter's per-server series equal `sent` (zeros for `quiet`), within 5 s.
+fn series_match(m: &Master, exporter: &Exporter, sent: &Sent) -> CaseResult {
     let servers = [
-        ("app", addr(&m, 1), "b1"),
-        ("app", addr(&m, 2), "b2"),
-        ("quiet", addr(&m, 3), "b3"),
+        ("app", addr(m, 1), "b1"),
+        ("app", addr(m, 2), "b2"),
+        ("quiet", addr(m, 3), "b3"),
     ];
     // The counters are written when each request ends (after its answer reached us): compare
     // until they match or 5 s passed, then report the last difference.
@@ -214,7 +238,7 @@ fn run() -> CaseResult {
                 "exporter series match the {} requests sent: {sent:?}",
                 sent.values().sum::<u64>()
             );
-            break;
+            return Ok(());
         }
         check(Instant::now() < deadline, || {
             format!(
@@ -225,5 +249,4 @@ fn run() -> CaseResult {
         })?;
         std::thread::sleep(Duration::from_millis(100));
     }
-    m.check_workers_unchanged()
 }
