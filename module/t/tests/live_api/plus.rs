@@ -350,6 +350,64 @@ fn case_upstreams_peers_and_servers() -> CaseResult {
     m.check_workers_unchanged()
 }
 
+/// `app` with one server whose answer depends on the path: `/nf` 404, `/err` 500, else 200.
+fn counting_conf() -> String {
+    "upstream app { zone app 1m; server 127.0.0.1:{P1}; }\n\
+     server { listen 127.0.0.1:{P0} reuseport;\n\
+     add_header X-Worker $pid always;\n\
+     location / { proxy_pass http://app; proxy_next_upstream off; }\n\
+     location /api { upstreams_api plus; }\n\
+     }\n\
+     server { listen 127.0.0.1:{P1};\n\
+     location = /nf { return 404; }\n\
+     location = /err { return 500; }\n\
+     location / { return 200 \"ok\\n\"; } }\n"
+        .to_string()
+}
+
+fn case_peer_counters_count_the_requests_sent() -> CaseResult {
+    let mut m = Master::start(&counting_conf())?;
+    let mut workers = std::collections::BTreeSet::new();
+    for (path, n) in [("/", 6), ("/nf", 3), ("/err", 2)] {
+        for _ in 0..n {
+            let r = http_request(m.port(0), "GET", path, &[], b"")?;
+            workers.insert(r.header("X-Worker").unwrap_or_default().to_string());
+        }
+    }
+    let p = &get(&m, "/api/8/http/upstreams/app")?["peers"][0];
+    check_eq(p["requests"].as_u64(), Some(11), &format!("requests: {p}"))?;
+    check_eq(
+        &p["responses"],
+        &serde_json::json!({"1xx": 0, "2xx": 6, "3xx": 0, "4xx": 3, "5xx": 2, "total": 11}),
+        "responses by class",
+    )?;
+    check(
+        p["sent"].as_u64() > Some(0) && p["received"].as_u64() > Some(0),
+        || format!("bytes: {p}"),
+    )?;
+    check(
+        p["selected"].as_str().is_some_and(|t| t.ends_with('Z')),
+        || format!("selected: {p}"),
+    )?;
+    check(
+        p["header_time"].is_u64() && p["response_time"].is_u64(),
+        || format!("times: {p}"),
+    )?;
+    check_eq(p["state"].as_str(), Some("up"), "state")?;
+    // A reload makes a new zone: its counters start at 0, as NGINX Plus's do.
+    m.reload(&counting_conf())?;
+    let p = &get(&m, "/api/8/http/upstreams/app")?["peers"][0];
+    check_eq(
+        p["requests"].as_u64(),
+        Some(0),
+        &format!("after a reload: {p}"),
+    )?;
+    check(p.get("selected").is_none(), || {
+        format!("never selected in the new zone: {p}")
+    })?;
+    Ok(())
+}
+
 pub fn trials() -> Vec<Trial> {
     let mut t = vec![
         ngx_harness::emerg_trial(
@@ -364,6 +422,10 @@ pub fn trials() -> Vec<Trial> {
         Trial::test(
             "plus_upstreams_peers_and_servers",
             case_upstreams_peers_and_servers,
+        ),
+        Trial::test(
+            "plus_peer_counters_count_the_requests_sent",
+            case_peer_counters_count_the_requests_sent,
         ),
     ];
     t.extend(super::plus_writes::trials());

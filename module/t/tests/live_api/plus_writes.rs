@@ -92,8 +92,13 @@ fn case_writes_change_traffic_of_both_workers() -> CaseResult {
         .map(|a| a.iter().filter_map(|s| s["id"].as_u64()).collect())
         .unwrap_or_default();
     check_eq(left, vec![2, 1], "servers left (primary, then backup)")?;
-    // b1 back: a new id, never 0 again.
-    let (s, v) = call(&m, "POST", SERVERS, &format!(r#"{{"server":"{a1}"}}"#))?;
+    // b1 back (with its old id, which is ignored): a new id, never 0 again.
+    let (s, v) = call(
+        &m,
+        "POST",
+        SERVERS,
+        &format!(r#"{{"server":"{a1}","id":0}}"#),
+    )?;
     check_eq(s, 201, &format!("POST b1 again: {v}"))?;
     check_eq(v["id"].as_u64(), Some(3), "b1 gets a new id")?;
     let a = answers(&m, 40)?;

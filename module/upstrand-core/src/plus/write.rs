@@ -72,13 +72,9 @@ pub fn plan(view: &UpstreamView, op: &WriteOp) -> Result<PutRequest, PlusError> 
         .collect::<Result<Vec<_>, _>>()?;
     match op {
         WriteOp::Add(f) => {
-            if f.id.is_some() {
-                return Err(PlusError::new(
-                    400,
-                    "UpstreamConfFormatError",
-                    "\"id\" is given by the API and cannot be set",
-                ));
-            }
+            // An `id` (a server read back with GET and sent again, as nginx-plus-go-client does
+            // when it adds back a server another writer removed) is ignored: the new server gets
+            // a new id, ids are never given twice.
             let Some(addr) = f.server.clone() else {
                 return Err(PlusError::new(
                     400,

@@ -55,18 +55,19 @@ fn add_appends_with_nginx_defaults_and_the_read_generation() {
 }
 
 #[test]
-fn add_refuses_an_existing_address_a_missing_one_and_an_id() {
+fn add_refuses_an_existing_address_and_a_missing_one_and_ignores_an_id() {
     let e = plan(&two(), &WriteOp::Add(fields(r#"{"server":"10.0.0.2:80"}"#))).unwrap_err();
     assert_eq!((e.status, e.code), (409, "EntryExists"));
     let e = plan(&two(), &WriteOp::Add(fields(r#"{"weight":2}"#))).unwrap_err();
     assert_eq!((e.status, e.code), (400, "UpstreamConfFormatError"));
     assert!(e.text.contains("missing \"server\""));
-    let e = plan(
+    // An id sent back is ignored: the planned set is the same as without it.
+    let with_id = plan(
         &two(),
-        &WriteOp::Add(fields(r#"{"server":"10.0.0.9:80","id":3}"#)),
-    )
-    .unwrap_err();
-    assert_eq!((e.status, e.code), (400, "UpstreamConfFormatError"));
+        &WriteOp::Add(fields(r#"{"server":"10.0.0.9:80","id":0}"#)),
+    );
+    let without = plan(&two(), &WriteOp::Add(fields(r#"{"server":"10.0.0.9:80"}"#)));
+    assert_eq!(with_id.unwrap(), without.unwrap());
 }
 
 #[test]
