@@ -182,8 +182,9 @@ func orEmpty(s []client.UpstreamServer) []client.UpstreamServer {
 
 // grow merges each address into the upstream's set with UpdateHTTPServers, from `workers`
 // goroutines at once (each with its own client, the addresses dealt out in turn): the list a
-// goroutine hands the client is the set it just read (without ids, as nginx-asg-sync builds its
-// servers) plus the new address. UpdateHTTPServers reads the set again itself, so with other
+// goroutine hands the client is the set it just read (as read, ids included: when the client
+// adds one of them again, its POST carries the old id, which the API must ignore) plus the new
+// address. UpdateHTTPServers reads the set again itself, so with other
 // writers at work the two reads differ: the client deletes a server that appeared in between and
 // adds again one that went, and it fails when another writer was quicker (a server that exists
 // already, or is gone). Such a call is tried again (up to 20 times). What the API acknowledged is
@@ -248,7 +249,7 @@ func grow(url, upstream string, version, workers int, addrs []string) (interface
 	return r, nil
 }
 
-// mergeOne: the set as read, without ids, plus addr, through UpdateHTTPServers.
+// mergeOne: the set as read plus addr, through UpdateHTTPServers.
 func mergeOne(c *client.NginxClient, upstream, addr string) error {
 	cur, err := c.GetHTTPServers(upstream)
 	if err != nil {
@@ -259,7 +260,6 @@ func mergeOne(c *client.NginxClient, upstream, addr string) error {
 		if s.Server == addr {
 			return nil // in the set already (an earlier attempt's add went through)
 		}
-		s.ID = 0
 		want = append(want, s)
 	}
 	want = append(want, client.UpstreamServer{Server: addr})

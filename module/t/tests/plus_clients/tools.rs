@@ -112,7 +112,9 @@ pub fn plus_go() -> Result<PathBuf, Failed> {
         if !out.status.success() {
             let _ = std::fs::remove_file(&tmp);
             return Err(format!(
-                "go build ./module/t/plus-go failed:\n{}",
+                "go build ./module/t/plus-go failed ({}):\n{}{}",
+                out.status,
+                String::from_utf8_lossy(&out.stdout),
                 String::from_utf8_lossy(&out.stderr)
             ));
         }
