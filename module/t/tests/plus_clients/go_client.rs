@@ -325,10 +325,10 @@ pub fn case_writes_are_followed_by_traffic() -> Result<Completion, Failed> {
 }
 
 /// How many addresses each of the two clients merges in, and from how many goroutines.
-const GROW: usize = 40;
+const GROW: usize = 60;
 const GOROUTINES: &str = "8";
 
-/// (c) Two clients at once (two processes), each merging its own 40 servers into `app` from 8
+/// (c) Two clients at once (two processes), each merging its own 60 servers into `app` from 8
 /// goroutines, one `UpdateHTTPServers` per server (the set just read plus the new one). The
 /// clients read the set twice per call, so their diffs also delete each other's servers and add
 /// some again, and calls fail and are retried when another writer was quicker: what counts is what
