@@ -26,9 +26,12 @@ use core::mem::size_of;
 use core::ptr::NonNull;
 use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-use ngx::ffi::ngx_msec_t;
+use ngx::ffi::{
+    ngx_http_upstream_rr_peer_t, ngx_msec_t, ngx_slab_calloc_locked, ngx_str_t, sockaddr,
+};
 use upstrand_core::live::stats::{status_class, RawCounters};
 
+use super::peers::{ListsWrite, Peer, Peers, SlabLocked};
 use super::request::Req;
 
 /// One server's counters in the zone (zeroed memory is a fresh slot). See
@@ -198,5 +201,113 @@ impl Counters {
             header_ms: s.header_ms.load(Relaxed),
             response_ms: s.response_ms.load(Relaxed),
         }
+    }
+}
+
+/// The peer's id and counters fields (`slow_start`, `start_time`; see `ffi/peers.rs`).
+impl Peer {
+    /// The peer whose `name` field is at `name`, when the peer's `sockaddr` is `sockaddr`.
+    ///
+    /// # Safety
+    /// `name` is null or `pc->name` right after a successful `get` of nginx's round robin or
+    /// least_conn (with or without keepalive) on a list of a zone: those set `pc->name` to the
+    /// chosen peer's `&peer->name` and `pc->sockaddr` to its `sockaddr`, and hold the peer
+    /// (`conns`) until their `free`.
+    pub(crate) unsafe fn chosen(name: *const ngx_str_t, sockaddr: *const sockaddr) -> Option<Peer> {
+        if name.is_null() || sockaddr.is_null() {
+            return None;
+        }
+        let off = core::mem::offset_of!(ngx_http_upstream_rr_peer_t, name);
+        // SAFETY: caller: `name` is the `name` field of a live peer, so stepping back by its
+        // offset gives the peer; its `sockaddr` is read to confirm.
+        unsafe {
+            let p = name.cast::<u8>().sub(off) as *mut ngx_http_upstream_rr_peer_t;
+            if (*p).sockaddr.cast_const() != sockaddr {
+                return None;
+            }
+            NonNull::new(p).map(Peer)
+        }
+    }
+
+    /// The peer's statistics counters (`start_time` holds their address, see
+    /// `ffi/counters.rs`); None for a peer without (the zone was too full to make them).
+    #[inline]
+    pub fn counters(self) -> Option<Counters> {
+        // SAFETY: p is live (handle); the field is written only before the peer is linked (or
+        // when the zone is made); it is 0 or a slot of this zone, freed only with the peer.
+        unsafe { Counters::from_ptr((*self.raw()).start_time as *mut _) }
+    }
+
+    /// `(fails, max_fails)` now (a snapshot: a balancer may be changing `fails`), and whether
+    /// its list is `single` (nginx counts no failure then); read while the peer is held.
+    pub fn passive(self, list: Peers) -> (u64, u64, bool) {
+        // SAFETY: p is live (handle); list is live (handle).
+        unsafe {
+            let p = self.raw();
+            (
+                (*p).fails as u64,
+                (*p).max_fails as u64,
+                (*list.raw()).single() != 0,
+            )
+        }
+    }
+
+    /// The server's id in its zone (kept in the peer's `slow_start`, see the module comment).
+    /// Set once, before the peer is in a list.
+    pub fn id(self) -> u64 {
+        // SAFETY: p is live (handle); the field is written only before the peer is linked.
+        unsafe { (*self.raw()).slow_start as u64 }
+    }
+}
+
+#[deny(
+    clippy::indexing_slicing,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::arithmetic_side_effects
+)]
+impl ListsWrite {
+    /// Gives the peers of these lists ids from `next` on, in list order (primary first), and
+    /// returns the next free id: the servers of a zone nginx just made (ids start at 0).
+    pub fn assign_ids(&self, mut next: u64) -> u64 {
+        for list in [Some(self.primary), self.backup] {
+            let Some(list) = list else { continue };
+            // SAFETY: the list's write lock is held (guard); its chain of live peers ends with
+            // null.
+            unsafe {
+                let mut p = (*list.raw()).peer;
+                while !p.is_null() {
+                    (*p).slow_start = next as _;
+                    next = next.wrapping_add(1);
+                    p = (*p).next;
+                }
+            }
+        }
+        next
+    }
+
+    /// Gives every peer of these lists that has none its statistics counters (the configured
+    /// servers, when the zone is made); false when the zone is full.
+    pub fn attach_counters(&self, m: &SlabLocked) -> bool {
+        for list in [Some(self.primary), self.backup] {
+            let Some(list) = list else { continue };
+            // SAFETY: the list's write lock is held (guard) and the slab mutex (m); its chain of
+            // live peers ends with null; a zeroed slot is a fresh one.
+            unsafe {
+                let mut p = (*list.raw()).peer;
+                while !p.is_null() {
+                    if (*p).start_time == 0 {
+                        let ct = ngx_slab_calloc_locked(m.0.raw(), SLOT_BYTES);
+                        if ct.is_null() {
+                            return false;
+                        }
+                        (*p).start_time = ct as usize as _;
+                    }
+                    p = (*p).next;
+                }
+            }
+        }
+        true
     }
 }

@@ -1,6 +1,9 @@
 //! Every access to nginx's round-robin peer structures (`ngx_http_upstream_rr_peer_t`,
 //! `ngx_http_upstream_rr_peers_t`) the live API makes, in one file so that nginx-version
-//! conditionals stay in one place.
+//! conditionals stay in one place — but for the statistics' own fields of a peer (`slow_start`,
+//! `start_time`: its id and its counters; the chosen peer from `pc->name`; `fails`,
+//! `max_fails`, `single` for `unavail`), which `ffi/counters.rs` reads and writes through the
+//! same handles (no version conditionals there: those fields are the same from 1.22 to 1.30).
 //!
 //! Fields relied on (same layout in nginx 1.22.1 and 1.26.3; 1.27.3+ adds `host`, `zombie`,
 //! `refs` to the peer and `config`/`resolve` to the list, none of which this file touches):
@@ -98,7 +101,7 @@ use upstrand_core::live::render::{RetiredView, SlabView};
 use upstrand_core::live::sizing::{PeerLayout, SlabShape};
 use upstrand_core::live::{down, Addr, Current, Server};
 
-use super::counters::{Counters, SLOT_BYTES};
+use super::counters::SLOT_BYTES;
 
 /// `AF_INET`, `AF_INET6`, `AF_UNIX` as the socket structures store them.
 const AF_INET: u16 = 2;
@@ -179,7 +182,7 @@ impl Peers {
         NonNull::new(p).map(Peers)
     }
 
-    fn raw(self) -> *mut ngx_http_upstream_rr_peers_t {
+    pub(super) fn raw(self) -> *mut ngx_http_upstream_rr_peers_t {
         self.0.as_ptr()
     }
 
@@ -351,8 +354,8 @@ impl Drop for ListRead {
 /// The held write locks of a primary list and of the backup list it had when they were taken.
 /// Its methods run with the write locks held: panic-free (see the module comment).
 pub struct ListsWrite {
-    primary: Peers,
-    backup: Option<Peers>,
+    pub(super) primary: Peers,
+    pub(super) backup: Option<Peers>,
 }
 
 #[deny(
@@ -482,49 +485,6 @@ impl ListsWrite {
         set
     }
 
-    /// Gives the peers of these lists ids from `next` on, in list order (primary first), and
-    /// returns the next free id: the servers of a zone nginx just made (ids start at 0).
-    pub fn assign_ids(&self, mut next: u64) -> u64 {
-        for list in [Some(self.primary), self.backup] {
-            let Some(list) = list else { continue };
-            // SAFETY: the list's write lock is held (guard); its chain of live peers ends with
-            // null.
-            unsafe {
-                let mut p = (*list.raw()).peer;
-                while !p.is_null() {
-                    (*p).slow_start = next as _;
-                    next = next.wrapping_add(1);
-                    p = (*p).next;
-                }
-            }
-        }
-        next
-    }
-
-    /// Gives every peer of these lists that has none its statistics counters (the configured
-    /// servers, when the zone is made); false when the zone is full.
-    pub fn attach_counters(&self, m: &SlabLocked) -> bool {
-        for list in [Some(self.primary), self.backup] {
-            let Some(list) = list else { continue };
-            // SAFETY: the list's write lock is held (guard) and the slab mutex (m); its chain of
-            // live peers ends with null; a zeroed slot is a fresh one.
-            unsafe {
-                let mut p = (*list.raw()).peer;
-                while !p.is_null() {
-                    if (*p).start_time == 0 {
-                        let ct = ngx_slab_calloc_locked(m.0.raw(), SLOT_BYTES);
-                        if ct.is_null() {
-                            return false;
-                        }
-                        (*p).start_time = ct as usize as _;
-                    }
-                    p = (*p).next;
-                }
-            }
-        }
-        true
-    }
-
     /// Puts `p` (just removed from these lists, still in use) on the retired chain `chain` of
     /// these lists' upstream, retired at `now_ms` (`ngx_current_msec`; kept in its `max_conns`).
     pub fn retire(&self, chain: RetiredChain, p: Peer, now_ms: u64) {
@@ -620,7 +580,7 @@ impl RetiredChain {
 /// Made only from a list under its lock or by [`SlabLocked::alloc_peer`]; used only while it
 /// cannot be freed (see the module comment).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub struct Peer(NonNull<ngx_http_upstream_rr_peer_t>);
+pub struct Peer(pub(super) NonNull<ngx_http_upstream_rr_peer_t>);
 
 /// Run-time figures of one peer.
 pub struct PeerState {
@@ -631,7 +591,7 @@ pub struct PeerState {
 }
 
 impl Peer {
-    fn raw(self) -> *mut ngx_http_upstream_rr_peer_t {
+    pub(super) fn raw(self) -> *mut ngx_http_upstream_rr_peer_t {
         self.0.as_ptr()
     }
 
@@ -697,62 +657,6 @@ impl Peer {
                 drain: (*p).down & down::DRAIN != 0,
             })
         }
-    }
-
-    /// The peer whose `name` field is at `name`, when the peer's `sockaddr` is `sockaddr`.
-    ///
-    /// # Safety
-    /// `name` is null or `pc->name` right after a successful `get` of nginx's round robin or
-    /// least_conn (with or without keepalive) on a list of a zone: those set `pc->name` to the
-    /// chosen peer's `&peer->name` and `pc->sockaddr` to its `sockaddr`, and hold the peer
-    /// (`conns`) until their `free`.
-    pub(crate) unsafe fn chosen(
-        name: *const ngx::ffi::ngx_str_t,
-        sockaddr: *const ngx::ffi::sockaddr,
-    ) -> Option<Peer> {
-        if name.is_null() || sockaddr.is_null() {
-            return None;
-        }
-        let off = core::mem::offset_of!(ngx_http_upstream_rr_peer_t, name);
-        // SAFETY: caller: `name` is the `name` field of a live peer, so stepping back by its
-        // offset gives the peer; its `sockaddr` is read to confirm.
-        unsafe {
-            let p = name.cast::<u8>().sub(off) as *mut ngx_http_upstream_rr_peer_t;
-            if (*p).sockaddr.cast_const() != sockaddr {
-                return None;
-            }
-            NonNull::new(p).map(Peer)
-        }
-    }
-
-    /// The peer's statistics counters (`start_time` holds their address, see
-    /// `ffi/counters.rs`); None for a peer without (the zone was too full to make them).
-    #[inline]
-    pub fn counters(self) -> Option<Counters> {
-        // SAFETY: p is live (handle); the field is written only before the peer is linked (or
-        // when the zone is made); it is 0 or a slot of this zone, freed only with the peer.
-        unsafe { Counters::from_ptr((*self.raw()).start_time as *mut _) }
-    }
-
-    /// `(fails, max_fails)` now (a snapshot: a balancer may be changing `fails`), and whether
-    /// its list is `single` (nginx counts no failure then); read while the peer is held.
-    pub fn passive(self, list: Peers) -> (u64, u64, bool) {
-        // SAFETY: p is live (handle); list is live (handle).
-        unsafe {
-            let p = self.raw();
-            (
-                (*p).fails as u64,
-                (*p).max_fails as u64,
-                (*list.raw()).single() != 0,
-            )
-        }
-    }
-
-    /// The server's id in its zone (kept in the peer's `slow_start`, see the module comment).
-    /// Set once, before the peer is in a list.
-    pub fn id(self) -> u64 {
-        // SAFETY: p is live (handle); the field is written only before the peer is linked.
-        unsafe { (*self.raw()).slow_start as u64 }
     }
 
     /// The peer's name (as nginx wrote it) and its run-time figures (read under its list's read
@@ -842,7 +746,7 @@ impl Slab {
         NonNull::new(p).map(Slab)
     }
 
-    fn raw(self) -> *mut ngx_slab_pool_t {
+    pub(super) fn raw(self) -> *mut ngx_slab_pool_t {
         self.0.as_ptr()
     }
 
@@ -911,7 +815,7 @@ impl Slab {
 }
 
 /// A held slab mutex.
-pub struct SlabLocked(Slab);
+pub struct SlabLocked(pub(super) Slab);
 
 #[deny(
     clippy::indexing_slicing,

@@ -131,6 +131,11 @@ pub(crate) fn target(r: ApiReq, name: &str) -> Result<Target, ApiError> {
     else {
         return Err(ApiError::unknown_upstream(name));
     };
+    target_of(u, name)
+}
+
+/// [`target`] of the upstream block `u` named `name`.
+pub(crate) fn target_of(u: crate::ffi::upstream::Upstream, name: &str) -> Result<Target, ApiError> {
     with_entry(u.as_ptr(), |e| {
         let Some(zone) = e.zone.clone() else {
             return Err(ApiError::no_zone(name));

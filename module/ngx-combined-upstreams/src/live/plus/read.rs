@@ -14,7 +14,7 @@ use upstrand_core::plus::{PlusError, VERSIONS};
 
 use super::Answer;
 use crate::ffi::request::Req;
-use crate::live::handler::{target, Target};
+use crate::live::handler::{target, target_of, Target};
 
 fn ok(json: String) -> Answer {
     Ok((200, json))
@@ -105,6 +105,11 @@ fn nginx(r: Req) -> NginxInfo {
 /// The live upstream `name` and its view (with health when it has a `probe`).
 pub fn live_view(r: Req, name: &str) -> Result<(Target, UpstreamView), PlusError> {
     let t = target(r, name).map_err(|e| PlusError::from_live(&e))?;
+    view_of(t)
+}
+
+/// `t` and its view (with health when it has a `probe`); 503 while a reload replaces it.
+fn view_of(t: Target) -> Result<(Target, UpstreamView), PlusError> {
     if t.live.state().superseded() {
         return Err(PlusError::from_live(
             &upstrand_core::live::ApiError::superseded(&t.name),
@@ -122,7 +127,7 @@ fn live_targets(r: Req) -> Result<Vec<Target>, PlusError> {
     let mut out = Vec::new();
     for u in r.upstreams().into_iter().filter(|u| u.is_block()) {
         let name = String::from_utf8_lossy(u.host()).into_owned();
-        let Ok(t) = target(r, &name) else { continue };
+        let Ok(t) = target_of(u, &name) else { continue };
         if t.live.state().superseded() {
             return Err(PlusError::from_live(
                 &upstrand_core::live::ApiError::superseded(&t.name),
@@ -136,7 +141,7 @@ fn live_targets(r: Req) -> Result<Vec<Target>, PlusError> {
 fn upstreams(r: Req) -> Result<BTreeMap<String, UpstreamPlus>, PlusError> {
     let mut out = BTreeMap::new();
     for t in live_targets(r)? {
-        let (t, v) = live_view(r, &t.name)?;
+        let (t, v) = view_of(t)?;
         out.insert(t.name.clone(), UpstreamPlus::of(&v, &t.zone));
     }
     Ok(out)
