@@ -8,7 +8,8 @@
 #   scripts/setup.sh test   (the default) what scripts/test.sh needs: everything of `run`, plus the discovery plugins' registries (dnsmasq,
 #                           etcd), the browser tests (Node.js, npm, chromium, playwright-core), the Python
 #                           test tools (schemathesis, moto, prometheus_client), promtool, valgrind, wrk and
-#                           gdb, cargo-nextest, rustfmt, clippy
+#                           gdb, the NGINX Plus API clients (prometheus-nginx-exporter, Go and
+#                           nginx-plus-go-client), cargo-nextest, rustfmt, clippy
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -65,6 +66,11 @@ if [ "$MODE" = test ]; then
   # only in Debian's prometheus package. Its service is enabled but not started by the install where
   # no init runs (containers, chroots); on a booted machine `systemctl disable --now prometheus` stops it.
   APT_PACKAGES+=(prometheus)
+  # The NGINX Plus API's own clients, for the Plus-compatible API's proof (module/t/tests/plus_clients.rs):
+  # the official exporter (`prometheus-nginx-exporter -nginx.plus`), and Go with the Go client library
+  # nginx-plus-go-client (GOPATH sources in /usr/share/gocode) that module/t/plus-go is built against.
+  # bookworm ships exporter 0.11.0, client 0.10.0, go 1.19.
+  APT_PACKAGES+=(prometheus-nginx-exporter golang-go golang-github-nginxinc-nginx-plus-go-client-dev)
   # Python test tools (schemathesis, moto) live in a virtualenv in target/venv.
   APT_PACKAGES+=(python3-venv)
   # Web UI browser tests: Debian's chromium driven by playwright-core (npm) on Node.js. Debian's

@@ -240,7 +240,7 @@ else
 fi
 wait "$run_job" 2>/dev/null
 check "run.sh on the run set-up still installed no test tools" \
-  "! command -v node && ! test -e /usr/bin/chromium && ! command -v valgrind && ! test -e target/venv"
+  "! command -v node && ! test -e /usr/bin/chromium && ! command -v valgrind && ! command -v go && ! test -e target/venv"
 
 # --- scripts/setup.sh test: everything the build and the tests use ------------------------------------
 start=$(date +%s)
@@ -269,6 +269,9 @@ check "test: openssl" "openssl version"
 check "test: chattr (e2fsprogs)" "command -v chattr"
 check "test: kill (procps)" "test -x /usr/bin/kill || test -x /bin/kill"
 check "test: nginx echo module" "compgen -G '/usr/lib/nginx/modules/ngx_http_echo_module.so' >/dev/null"
+check "test: prometheus-nginx-exporter (NGINX Plus API scraping)" "prometheus-nginx-exporter -version 2>&1 | grep -q 'version='"
+check "test: go builds module/t/plus-go against Debian's nginx-plus-go-client" \
+  "GO111MODULE=off GOPATH=/usr/share/gocode GOCACHE=/tmp/plus-go-cache go build -o /tmp/plus-go ./module/t/plus-go && /tmp/plus-go help"
 check "test: schemathesis in target/venv" "target/venv/bin/schemathesis --version"
 check "test: moto_server in target/venv" "test -x target/venv/bin/moto_server && target/venv/bin/python -c 'import moto; print(moto.__version__)'"
 check "test: prometheus_client's OpenMetrics parser in target/venv" "target/venv/bin/python -c 'from prometheus_client.openmetrics.parser import text_string_to_metric_families'"
