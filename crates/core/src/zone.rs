@@ -1,13 +1,13 @@
 //! Live mode's deviation from the seed's render: a `zone <name> <size>;` line, so the module's
 //! `upstreams_api` can change the upstream's servers at run time (issue 11, `docs/live-api.md`).
 //!
-//! The size follows the module's measured cost (`docs/live-api.md`, "Sizing the zone"): 816
+//! The size follows the module's measured cost (`docs/live-api.md`, "Sizing the zone"): 944
 //! bytes of zone memory per server (nginx 1.30, the largest of the versions measured), and for
 //! an `https` upstream (`proxy_ssl_session_reuse`, nginx's default) a 2 KiB slab chunk per
 //! server for the TLS session nginx keeps in the zone,
 //! plus about 24 KiB nginx uses itself. A change needs room for the old set while the new one
 //! arrives (the old one with its sessions, the new one before its first requests):
-//! `32 KiB + servers × (2 × 816 B + 2 KiB)`, at least 64 KiB, rounded **up to a power of two** so
+//! `32 KiB + servers × (2 × 944 B + 2 KiB)`, at least 64 KiB, rounded **up to a power of two** so
 //! that small changes of the server count keep the same line (a changed zone size needs a
 //! reload). The daemon does not know whether the upstream is reached over TLS, so it counts the
 //! session always. When the module still refuses a change for want of room (507, naming the size
@@ -18,9 +18,10 @@
 use crate::{ExtraDirective, Target, UpstreamFile, UpstreamName};
 
 /// Zone memory counted per server (bytes), twice over for a set retiring while the new one
-/// arrives: what the module's estimate counts on nginx 1.30 (808 measured, 816 estimated; 1.22
-/// and 1.26: 778 measured, 784 estimated; `docs/live-api.md`, the per-version table).
-pub const ZONE_BYTES_PER_SERVER: u64 = 816;
+/// arrives: what the module's estimate counts on nginx 1.30 with the per-server statistics
+/// counters (931 measured, 944 estimated; 1.22 and 1.26: 901 measured, 912 estimated;
+/// `docs/live-api.md`, the per-version table).
+pub const ZONE_BYTES_PER_SERVER: u64 = 944;
 /// Zone memory counted per server for the TLS session nginx keeps (a 2 KiB slab chunk: measured
 /// 2048 bytes per server with a 2048-bit RSA certificate, which the session holds).
 pub const ZONE_TLS_SESSION_BYTES: u64 = 2048;
@@ -68,6 +69,11 @@ mod tests {
         assert_eq!(zone_size(8), 64 * 1024);
         assert_eq!(zone_size(9), 128 * 1024);
         assert_eq!(zone_size(20), 128 * 1024);
+        // 944 B twice and a 2 KiB session per server: 24 servers fit 128k, 25 do not.
+        assert_eq!(zone_size(24), 128 * 1024);
+        assert_eq!(zone_size(25), 256 * 1024);
+        assert_eq!(zone_size(258), 1024 * 1024);
+        assert_eq!(zone_size(259), 2 * 1024 * 1024);
         assert_eq!(zone_size(500), 2 * 1024 * 1024);
         assert_eq!(zone_size_text(zone_size(1)), "64k");
         assert_eq!(zone_size_text(zone_size(500)), "2m");
