@@ -137,7 +137,7 @@ fn binding_show_the_api_the_page_and_metrics_show_each_servers_live_state() {
     );
     // Each outcome says which path it took and why.
     assert!(
-        text.contains("nginx reloaded (applied by reload: new upstream"),
+        text.contains("nginx reloaded (applied by reload, new_upstream: new upstream"),
         "{text}"
     );
 
@@ -168,7 +168,7 @@ fn binding_show_the_api_the_page_and_metrics_show_each_servers_live_state() {
         "{row}"
     );
     assert!(
-        page.contains("<td class=\"applied\">reload<span class=\"why\">: new upstream"),
+        page.contains("<dd class=\"applied\">reload (new_upstream) — new upstream"),
         "{page}"
     );
 
