@@ -30,7 +30,10 @@ fn fleet_cli(h: &Host, args: &[&str]) -> (bool, serde_json::Value) {
 
 /// The hosts of `viewer`'s fleet view of `name`.
 fn view_hosts(h: &Host, name: &str) -> Vec<String> {
-    h.fleet_states(name).into_iter().map(|(id, _, _)| id).collect()
+    h.fleet_states(name)
+        .into_iter()
+        .map(|(id, _, _)| id)
+        .collect()
 }
 
 fn outcome_keys_of(f: &Fleet, host: &str) -> Vec<String> {
@@ -76,7 +79,10 @@ fn forget_host_removes_a_stopped_hosts_outcomes_everywhere_and_refuses_a_live_or
     assert!(!ok, "{v}");
     assert_eq!(v["error"]["status"], 404, "{v}");
     let msg = v["error"]["message"].as_str().unwrap_or("");
-    assert!(msg.contains("no host \"host-zz\"") && msg.contains("nothing was deleted"), "{msg}");
+    assert!(
+        msg.contains("no host \"host-zz\"") && msg.contains("nothing was deleted"),
+        "{msg}"
+    );
     assert_eq!(f.cluster.dump(PREFIX).len(), before);
     // A bad host id through the API: 400.
     let (st, v) = f.hosts[0]
@@ -105,7 +111,10 @@ fn forget_host_removes_a_stopped_hosts_outcomes_everywhere_and_refuses_a_live_or
     // Forgotten through A's CLI: gone from etcd and from A's and B's views.
     let (ok, v) = fleet_cli(&f.hosts[0], &["forget-host", "host-c"]);
     assert!(ok, "{v}");
-    assert_eq!(v, json!({"host": "host-c", "keys_deleted": 2, "session_ended": false}));
+    assert_eq!(
+        v,
+        json!({"host": "host-c", "keys_deleted": 2, "session_ended": false})
+    );
     assert_eq!(outcome_keys_of(&f, "host-c"), Vec::<String>::new());
     for viewer in [0, 1] {
         poll_for("C gone from the views", WAIT, || {
@@ -217,7 +226,9 @@ fn metrics_show_set_age_resolver_and_hosts_behind_and_the_age_grows_while_nobody
         });
     }
     for n in names {
-        let resolver = poll_for("a resolver", WAIT, || f.hosts[0].resolver(n).ok_or_else(|| "none".to_string()));
+        let resolver = poll_for("a resolver", WAIT, || {
+            f.hosts[0].resolver(n).ok_or_else(|| "none".to_string())
+        });
         let got = samples(&f.hosts[1], "tributary_fleet_binding_resolver");
         assert_eq!(
             got.get(&format!("binding=\"{n}\",host=\"{resolver}\"")),
@@ -225,12 +236,18 @@ fn metrics_show_set_age_resolver_and_hosts_behind_and_the_age_grows_while_nobody
             "{got:?}"
         );
         assert_eq!(
-            got.keys().filter(|k| k.contains(&format!("\"{n}\""))).count(),
+            got.keys()
+                .filter(|k| k.contains(&format!("\"{n}\"")))
+                .count(),
             1,
             "one resolver of {n}: {got:?}"
         );
         assert_eq!(
-            sample(&f.hosts[2], "tributary_fleet_binding_interval_seconds", &format!("binding=\"{n}\"")),
+            sample(
+                &f.hosts[2],
+                "tributary_fleet_binding_interval_seconds",
+                &format!("binding=\"{n}\"")
+            ),
             Some(INTERVAL_SECS)
         );
     }
@@ -265,25 +282,39 @@ fn metrics_show_set_age_resolver_and_hosts_behind_and_the_age_grows_while_nobody
     // The registry answers garbage: no host can resolve; the fleet's set age of every binding
     // passes 3 intervals (the alert), and its files stay.
     std::fs::write(&f.targets, "not json").unwrap();
-    poll_for("every set age past 3 intervals", Duration::from_secs(90), || {
-        let ages: Vec<Option<f64>> = names.iter().map(|n| fleet_age(&f, &[0, 1], n)).collect();
-        if ages.iter().all(|a| a.is_some_and(|a| a > 3.0 * INTERVAL_SECS)) {
-            Ok(())
-        } else {
-            Err(format!("{ages:?}"))
-        }
-    });
+    poll_for(
+        "every set age past 3 intervals",
+        Duration::from_secs(90),
+        || {
+            let ages: Vec<Option<f64>> = names.iter().map(|n| fleet_age(&f, &[0, 1], n)).collect();
+            if ages
+                .iter()
+                .all(|a| a.is_some_and(|a| a > 3.0 * INTERVAL_SECS))
+            {
+                Ok(())
+            } else {
+                Err(format!("{ages:?}"))
+            }
+        },
+    );
     for n in names {
         assert_eq!(f.hosts[0].body(n).as_deref(), Some("two"));
     }
     // It answers again: the age is below the threshold again (the resolver resolved).
     f.registry("one");
-    poll_for("set ages below 3 intervals again", Duration::from_secs(90), || {
-        let ages: Vec<Option<f64>> = names.iter().map(|n| fleet_age(&f, &[0, 1], n)).collect();
-        if ages.iter().all(|a| a.is_some_and(|a| a < 2.0 * INTERVAL_SECS)) {
-            Ok(())
-        } else {
-            Err(format!("{ages:?}"))
-        }
-    });
+    poll_for(
+        "set ages below 3 intervals again",
+        Duration::from_secs(90),
+        || {
+            let ages: Vec<Option<f64>> = names.iter().map(|n| fleet_age(&f, &[0, 1], n)).collect();
+            if ages
+                .iter()
+                .all(|a| a.is_some_and(|a| a < 2.0 * INTERVAL_SECS))
+            {
+                Ok(())
+            } else {
+                Err(format!("{ages:?}"))
+            }
+        },
+    );
 }

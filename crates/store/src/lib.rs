@@ -51,7 +51,8 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 pub use binding_store::{
-    BindingStore, FleetHost, FleetMember, FleetView, ForgotHost, HostOutcome, HostState, StoreEvent, StoreStatus, TargetSet,
+    BindingStore, FleetHost, FleetMember, FleetView, ForgotHost, HostOutcome, HostState,
+    StoreEvent, StoreStatus, TargetSet,
 };
 pub use etcd::keys::provider_pair;
 pub use etcd::{EtcdOptions, EtcdStore, EtcdTls, SecretKeys, MAX_OUTCOME_MESSAGE};

@@ -113,7 +113,11 @@ async fn outcomes_of_a_host_gone_longer_than_the_set_time_are_removed_from_etcd_
     .await;
 
     // Alive: refused, nothing deleted.
-    let e = c.forget_host("host-b", false).await.unwrap_err().to_string();
+    let e = c
+        .forget_host("host-b", false)
+        .await
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("host \"host-b\" is alive"), "{e}");
     assert_eq!(outcome_keys(&cluster).len(), 6);
 

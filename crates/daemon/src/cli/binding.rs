@@ -108,10 +108,7 @@ pub(super) async fn run(api: ApiArgs, cmd: BindingCmd) -> anyhow::Result<ExitCod
 }
 
 /// An API failure printed (as JSON with `--json`) with exit code 1; other errors returned.
-pub(super) fn finish(
-    api: &ApiArgs,
-    result: anyhow::Result<ExitCode>,
-) -> anyhow::Result<ExitCode> {
+pub(super) fn finish(api: &ApiArgs, result: anyhow::Result<ExitCode>) -> anyhow::Result<ExitCode> {
     match result {
         Err(e) => match e.downcast_ref::<ApiFailure>() {
             Some(f) if api.json => {

@@ -9,7 +9,11 @@ use crate::view::{fleet, BindingFleet, BindingView, FleetHosts, ForgetHostRespon
 
 /// The fleet view of binding `name` with its published set's time and this host's own last
 /// successful resolution (`resolved_here_ms`, from the binding's slot).
-pub(crate) fn binding_fleet(inner: &Inner, name: &str, resolved_here_ms: Option<i64>) -> BindingFleet {
+pub(crate) fn binding_fleet(
+    inner: &Inner,
+    name: &str,
+    resolved_here_ms: Option<i64>,
+) -> BindingFleet {
     let mut f: BindingFleet = inner.store.fleet_view(name).into();
     if let Some(set) = inner.store.published_targets(name) {
         f.set_at_ms = Some(set.at_ms);
@@ -59,7 +63,12 @@ impl Engine {
         let r = self.inner.store.forget_host(host, force).await;
         match r {
             Ok(done) => {
-                tracing::info!(host, keys = done.keys, session_ended = done.session_ended, "forgot a host");
+                tracing::info!(
+                    host,
+                    keys = done.keys,
+                    session_ended = done.session_ended,
+                    "forgot a host"
+                );
                 Ok(ForgetHostResponse {
                     host: host.to_string(),
                     keys_deleted: done.keys,

@@ -434,7 +434,11 @@ impl Mirror {
     pub fn members(&self, me: &str) -> Vec<crate::FleetMember> {
         let mut ids: BTreeSet<&str> = self.hosts.keys().map(String::as_str).collect();
         ids.insert(me);
-        ids.extend(self.outcomes.values().flat_map(|h| h.keys().map(String::as_str)));
+        ids.extend(
+            self.outcomes
+                .values()
+                .flat_map(|h| h.keys().map(String::as_str)),
+        );
         ids.into_iter()
             .map(|h| crate::FleetMember {
                 host: h.to_string(),

@@ -41,7 +41,9 @@ impl ForceQuery {
                 ApiError::bad_request(format!("invalid query string: {why}"), Some(k.clone()))
             };
             if k != "force" {
-                return Err(bad(format!("unknown parameter {k:?} (only force is taken)")));
+                return Err(bad(format!(
+                    "unknown parameter {k:?} (only force is taken)"
+                )));
             }
             if force.is_some() {
                 return Err(bad("force is given twice".into()));
@@ -76,7 +78,9 @@ mod tests {
         assert!(ForceQuery::parse("force=true").unwrap().force);
         assert!(!ForceQuery::parse("force=false").unwrap().force);
         for bad in ["force=yes", "force=true&force=true", "forse=true", "force"] {
-            let e = ForceQuery::parse(bad).err().unwrap_or_else(|| panic!("{bad} taken"));
+            let e = ForceQuery::parse(bad)
+                .err()
+                .unwrap_or_else(|| panic!("{bad} taken"));
             assert_eq!(e.status, axum::http::StatusCode::BAD_REQUEST, "{bad}");
         }
     }

@@ -101,7 +101,9 @@ impl FleetFamilies {
                 host: h.host.clone(),
             };
             let n = |v: usize| i64::try_from(v).unwrap_or(i64::MAX);
-            self.host_alive.get_or_create(&label).set(i64::from(h.alive));
+            self.host_alive
+                .get_or_create(&label)
+                .set(i64::from(h.alive));
             self.host_behind
                 .get_or_create(&label)
                 .set(n(h.behind_bindings));
@@ -171,6 +173,9 @@ mod tests {
         // No fleet (SQLite): the series are gone at the next scrape.
         let t = m.encode_with(&[], None, None, 0, Format::Prometheus);
         assert!(!t.contains("tributary_fleet_host_alive{"), "{t}");
-        assert!(!t.contains("tributary_fleet_binding_set_age_seconds{"), "{t}");
+        assert!(
+            !t.contains("tributary_fleet_binding_set_age_seconds{"),
+            "{t}"
+        );
     }
 }

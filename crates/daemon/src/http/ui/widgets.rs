@@ -418,8 +418,14 @@ mod fleet_tests {
         let s = store("etcd", true);
         // 20 s after the set, interval 10 s: fine.
         let html = fleet_card(&fleet, &s, Some(&summary), 10, 21_000).into_string();
-        assert!(html.contains("Newest target set resolved by <code>h1</code>"), "{html}");
-        assert!(html.contains("7 bindings") && html.contains("0 bindings"), "{html}");
+        assert!(
+            html.contains("Newest target set resolved by <code>h1</code>"),
+            "{html}"
+        );
+        assert!(
+            html.contains("7 bindings") && html.contains("0 bindings"),
+            "{html}"
+        );
         // The failed host is behind though it attempted the newest generation.
         assert_eq!(html.matches("(behind)").count(), 1, "{html}");
         assert!(!html.contains("over 3 intervals"), "{html}");
@@ -429,6 +435,9 @@ mod fleet_tests {
         // This host resolved it since: not old.
         fleet.resolved_here_ms = Some(40_000);
         let html = fleet_card(&fleet, &s, Some(&summary), 10, 41_000).into_string();
-        assert!(!html.contains("over 3 intervals") && html.contains("This host last resolved it"), "{html}");
+        assert!(
+            !html.contains("over 3 intervals") && html.contains("This host last resolved it"),
+            "{html}"
+        );
     }
 }
