@@ -43,6 +43,7 @@ mod batch;
 mod drain;
 mod fleet;
 mod fleet_admin;
+mod fleet_outage;
 mod live;
 mod prepare;
 mod record;
@@ -89,6 +90,9 @@ pub struct EngineOptions {
     pub refresh_jitter_pct: u8,
     /// `--apply` and `--live-api` (issue 11).
     pub live: LiveOptions,
+    /// `--resolve-during-store-outage`: while the store is unreachable, resolve and apply locally
+    /// ([`fleet_outage`]).
+    pub resolve_during_outage: bool,
 }
 
 impl Default for EngineOptions {
@@ -102,6 +106,7 @@ impl Default for EngineOptions {
             history_limit: 20,
             refresh_jitter_pct: refresh::DEFAULT_JITTER_PCT,
             live: LiveOptions::default(),
+            resolve_during_outage: false,
         }
     }
 }
