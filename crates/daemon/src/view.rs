@@ -9,6 +9,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tributary_store::{DroppedRecord, FleetView, HostState, OutcomeRecord, StoreStatus};
 
+pub mod fleet;
+pub use fleet::{FleetBindingSummary, FleetHostSummary, FleetHosts, ForgetHostResponse};
+
 /// A binding as a person submits it (`POST /api/v1/bindings`, `PUT /api/v1/bindings/{name}`).
 /// Config values may be JSON strings, booleans or numbers; strings are converted to the type the
 /// provider declares for the field (`"true"` for a `bool` field, `"5"` for a `number` field).
@@ -102,6 +105,18 @@ pub struct BindingFleet {
     pub generation: i64,
     /// By host id.
     pub hosts: Vec<FleetHostView>,
+    /// When the resolution that produced the newest published set started (ms since the Unix
+    /// epoch; `null`: none published). A set equal to the published one is not published again,
+    /// so at rest this is when the servers last changed.
+    #[serde(default)]
+    pub set_at_ms: Option<i64>,
+    /// The host that resolved the newest published set.
+    #[serde(default)]
+    pub set_resolved_by: Option<String>,
+    /// When this host's own last successful resolution of the binding started (it held the
+    /// claim; `null`: not since the daemon started).
+    #[serde(default)]
+    pub resolved_here_ms: Option<i64>,
 }
 
 /// One host's state of a binding.
@@ -141,6 +156,9 @@ impl From<FleetView> for BindingFleet {
                     message: h.outcome.message,
                 })
                 .collect(),
+            set_at_ms: None,
+            set_resolved_by: None,
+            resolved_here_ms: None,
         }
     }
 }

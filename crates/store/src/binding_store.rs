@@ -165,6 +165,24 @@ pub struct FleetView {
     pub hosts: Vec<FleetHost>,
 }
 
+/// One host the store knows of in the fleet ([`BindingStore::fleet_hosts`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FleetMember {
+    pub host: String,
+    /// Its heartbeat is live (SQLite: always `true`, this host).
+    pub alive: bool,
+}
+
+/// What [`BindingStore::forget_host`] deleted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub struct ForgotHost {
+    /// Outcome keys (one per binding the host had a state of) and `unable` markers deleted.
+    pub keys: usize,
+    /// `force` ended the host's live session (its lease revoked: heartbeat, resolver claims and
+    /// markers gone with it).
+    pub session_ended: bool,
+}
+
 /// The store's connection state, for the API, the UI and the metrics.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct StoreStatus {
@@ -286,6 +304,26 @@ pub trait BindingStore: Send + Sync + fmt::Debug {
 
     /// Every host's state for `name` (local read). SQLite: this host only.
     fn fleet_view(&self, name: &str) -> FleetView;
+
+    /// Every host the store knows of (local read): the live ones (heartbeat) and those that left
+    /// an outcome, by host id. SQLite: this host alone.
+    fn fleet_hosts(&self) -> Vec<FleetMember> {
+        vec![FleetMember {
+            host: self.host_id().to_string(),
+            alive: true,
+        }]
+    }
+
+    /// Removes what host `host`, gone, left in the store: its outcome of every binding, its
+    /// `unable` markers and its writes' markers (`docs/fleet.md`, "A host that is gone").
+    /// Refused with [`StoreError::HostAlive`] while its heartbeat is live (this host included),
+    /// unless `force`: then its session lease is revoked first (its heartbeat and resolver
+    /// claims go at once; a daemon that is in fact running takes a new session and comes back).
+    /// [`StoreError::NoSuchHost`] when nothing of it is stored. Nothing is deleted on an error.
+    /// SQLite: [`StoreError::NoFleet`].
+    async fn forget_host(&self, _host: &str, _force: bool) -> Result<ForgotHost, StoreError> {
+        Err(StoreError::NoFleet(self.status().kind))
+    }
 
     /// A graceful stop: ends the connection and gives up this host's claims at once, so other
     /// hosts take its bindings over without waiting for the lease TTL (bounded by the operation

@@ -51,7 +51,8 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 pub use binding_store::{
-    BindingStore, FleetHost, FleetView, HostOutcome, HostState, StoreEvent, StoreStatus, TargetSet,
+    BindingStore, FleetHost, FleetMember, FleetView, ForgotHost, HostOutcome, HostState,
+    StoreEvent, StoreStatus, TargetSet,
 };
 pub use etcd::keys::provider_pair;
 pub use etcd::{EtcdOptions, EtcdStore, EtcdTls, SecretKeys, MAX_OUTCOME_MESSAGE};
@@ -87,6 +88,16 @@ pub enum StoreError {
     /// The store's own settings are wrong (key file, endpoints, TLS files...): said at start.
     #[error("store settings: {0}")]
     Settings(String),
+    /// A host to forget ([`BindingStore::forget_host`]) is alive: its heartbeat `key` is kept by
+    /// a running daemon. Nothing was deleted.
+    #[error("host {host:?} is alive (its heartbeat {key} is kept by a running daemon): stop that daemon first (systemctl stop tributary, or SIGTERM its process), or give --force to end its session; nothing was deleted")]
+    HostAlive { host: String, key: String },
+    /// A host to forget is not known under the prefix: no heartbeat, outcome or marker of it.
+    #[error("no host {host:?} under {prefix}: it has no heartbeat, outcome or marker there (host ids are case-sensitive); nothing was deleted")]
+    NoSuchHost { host: String, prefix: String },
+    /// A fleet operation asked of a store that has no fleet (SQLite: one host).
+    #[error("the {0} store has no fleet (one host, this one): there is no other host to forget")]
+    NoFleet(&'static str),
     /// A stored secret could not be decrypted (unknown key id, or tampered ciphertext).
     #[error("binding {binding:?}: its secret config cannot be decrypted: {why}")]
     Decrypt { binding: String, why: String },

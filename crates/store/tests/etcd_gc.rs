@@ -113,7 +113,11 @@ async fn outcomes_of_a_host_gone_longer_than_the_set_time_are_removed_from_etcd_
     .await;
 
     // Alive: refused, nothing deleted.
-    let e = c.forget_host("host-b").await.unwrap_err().to_string();
+    let e = c
+        .forget_host("host-b", false)
+        .await
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("host \"host-b\" is alive"), "{e}");
     assert_eq!(outcome_keys(&cluster).len(), 6);
 
@@ -161,8 +165,8 @@ async fn outcomes_of_a_host_gone_longer_than_the_set_time_are_removed_from_etcd_
     })
     .await;
     d.close().await;
-    let n = a.forget_host("host-d").await.unwrap();
-    assert_eq!(n, 1);
+    let n = a.forget_host("host-d", false).await.unwrap();
+    assert_eq!(n.keys, 1);
     assert!(!outcome_keys(&cluster)
         .iter()
         .any(|k| k.ends_with("/host-d")));

@@ -29,7 +29,7 @@ pub(super) struct ApiArgs {
     data_dir: Option<PathBuf>,
     /// Print the API's JSON instead of text.
     #[arg(long, global = true)]
-    json: bool,
+    pub(super) json: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -78,7 +78,7 @@ pub(super) struct AddArgs {
     no_wait: bool,
 }
 
-fn client(api: &ApiArgs) -> anyhow::Result<Client> {
+pub(super) fn client(api: &ApiArgs) -> anyhow::Result<Client> {
     let data_dir = env_path(api.data_dir.clone(), "TRIBUTARY_DATA_DIR", DEFAULT_DATA_DIR);
     let addr = api
         .api
@@ -104,6 +104,11 @@ fn path_segment(name: &str) -> anyhow::Result<&str> {
 pub(super) async fn run(api: ApiArgs, cmd: BindingCmd) -> anyhow::Result<ExitCode> {
     let c = client(&api)?;
     let result = run_inner(&c, api.json, cmd).await;
+    finish(&api, result)
+}
+
+/// An API failure printed (as JSON with `--json`) with exit code 1; other errors returned.
+pub(super) fn finish(api: &ApiArgs, result: anyhow::Result<ExitCode>) -> anyhow::Result<ExitCode> {
     match result {
         Err(e) => match e.downcast_ref::<ApiFailure>() {
             Some(f) if api.json => {

@@ -2,6 +2,7 @@
 //!
 //! - `serve`: the daemon (engine + JSON API).
 //! - `binding add|list|show|rm|refresh`: clients of a running daemon's API.
+//! - `fleet hosts|forget-host`: the fleet as a whole, through the same API (`fleet.rs`).
 //! - `plugin list|check`: read a plugins directory / run the conformance checker.
 //! - `resolve`: a dry run that calls a plugin once and touches nothing.
 //!
@@ -19,6 +20,7 @@ use clap::{Parser, Subcommand};
 
 mod binding;
 mod config;
+mod fleet;
 mod plugin;
 mod print;
 mod resolve;
@@ -50,6 +52,14 @@ enum Cmd {
         api: binding::ApiArgs,
         #[command(subcommand)]
         cmd: binding::BindingCmd,
+    },
+    /// The fleet (etcd store) as a whole, through a running daemon's API: its hosts, and
+    /// forgetting a host that is gone.
+    Fleet {
+        #[command(flatten)]
+        api: binding::ApiArgs,
+        #[command(subcommand)]
+        cmd: fleet::FleetCmd,
     },
     /// Inspect plugins.
     Plugin {
@@ -84,6 +94,7 @@ pub fn main() -> ExitCode {
         match cli.cmd {
             Cmd::Serve(a) => serve::run(*a).await.map(|_| ExitCode::SUCCESS),
             Cmd::Binding { api, cmd } => binding::run(api, cmd).await,
+            Cmd::Fleet { api, cmd } => fleet::run(api, cmd).await,
             Cmd::Plugin { cmd } => plugin::run(cmd).await,
             Cmd::Resolve(a) => Ok(resolve::run(a).await),
         }

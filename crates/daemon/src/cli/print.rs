@@ -294,6 +294,7 @@ mod tests {
             resolver: Some("a".into()),
             generation: 1,
             hosts: vec![host("a", HostState::Applied, true, None)],
+            ..BindingFleet::default()
         };
         assert!(fleet_lines(&f, Some(&store("sqlite", true))).is_empty());
         assert!(fleet_lines(&f, None).is_empty());
@@ -314,6 +315,7 @@ mod tests {
                 ),
                 host("c", HostState::Stale, false, Some("store unreachable")),
             ],
+            ..BindingFleet::default()
         };
         let lines = fleet_lines(&f, Some(&store("etcd", false)));
         assert!(

@@ -90,6 +90,11 @@ pub(super) struct ServeArgs {
     #[arg(long, default_value_t = crate::engine::refresh::DEFAULT_JITTER_PCT,
           value_parser = clap::value_parser!(u8).range(0..=crate::engine::refresh::MAX_JITTER_PCT as i64))]
     refresh_jitter_pct: u8,
+    /// Degraded mode for a fleet (opt-in): while the store (etcd) is unreachable, each host
+    /// resolves its bindings itself and applies what it resolved (every host calls the registry;
+    /// hosts may differ until the store answers and the fleet's sets are applied again).
+    #[arg(long)]
+    resolve_during_store_outage: bool,
     /// Calls in flight to one plugin at most; refreshes beyond wait their turn.
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=4096))]
     plugin_concurrency: u32,
@@ -320,6 +325,7 @@ pub(super) async fn run(a: ServeArgs) -> anyhow::Result<()> {
             history_limit: a.history.max(1),
             refresh_jitter_pct: a.refresh_jitter_pct,
             live,
+            resolve_during_outage: a.resolve_during_store_outage,
         },
     )?;
     let listener = tokio::net::TcpListener::bind(a.listen)

@@ -368,7 +368,7 @@ impl Engine {
             servers: st.servers.clone(),
             next_refresh_ms: st.next_ms,
             consecutive_failures: st.failures,
-            fleet: self.inner.store.fleet_view(&rec.name).into(),
+            fleet: super::fleet_admin::binding_fleet(&self.inner, &rec.name, st.resolved_ok_ms),
         }
     }
 }

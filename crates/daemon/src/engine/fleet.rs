@@ -64,6 +64,9 @@ pub(crate) async fn step(inner: &Inner, slot: &Slot, binding: &Binding, why: Why
         }
         // A free claim taken by another host: nothing to apply unless a newer set is out.
         Ok(false) => follow(inner, slot, binding, why != Why::Claim).await,
+        Err(e @ StoreError::Unavailable { .. }) if inner.opts.resolve_during_outage => {
+            Some(super::fleet_outage::resolve_locally(inner, slot, binding, &e).await)
+        }
         Err(e) => Some(store_down(&e)),
     }
 }

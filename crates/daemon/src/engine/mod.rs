@@ -42,6 +42,8 @@ mod apply;
 mod batch;
 mod drain;
 mod fleet;
+mod fleet_admin;
+mod fleet_outage;
 mod live;
 mod prepare;
 mod record;
@@ -88,6 +90,9 @@ pub struct EngineOptions {
     pub refresh_jitter_pct: u8,
     /// `--apply` and `--live-api` (issue 11).
     pub live: LiveOptions,
+    /// `--resolve-during-store-outage`: while the store is unreachable, resolve and apply locally
+    /// ([`fleet_outage`]).
+    pub resolve_during_outage: bool,
 }
 
 impl Default for EngineOptions {
@@ -101,6 +106,7 @@ impl Default for EngineOptions {
             history_limit: 20,
             refresh_jitter_pct: refresh::DEFAULT_JITTER_PCT,
             live: LiveOptions::default(),
+            resolve_during_outage: false,
         }
     }
 }
@@ -114,6 +120,9 @@ pub enum EngineError {
     Invalid(Vec<FieldError>),
     #[error("no binding named {0:?}")]
     NotFound(String),
+    /// No such host in the fleet (`forget-host`): the store's message.
+    #[error("{0}")]
+    NoHost(String),
     #[error("a binding named {0:?} already exists")]
     Duplicate(String),
     /// The operation was refused because of nginx's state (e.g. removal while still included).
@@ -157,6 +166,9 @@ pub(crate) struct SlotState {
     pub(crate) updated_at_ms: i64,
     /// Generation of the newest published target set this host applied or attempted (0: none).
     pub(crate) applied_generation: i64,
+    /// When this host's last successful resolution of the binding through its plugin started
+    /// (it held the claim; ms since the epoch): the fleet's set age (`docs/fleet.md`).
+    pub(crate) resolved_ok_ms: Option<i64>,
     /// The last run could not reach the store (nothing was resolved or applied): it runs again
     /// when the store answers.
     pub(crate) store_down: bool,
@@ -337,6 +349,7 @@ impl Engine {
                 spawn_seq: 0,
                 updated_at_ms,
                 applied_generation: 0,
+                resolved_ok_ms: None,
                 store_down: false,
                 resolve_failures: 0,
                 stepped_out_until: None,

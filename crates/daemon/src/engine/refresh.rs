@@ -69,7 +69,7 @@ pub(crate) async fn binding_task(
             outcome,
             generation,
             store_down,
-            ..
+            resolved,
         } = step;
         let (failures, servers, applied) = {
             let mut st = lock(&slot.state);
@@ -83,6 +83,11 @@ pub(crate) async fn binding_task(
             }
             if let Some(g) = generation {
                 st.applied_generation = st.applied_generation.max(g);
+                // Resolved through the plugin, validated and published (or equal to the set
+                // published; 0: the store did not take it): the fleet's set age starts again.
+                if resolved && g > 0 {
+                    st.resolved_ok_ms = Some(outcome.at_ms);
+                }
             }
             st.last = Some(outcome.clone());
             (st.failures, st.servers.len(), st.applied_generation)

@@ -48,7 +48,7 @@ impl EngineError {
     pub fn http_status(&self) -> StatusCode {
         match self {
             EngineError::Invalid(_) => StatusCode::BAD_REQUEST,
-            EngineError::NotFound(_) => StatusCode::NOT_FOUND,
+            EngineError::NotFound(_) | EngineError::NoHost(_) => StatusCode::NOT_FOUND,
             EngineError::Duplicate(_) | EngineError::Conflict(_) => StatusCode::CONFLICT,
             EngineError::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
             EngineError::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,

@@ -2,8 +2,9 @@
 //! its outcomes (no lease: the fleet view shows them with `alive: false`), and until their leases
 //! end its `unable` markers and its writes' markers.
 //!
-//! - [`EtcdStore::forget_host`] deletes all of it at once, guarded by the host's heartbeat not
-//!   existing: a host that is alive (its daemon keeps its heartbeat's lease) is refused.
+//! - `forget_host` (`BindingStore::forget_host`, the `fleet forget-host` command) deletes all of
+//!   it at once, guarded by the host's heartbeat not existing: a host that is alive (its daemon
+//!   keeps its heartbeat's lease) is refused, unless forced (its session lease is revoked first).
 //! - [`run`], one task per store: every host removes the outcomes of a host whose heartbeat it has
 //!   not seen for [`EtcdOptions::forget_gone_hosts_after`] (counted from when this process first
 //!   saw the host gone, or started), through the same guarded deletion. Every host may do it; the
@@ -20,21 +21,37 @@ use etcd_client::{Compare, CompareOp, DeleteOptions, GetOptions, TxnOp};
 use super::keys::Kind;
 use super::write::{Guarded, Written};
 use super::{lock, EtcdStore, Shared};
-use crate::StoreError;
+use crate::{ForgotHost, StoreError};
 
 /// Deletions per transaction (etcd's default `--max-txn-ops` is 128; the write's markers add one).
 const DELETES_PER_TXN: usize = 100;
 
 impl EtcdStore {
     /// Deletes what host `host` left under the prefix: its outcomes of every binding, its `unable`
-    /// markers and its writes' markers. Refused (nothing deleted) while `host` is alive: its
-    /// heartbeat exists. Returns how many keys were deleted.
-    pub async fn forget_host(&self, host: &str) -> Result<usize, StoreError> {
+    /// markers and its writes' markers. Refused (nothing deleted) while `host` is alive (its
+    /// heartbeat exists; this host always is) unless `force`, which first revokes the lease of
+    /// its heartbeat (its session: claims and markers go with it). Unknown (nothing of it under
+    /// the prefix): [`StoreError::NoSuchHost`]. `BindingStore::forget_host` calls it.
+    pub(crate) async fn forget_gone_host(
+        &self,
+        host: &str,
+        force: bool,
+    ) -> Result<ForgotHost, StoreError> {
         super::keys::check_host_id(host)?;
         if host == self.shared.opts.host_id {
             return Err(alive(&self.shared, host));
         }
         let k = &self.shared.keys;
+        let beat = k.host(host);
+        let mut session_ended = false;
+        if let Some(lease) = self.lease_of(&beat).await? {
+            if !force {
+                return Err(alive(&self.shared, host));
+            }
+            self.revoke(lease).await?;
+            session_ended = true;
+            tracing::warn!(store = %self.shared.location, host, lease, "forget-host --force: the host's session lease was revoked (its heartbeat and resolver claims are gone)");
+        }
         let mut keys = Vec::new();
         for kind in ["outcomes/", "unable/"] {
             for key in self.keys_under(&format!("{}{kind}", k.prefix)).await? {
@@ -48,7 +65,12 @@ impl EtcdStore {
                 }
             }
         }
-        let beat = k.host(host);
+        if keys.is_empty() && !session_ended {
+            return Err(StoreError::NoSuchHost {
+                host: host.to_string(),
+                prefix: k.prefix.clone(),
+            });
+        }
         let mut deleted = 0;
         // The writes' markers (on leases of their own, gone within seconds anyway) go with the
         // first transaction; an empty list still checks that the host is not alive.
@@ -80,13 +102,49 @@ impl EtcdStore {
         if deleted > 0 {
             tracing::info!(store = %self.shared.location, host, keys = deleted, "forgot a host that is gone: its outcomes and markers were deleted");
         }
-        Ok(deleted)
+        Ok(ForgotHost {
+            keys: deleted,
+            session_ended,
+        })
+    }
+
+    /// The lease of `key` when it exists (a heartbeat: its session's lease), read from etcd now.
+    async fn lease_of(&self, key: &str) -> Result<Option<i64>, StoreError> {
+        let mut client = self.client()?;
+        let r = tokio::time::timeout(self.shared.opts.op_timeout, client.get(key, None))
+            .await
+            .map_err(|_| self.no_answer())?
+            .map_err(|e| self.unavailable(e.to_string()))?;
+        Ok(r.kvs().first().map(|kv| kv.lease()))
+    }
+
+    /// Revokes `lease` (a gone host's session): every key under it is deleted by etcd.
+    async fn revoke(&self, lease: i64) -> Result<(), StoreError> {
+        let mut client = self.client()?;
+        match tokio::time::timeout(self.shared.opts.op_timeout, client.lease_revoke(lease)).await {
+            Err(_) => Err(self.no_answer()),
+            // Expired meanwhile: the same result.
+            Ok(Err(e)) if e.to_string().contains("lease not found") => Ok(()),
+            Ok(Err(e)) => Err(self.unavailable(e.to_string())),
+            Ok(Ok(_)) => Ok(()),
+        }
+    }
+
+    fn client(&self) -> Result<etcd_client::Client, StoreError> {
+        let client = lock(&self.shared.conn).client.clone();
+        client.ok_or_else(|| self.unavailable("not connected"))
+    }
+
+    fn no_answer(&self) -> StoreError {
+        self.unavailable(format!(
+            "no answer within {:?}",
+            self.shared.opts.op_timeout
+        ))
     }
 
     /// The keys under `prefix` in etcd now (keys only).
     async fn keys_under(&self, prefix: &str) -> Result<Vec<String>, StoreError> {
-        let client = lock(&self.shared.conn).client.clone();
-        let mut client = client.ok_or_else(|| self.unavailable("not connected"))?;
+        let mut client = self.client()?;
         let r = tokio::time::timeout(
             self.shared.opts.op_timeout,
             client.get(
@@ -95,12 +153,7 @@ impl EtcdStore {
             ),
         )
         .await
-        .map_err(|_| {
-            self.unavailable(format!(
-                "no answer within {:?}",
-                self.shared.opts.op_timeout
-            ))
-        })?
+        .map_err(|_| self.no_answer())?
         .map_err(|e| self.unavailable(e.to_string()))?;
         Ok(r.kvs()
             .iter()
@@ -110,10 +163,10 @@ impl EtcdStore {
 }
 
 fn alive(shared: &Shared, host: &str) -> StoreError {
-    StoreError::Settings(format!(
-        "host {host:?} is alive (its heartbeat {} is kept by a running daemon): stop that daemon first; nothing was deleted",
-        shared.keys.host(host)
-    ))
+    StoreError::HostAlive {
+        host: host.to_string(),
+        key: shared.keys.host(host),
+    }
 }
 
 /// How often the task looks for hosts gone long enough.
@@ -142,7 +195,7 @@ pub(crate) async fn run(shared: Arc<Shared>) {
             .filter(|h| now.duration_since(*gone_since.entry(h.clone()).or_insert(now)) >= after)
             .collect();
         for host in due {
-            match store.forget_host(&host).await {
+            match store.forget_gone_host(&host, false).await {
                 Ok(_) => {
                     gone_since.remove(&host);
                 }

@@ -430,6 +430,23 @@ impl Mirror {
             .collect()
     }
 
+    /// Every host known: live ones (heartbeat; `me` always) and those with an outcome, by id.
+    pub fn members(&self, me: &str) -> Vec<crate::FleetMember> {
+        let mut ids: BTreeSet<&str> = self.hosts.keys().map(String::as_str).collect();
+        ids.insert(me);
+        ids.extend(
+            self.outcomes
+                .values()
+                .flat_map(|h| h.keys().map(String::as_str)),
+        );
+        ids.into_iter()
+            .map(|h| crate::FleetMember {
+                host: h.to_string(),
+                alive: h == me || self.hosts.contains_key(h),
+            })
+            .collect()
+    }
+
     pub fn outcome_of(&self, name: &str, host: &str) -> Option<HostOutcome> {
         self.outcomes.get(name)?.get(host).cloned()
     }

@@ -422,6 +422,14 @@ impl BindingStore for EtcdStore {
         Ok(())
     }
 
+    fn fleet_hosts(&self) -> Vec<crate::FleetMember> {
+        lock(&self.shared.mirror).members(&self.shared.opts.host_id)
+    }
+
+    async fn forget_host(&self, host: &str, force: bool) -> Result<crate::ForgotHost, StoreError> {
+        self.forget_gone_host(host, force).await
+    }
+
     async fn close(&self) {
         self.task.abort();
         self.gc.abort();

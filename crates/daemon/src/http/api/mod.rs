@@ -2,17 +2,19 @@
 //! Everything but `GET /api/v1/health` needs `Authorization: Bearer <token>` ([`super::auth`]).
 //!
 //! One file per resource: [`bindings`] (save, list, show, remove, refresh, history), [`resolve`]
-//! (the test resolution), [`status`] (health, plugins, stats, store, nginx), [`openapi`].
+//! (the test resolution), [`status`] (health, plugins, stats, store, nginx), [`fleet`] (the fleet's
+//! hosts, forget-host), [`openapi`].
 //! Bodies and `?wait=` are read by the extractors of [`super::json`]; errors are
 //! [`super::error::ApiError`]s.
 
 pub mod bindings;
+pub mod fleet;
 pub mod openapi;
 pub mod resolve;
 pub mod status;
 
 use axum::middleware;
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post};
 use axum::Router;
 
 use super::auth::require_bearer;
@@ -38,6 +40,8 @@ pub fn router(st: AppState) -> Router {
         .route("/api/v1/plugins", get(status::plugins))
         .route("/api/v1/stats", get(status::stats))
         .route("/api/v1/store", get(status::store))
+        .route("/api/v1/fleet/hosts", get(fleet::hosts))
+        .route("/api/v1/fleet/hosts/{host}", delete(fleet::forget))
         .route("/api/v1/nginx", get(status::nginx))
         .route("/api/v1/openapi.json", get(openapi::serve))
         .layer(middleware::from_fn_with_state(st.clone(), require_bearer))

@@ -20,9 +20,11 @@
 //! metric (declared in one place, `Families`); `format.rs` the two text formats; `live.rs` the
 //! per-server gauges of the live state; `server_stats.rs` the per-server statistics the module
 //! counts (requests, responses by class, fails, bytes, response times, probes); `reloads.rs` the
-//! changes applied by a reload, by reason.
+//! changes applied by a reload, by reason; `fleet.rs` the fleet's series (set age, resolver,
+//! hosts behind), declared there.
 
 mod families;
+mod fleet;
 mod format;
 mod live;
 mod reloads;
@@ -105,6 +107,8 @@ struct State {
 #[derive(Debug)]
 pub struct Metrics {
     families: Families,
+    /// The fleet's series (`fleet.rs`).
+    fleet: fleet::FleetFamilies,
     registry: Registry,
     state: Mutex<State>,
     /// One scrape at a time (the per-binding gauges are reset and set at each scrape).
@@ -121,6 +125,8 @@ impl Default for Metrics {
         let mut registry = Registry::default();
         families.register(&mut registry);
         let reload_reasons = reloads::ReloadReasons::register(&mut registry);
+        let fleet = fleet::FleetFamilies::default();
+        fleet.register(&mut registry);
         for outcome in OUTCOMES {
             let _ = families
                 .resolutions
@@ -138,6 +144,7 @@ impl Default for Metrics {
         }
         Metrics {
             families,
+            fleet,
             registry,
             state: Mutex::new(State::default()),
             scrape: Mutex::new(()),
@@ -283,14 +290,18 @@ impl Metrics {
         live: Option<&HashMap<String, LiveState>>,
         format: Format,
     ) -> String {
+        let store = engine.store_status();
         self.families
             .store_connected
-            .set(i64::from(engine.store_status().connected));
-        self.encode(bindings, live, now_ms(), format)
+            .set(i64::from(store.connected));
+        let now = now_ms();
+        let fleet = (store.kind != "sqlite").then(|| engine.fleet_summary(bindings, now));
+        self.encode_with(bindings, live, fleet.as_ref(), now, format)
     }
 
     /// The text exposition in `format` with the per-binding gauges of `bindings` at time `now`,
     /// and per server the gauges of `live` (by binding name) when given.
+    #[cfg(test)]
     fn encode(
         &self,
         bindings: &[BindingView],
@@ -298,7 +309,20 @@ impl Metrics {
         now: i64,
         format: Format,
     ) -> String {
+        self.encode_with(bindings, live, None, now, format)
+    }
+
+    /// [`Metrics::encode`] with the fleet's series of `fleet` (`None`: no fleet).
+    fn encode_with(
+        &self,
+        bindings: &[BindingView],
+        live: Option<&HashMap<String, LiveState>>,
+        fleet: Option<&crate::view::FleetHosts>,
+        now: i64,
+        format: Format,
+    ) -> String {
         let _one = lock(&self.scrape);
+        self.fleet.set(fleet);
         let f = &self.families;
         f.bindings.set(bindings.len() as i64);
         f.binding_servers.clear();

@@ -60,6 +60,8 @@ pub(super) fn detail_page(
     }
     let file = std::fs::read_to_string(&b.file).ok();
     let store = st.engine.store_status();
+    // How many bindings each host is behind (the whole fleet; none with one SQLite host).
+    let fleet = (store.kind != "sqlite").then(|| st.engine.fleet_hosts());
     let body = html! {
         h1 { (n) " " span class={"state " (class)} { (state) } }
         (store_banner(&store))
@@ -136,7 +138,7 @@ pub(super) fn detail_page(
         @if let Some(l) = live {
             (live_card(l, now))
         }
-        (fleet_card(&b.fleet, &store, now))
+        (fleet_card(&b.fleet, &store, fleet.as_ref(), b.interval_secs, now))
         @if !d.history.is_empty() {
             section.card.charts {
                 h2 { "Over time" }

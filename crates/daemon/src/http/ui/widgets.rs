@@ -208,14 +208,25 @@ pub(super) fn store_banner(store: &crate::view::StoreView) -> Markup {
     }
 }
 
-/// The fleet card of a binding page: who resolves it and each host's state. With one host and
-/// the SQLite store there is no fleet to show: nothing.
+/// The fleet card of a binding page: who resolves it, how old its newest target set is, each
+/// host's state and, with `summary` (the whole fleet's numbers), how many bindings each host is
+/// behind. With one host and the SQLite store there is no fleet to show: nothing.
 pub(super) fn fleet_card(
     fleet: &crate::view::BindingFleet,
     store: &crate::view::StoreView,
+    summary: Option<&crate::view::FleetHosts>,
+    interval_secs: u64,
     now: i64,
 ) -> Markup {
     let single = store.kind == "sqlite" && fleet.hosts.len() <= 1;
+    let old = fleet
+        .set_age_ms(now)
+        .is_some_and(|age| age > 3 * 1000 * interval_secs as i64);
+    let behind_of = |host: &str| {
+        summary
+            .and_then(|s| s.hosts.iter().find(|h| h.host == host))
+            .map(|h| h.behind_bindings)
+    };
     html! {
         @if !single {
             section.card.fleet {
@@ -231,6 +242,24 @@ pub(super) fn fleet_card(
                     }
                     ". This host: " code { (store.host_id) } "."
                 }
+                p.set-age {
+                    @match fleet.set_at_ms {
+                        Some(at) => {
+                            "Newest target set resolved "
+                            @if let Some(by) = &fleet.set_resolved_by { "by " code { (by) } " " }
+                            (time_el(at, now)) "."
+                        }
+                        None => "No target set published yet.",
+                    }
+                    @if let Some(here) = fleet.resolved_here_ms {
+                        " This host last resolved it " (time_el(here, now)) "."
+                    }
+                    @if old {
+                        " " span.status.failed {
+                            "not resolved for over 3 intervals as far as this host knows"
+                        }
+                    }
+                }
                 @if fleet.hosts.is_empty() {
                     p { "No host has applied this binding yet." }
                 } @else {
@@ -238,7 +267,9 @@ pub(super) fn fleet_card(
                         thead {
                             tr {
                                 th { "Host" } th { "State" } th { "Servers" }
-                                th { "Generation" } th { "Since" } th { "Message" }
+                                th { "Generation" } th { "Since" }
+                                @if summary.is_some() { th { "Behind on" } }
+                                th { "Message" }
                             }
                         }
                         tbody {
@@ -254,13 +285,22 @@ pub(super) fn fleet_card(
                                             HostState::Failed => "failed",
                                             HostState::Stale => "stale",
                                         })} { (h.state.as_str()) }
-                                        @if h.generation < fleet.generation && h.state == HostState::Applied {
+                                        @if fleet.is_behind(&h.host) {
                                             " " span.why { "(behind)" }
                                         }
                                     }
                                     td { (h.servers) }
                                     td { (h.generation) }
                                     td { (time_el(h.at_ms, now)) }
+                                    @if summary.is_some() {
+                                        td.behind {
+                                            @match behind_of(&h.host) {
+                                                Some(1) => "1 binding",
+                                                Some(n) => { (n) " bindings" }
+                                                None => "",
+                                            }
+                                        }
+                                    }
                                     td {
                                         @if let Some(m) = &h.message { pre.failure { (m) } }
                                     }
@@ -308,9 +348,10 @@ mod fleet_tests {
             resolver: Some("h1".into()),
             generation: 1,
             hosts: vec![host("h1", HostState::Applied, None)],
+            ..BindingFleet::default()
         };
         let s = store("sqlite", true);
-        assert_eq!(fleet_card(&fleet, &s, 2_000).into_string(), "");
+        assert_eq!(fleet_card(&fleet, &s, None, 10, 2_000).into_string(), "");
         assert_eq!(store_banner(&s).into_string(), "");
     }
 
@@ -324,8 +365,9 @@ mod fleet_tests {
                 host("h2", HostState::Failed, Some("[emerg] <bad>")),
                 host("h3", HostState::Stale, Some("store unreachable")),
             ],
+            ..BindingFleet::default()
         };
-        let html = fleet_card(&fleet, &store("etcd", true), 2_000).into_string();
+        let html = fleet_card(&fleet, &store("etcd", true), None, 10, 2_000).into_string();
         assert!(html.contains("Resolved by <code>h2</code>"), "{html}");
         assert_eq!(html.matches("<tr data-host=").count(), 3, "{html}");
         assert!(html.contains("[emerg] &lt;bad&gt;"), "escaped: {html}");
@@ -338,6 +380,64 @@ mod fleet_tests {
         assert!(
             banner.contains("keeps serving its last applied servers"),
             "{banner}"
+        );
+    }
+
+    #[test]
+    fn the_fleet_card_shows_the_set_age_and_how_many_bindings_each_host_is_behind() {
+        use crate::view::{FleetHostSummary, FleetHosts};
+        let mut fleet = BindingFleet {
+            resolver: Some("h1".into()),
+            generation: 3,
+            hosts: vec![
+                host("h1", HostState::Applied, None),
+                host("h2", HostState::Failed, Some("refused")),
+            ],
+            set_at_ms: Some(1_000),
+            set_resolved_by: Some("h1".into()),
+            resolved_here_ms: None,
+        };
+        fleet.hosts[0].generation = 3;
+        fleet.hosts[1].generation = 3;
+        let summary = FleetHosts {
+            host_id: "h1".into(),
+            store: "etcd".into(),
+            hosts: ["h1", "h2"]
+                .iter()
+                .zip([0, 7])
+                .map(|(h, n)| FleetHostSummary {
+                    host: h.to_string(),
+                    alive: true,
+                    behind_bindings: n,
+                    behind: vec![],
+                    resolves: 0,
+                })
+                .collect(),
+            bindings: vec![],
+        };
+        let s = store("etcd", true);
+        // 20 s after the set, interval 10 s: fine.
+        let html = fleet_card(&fleet, &s, Some(&summary), 10, 21_000).into_string();
+        assert!(
+            html.contains("Newest target set resolved by <code>h1</code>"),
+            "{html}"
+        );
+        assert!(
+            html.contains("7 bindings") && html.contains("0 bindings"),
+            "{html}"
+        );
+        // The failed host is behind though it attempted the newest generation.
+        assert_eq!(html.matches("(behind)").count(), 1, "{html}");
+        assert!(!html.contains("over 3 intervals"), "{html}");
+        // 40 s after it: past 3 intervals.
+        let html = fleet_card(&fleet, &s, Some(&summary), 10, 41_000).into_string();
+        assert!(html.contains("not resolved for over 3 intervals"), "{html}");
+        // This host resolved it since: not old.
+        fleet.resolved_here_ms = Some(40_000);
+        let html = fleet_card(&fleet, &s, Some(&summary), 10, 41_000).into_string();
+        assert!(
+            !html.contains("over 3 intervals") && html.contains("This host last resolved it"),
+            "{html}"
         );
     }
 }
