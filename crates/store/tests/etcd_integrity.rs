@@ -135,7 +135,11 @@ async fn a_mirror_write_that_fails_is_applied_once_the_file_can_be_written() {
         || service_on(&a, "api").as_deref() == Some("web2"),
     )
     .await;
-    assert!(a.store.status().connected);
+    // The session applies the read before it opens its watch and says connected.
+    until(Duration::from_secs(10), "A connected again", || {
+        a.store.status().connected
+    })
+    .await;
 }
 
 fn token_on(h: &Host, name: &str) -> Option<serde_json::Value> {
