@@ -124,6 +124,7 @@ async fn write_outcomes(
             rev,
             lease: 0,
             value: Some(v),
+            meta: Default::default(),
         })
         .collect();
     // Our own writes: applied without events.

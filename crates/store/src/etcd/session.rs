@@ -16,7 +16,8 @@ use etcd_client::{
 };
 use tokio::time::{timeout, Instant};
 
-use super::keys::{encode_binding, HostBeat};
+use super::auth::{self, Ctx, Meta};
+use super::keys::HostBeat;
 use super::mirror::Update;
 use super::{lock, Shared};
 use crate::{now_ms, StoreEvent};
@@ -196,6 +197,7 @@ async fn session_inner(
         can: Some(super::keys::Can {
             providers: o.providers.clone(),
             keys: shared.secrets.ids(),
+            auth: true,
         }),
     })
     .unwrap_or_default();
@@ -288,6 +290,10 @@ async fn session_inner(
                 rev: kv.mod_revision(),
                 lease: kv.lease(),
                 value: Some(kv.value().to_vec()),
+                meta: Meta {
+                    create_rev: kv.create_revision(),
+                    version: kv.version(),
+                },
             });
         }
         match r.kvs().last() {
@@ -340,8 +346,8 @@ async fn session_inner(
     tracing::info!(store = %shared.location, host_id = %o.host_id, keys = count, revision = snapshot, "etcd session: mirror synced, watching");
     let _ = shared.events.send(StoreEvent::Resync);
     let _ = shared.events.send(StoreEvent::Status);
+    require_integrity(shared, &mut client).await?;
     super::outcomes::flush_pending(shared, &mut client).await?;
-    rewrite_stale_keys(shared, &mut client).await?;
 
     loop {
         tokio::select! {
@@ -363,11 +369,14 @@ async fn session_inner(
                         rev: kv.mod_revision(),
                         lease: kv.lease(),
                         value: (ev.event_type() == EventType::Put).then(|| kv.value().to_vec()),
+                        meta: Meta {
+                            create_rev: kv.create_revision(),
+                            version: kv.version(),
+                        },
                     })
                 }).collect();
                 if !updates.is_empty() {
                     apply_and_emit(shared, updates, None).await?;
-                    rewrite_stale_keys(shared, &mut client).await?;
                 }
             }
             end = &mut keep_alive.0 => {
@@ -542,33 +551,91 @@ async fn apply_and_emit(
     for e in events {
         let _ = shared.events.send(e);
     }
+    report_refusals(shared);
+    shared.reseal.notify_one();
     Ok(())
 }
 
-/// Re-seals bindings whose config was sealed with a key other than the active one (key
-/// rotation, docs/fleet.md); a concurrent change wins (compared by revision).
-async fn rewrite_stale_keys(shared: &Arc<Shared>, client: &mut Client) -> Result<(), String> {
-    let names: Vec<String> = std::mem::take(&mut lock(&shared.mirror).stale_key);
-    for name in names {
-        let key = shared.keys.binding(&name);
-        let (sb, rev) = {
-            let m = lock(&shared.mirror);
-            match m.file.get_binding(&name) {
-                Ok(Some(sb)) => (sb, m.rev_of(&key)),
-                _ => continue,
-            }
-        };
-        let txn = Txn::new()
-            .when([etcd_client::Compare::mod_revision(
-                key.clone(),
-                etcd_client::CompareOp::Equal,
-                rev,
-            )])
-            .and_then([TxnOp::put(key, encode_binding(&sb, &shared.secrets), None)]);
-        let r = bounded(shared, "re-seal binding", client.txn(txn)).await?;
-        if r.succeeded() {
-            tracing::info!(binding = %name, key = %shared.secrets.active_id(), "binding config re-sealed with the active secrets key");
+/// The values the mirror refused become this host's outcome of their bindings (`failed`, with
+/// what failed), so every fleet view shows them; and a fleet seen requiring integrity is
+/// remembered on disk.
+fn report_refusals(shared: &Arc<Shared>) {
+    let me = &shared.opts.host_id;
+    let (refusals, newly_required, held) = {
+        let mut m = lock(&shared.mirror);
+        let refusals = std::mem::take(&mut m.refusals);
+        let held: Vec<_> = refusals
+            .iter()
+            .map(|(name, _)| {
+                (
+                    m.outcome_of(name, me),
+                    m.targets.get(name).map_or(0, |t| t.generation),
+                )
+            })
+            .collect();
+        (refusals, std::mem::take(&mut m.newly_required), held)
+    };
+    if newly_required {
+        super::remember(&shared.integrity_file, &shared.keys.prefix);
+    }
+    if refusals.is_empty() {
+        return;
+    }
+    {
+        let mut pending = lock(&shared.pending);
+        for ((name, message), (mine, generation)) in refusals.into_iter().zip(held) {
+            let (generation, servers) = mine.map_or((generation, 0), |o| (o.generation, o.servers));
+            pending.insert(
+                name,
+                crate::HostOutcome {
+                    host: me.clone(),
+                    state: crate::HostState::Failed,
+                    at_ms: now_ms(),
+                    generation,
+                    servers,
+                    message: Some(super::bounded_message(message, super::MAX_OUTCOME_MESSAGE)),
+                },
+            );
         }
+    }
+    shared.flush.notify_one();
+}
+
+/// Puts the fleet's integrity key (every host then refuses values without a MAC) when this host
+/// was started with `--etcd-require-integrity`, or the fleet is new (nothing in it yet, every
+/// live host verifies MACs). Created once: guarded by its absence.
+async fn require_integrity(shared: &Arc<Shared>, client: &mut Client) -> Result<(), String> {
+    let o = &shared.opts;
+    let (present, fresh) = {
+        let m = lock(&shared.mirror);
+        (m.integrity_key, m.fresh_fleet(&shared.keys, &o.host_id))
+    };
+    if present || !(o.require_integrity || fresh) {
+        return Ok(());
+    }
+    let key = shared.keys.integrity();
+    let body = serde_json::to_vec(&serde_json::json!({
+        "require": true,
+        "by": o.host_id,
+        "at_ms": now_ms(),
+    }))
+    .unwrap_or_default();
+    let value = auth::sign(
+        &shared.secrets,
+        &Ctx {
+            prefix: &shared.keys.prefix,
+            kind: "integrity",
+            name: "",
+            meta: Meta::default().next(),
+        },
+        body,
+    );
+    let txn = Txn::new()
+        .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
+        .and_then([TxnOp::put(key, value, None)]);
+    let r = bounded(shared, "integrity key", client.txn(txn)).await?;
+    if r.succeeded() {
+        tracing::info!(store = %shared.location, new_fleet = fresh, "this fleet now requires a MAC on every value (the integrity key is put)");
     }
     Ok(())
 }
