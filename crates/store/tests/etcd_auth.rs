@@ -97,6 +97,22 @@ async fn integrity_key(c: &mut Client, prefix: &str) {
     }
 }
 
+/// Returns once every host in `hosts` has applied everything put under `prefix` before: a key
+/// put after it (a resolver claim of a binding nobody has, which every mirror applies as is)
+/// reached each one (a watch delivers in revision order).
+async fn synced(c: &mut Client, prefix: &str, hosts: &[&Host]) {
+    let name = format!("sync-{}", now_ms());
+    c.put(format!("{prefix}resolvers/{name}"), "sync", None)
+        .await
+        .unwrap();
+    for h in hosts {
+        until(Duration::from_secs(10), "the hosts catch up", || {
+            h.store.fleet_view(&name).resolver.as_deref() == Some("sync")
+        })
+        .await;
+    }
+}
+
 fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -198,6 +214,14 @@ async fn a_forged_or_altered_target_set_is_applied_by_no_host_and_each_reports_i
     raw.put(key.as_str(), serde_json::to_vec(&forged).unwrap(), None)
         .await
         .unwrap();
+    synced(&mut raw, P, &[&a, &b]).await;
+    for (id, h) in [("host-a", &a), ("host-b", &b)] {
+        assert_eq!(
+            address(h.store.published_targets("api")).as_deref(),
+            Some("10.0.0.1"),
+            "{id} took a forged set"
+        );
+    }
     for h in ["host-a", "host-b"] {
         let o = reported(&mut raw, P, "api", h, "it has no MAC", t0).await;
         let msg = o["message"].as_str().unwrap();
@@ -215,9 +239,7 @@ async fn a_forged_or_altered_target_set_is_applied_by_no_host_and_each_reports_i
     raw.put(key.as_str(), altered.into_bytes(), None)
         .await
         .unwrap();
-    for h in ["host-a", "host-b"] {
-        reported(&mut raw, P, "api", h, "MAC verification failed", t1).await;
-    }
+    synced(&mut raw, P, &[&a, &b]).await;
     for (id, h) in [("host-a", &a), ("host-b", &b)] {
         let set = h.store.published_targets("api");
         assert_eq!(
@@ -226,6 +248,9 @@ async fn a_forged_or_altered_target_set_is_applied_by_no_host_and_each_reports_i
             "{id} took a set nobody holding the key published"
         );
         assert_eq!(set.unwrap().generation, generation, "{id}");
+    }
+    for h in ["host-a", "host-b"] {
+        reported(&mut raw, P, "api", h, "MAC verification failed", t1).await;
     }
 
     // The resolver publishes over it at its next run, even with the same targets: every host has
@@ -276,8 +301,12 @@ async fn a_binding_copied_to_another_prefix_altered_or_put_back_from_an_older_ve
     raw.put(format!("{Q}bindings/api"), first.clone(), None)
         .await
         .unwrap();
+    synced(&mut raw, Q, &[&s]).await;
+    assert!(
+        s.store.get_binding("api").unwrap().is_none(),
+        "host-s took a binding copied from another prefix"
+    );
     reported(&mut raw, Q, "api", "host-s", "MAC verification failed", t0).await;
-    assert!(s.store.get_binding("api").unwrap().is_none());
 
     // Changed on A; the first value put back: every host keeps the change.
     a.store
@@ -296,15 +325,16 @@ async fn a_binding_copied_to_another_prefix_altered_or_put_back_from_an_older_ve
     raw.put(format!("{P}bindings/api"), first.clone(), None)
         .await
         .unwrap();
-    for h in ["host-a", "host-b"] {
-        reported(&mut raw, P, "api", h, "MAC verification failed", t1).await;
-    }
+    synced(&mut raw, P, &[&a, &b]).await;
     for (id, h) in [("host-a", &a), ("host-b", &b)] {
         assert_eq!(
             h.store.get_binding("api").unwrap().unwrap().binding.service,
             "web-v2",
             "{id} went back to a replayed version"
         );
+    }
+    for h in ["host-a", "host-b"] {
+        reported(&mut raw, P, "api", h, "MAC verification failed", t1).await;
     }
 
     // The current value with a server added to its directives (MAC kept, or dropped): refused.
@@ -323,9 +353,7 @@ async fn a_binding_copied_to_another_prefix_altered_or_put_back_from_an_older_ve
         )
         .await
         .unwrap();
-        for h in ["host-a", "host-b"] {
-            reported(&mut raw, P, "api", h, "refused", t).await;
-        }
+        synced(&mut raw, P, &[&a, &b]).await;
         for (id, h) in [("host-a", &a), ("host-b", &b)] {
             let sb = h.store.get_binding("api").unwrap().unwrap();
             assert!(
@@ -333,6 +361,9 @@ async fn a_binding_copied_to_another_prefix_altered_or_put_back_from_an_older_ve
                 "{id} took a forged binding (MAC stripped: {strip}): {:?}",
                 sb.binding.directives
             );
+        }
+        for h in ["host-a", "host-b"] {
+            reported(&mut raw, P, "api", h, "refused", t).await;
         }
     }
 }
@@ -375,19 +406,28 @@ async fn hosts_holding_the_keys_in_different_orders_do_not_reseal_each_others_wr
         || b.store.list_bindings().unwrap().len() == 20,
     )
     .await;
-    let before = binding_writes(&mut raw, P).await;
     // A change saved on B (sealed with the new key) reaches A, which keeps the old key first.
-    b.store
-        .upsert_bindings(&[binding("b00", "web-v2")])
-        .await
-        .unwrap();
+    // (A save that meets a concurrent re-seal of the same binding is refused: tried again.)
+    let mut saved = Err(None);
+    for _ in 0..20 {
+        match b.store.upsert_bindings(&[binding("b00", "web-v2")]).await {
+            Ok(_) => {
+                saved = Ok(());
+                break;
+            }
+            Err(e) => saved = Err(Some(e.to_string())),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let before = binding_writes(&mut raw, P).await;
     tokio::time::sleep(Duration::from_secs(30)).await;
-    let writes = binding_writes(&mut raw, P).await - before - 1;
+    let writes = binding_writes(&mut raw, P).await - before;
     println!("re-seal writes in 30 s: {writes}");
     assert!(
         writes <= 20,
         "{writes} re-seal writes in 30 s for 20 bindings (the hosts re-seal each other's writes)"
     );
+    assert_eq!(saved, Ok(()), "the change on B");
     for (id, h) in [("host-a", &a), ("host-b", &b)] {
         let l = h.store.list_bindings().unwrap();
         assert_eq!(l.len(), 20, "{id}");
