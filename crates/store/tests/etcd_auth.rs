@@ -275,17 +275,41 @@ async fn a_forged_or_altered_target_set_is_applied_by_no_host_and_each_reports_i
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_binding_copied_to_another_prefix_altered_or_put_back_from_an_older_version_is_refused() {
+async fn a_sealed_binding_copied_to_another_prefix_is_refused() {
     const P: &str = "/auth-prod/";
     const Q: &str = "/auth-staging/";
     let cluster = tokio::task::block_in_place(|| EtcdCluster::start(3));
     let mut raw = raw_client(&cluster).await;
     // Two fleets sharing one secrets key (prod and staging, say).
     let a = host(&cluster, P, "host-a", &[&KEY]).await;
-    let b = host(&cluster, P, "host-b", &[&KEY]).await;
     let s = host(&cluster, Q, "host-s", &[&KEY]).await;
     integrity_key(&mut raw, P).await;
     integrity_key(&mut raw, Q).await;
+    a.store
+        .insert_binding(&binding("api", "web"))
+        .await
+        .unwrap();
+    let first = get(&mut raw, &format!("{P}bindings/api")).await.unwrap();
+    let t0 = now_ms();
+    raw.put(format!("{Q}bindings/api"), first, None)
+        .await
+        .unwrap();
+    synced(&mut raw, Q, &[&s]).await;
+    assert!(
+        s.store.get_binding("api").unwrap().is_none(),
+        "host-s took a binding copied from another prefix"
+    );
+    reported(&mut raw, Q, "api", "host-s", "MAC verification failed", t0).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_older_binding_value_put_back_or_an_altered_one_is_refused() {
+    const P: &str = "/auth-replay/";
+    let cluster = tokio::task::block_in_place(|| EtcdCluster::start(3));
+    let mut raw = raw_client(&cluster).await;
+    let a = host(&cluster, P, "host-a", &[&KEY]).await;
+    let b = host(&cluster, P, "host-b", &[&KEY]).await;
+    integrity_key(&mut raw, P).await;
     a.store
         .insert_binding(&binding("api", "web"))
         .await
@@ -295,18 +319,6 @@ async fn a_binding_copied_to_another_prefix_altered_or_put_back_from_an_older_ve
     })
     .await;
     let first = get(&mut raw, &format!("{P}bindings/api")).await.unwrap();
-
-    // Copied to the other fleet's prefix: refused there.
-    let t0 = now_ms();
-    raw.put(format!("{Q}bindings/api"), first.clone(), None)
-        .await
-        .unwrap();
-    synced(&mut raw, Q, &[&s]).await;
-    assert!(
-        s.store.get_binding("api").unwrap().is_none(),
-        "host-s took a binding copied from another prefix"
-    );
-    reported(&mut raw, Q, "api", "host-s", "MAC verification failed", t0).await;
 
     // Changed on A; the first value put back: every host keeps the change.
     a.store
