@@ -36,18 +36,23 @@ struct Job {
     why: String,
 }
 
-/// The next value this host should write again, taken off the mirror's list.
+/// The next value this host should write again, taken off the mirror's list. A value another
+/// host (the preferred one) is to write stays on the list: looked at again later, in case that
+/// host never does (a daemon of before, or gone).
 fn next(shared: &Shared) -> Option<Job> {
     let me = &shared.opts.host_id;
     let mut m = lock(&shared.mirror);
-    while let Some(name) = m.rewrite.pop_first() {
+    let names: Vec<String> = m.rewrite.iter().cloned().collect();
+    for name in names {
         let key = shared.keys.binding(&name);
         let rev = m.rev_of(&key);
         // Only the newest value, when it is the one the mirror holds decoded.
-        if m.decoded_rev(&name) != Some(rev) {
-            continue;
-        }
-        let Ok(Some(sb)) = m.file.get_binding(&name) else {
+        let held = match m.file.get_binding(&name) {
+            Ok(Some(sb)) if m.decoded_rev(&name) == Some(rev) => Some(sb),
+            _ => None,
+        };
+        let Some(sb) = held else {
+            m.rewrite.remove(&name);
             continue;
         };
         let why = match m.sealed_with(&name) {
@@ -60,6 +65,7 @@ fn next(shared: &Shared) -> Option<Job> {
             // Another host (the preferred one) writes it.
             _ => continue,
         };
+        m.rewrite.remove(&name);
         return Some(Job {
             meta: m.meta_of(&key),
             name,
@@ -71,12 +77,20 @@ fn next(shared: &Shared) -> Option<Job> {
     None
 }
 
-/// The task: woken by the session after it applied changes (`Shared::reseal`).
+/// How often the list is looked at without a change (a write that failed, a value another
+/// host was to write).
+const SWEEP: Duration = Duration::from_secs(5);
+
+/// The task: woken by the session after it applied changes (`Shared::reseal`), and every
+/// [`SWEEP`].
 pub async fn run(shared: Arc<Shared>) {
     let store = EtcdStore::handle(shared.clone());
     let gap = Duration::from_millis(1000 / PER_SECOND);
     loop {
-        shared.reseal.notified().await;
+        tokio::select! {
+            _ = shared.reseal.notified() => {}
+            _ = tokio::time::sleep(SWEEP) => {}
+        }
         while let Some(job) = next(&shared) {
             let key = shared.keys.binding(&job.name);
             let meta = job.meta.next();
@@ -107,7 +121,7 @@ pub async fn run(shared: Arc<Shared>) {
                 // Changed meanwhile: the new value is checked when it arrives.
                 Ok(Written::Refused(_)) => {}
                 Err(e) => {
-                    tracing::warn!(binding = %job.name, error = %e, "writing a binding value again failed; tried again after the next change");
+                    tracing::warn!(binding = %job.name, error = %e, "writing a binding value again failed; tried again later");
                     lock(&shared.mirror).rewrite.insert(job.name);
                     break;
                 }

@@ -343,6 +343,7 @@ async fn session_inner(
     }
     // Writes go through the session's client again.
     lock(&shared.spares).iter_mut().for_each(|s| *s = None);
+    shared.reseal.notify_one();
     tracing::info!(store = %shared.location, host_id = %o.host_id, keys = count, revision = snapshot, "etcd session: mirror synced, watching");
     let _ = shared.events.send(StoreEvent::Resync);
     let _ = shared.events.send(StoreEvent::Status);
