@@ -9,8 +9,8 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::assert_ok;
 use common::fleet::{applied_all, Fleet, ALL, PREFIX};
+use common::{assert_ok, http};
 use serde_json::Value;
 
 #[test]
@@ -75,6 +75,25 @@ fn a_forged_target_set_is_applied_by_no_host_and_every_host_reports_it() {
             "{}'s log does not report the forged set: {log}",
             h.id
         );
+    }
+    // And in its metrics.
+    for h in &f.hosts {
+        let (st, text) = http(
+            h.daemon.port,
+            "GET",
+            "/metrics",
+            Some(&h.daemon.token()),
+            None,
+        );
+        assert_eq!(st, 200);
+        let n: f64 = text
+            .lines()
+            .find_map(|l| l.strip_prefix("tributary_store_refused_values "))
+            .unwrap_or_else(|| panic!("{}: no tributary_store_refused_values in {text}", h.id))
+            .trim()
+            .parse()
+            .unwrap();
+        assert!(n >= 1.0, "{}: {n} refused values", h.id);
     }
     // The report reached the fleet view: each host's outcome of the binding is `failed`, saying
     // the set was refused.

@@ -168,17 +168,6 @@ impl Mirror {
         self.revs.get(key).copied().unwrap_or(0)
     }
 
-    /// The etcd create revision and version of `key` as last seen (`Meta::default()`: absent).
-    pub fn meta_of(&self, key: &str) -> Meta {
-        self.meta.get(key).copied().unwrap_or_default()
-    }
-
-    /// Whether the held target set of `name` must be published over even when unchanged (its
-    /// newest value was refused, or has no MAC).
-    pub fn must_republish(&self, name: &str) -> bool {
-        self.republish.contains(name)
-    }
-
     /// Whether `rev` of binding key `key` is newer than what the file holds or `staged` (this
     /// batch's binding writes, recorded only once the file has them) holds; stages it when so.
     fn staged_newer(&self, staged: &mut HashMap<String, i64>, key: String, rev: i64) -> bool {
@@ -535,16 +524,6 @@ impl Mirror {
             return None;
         }
         self.decoded_rev.get(name).copied()
-    }
-
-    /// The id of the key that sealed the newest value of `name` (read without opening it).
-    pub fn sealed_with(&self, name: &str) -> Option<&str> {
-        self.needs.get(name).map(|n| n.key_id.as_str())
-    }
-
-    /// Whether this host is the one rendezvous prefers for `name` (among the able live hosts).
-    pub fn is_preferred(&self, name: &str, me: &str) -> bool {
-        self.preferred(name, me).0 == me
     }
 
     /// Whether `host` can resolve `name`: it did not step out of it, and its capabilities (this

@@ -10,6 +10,27 @@ use super::Mirror;
 use crate::{StoredBinding, TargetSet};
 
 impl Mirror {
+    /// The etcd create revision and version of `key` as last seen (`Meta::default()`: absent).
+    pub fn meta_of(&self, key: &str) -> Meta {
+        self.meta.get(key).copied().unwrap_or_default()
+    }
+
+    /// Whether the held target set of `name` must be published over even when unchanged (its
+    /// newest value was refused, or has no MAC).
+    pub fn must_republish(&self, name: &str) -> bool {
+        self.republish.contains(name)
+    }
+
+    /// The id of the key that sealed the newest value of `name` (read without opening it).
+    pub fn sealed_with(&self, name: &str) -> Option<&str> {
+        self.needs.get(name).map(|n| n.key_id.as_str())
+    }
+
+    /// Whether this host is the one rendezvous prefers for `name` (among the able live hosts).
+    pub fn is_preferred(&self, name: &str, me: &str) -> bool {
+        self.preferred(name, me).0 == me
+    }
+
     /// A fleet that has nothing yet (no binding, no target set, no integrity key) and whose
     /// live hosts all verify MACs: it can require integrity from the start.
     pub fn fresh_fleet(&self, keys: &Keys, me: &str) -> bool {

@@ -21,6 +21,7 @@ mod bindings;
 mod claims;
 mod crypto;
 mod gc;
+mod integrity;
 pub mod keys;
 mod mirror;
 mod outcomes;
@@ -385,8 +386,14 @@ impl EtcdStore {
 #[async_trait]
 impl BindingStore for EtcdStore {
     fn status(&self) -> StoreStatus {
+        let (refused_values, integrity_required) = {
+            let m = lock(&self.shared.mirror);
+            (m.refused_total, m.require)
+        };
         let c = lock(&self.shared.conn);
         StoreStatus {
+            refused_values,
+            integrity_required,
             kind: "etcd",
             host_id: self.shared.opts.host_id.clone(),
             connected: c.client.is_some(),

@@ -16,7 +16,7 @@ use etcd_client::{
 };
 use tokio::time::{timeout, Instant};
 
-use super::auth::{self, Ctx, Meta};
+use super::auth::Meta;
 use super::keys::HostBeat;
 use super::mirror::Update;
 use super::{lock, Shared};
@@ -118,7 +118,7 @@ pub(crate) fn connect_options(shared: &Shared) -> Result<ConnectOptions, String>
     Ok(opts)
 }
 
-async fn bounded<T, E: std::fmt::Display>(
+pub(crate) async fn bounded<T, E: std::fmt::Display>(
     shared: &Shared,
     what: &str,
     f: impl std::future::Future<Output = Result<T, E>>,
@@ -347,7 +347,11 @@ async fn session_inner(
     tracing::info!(store = %shared.location, host_id = %o.host_id, keys = count, revision = snapshot, "etcd session: mirror synced, watching");
     let _ = shared.events.send(StoreEvent::Resync);
     let _ = shared.events.send(StoreEvent::Status);
-    require_integrity(shared, &mut client).await?;
+    // Not a reason to end the session (a role without write access to the key, say): the
+    // next session tries again.
+    if let Err(e) = super::integrity::require_integrity(shared, &mut client).await {
+        tracing::warn!(store = %shared.location, error = %e, "putting the fleet's integrity key failed; values without a MAC are still applied by hosts without --etcd-require-integrity");
+    }
     super::outcomes::flush_pending(shared, &mut client).await?;
 
     loop {
@@ -552,91 +556,7 @@ async fn apply_and_emit(
     for e in events {
         let _ = shared.events.send(e);
     }
-    report_refusals(shared);
+    super::integrity::report_refusals(shared);
     shared.reseal.notify_one();
-    Ok(())
-}
-
-/// The values the mirror refused become this host's outcome of their bindings (`failed`, with
-/// what failed), so every fleet view shows them; and a fleet seen requiring integrity is
-/// remembered on disk.
-fn report_refusals(shared: &Arc<Shared>) {
-    let me = &shared.opts.host_id;
-    let (refusals, newly_required, held) = {
-        let mut m = lock(&shared.mirror);
-        let refusals = std::mem::take(&mut m.refusals);
-        let held: Vec<_> = refusals
-            .iter()
-            .map(|(name, _)| {
-                (
-                    m.outcome_of(name, me),
-                    m.targets.get(name).map_or(0, |t| t.generation),
-                )
-            })
-            .collect();
-        (refusals, std::mem::take(&mut m.newly_required), held)
-    };
-    if newly_required {
-        super::remember(&shared.integrity_file, &shared.keys.prefix);
-    }
-    if refusals.is_empty() {
-        return;
-    }
-    {
-        let mut pending = lock(&shared.pending);
-        for ((name, message), (mine, generation)) in refusals.into_iter().zip(held) {
-            let (generation, servers) = mine.map_or((generation, 0), |o| (o.generation, o.servers));
-            pending.insert(
-                name,
-                crate::HostOutcome {
-                    host: me.clone(),
-                    state: crate::HostState::Failed,
-                    at_ms: now_ms(),
-                    generation,
-                    servers,
-                    message: Some(super::bounded_message(message, super::MAX_OUTCOME_MESSAGE)),
-                },
-            );
-        }
-    }
-    shared.flush.notify_one();
-}
-
-/// Puts the fleet's integrity key (every host then refuses values without a MAC) when this host
-/// was started with `--etcd-require-integrity`, or the fleet is new (nothing in it yet, every
-/// live host verifies MACs). Created once: guarded by its absence.
-async fn require_integrity(shared: &Arc<Shared>, client: &mut Client) -> Result<(), String> {
-    let o = &shared.opts;
-    let (present, fresh) = {
-        let m = lock(&shared.mirror);
-        (m.integrity_key, m.fresh_fleet(&shared.keys, &o.host_id))
-    };
-    if present || !(o.require_integrity || fresh) {
-        return Ok(());
-    }
-    let key = shared.keys.integrity();
-    let body = serde_json::to_vec(&serde_json::json!({
-        "require": true,
-        "by": o.host_id,
-        "at_ms": now_ms(),
-    }))
-    .unwrap_or_default();
-    let value = auth::sign(
-        &shared.secrets,
-        &Ctx {
-            prefix: &shared.keys.prefix,
-            kind: "integrity",
-            name: "",
-            meta: Meta::default().next(),
-        },
-        body,
-    );
-    let txn = Txn::new()
-        .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
-        .and_then([TxnOp::put(key, value, None)]);
-    let r = bounded(shared, "integrity key", client.txn(txn)).await?;
-    if r.succeeded() {
-        tracing::info!(store = %shared.location, new_fleet = fresh, "this fleet now requires a MAC on every value (the integrity key is put)");
-    }
     Ok(())
 }

@@ -277,6 +277,9 @@ impl Metrics {
         self.families
             .store_connected
             .set(i64::from(engine.store_status().connected));
+        self.families
+            .store_refused_values
+            .set(engine.store_refused_values() as i64);
         self.encode(bindings, live, now_ms(), format)
     }
 
