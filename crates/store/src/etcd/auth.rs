@@ -10,7 +10,8 @@
 //!   `interval_secs`, the live settings, the version, and the sealed config; for a set its
 //!   targets and the binding version it was resolved from).
 //!
-//! The MAC is the value's last JSON member, `"mac":"m1:KEYID:HEX"`: the MAC'd bytes are the value
+//! The MAC is the value's last JSON member, `"mac":"m1:KEYID:HEX[,m1:KEYID:HEX...]"` (one tag per
+//! key the writer holds, retired ones aside, so a host that has any of them verifies): the MAC'd bytes are the value
 //! without it, exactly as written (no re-encoding), and a daemon of before ignores the member.
 //! A host refuses a value whose MAC does not verify and, once the fleet requires it (the
 //! `integrity` key, or `--etcd-require-integrity`), a value without one.
@@ -134,7 +135,7 @@ impl std::fmt::Display for Refusal {
         match self {
             Refusal::KeyMissing(id) => write!(
                 f,
-                "its MAC is by key {id}, which is not among this host's keys"
+                "its MAC is by key(s) {id}, none of which is among this host's keys"
             ),
             Refusal::Failed(why) => f.write_str(why),
         }

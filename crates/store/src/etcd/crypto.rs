@@ -156,32 +156,48 @@ impl SecretKeys {
             .collect()
     }
 
-    /// `m1:KEYID:HEX` of HMAC-SHA256 under the active key's MAC subkey over `parts`, each
-    /// length-prefixed (no two lists of parts give the same message).
+    /// `m1:KEYID:HEX` of HMAC-SHA256 over `parts` (each length-prefixed: no two lists of parts
+    /// give the same message) under the MAC subkey of each key this host holds but retired ones,
+    /// the active one first, joined by `,`: a host that has any of them verifies the value (a
+    /// host that lacks the new key mid-rotation still verifies what the others write).
     pub fn sign(&self, parts: &[&[u8]]) -> String {
-        let key = &self.keys[0];
-        format!("m1:{}:{}", key.id, hex(&mac_of(&key.mac, parts)))
+        self.keys
+            .iter()
+            .filter(|k| !k.retired)
+            .map(|k| format!("m1:{}:{}", k.id, hex(&mac_of(&k.mac, parts))))
+            .collect::<Vec<_>>()
+            .join(",")
     }
 
-    /// Checks a tag of [`SecretKeys::sign`] over `parts`. `Err(Missing)` when its key is not
-    /// among this host's, `Err(Bad)` when it does not match (forged, altered, moved, replayed).
-    pub fn verify(&self, tag: &str, parts: &[&[u8]]) -> Result<(), MacError> {
-        let mut it = tag.splitn(3, ':');
-        if it.next() != Some("m1") {
-            return Err(MacError::Bad("unknown MAC format".into()));
+    /// Checks the tags of [`SecretKeys::sign`] over `parts`: every tag under a key this host has
+    /// must match (`Err(Bad)`: forged, altered, moved, replayed), and there must be one
+    /// (`Err(Missing)`: none of the keys named is this host's).
+    pub fn verify(&self, tags: &str, parts: &[&[u8]]) -> Result<(), MacError> {
+        let mut checked = false;
+        let mut missing = Vec::new();
+        for tag in tags.split(',') {
+            let mut it = tag.splitn(3, ':');
+            if it.next() != Some("m1") {
+                return Err(MacError::Bad("unknown MAC format".into()));
+            }
+            let id = it.next().unwrap_or_default();
+            let given = it.next().unwrap_or_default();
+            let Some(key) = self.keys.iter().find(|k| k.id == id) else {
+                missing.push(id);
+                continue;
+            };
+            let mut m = <Hmac<Sha256> as Mac>::new_from_slice(&key.mac).expect("any key length");
+            feed(&mut m, parts);
+            let given = unhex(given).ok_or_else(|| MacError::Bad("malformed MAC".into()))?;
+            m.verify_slice(&given)
+                .map_err(|_| MacError::Bad(format!("MAC mismatch (key {id})")))?;
+            checked = true;
         }
-        let id = it.next().unwrap_or_default();
-        let given = it.next().unwrap_or_default();
-        let key = self
-            .keys
-            .iter()
-            .find(|k| k.id == id)
-            .ok_or_else(|| MacError::Missing(id.to_string()))?;
-        let mut m = <Hmac<Sha256> as Mac>::new_from_slice(&key.mac).expect("any key length");
-        feed(&mut m, parts);
-        let given = unhex(given).ok_or_else(|| MacError::Bad("malformed MAC".into()))?;
-        m.verify_slice(&given)
-            .map_err(|_| MacError::Bad(format!("MAC mismatch (key {id})")))
+        if checked {
+            Ok(())
+        } else {
+            Err(MacError::Missing(missing.join(",")))
+        }
     }
 
     /// Encrypts `plain` with the active key, `aad` as associated data, as `v2:KEYID:BASE64`.
@@ -364,6 +380,35 @@ mod tests {
             e.contains(SecretKeys::key_id_of(&sealed_new).unwrap()),
             "{e}"
         );
+    }
+
+    #[test]
+    fn a_value_is_signed_under_every_key_but_retired_ones() {
+        let parts: &[&[u8]] = &[b"a", b"b"];
+        let both = SecretKeys::from_bytes(&[&[2u8; 32], &[1u8; 32]]).unwrap();
+        let tags = both.sign(parts);
+        assert_eq!(tags.split(',').count(), 2, "{tags}");
+        // A host with the old key only, or the new one only, verifies.
+        for one in [[1u8; 32], [2u8; 32]] {
+            let k = SecretKeys::from_bytes(&[&one]).unwrap();
+            assert_eq!(k.verify(&tags, parts), Ok(()));
+            assert!(matches!(
+                k.verify(&tags, &[b"a", b"c"]),
+                Err(MacError::Bad(_))
+            ));
+        }
+        // A tag that fails under a key this host has is refused even when another matches.
+        let forged = SecretKeys::from_bytes(&[&[1u8; 32]]).unwrap().sign(&[b"x"]);
+        let mixed = format!("{},{forged}", tags.split(',').next().unwrap());
+        assert!(matches!(both.verify(&mixed, parts), Err(MacError::Bad(_))));
+        // None of this host's keys: missing.
+        let other = SecretKeys::from_bytes(&[&[3u8; 32]]).unwrap();
+        assert!(matches!(other.verify(&tags, parts), Err(MacError::Missing(_))));
+        // A retired key verifies but does not sign.
+        let retiring = SecretKeys::with_retired(&[&[2u8; 32]], &[&[1u8; 32]]).unwrap();
+        assert_eq!(retiring.sign(parts).split(',').count(), 1);
+        assert_eq!(retiring.verify(&tags, parts), Ok(()));
+        assert!(retiring.is_retired(&SecretKeys::from_bytes(&[&[1u8; 32]]).unwrap().ids()[0]));
     }
 
     #[test]
