@@ -403,7 +403,10 @@ mod tests {
         assert!(matches!(both.verify(&mixed, parts), Err(MacError::Bad(_))));
         // None of this host's keys: missing.
         let other = SecretKeys::from_bytes(&[&[3u8; 32]]).unwrap();
-        assert!(matches!(other.verify(&tags, parts), Err(MacError::Missing(_))));
+        assert!(matches!(
+            other.verify(&tags, parts),
+            Err(MacError::Missing(_))
+        ));
         // A retired key verifies but does not sign.
         let retiring = SecretKeys::with_retired(&[&[2u8; 32]], &[&[1u8; 32]]).unwrap();
         assert_eq!(retiring.sign(parts).split(',').count(), 1);
