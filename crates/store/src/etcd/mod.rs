@@ -280,7 +280,7 @@ impl EtcdStore {
         );
         mirror.require = opts.require_integrity || remembers(&integrity_file, &keys.prefix);
         if !mirror.require {
-            tracing::warn!(store = %location, "this fleet does not require a MAC on every value yet: a value without one (written by a daemon of before, or by anyone who can write the prefix) is applied; see docs/fleet.md \"Integrity\" for the step that turns this off");
+            tracing::warn!(store = %location, "this host does not require a MAC on every value yet (until it reads the fleet's integrity key, which a new fleet puts at once): a value without one (written by a daemon of before, or by anyone who can write the prefix) is applied; see docs/fleet.md \"Integrity\" for the step that turns this off");
         }
         let shared = Arc::new(Shared {
             mirror: Mutex::new(mirror),
