@@ -176,6 +176,18 @@ async fn values_of_before_are_applied_and_signed_until_the_step_makes_every_host
         assert!(Instant::now() < deadline, "no integrity key");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    // The binding's config is sealed `v2` again by the host rendezvous prefers (its associated
+    // data binds prefix, name and version), with a MAC.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let v = get(&mut raw, &format!("{P}bindings/api")).await.unwrap();
+        if v["config"].as_str().unwrap().starts_with("v2:") && v["mac"].is_string() {
+            assert_eq!(v["service"], "web-by-hand");
+            break;
+        }
+        assert!(Instant::now() < deadline, "not sealed v2: {v}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     // A (not restarted) and B refuse a value without a MAC from now on.
     let before = service(&a, "api");
     raw.put(

@@ -91,6 +91,8 @@ pub struct Mirror {
     pub refused_total: u64,
     /// The fleet's integrity key is in etcd (with a valid MAC).
     pub integrity_key: bool,
+    /// Bindings whose config is sealed `v1`: written again as `v2` once integrity is required.
+    v1_configs: BTreeSet<String>,
     /// What resolving each binding takes, from its newest value (also one this host cannot
     /// open): the rendezvous choice leaves out the hosts whose heartbeat does not cover it.
     needs: HashMap<String, Need>,
@@ -161,6 +163,7 @@ impl Mirror {
             refusals: Vec::new(),
             refused_total: 0,
             integrity_key: false,
+            v1_configs: BTreeSet::new(),
         }
     }
 
@@ -230,6 +233,13 @@ impl Mirror {
                         Some(sb) => {
                             self.meta.insert(keys.binding(&name), meta);
                             self.rewrite.remove(&name);
+                            // This host's own write: its config is `v2` once integrity is
+                            // required (`EtcdStore::binding_value`).
+                            if self.require {
+                                self.v1_configs.remove(&name);
+                            } else {
+                                self.v1_configs.insert(name.clone());
+                            }
                             self.needs.insert(
                                 name.clone(),
                                 Need {
@@ -428,6 +438,7 @@ impl Mirror {
         self.unclaimed_since.remove(name);
         self.rewrite.remove(name);
         self.republish.remove(name);
+        self.v1_configs.remove(name);
     }
 
     fn set_resolver(&mut self, name: &str, holder: Option<(String, i64)>) {

@@ -74,6 +74,11 @@ impl Mirror {
         match keys::decode_binding(name, value, secrets, &keys.prefix, meta, self.require) {
             Ok(d) => {
                 self.unreadable.remove(name);
+                if d.v2 {
+                    self.v1_configs.remove(name);
+                } else {
+                    self.v1_configs.insert(name.to_string());
+                }
                 let again = secrets.is_retired(&d.key_id)
                     || d.checked == Checked::Missing
                     || (self.require && !d.v2);
@@ -182,6 +187,9 @@ impl Mirror {
                 if !self.require {
                     tracing::info!(key = %key, "this fleet requires a MAC on every value: values without one are refused from now on");
                     self.newly_required = true;
+                    // Their configs are sealed `v2` from now on (by the host rendezvous prefers).
+                    let v1: Vec<String> = self.v1_configs.iter().cloned().collect();
+                    self.rewrite.extend(v1);
                 }
                 self.require = true;
                 self.integrity_key = true;
