@@ -38,6 +38,16 @@ pub struct StoreArgs {
     /// host. Repeatable or comma-separated: the first seals, all open (key rotation).
     #[arg(long, value_delimiter = ',', value_name = "FILE")]
     pub secrets_key: Vec<PathBuf>,
+    /// A secrets key file that is retired (repeatable): it still opens and verifies, never seals,
+    /// and this host re-seals the bindings it sealed with the active key (a few a second).
+    /// Nothing else re-seals (docs/fleet.md, "Rotation").
+    #[arg(long, value_delimiter = ',', value_name = "FILE")]
+    pub retired_secrets_key: Vec<PathBuf>,
+    /// Refuse every binding value and target set without a MAC, and make the whole fleet do so
+    /// (puts the fleet's integrity key): the explicit step once every host runs a version that
+    /// writes MACs (docs/fleet.md, "Integrity"). A new fleet requires it from the start.
+    #[arg(long)]
+    pub etcd_require_integrity: bool,
     /// CA certificate (PEM) of the etcd members' certificates.
     #[arg(long)]
     pub etcd_ca: Option<PathBuf>,
@@ -132,7 +142,8 @@ impl StoreArgs {
                 if self.secrets_key.is_empty() {
                     bail!("--store etcd needs --secrets-key FILE (32 random bytes, mode 0600, the same on every host; see docs/fleet.md)");
                 }
-                let secrets = SecretKeys::load(&self.secrets_key)?;
+                let secrets =
+                    SecretKeys::load_with_retired(&self.secrets_key, &self.retired_secrets_key)?;
                 let mut opts = EtcdOptions::new(
                     self.etcd_endpoints.clone(),
                     &self.etcd_prefix,
@@ -140,6 +151,7 @@ impl StoreArgs {
                     &data_dir.join("tributary-etcd.db"),
                 );
                 opts.history = history;
+                opts.require_integrity = self.etcd_require_integrity;
                 opts.providers = Some(providers);
                 opts.lease_ttl = Duration::from_secs(self.etcd_lease_ttl_secs);
                 opts.op_timeout = Duration::from_millis(self.etcd_timeout_ms);
@@ -168,7 +180,7 @@ impl StoreArgs {
                     (None, None) => {}
                     _ => bail!("--etcd-user and --etcd-password-file go together"),
                 }
-                tracing::info!(endpoints = ?opts.endpoints, prefix = %opts.prefix, host_id = %host_id, secrets_key = %secrets.active_id(), "store: etcd");
+                tracing::info!(endpoints = ?opts.endpoints, prefix = %opts.prefix, host_id = %host_id, secrets_key = %secrets.active_id(), retired_keys = ?secrets.retired_ids(), "store: etcd");
                 // A lease left by a crashed daemon with this host id may take one lease TTL to
                 // expire before the first session starts (`docs/fleet.md`).
                 let wait = opts.op_timeout * 2 + opts.lease_ttl + Duration::from_secs(2);

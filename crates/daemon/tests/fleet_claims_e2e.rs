@@ -154,8 +154,9 @@ fn a_host_without_the_new_secrets_key_gives_its_claims_up_and_the_others_serve_e
         &[],
     );
     let names = names();
-    // Created through C (sealed with the old key): every host reads them; A and B re-seal them
-    // with the new key, which C cannot open.
+    // Created through C (sealed with the old key): every host reads them. (Nothing re-seals them
+    // without an explicit retirement of the old key; the sets A and B publish carry a MAC under
+    // each of their keys, so C, which has the old one only, verifies them.)
     save_all(&f, 2, &names, "web");
     if let Err(left) = served_within(&f, &[0, 1, 2], &names, "one", WAIT) {
         panic!("bindings created on C not served everywhere: {left:?}");

@@ -227,6 +227,23 @@ impl EtcdCluster {
         self.restart_all();
     }
 
+    /// Puts `value` at `key` through any live member, as an operator's (or an intruder's)
+    /// `etcdctl put` would.
+    pub fn put(&self, key: &str, value: &[u8]) {
+        let body = json!({"key": B64.encode(key), "value": B64.encode(value)});
+        for m in &self.members {
+            if m.child.is_none() {
+                continue;
+            }
+            if let Ok(v) = crate::etcd::post_json(m.client_port, "/v3/kv/put", &body, None) {
+                if v.get("header").is_some() {
+                    return;
+                }
+            }
+        }
+        panic!("no etcd member took the put of {key}");
+    }
+
     /// Every key and value under `prefix`, read from any live member (values as text, lossy).
     pub fn dump(&self, prefix: &str) -> Vec<(String, String)> {
         self.dump_versions(prefix)

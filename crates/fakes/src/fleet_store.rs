@@ -291,6 +291,8 @@ impl BindingStore for FleetMember {
             unreachable_since_ms: since,
             last_error: since.map(|_| "connection refused (test)".to_string()),
             location: "fleet (in-memory test store)".into(),
+            refused_values: 0,
+            integrity_required: false,
         }
     }
 

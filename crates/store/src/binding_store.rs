@@ -198,6 +198,11 @@ pub struct StoreStatus {
     pub last_error: Option<String>,
     /// Where it is: the SQLite path, or the etcd endpoints and prefix.
     pub location: String,
+    /// Values from the store this host refused since it started (etcd: a MAC that failed, or
+    /// none where the fleet requires one; docs/fleet.md "Integrity"). SQLite: 0.
+    pub refused_values: u64,
+    /// The fleet requires a MAC on every value (etcd; SQLite: `false`, nothing is shared).
+    pub integrity_required: bool,
 }
 
 /// The store the engine holds (as `Arc<dyn BindingStore>`). See the module docs for the contract.

@@ -289,6 +289,11 @@ impl Engine {
         self.inner.store.status().into()
     }
 
+    /// Values from the store this host refused since it started (docs/fleet.md "Integrity").
+    pub fn store_refused_values(&self) -> u64 {
+        self.inner.store.status().refused_values
+    }
+
     /// All bindings, by name.
     pub fn list(&self) -> Vec<BindingView> {
         let mut slots: Vec<(String, Arc<Slot>)> = lock(&self.inner.slots)

@@ -19,6 +19,7 @@
 
 use etcd_client::{Compare, CompareOp, DeleteOptions, Txn, TxnOp};
 
+use super::auth::Meta;
 use super::mirror::Update;
 use super::write::{Guarded, Written};
 use super::{lock, EtcdStore, BINDINGS_PER_TXN};
@@ -34,6 +35,8 @@ struct Chunk {
     compares: Vec<Compare>,
     ops: Vec<TxnOp>,
     written: Vec<StoredBinding>,
+    /// The etcd state of each written key after the write.
+    metas: Vec<Meta>,
     created: Vec<String>,
     out: Vec<Upsert>,
 }
@@ -123,6 +126,8 @@ impl EtcdStore {
             updated_at_ms: now,
         };
         let key = self.shared.keys.binding(&b.name);
+        let first = Meta::default().next();
+        let value = self.binding_value(&sb, first, lock(&self.shared.mirror).require);
         for _ in 0..2 {
             let (guard, put) = self.claim_name(&b.name);
             let w = self
@@ -131,7 +136,7 @@ impl EtcdStore {
                         Compare::create_revision(key.clone(), CompareOp::Equal, 0),
                         guard,
                     ],
-                    ops: vec![TxnOp::put(key.clone(), self.binding_value(&sb), None), put],
+                    ops: vec![TxnOp::put(key.clone(), value.clone(), None), put],
                 })
                 .await?;
             if let Written::Applied(rev) = w {
@@ -140,6 +145,7 @@ impl EtcdStore {
                         name: b.name.clone(),
                         rev,
                         value: Some(sb),
+                        meta: first,
                     }])
                     .await;
             }
@@ -164,6 +170,7 @@ impl EtcdStore {
             compares: Vec::new(),
             ops: Vec::new(),
             written: Vec::new(),
+            metas: Vec::new(),
             created: Vec::new(),
             out: Vec::new(),
         };
@@ -179,6 +186,7 @@ impl EtcdStore {
                 }
             }
             let rev = m.rev_of(&key);
+            let mut meta = m.meta_of(&key).next();
             let sb = match existing {
                 Some(old) if old.binding == *b => {
                     c.out.push(Upsert::Unchanged);
@@ -202,6 +210,7 @@ impl EtcdStore {
                     c.ops.push(put);
                     c.created.push(b.name.clone());
                     c.out.push(Upsert::Created);
+                    meta = Meta::default().next();
                     StoredBinding {
                         binding: b.clone(),
                         created_at_ms: now,
@@ -209,8 +218,13 @@ impl EtcdStore {
                     }
                 }
             };
-            c.ops.push(TxnOp::put(key, self.binding_value(&sb), None));
+            c.ops.push(TxnOp::put(
+                key,
+                self.binding_value(&sb, meta, m.require),
+                None,
+            ));
             c.written.push(sb);
+            c.metas.push(meta);
         }
         Ok(c)
     }
@@ -306,10 +320,12 @@ impl EtcdStore {
                 self.apply_own(
                     c.written
                         .into_iter()
-                        .map(|sb| Update::Binding {
+                        .zip(c.metas)
+                        .map(|(sb, meta)| Update::Binding {
                             name: sb.binding.name.clone(),
                             rev,
                             value: Some(sb),
+                            meta,
                         })
                         .collect(),
                 )
@@ -352,6 +368,7 @@ impl EtcdStore {
             name: name.to_string(),
             rev,
             value: None,
+            meta: Meta::default(),
         }])
         .await?;
         Ok(removed)

@@ -5,6 +5,7 @@
 
 use etcd_client::{Compare, CompareOp, PutOptions, TxnOp};
 
+use super::auth::{self, Ctx, Meta};
 use super::mirror::{self, Update};
 use super::write::{Guarded, Written};
 use super::{lock, EtcdStore};
@@ -93,23 +94,49 @@ impl EtcdStore {
         // holds decoded, when the set names that version. A set resolved from another version
         // (the binding changed meanwhile, or this host could not open its newest value) is
         // refused here; one whose binding changed since in etcd is refused by etcd.
-        let binding_rev = {
+        // The set is MAC'd for the targets key's next state, and the put is guarded by the state
+        // it replaces (`auth.rs`): an older set put back later does not verify.
+        let (binding_rev, held_meta) = {
             let m = lock(&self.shared.mirror);
-            if m.targets
-                .get(name)
-                .is_some_and(|old| same_targets(old, set))
+            if !m.must_republish(name)
+                && m.targets
+                    .get(name)
+                    .is_some_and(|old| same_targets(old, set))
             {
                 return Ok(());
             }
             let held = m.file.get_binding(name)?;
-            match (held, m.decoded_rev(name)) {
+            let rev = match (held, m.decoded_rev(name)) {
                 (Some(sb), Some(rev)) if sb.updated_at_ms == set.binding_updated_at_ms => rev,
                 _ => return Err(StoreError::Conflict(name.to_string())),
-            }
+            };
+            (rev, m.meta_of(&k.targets(name)))
         };
         let mut set = set.clone();
         set.resolved_by = me.clone();
-        let value = serde_json::to_vec(&set).unwrap_or_default();
+        let meta = held_meta.next();
+        let value = auth::sign(
+            &self.shared.secrets,
+            &Ctx {
+                prefix: &k.prefix,
+                kind: "targets",
+                name,
+                meta,
+            },
+            serde_json::to_vec(&set).unwrap_or_default(),
+        );
+        let key_guard = if held_meta.version == 0 {
+            vec![Compare::create_revision(
+                k.targets(name),
+                CompareOp::Equal,
+                0,
+            )]
+        } else {
+            vec![
+                Compare::create_revision(k.targets(name), CompareOp::Equal, held_meta.create_rev),
+                Compare::version(k.targets(name), CompareOp::Equal, held_meta.version),
+            ]
+        };
         // Only the holder of the claim under this session's lease publishes (not a daemon of
         // the same host id under another lease, nor this host after its claim was lost), and
         // only while the binding is the version it resolved.
@@ -119,7 +146,10 @@ impl EtcdStore {
                     Compare::value(k.resolver(name), CompareOp::Equal, me.as_bytes()),
                     Compare::lease(k.resolver(name), CompareOp::Equal, lease),
                     Compare::mod_revision(k.binding(name), CompareOp::Equal, binding_rev),
-                ],
+                ]
+                .into_iter()
+                .chain(key_guard)
+                .collect(),
                 ops: vec![TxnOp::put(k.targets(name), value, None)],
             })
             .await?;
@@ -130,6 +160,7 @@ impl EtcdStore {
             name: name.to_string(),
             rev,
             value: Some(set),
+            meta,
         }])
         .await
     }
@@ -162,6 +193,7 @@ impl EtcdStore {
                 rev,
                 lease,
                 value: Some(value),
+                meta: Meta::default(),
             }])
             .await?;
         }
@@ -184,6 +216,7 @@ impl EtcdStore {
                 rev,
                 lease: 0,
                 value: None,
+                meta: Meta::default(),
             }])
             .await?;
         }

@@ -10,8 +10,12 @@ use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
 
+use super::auth::Meta;
 use super::keys::{self, Can, HostBeat, Keys, Kind, Need};
 use super::SecretKeys;
+#[path = "mirror_auth.rs"]
+mod mirror_auth;
+
 use crate::{
     FleetHost, FleetView, HostOutcome, SqliteFile, StoreError, StoreEvent, StoredBinding, TargetSet,
 };
@@ -24,6 +28,8 @@ pub enum Update {
         name: String,
         rev: i64,
         value: Option<StoredBinding>,
+        /// The key's etcd state after this write (`auth.rs`).
+        meta: Meta,
     },
     Resolver {
         name: String,
@@ -34,6 +40,7 @@ pub enum Update {
         name: String,
         rev: i64,
         value: Option<TargetSet>,
+        meta: Meta,
     },
     /// A raw key from the watch or a read, decoded by the mirror.
     Raw {
@@ -41,6 +48,8 @@ pub enum Update {
         rev: i64,
         lease: i64,
         value: Option<Vec<u8>>,
+        /// The kv's create revision and version (its MAC binds them, `auth.rs`).
+        meta: Meta,
     },
 }
 
@@ -63,8 +72,27 @@ pub struct Mirror {
     outcomes: HashMap<String, BTreeMap<String, HostOutcome>>,
     /// Live hosts: heartbeat and since when this host has seen it.
     hosts: HashMap<String, (HostBeat, Instant)>,
-    /// Bindings sealed with a key that is not the active one (rewritten by the session task).
-    pub stale_key: Vec<String>,
+    /// Bindings whose value is to be written again (`reseal.rs`): sealed with a retired key,
+    /// without a MAC, or with a `v1` config where the fleet requires integrity.
+    pub rewrite: BTreeSet<String>,
+    /// etcd create revision and version of each binding and targets key held (also of a value
+    /// refused: a write over it is guarded by them).
+    meta: HashMap<String, Meta>,
+    /// The fleet requires a MAC on every value (`auth.rs`).
+    pub require: bool,
+    /// Set when the `integrity` key was first seen valid (the store remembers it on disk).
+    pub newly_required: bool,
+    /// Target sets whose newest value was refused, or had no MAC: the resolver publishes over
+    /// them even when its set is the same as the one held.
+    republish: HashSet<String>,
+    /// Values refused since last taken: (binding, message for its outcome).
+    pub refusals: Vec<(String, String)>,
+    /// Values refused since the process started.
+    pub refused_total: u64,
+    /// The fleet's integrity key is in etcd (with a valid MAC).
+    pub integrity_key: bool,
+    /// Bindings whose config is sealed `v1`: written again as `v2` once integrity is required.
+    v1_configs: BTreeSet<String>,
     /// What resolving each binding takes, from its newest value (also one this host cannot
     /// open): the rendezvous choice leaves out the hosts whose heartbeat does not cover it.
     needs: HashMap<String, Need>,
@@ -91,6 +119,18 @@ pub fn score(host: &str, binding: &str) -> u64 {
     u64::from_be_bytes(d[..8].try_into().expect("8 bytes"))
 }
 
+/// `meta` of a write made at `rev`: a first put's create revision is `rev`.
+fn first_put(meta: Meta, rev: i64) -> Meta {
+    if meta.version == 1 {
+        Meta {
+            create_rev: rev,
+            version: 1,
+        }
+    } else {
+        meta
+    }
+}
+
 /// Same state, times aside.
 pub fn same_outcome(a: &HostOutcome, b: &HostOutcome) -> bool {
     a.state == b.state
@@ -115,7 +155,15 @@ impl Mirror {
             unclaimed_since: HashMap::new(),
             outcomes: HashMap::new(),
             hosts: HashMap::new(),
-            stale_key: Vec::new(),
+            rewrite: BTreeSet::new(),
+            meta: HashMap::new(),
+            require: false,
+            newly_required: false,
+            republish: HashSet::new(),
+            refusals: Vec::new(),
+            refused_total: 0,
+            integrity_key: false,
+            v1_configs: BTreeSet::new(),
         }
     }
 
@@ -162,14 +210,36 @@ impl Mirror {
         // the revisions it holds, so the next read of the prefix applies the change again.
         let mut staged: HashMap<String, i64> = HashMap::new();
         let mut decoded: HashMap<String, i64> = HashMap::new();
+        // The fleet's integrity key first: whether a value without a MAC is refused depends on
+        // it (a full read returns keys in order, `bindings/` before `integrity`).
+        let mut updates = updates;
+        updates.sort_by_key(
+            |u| !matches!(u, Update::Raw { key, .. } if keys.parse(key) == Some(Kind::Integrity)),
+        );
         for u in updates {
             match u {
-                Update::Binding { name, rev, value } => {
+                Update::Binding {
+                    name,
+                    rev,
+                    value,
+                    meta,
+                } => {
                     if !self.staged_newer(&mut staged, keys.binding(&name), rev) {
                         continue;
                     }
+                    // A first put's create revision is its own revision.
+                    let meta = first_put(meta, rev);
                     match value {
                         Some(sb) => {
+                            self.meta.insert(keys.binding(&name), meta);
+                            self.rewrite.remove(&name);
+                            // This host's own write: its config is `v2` once integrity is
+                            // required (`EtcdStore::binding_value`).
+                            if self.require {
+                                self.v1_configs.remove(&name);
+                            } else {
+                                self.v1_configs.insert(name.clone());
+                            }
                             self.needs.insert(
                                 name.clone(),
                                 Need {
@@ -197,14 +267,23 @@ impl Mirror {
                         events.push(StoreEvent::Resolver(name));
                     }
                 }
-                Update::Targets { name, rev, value } => {
+                Update::Targets {
+                    name,
+                    rev,
+                    value,
+                    meta,
+                } => {
+                    let meta = first_put(meta, rev);
                     if self.newer(keys.targets(&name), rev) {
+                        self.republish.remove(&name);
                         match value {
                             Some(mut set) => {
                                 set.generation = rev;
+                                self.meta.insert(keys.targets(&name), meta);
                                 self.targets.insert(name.clone(), set);
                             }
                             None => {
+                                self.meta.remove(&keys.targets(&name));
                                 self.targets.remove(&name);
                             }
                         }
@@ -216,15 +295,16 @@ impl Mirror {
                     rev,
                     lease,
                     value,
+                    meta,
                 } => {
                     let Some(kind) = keys.parse(&key) else {
                         continue;
                     };
                     let skey = String::from_utf8_lossy(&key).into_owned();
                     let newer = if matches!(kind, Kind::Binding(_)) {
-                        self.staged_newer(&mut staged, skey, rev)
+                        self.staged_newer(&mut staged, skey.clone(), rev)
                     } else {
-                        self.newer(skey, rev)
+                        self.newer(skey.clone(), rev)
                     };
                     if !newer {
                         continue;
@@ -232,31 +312,22 @@ impl Mirror {
                     match kind {
                         Kind::Binding(name) => match value {
                             None => {
+                                self.meta.remove(&skey);
                                 self.forget_binding(&name);
                                 decoded.remove(&name);
                                 removes.push(name);
                             }
                             Some(v) => {
+                                self.meta.insert(skey.clone(), meta);
                                 match keys::need_of(&v) {
                                     Some(n) => self.needs.insert(name.clone(), n),
                                     None => self.needs.remove(&name),
                                 };
-                                match keys::decode_binding(&name, &v, secrets) {
-                                    Ok((sb, key_id)) => {
-                                        if key_id != secrets.active_id() {
-                                            self.stale_key.push(name.clone());
-                                        }
-                                        self.unreadable.remove(&name);
-                                        decoded.insert(name.clone(), rev);
-                                        puts.push(sb);
-                                    }
-                                    // Kept as it was: a binding this host cannot read is not
-                                    // removed (its servers stay), and the log says why. This
-                                    // host no longer resolves it (`claim_decision`).
-                                    Err(e) => {
-                                        self.unreadable.insert(name.clone());
-                                        tracing::error!(binding = %name, error = %e, "binding from etcd not applied; this host stops resolving it")
-                                    }
+                                if let Some(sb) =
+                                    self.binding_value(&skey, &name, &v, meta, keys, secrets)
+                                {
+                                    decoded.insert(name.clone(), rev);
+                                    puts.push(sb);
                                 }
                             }
                         },
@@ -267,17 +338,11 @@ impl Mirror {
                             events.push(StoreEvent::Resolver(name));
                         }
                         Kind::Targets(name) => {
-                            match value.and_then(|v| serde_json::from_slice::<TargetSet>(&v).ok()) {
-                                Some(mut set) => {
-                                    set.generation = rev;
-                                    self.targets.insert(name.clone(), set);
-                                }
-                                None => {
-                                    self.targets.remove(&name);
-                                }
+                            if self.targets_value(&skey, &name, rev, value, meta, keys, secrets) {
+                                events.push(StoreEvent::Targets(name));
                             }
-                            events.push(StoreEvent::Targets(name));
                         }
+                        Kind::Integrity => self.integrity_value(&skey, value, meta, keys, secrets),
                         Kind::Outcome { binding, host } => {
                             let entry = self.outcomes.entry(binding.clone()).or_default();
                             match value.and_then(|v| serde_json::from_slice::<HostOutcome>(&v).ok())
@@ -357,7 +422,9 @@ impl Mirror {
         self.outcomes.clear();
         self.hosts.clear();
         self.unclaimed_since.clear();
-        self.stale_key.clear();
+        self.rewrite.clear();
+        self.meta.clear();
+        self.republish.clear();
     }
 
     fn forget_binding(&mut self, name: &str) {
@@ -369,6 +436,9 @@ impl Mirror {
         self.resolvers.remove(name);
         self.outcomes.remove(name);
         self.unclaimed_since.remove(name);
+        self.rewrite.remove(name);
+        self.republish.remove(name);
+        self.v1_configs.remove(name);
     }
 
     fn set_resolver(&mut self, name: &str, holder: Option<(String, i64)>) {
@@ -414,6 +484,7 @@ impl Mirror {
                     rev: snapshot_rev,
                     lease: 0,
                     value: None,
+                    meta: Meta::default(),
                 });
             }
         }

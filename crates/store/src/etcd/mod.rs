@@ -16,13 +16,16 @@
 //! - Every binding's config map is sealed as one ciphertext ([`SecretKeys`]); nothing else in a
 //!   binding is secret.
 
+mod auth;
 mod bindings;
 mod claims;
 mod crypto;
 mod gc;
+mod integrity;
 pub mod keys;
 mod mirror;
 mod outcomes;
+mod reseal;
 mod session;
 mod write;
 
@@ -96,6 +99,9 @@ pub struct EtcdOptions {
     /// in the heartbeat with the secrets key ids, so that the hosts leave this one out of the
     /// resolver choice of a binding it cannot resolve (`docs/fleet.md`).
     pub providers: Option<Vec<String>>,
+    /// Refuse values without a MAC from the start, and put the fleet's integrity key (every
+    /// host then refuses them): the explicit step of an upgrade (docs/fleet.md, "Integrity").
+    pub require_integrity: bool,
     /// The clock of the bindings' time stamps (milliseconds since the Unix epoch; [`now_ms`]).
     /// Versions do not depend on it (`bindings.rs`); a test sets one that is behind.
     pub clock: fn() -> i64,
@@ -132,6 +138,7 @@ impl EtcdOptions {
             tls: None,
             user: None,
             providers: None,
+            require_integrity: false,
             clock: now_ms,
             history: StoreOptions::default(),
             mirror_path: mirror_path.to_path_buf(),
@@ -176,6 +183,11 @@ pub(crate) struct Shared {
     pub pending: Mutex<HashMap<String, HostOutcome>>,
     /// Wakes the session task to flush `pending`.
     pub flush: tokio::sync::Notify,
+    /// Wakes the task that writes values again (`reseal.rs`).
+    pub reseal: tokio::sync::Notify,
+    /// The file where this host remembers the prefixes that require integrity (next to the
+    /// mirror): a deletion of the fleet's integrity key does not undo it.
+    pub integrity_file: PathBuf,
     /// Clients of members other than the session's, for writes the session's member did not
     /// answer (by endpoint index; dropped when they fail).
     pub spares: Mutex<Vec<Option<Client>>>,
@@ -192,12 +204,39 @@ pub(crate) struct Shared {
 
 pub(crate) use crate::lock;
 
+/// Where a host remembers the prefixes that require integrity: next to its mirror.
+fn integrity_file(mirror: &Path) -> PathBuf {
+    let mut name = mirror.file_name().unwrap_or_default().to_os_string();
+    name.push(".integrity");
+    mirror.with_file_name(name)
+}
+
+/// Whether `file` lists `prefix` (one a line).
+fn remembers(file: &Path, prefix: &str) -> bool {
+    std::fs::read_to_string(file).is_ok_and(|t| t.lines().any(|l| l == prefix))
+}
+
+/// Adds `prefix` to `file`.
+pub(crate) fn remember(file: &Path, prefix: &str) {
+    if remembers(file, prefix) {
+        return;
+    }
+    let mut text = std::fs::read_to_string(file).unwrap_or_default();
+    text.push_str(prefix);
+    text.push('\n');
+    if let Err(e) = std::fs::write(file, text) {
+        tracing::warn!(file = %file.display(), error = %e, "could not remember that this fleet requires integrity");
+    }
+}
+
 /// The fleet's [`BindingStore`] on etcd. See the module docs.
 pub struct EtcdStore {
     shared: Arc<Shared>,
     task: tokio::task::JoinHandle<()>,
     /// The task removing what hosts gone for long left (`gc.rs`).
     gc: tokio::task::JoinHandle<()>,
+    /// The task writing values again (`reseal.rs`).
+    reseal: tokio::task::JoinHandle<()>,
 }
 
 impl fmt::Debug for EtcdStore {
@@ -214,6 +253,7 @@ impl Drop for EtcdStore {
         // Keep-alives stop: this host's claims end when its lease expires.
         self.task.abort();
         self.gc.abort();
+        self.reseal.abort();
     }
 }
 
@@ -229,14 +269,23 @@ impl EtcdStore {
         let keys = keys::Keys::new(&opts.prefix)?;
         let file = SqliteFile::open_with(&opts.mirror_path, opts.history.clone())?;
         let location = format!("etcd {} prefix {}", opts.endpoints.join(","), keys.prefix);
+        let integrity_file = integrity_file(&opts.mirror_path);
+        let mut mirror = Mirror::new(
+            file,
+            Some(keys::Can {
+                providers: opts.providers.clone(),
+                keys: secrets.ids(),
+                auth: true,
+            }),
+        );
+        mirror.require = opts.require_integrity || remembers(&integrity_file, &keys.prefix);
+        if !mirror.require {
+            tracing::warn!(store = %location, "this host does not require a MAC on every value yet (until it reads the fleet's integrity key, which a new fleet puts at once): a value without one (written by a daemon of before, or by anyone who can write the prefix) is applied; see docs/fleet.md \"Integrity\" for the step that turns this off");
+        }
         let shared = Arc::new(Shared {
-            mirror: Mutex::new(Mirror::new(
-                file,
-                Some(keys::Can {
-                    providers: opts.providers.clone(),
-                    keys: secrets.ids(),
-                }),
-            )),
+            mirror: Mutex::new(mirror),
+            reseal: tokio::sync::Notify::new(),
+            integrity_file,
             conn: Mutex::new(Conn {
                 unreachable_since_ms: Some(now_ms()),
                 last_error: Some("not connected yet".into()),
@@ -256,7 +305,13 @@ impl EtcdStore {
         });
         let task = tokio::spawn(session::run(shared.clone()));
         let gc = tokio::spawn(gc::run(shared.clone()));
-        Ok(EtcdStore { shared, task, gc })
+        let reseal = tokio::spawn(reseal::run(shared.clone()));
+        Ok(EtcdStore {
+            shared,
+            task,
+            gc,
+            reseal,
+        })
     }
 
     /// A handle on `shared` for a task of the store's own (its tasks are no-ops).
@@ -265,6 +320,7 @@ impl EtcdStore {
             shared,
             task: tokio::spawn(async {}),
             gc: tokio::spawn(async {}),
+            reseal: tokio::spawn(async {}),
         }
     }
 
@@ -312,16 +368,32 @@ impl EtcdStore {
         .map_err(|e| self.unavailable(format!("mirror thread: {e}")))?
     }
 
-    fn binding_value(&self, sb: &StoredBinding) -> Vec<u8> {
-        keys::encode_binding(sb, &self.shared.secrets)
+    /// The stored form of `sb` once put at `meta` (`v2`: the fleet requires integrity, every
+    /// host opens `v2` configs).
+    fn binding_value(&self, sb: &StoredBinding, meta: auth::Meta, v2: bool) -> Vec<u8> {
+        keys::encode_binding(
+            sb,
+            &self.shared.secrets,
+            keys::Write {
+                prefix: &self.shared.keys.prefix,
+                meta,
+                v2,
+            },
+        )
     }
 }
 
 #[async_trait]
 impl BindingStore for EtcdStore {
     fn status(&self) -> StoreStatus {
+        let (refused_values, integrity_required) = {
+            let m = lock(&self.shared.mirror);
+            (m.refused_total, m.require)
+        };
         let c = lock(&self.shared.conn);
         StoreStatus {
+            refused_values,
+            integrity_required,
             kind: "etcd",
             host_id: self.shared.opts.host_id.clone(),
             connected: c.client.is_some(),
@@ -433,6 +505,7 @@ impl BindingStore for EtcdStore {
     async fn close(&self) {
         self.task.abort();
         self.gc.abort();
+        self.reseal.abort();
         let (client, lease) = {
             let mut c = lock(&self.shared.conn);
             c.closed = true;

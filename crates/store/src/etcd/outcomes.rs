@@ -48,7 +48,9 @@ pub(crate) async fn flush_pending(shared: &Arc<Shared>, client: &mut Client) -> 
         let m = lock(&shared.mirror);
         pending
             .into_iter()
-            .filter(|(n, _)| m.binding_exists(n))
+            // A binding whose value this host refused has no record here, but its key exists:
+            // its outcome says so.
+            .filter(|(n, _)| m.binding_exists(n) || m.meta_of(&shared.keys.binding(n)).version > 0)
             .collect()
     };
     let mut todo: Vec<Vec<(String, crate::HostOutcome)>> = live
@@ -124,6 +126,7 @@ async fn write_outcomes(
             rev,
             lease: 0,
             value: Some(v),
+            meta: Default::default(),
         })
         .collect();
     // Our own writes: applied without events.

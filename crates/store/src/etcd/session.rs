@@ -16,7 +16,8 @@ use etcd_client::{
 };
 use tokio::time::{timeout, Instant};
 
-use super::keys::{encode_binding, HostBeat};
+use super::auth::Meta;
+use super::keys::HostBeat;
 use super::mirror::Update;
 use super::{lock, Shared};
 use crate::{now_ms, StoreEvent};
@@ -134,7 +135,7 @@ fn next_page(kvs: &[etcd_client::KeyValue]) -> i64 {
     ((PAGE_BYTES / per_key) as i64).clamp(1, PAGE)
 }
 
-async fn bounded<T, E: std::fmt::Display>(
+pub(crate) async fn bounded<T, E: std::fmt::Display>(
     shared: &Shared,
     what: &str,
     f: impl std::future::Future<Output = Result<T, E>>,
@@ -213,6 +214,7 @@ async fn session_inner(
         can: Some(super::keys::Can {
             providers: o.providers.clone(),
             keys: shared.secrets.ids(),
+            auth: true,
         }),
     })
     .unwrap_or_default();
@@ -317,6 +319,10 @@ async fn session_inner(
                 rev: kv.mod_revision(),
                 lease: kv.lease(),
                 value: Some(kv.value().to_vec()),
+                meta: Meta {
+                    create_rev: kv.create_revision(),
+                    version: kv.version(),
+                },
             });
         }
         match r.kvs().last() {
@@ -369,11 +375,16 @@ async fn session_inner(
     }
     // Writes go through the session's client again.
     lock(&shared.spares).iter_mut().for_each(|s| *s = None);
+    shared.reseal.notify_one();
     tracing::info!(store = %shared.location, host_id = %o.host_id, keys = count, revision = snapshot, "etcd session: mirror synced, watching");
     let _ = shared.events.send(StoreEvent::Resync);
     let _ = shared.events.send(StoreEvent::Status);
+    // Not a reason to end the session (a role without write access to the key, say): the
+    // next session tries again.
+    if let Err(e) = super::integrity::require_integrity(shared, &mut client).await {
+        tracing::warn!(store = %shared.location, error = %e, "putting the fleet's integrity key failed; values without a MAC are still applied by hosts without --etcd-require-integrity");
+    }
     super::outcomes::flush_pending(shared, &mut client).await?;
-    rewrite_stale_keys(shared, &mut client).await?;
 
     loop {
         tokio::select! {
@@ -395,11 +406,14 @@ async fn session_inner(
                         rev: kv.mod_revision(),
                         lease: kv.lease(),
                         value: (ev.event_type() == EventType::Put).then(|| kv.value().to_vec()),
+                        meta: Meta {
+                            create_rev: kv.create_revision(),
+                            version: kv.version(),
+                        },
                     })
                 }).collect();
                 if !updates.is_empty() {
                     apply_and_emit(shared, updates, None).await?;
-                    rewrite_stale_keys(shared, &mut client).await?;
                 }
             }
             end = &mut keep_alive.0 => {
@@ -574,33 +588,7 @@ async fn apply_and_emit(
     for e in events {
         let _ = shared.events.send(e);
     }
-    Ok(())
-}
-
-/// Re-seals bindings whose config was sealed with a key other than the active one (key
-/// rotation, docs/fleet.md); a concurrent change wins (compared by revision).
-async fn rewrite_stale_keys(shared: &Arc<Shared>, client: &mut Client) -> Result<(), String> {
-    let names: Vec<String> = std::mem::take(&mut lock(&shared.mirror).stale_key);
-    for name in names {
-        let key = shared.keys.binding(&name);
-        let (sb, rev) = {
-            let m = lock(&shared.mirror);
-            match m.file.get_binding(&name) {
-                Ok(Some(sb)) => (sb, m.rev_of(&key)),
-                _ => continue,
-            }
-        };
-        let txn = Txn::new()
-            .when([etcd_client::Compare::mod_revision(
-                key.clone(),
-                etcd_client::CompareOp::Equal,
-                rev,
-            )])
-            .and_then([TxnOp::put(key, encode_binding(&sb, &shared.secrets), None)]);
-        let r = bounded(shared, "re-seal binding", client.txn(txn)).await?;
-        if r.succeeded() {
-            tracing::info!(binding = %name, key = %shared.secrets.active_id(), "binding config re-sealed with the active secrets key");
-        }
-    }
+    super::integrity::report_refusals(shared);
+    shared.reseal.notify_one();
     Ok(())
 }

@@ -86,6 +86,8 @@ impl BindingStore for SqliteStore {
             unreachable_since_ms: None,
             last_error: None,
             location: self.location.clone(),
+            refused_values: 0,
+            integrity_required: false,
         }
     }
 

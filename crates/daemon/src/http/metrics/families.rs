@@ -85,6 +85,7 @@ pub(super) struct Families {
     pub(super) binding_staleness: Family<BindingLabel, FloatGauge>,
     pub(super) events_lost: Counter,
     pub(super) store_connected: Gauge,
+    pub(super) store_refused_values: Gauge,
     pub(super) fleet_hosts: Family<StateLabel, Gauge>,
     pub(super) live_up: Family<BindingLabel, Gauge>,
     pub(super) server_active: Family<ServerLabel, Gauge>,
@@ -179,6 +180,11 @@ impl Families {
             "tributary_store_connected",
             "1 while the binding store (sqlite, or etcd for a fleet) answers; 0: this host serves its last applied servers and catches up when it answers again",
             self.store_connected.clone(),
+        );
+        r.register(
+            "tributary_store_refused_values",
+            "Values from the store (etcd target sets and binding values) this host refused since it started: a MAC that did not verify, or none where the fleet requires one (docs/fleet.md, Integrity); a rise means someone wrote the prefix without the key",
+            self.store_refused_values.clone(),
         );
         r.register(
             "tributary_fleet_host_states",

@@ -294,6 +294,9 @@ impl Metrics {
         self.families
             .store_connected
             .set(i64::from(store.connected));
+        self.families
+            .store_refused_values
+            .set(engine.store_refused_values() as i64);
         let now = now_ms();
         let fleet = (store.kind != "sqlite").then(|| engine.fleet_summary(bindings, now));
         self.encode_with(bindings, live, fleet.as_ref(), now, format)

@@ -1,0 +1,99 @@
+//! The session's part in the fleet's integrity (`auth.rs`, docs/fleet.md "Integrity"): the
+//! values the mirror refused become this host's outcome of their bindings, and the fleet's
+//! integrity key is put when this host requires it or the fleet is new.
+
+use std::sync::Arc;
+
+use etcd_client::{Client, Compare, CompareOp, Txn, TxnOp};
+
+use super::auth::{self, Ctx, Meta};
+use super::session::bounded;
+use super::{lock, Shared};
+use crate::now_ms;
+
+/// The values the mirror refused become this host's outcome of their bindings (`failed`, with
+/// what failed), so every fleet view shows them; and a fleet seen requiring integrity is
+/// remembered on disk.
+pub(crate) fn report_refusals(shared: &Arc<Shared>) {
+    let me = &shared.opts.host_id;
+    let (refusals, newly_required, held) = {
+        let mut m = lock(&shared.mirror);
+        let refusals = std::mem::take(&mut m.refusals);
+        let held: Vec<_> = refusals
+            .iter()
+            .map(|(name, _)| {
+                (
+                    m.outcome_of(name, me),
+                    m.targets.get(name).map_or(0, |t| t.generation),
+                )
+            })
+            .collect();
+        (refusals, std::mem::take(&mut m.newly_required), held)
+    };
+    if newly_required {
+        super::remember(&shared.integrity_file, &shared.keys.prefix);
+    }
+    if refusals.is_empty() {
+        return;
+    }
+    {
+        let mut pending = lock(&shared.pending);
+        for ((name, message), (mine, generation)) in refusals.into_iter().zip(held) {
+            let (generation, servers) = mine.map_or((generation, 0), |o| (o.generation, o.servers));
+            pending.insert(
+                name,
+                crate::HostOutcome {
+                    host: me.clone(),
+                    state: crate::HostState::Failed,
+                    at_ms: now_ms(),
+                    generation,
+                    servers,
+                    message: Some(super::bounded_message(message, super::MAX_OUTCOME_MESSAGE)),
+                },
+            );
+        }
+    }
+    shared.flush.notify_one();
+}
+
+/// Puts the fleet's integrity key (every host then refuses values without a MAC) when this host
+/// was started with `--etcd-require-integrity`, or the fleet is new (nothing in it yet, every
+/// live host verifies MACs). Created once: guarded by its absence.
+pub(crate) async fn require_integrity(
+    shared: &Arc<Shared>,
+    client: &mut Client,
+) -> Result<(), String> {
+    let o = &shared.opts;
+    let (present, fresh) = {
+        let m = lock(&shared.mirror);
+        (m.integrity_key, m.fresh_fleet(&shared.keys, &o.host_id))
+    };
+    if present || !(o.require_integrity || fresh) {
+        return Ok(());
+    }
+    let key = shared.keys.integrity();
+    let body = serde_json::to_vec(&serde_json::json!({
+        "require": true,
+        "by": o.host_id,
+        "at_ms": now_ms(),
+    }))
+    .unwrap_or_default();
+    let value = auth::sign(
+        &shared.secrets,
+        &Ctx {
+            prefix: &shared.keys.prefix,
+            kind: "integrity",
+            name: "",
+            meta: Meta::default().next(),
+        },
+        body,
+    );
+    let txn = Txn::new()
+        .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
+        .and_then([TxnOp::put(key, value, None)]);
+    let r = bounded(shared, "integrity key", client.txn(txn)).await?;
+    if r.succeeded() {
+        tracing::info!(store = %shared.location, new_fleet = fresh, "this fleet now requires a MAC on every value (the integrity key is put)");
+    }
+    Ok(())
+}
