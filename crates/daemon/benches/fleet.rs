@@ -8,13 +8,21 @@
 //! ```sh
 //! cargo bench -p tributary --bench fleet
 //! ```
-//! Environment: `BENCH_BINDINGS`, `BENCH_HOSTS`, `BENCH_INTERVAL_SECS` (default 30, at least 10).
+//! Environment: `BENCH_BINDINGS`, `BENCH_HOSTS`, `BENCH_INTERVAL_SECS` (default 30, at least 10),
+//! `BENCH_CHURN_ROUNDS` (default 0: see below).
 //!
 //! Measures: the time from the bulk creation on host 0 until every host's conf dir holds every
 //! binding's file; the time from a registry change until every host's file of every binding holds
 //! the new address; plugin calls over one interval at rest (in all and per host: the fleet resolves
 //! each binding once per interval, so about `BENCH_BINDINGS`, not `BENCH_BINDINGS * BENCH_HOSTS`);
 //! etcd requests per second at rest (the members' `grpc_server_msg_received_total`); each daemon's RSS.
+//!
+//! Under churn (`BENCH_CHURN_ROUNDS=N`): the registry changes once per interval, N times. Per round
+//! it measures the time from the change to each host's file of each binding holding it (the file's
+//! mtime; p50, p99, max over hosts × bindings); over the whole churn: watch events the hosts
+//! received per binding change and host (the members' `etcd_debugging_mvcc_events_total`, the
+//! events etcd sent to watchers, divided by hosts × bindings × rounds), etcd requests per second,
+//! plugin calls per interval, and the daemons' RSS.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -173,6 +181,11 @@ fn time_until(what: &str, limit: Duration, mut f: impl FnMut() -> bool) -> f64 {
 
 /// Sum of `grpc_server_msg_received_total` (requests, also the messages of streams: watch, lease keep-alive) over every member.
 fn etcd_requests(cluster: &EtcdCluster) -> f64 {
+    etcd_metric(cluster, "grpc_server_msg_received_total{")
+}
+
+/// Sum over every member of the samples of the metric whose lines start with `prefix`.
+fn etcd_metric(cluster: &EtcdCluster, prefix: &str) -> f64 {
     cluster
         .endpoints()
         .iter()
@@ -180,11 +193,95 @@ fn etcd_requests(cluster: &EtcdCluster) -> f64 {
             let port: u16 = e.rsplit(':').next().unwrap().parse().unwrap();
             let (_, text) = http(port, "GET", "/metrics", None, None);
             text.lines()
-                .filter(|l| l.starts_with("grpc_server_msg_received_total{"))
+                .filter(|l| l.starts_with(prefix))
                 .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
                 .sum::<f64>()
         })
         .sum()
+}
+
+/// Seconds from `since` to the mtime of each host's file of each binding that holds `addr`
+/// (files not holding it yet are left out).
+fn apply_delays(hosts: &[Host], addr: &str, since: std::time::SystemTime) -> Vec<f64> {
+    let mut out = Vec::new();
+    for h in hosts {
+        let Ok(rd) = std::fs::read_dir(h.root.join("conf/upstreams")) else {
+            continue;
+        };
+        for e in rd.filter_map(Result::ok) {
+            let holds =
+                std::fs::read_to_string(e.path()).is_ok_and(|t| t.contains(&format!("{addr}:80")));
+            let mtime = e.metadata().and_then(|m| m.modified());
+            if let (true, Ok(m)) = (holds, mtime) {
+                out.push(m.duration_since(since).map_or(0.0, |d| d.as_secs_f64()));
+            }
+        }
+    }
+    out
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted.get(i).copied().unwrap_or(f64::NAN)
+}
+
+/// The registry changes once per interval, `rounds` times (see the module doc).
+fn churn(
+    hosts: &[Host],
+    cluster: &EtcdCluster,
+    targets: &Path,
+    n: usize,
+    interval: u64,
+    rounds: u64,
+) {
+    let events0 = etcd_metric(cluster, "etcd_debugging_mvcc_events_total");
+    let req0 = etcd_requests(cluster);
+    let calls0: usize = hosts.iter().map(Host::calls).sum();
+    let t0 = Instant::now();
+    let mut all = Vec::new();
+    for r in 0..rounds {
+        let addr = format!("10.1.{}.{}", r / 250, r % 250 + 1);
+        let since = std::time::SystemTime::now();
+        let started = Instant::now();
+        set_targets(targets, &addr);
+        let limit = Duration::from_secs(interval * 4 + 60);
+        time_until("every host applied the round's change", limit, || {
+            hosts.iter().all(|h| h.files_with(&addr) == n)
+        });
+        let mut d = apply_delays(hosts, &addr, since);
+        d.sort_by(f64::total_cmp);
+        println!(
+            "churn round {}: change -> file on every host: p50 {:.1} s, p99 {:.1} s, max {:.1} s ({} files)",
+            r + 1,
+            percentile(&d, 0.5),
+            percentile(&d, 0.99),
+            d.last().copied().unwrap_or(f64::NAN),
+            d.len()
+        );
+        all.extend(d);
+        // The next change one interval after this one.
+        if let Some(rest) = Duration::from_secs(interval).checked_sub(started.elapsed()) {
+            std::thread::sleep(rest);
+        }
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    let events = etcd_metric(cluster, "etcd_debugging_mvcc_events_total") - events0;
+    let req = etcd_requests(cluster) - req0;
+    let calls = hosts.iter().map(Host::calls).sum::<usize>() - calls0;
+    all.sort_by(f64::total_cmp);
+    let hosts_n = hosts.len();
+    let changes = (n as u64 * rounds) as f64;
+    println!(
+        "churn: {hosts_n} hosts x {n} bindings, {rounds} changes, {secs:.0} s: change -> every host p50 {:.1} s, p99 {:.1} s",
+        percentile(&all, 0.5),
+        percentile(&all, 0.99)
+    );
+    println!(
+        "churn: watch events sent {events:.0} = {:.2} per host per binding change; etcd requests {:.1}/s; plugin calls {:.0} per interval (bindings {n})",
+        events / hosts_n as f64 / changes,
+        req / secs,
+        calls as f64 / (secs / interval as f64)
+    );
 }
 
 fn main() {
@@ -260,6 +357,10 @@ fn main() {
         "etcd requests at rest: {:.1}/s (grpc_server_msg_received_total over 3 members, {secs:.1} s)",
         (req1 - req0) / secs
     );
+    let rounds = env_num("BENCH_CHURN_ROUNDS", 0);
+    if rounds > 0 {
+        churn(&hosts, &cluster, &targets, n, interval, rounds);
+    }
     let rss: Vec<u64> = hosts.iter().map(Host::rss_kib).collect();
     println!(
         "daemon RSS: min {} KiB, mean {} KiB, max {} KiB",
