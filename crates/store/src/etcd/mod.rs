@@ -23,6 +23,7 @@ mod crypto;
 mod gc;
 mod integrity;
 pub mod keys;
+mod lease;
 mod mirror;
 mod outcomes;
 mod reseal;

@@ -1,5 +1,5 @@
 //! The session task: connect, read the prefix into the mirror, keep this host's lease and
-//! heartbeat alive (the lease on a task of its own, so a long sync never delays it), follow the
+//! heartbeat alive (the lease on a task of its own, `lease.rs`, so a long sync never delays it), follow the
 //! watch, write pending host outcomes. Any failure ends the session:
 //! the store says unreachable (the mirror stays as it was) and the task reconnects with a
 //! back-off, reusing its lease when it is still alive (claims survive a short outage). From the
@@ -18,6 +18,7 @@ use tokio::time::{timeout, Instant};
 
 use super::auth::Meta;
 use super::keys::HostBeat;
+use super::lease::{host_id_free, keep_lease_alive, KeepAlive, LeaseEnd};
 use super::mirror::Update;
 use super::{lock, Shared};
 use crate::{now_ms, StoreEvent};
@@ -432,108 +433,6 @@ async fn session_inner(
             }
         }
     }
-}
-
-/// How the lease keep-alive task ended.
-enum LeaseEnd {
-    /// etcd says the lease is gone: a new one is to be taken.
-    Expired,
-    /// No answer or a broken stream: the session ends.
-    Failed(String),
-}
-
-/// The keep-alive task of a session (aborted with the session).
-struct KeepAlive(tokio::task::JoinHandle<LeaseEnd>);
-
-impl Drop for KeepAlive {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
-/// Renews the lease every `period` until it fails: no answer within the lease TTL or the
-/// operation timeout, the stream ended, or the lease expired.
-async fn keep_lease_alive(
-    mut keeper: etcd_client::LeaseKeeper,
-    mut ka: etcd_client::LeaseKeepAliveStream,
-    period: Duration,
-    lease_ttl: Duration,
-    op_timeout: Duration,
-) -> LeaseEnd {
-    let mut tick = tokio::time::interval(period);
-    let mut last = Instant::now();
-    loop {
-        tokio::select! {
-            _ = tick.tick() => {
-                if last.elapsed() > lease_ttl {
-                    return LeaseEnd::Failed("lease keep-alive: no answer within the lease TTL".into());
-                }
-                match timeout(op_timeout, keeper.keep_alive()).await {
-                    Ok(Ok(())) => {}
-                    Ok(Err(e)) => return LeaseEnd::Failed(format!("lease keep-alive: {e}")),
-                    Err(_) => {
-                        return LeaseEnd::Failed(format!(
-                            "lease keep-alive: no answer within {op_timeout:?}"
-                        ))
-                    }
-                }
-            }
-            r = ka.message() => match r {
-                Ok(Some(r)) if r.ttl() <= 0 => return LeaseEnd::Expired,
-                Ok(Some(_)) => last = Instant::now(),
-                Ok(None) => return LeaseEnd::Failed("lease keep-alive: the stream ended".into()),
-                Err(e) => return LeaseEnd::Failed(format!("lease keep-alive: {e}")),
-            },
-        }
-    }
-}
-
-/// Refuses the host id when a running daemon holds it: its heartbeat key exists under a session
-/// lease other than `own` that is still alive once its remaining time has passed (someone keeps
-/// it alive). A lease left by a daemon that crashed expires in that time: then the host id is
-/// free (a restart after a crash waits at most one lease TTL). Sets the store's fatal error.
-async fn host_id_free(
-    shared: &Arc<Shared>,
-    client: &mut Client,
-    own: Option<i64>,
-) -> Result<(), String> {
-    let o = &shared.opts;
-    let key = shared.keys.host(&o.host_id);
-    let r = bounded(shared, "host id check", client.get(key, None)).await?;
-    let Some(other) = r.kvs().first().map(|kv| kv.lease()) else {
-        return Ok(());
-    };
-    if other == 0 || Some(other) == own {
-        return Ok(());
-    }
-    let left = bounded(
-        shared,
-        "host id check",
-        client.lease_time_to_live(other, None),
-    )
-    .await?
-    .ttl();
-    if left <= 0 {
-        return Ok(());
-    }
-    tracing::info!(store = %shared.location, host_id = %o.host_id, lease = other, left_secs = left, "the host id's heartbeat is held by another session lease; waiting for it to expire (a restart after a crash) or prove alive (another daemon with this host id)");
-    tokio::time::sleep(Duration::from_secs(left as u64) + Duration::from_millis(1500)).await;
-    let now = bounded(
-        shared,
-        "host id check",
-        client.lease_time_to_live(other, None),
-    )
-    .await?
-    .ttl();
-    if now <= 0 {
-        return Ok(());
-    }
-    let msg = format!(
-        "host id {:?} is in use under etcd prefix {} by another running daemon (its session lease {other:x} is kept alive): give every daemon its own --host-id (the default is the host name)",
-        o.host_id, shared.keys.prefix
-    );
-    lock(&shared.conn).fatal = Some(msg.clone());
-    Err(msg)
 }
 
 /// The first key after every key starting with `prefix`.
