@@ -28,7 +28,7 @@
 //! on its own runtime), Kubernetes' certificates come from `tls.rs` (rcgen). [`daemon::Daemon`] takes
 //! extra `serve` arguments and restarts on the same data dir. Fleet: `etcd_cluster.rs` runs a real
 //! n-member etcd cluster on loopback (SIGKILL and restart one member or all, dump a prefix with each
-//! key's version), `fleet_store.rs` is an in-memory multi-host `BindingStore` for the engine's in-
+//! key's version), `fleet_store/` is an in-memory multi-host `BindingStore` for the engine's in-
 //! process fleet tests, and `counting_plugin.rs` writes a shell plugin that counts its calls (the
 //! fleet tests and the fleet benchmark).
 #![forbid(unsafe_code)]
