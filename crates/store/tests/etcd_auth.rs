@@ -5,83 +5,19 @@
 //! binding; hosts holding the secrets keys in different orders do not re-seal each other's
 //! writes (docs/fleet.md, "Integrity" and "Rotation").
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+mod common;
+use common::{binding, host, raw_client, target_set, until, Host, TTL};
 
 use etcd_client::{Client, GetOptions};
 use serde_json::Value;
 use tributary_fakes::etcd_cluster::EtcdCluster;
-use tributary_store::{BindingRecord, BindingStore, EtcdOptions, EtcdStore, SecretKeys, TargetSet};
+use tributary_store::{BindingRecord, BindingStore, TargetSet};
 
-const TTL: Duration = Duration::from_secs(2);
 const KEY: [u8; 32] = [51u8; 32];
 const OLD_KEY: [u8; 32] = [52u8; 32];
 const NEW_KEY: [u8; 32] = [53u8; 32];
-
-fn binding(name: &str, service: &str) -> BindingRecord {
-    BindingRecord {
-        name: name.to_string(),
-        plugin: "consul".into(),
-        provider: "consul".into(),
-        config: BTreeMap::from([("acl_token".to_string(), serde_json::json!("t0k3n"))]),
-        service: service.into(),
-        interval_secs: 30,
-        directives: vec![],
-        drain_secs: 0,
-        probe: None,
-    }
-}
-
-fn target_set(updated_at_ms: i64, address: &str) -> TargetSet {
-    TargetSet {
-        resolved_by: String::new(),
-        at_ms: 1,
-        binding_updated_at_ms: updated_at_ms,
-        targets: vec![serde_json::json!({"address": address, "port": 80, "weight": 1})],
-        dropped: vec![],
-        ttl_seconds: None,
-        generation: 0,
-    }
-}
-
-struct Host {
-    store: Arc<EtcdStore>,
-    _dir: tempfile::TempDir,
-}
-
-/// A store instance as host `id` under `prefix` with `keys` (the first seals), connected.
-async fn host(cluster: &EtcdCluster, prefix: &str, id: &str, keys: &[&[u8]]) -> Host {
-    let dir = tempfile::tempdir().unwrap();
-    let mut opts = EtcdOptions::new(
-        cluster.endpoints(),
-        prefix,
-        id,
-        &dir.path().join(format!("{id}.db")),
-    );
-    opts.lease_ttl = TTL;
-    opts.op_timeout = Duration::from_secs(2);
-    opts.providers = Some(vec!["consul/consul".into()]);
-    let store = Arc::new(EtcdStore::open(opts, SecretKeys::from_bytes(keys).unwrap()).unwrap());
-    assert!(
-        store.wait_connected(Duration::from_secs(15)).await,
-        "{id} did not connect: {:?}",
-        store.status()
-    );
-    Host { store, _dir: dir }
-}
-
-async fn until(limit: Duration, what: &str, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + limit;
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-async fn raw_client(cluster: &EtcdCluster) -> Client {
-    Client::connect(cluster.endpoints(), None).await.unwrap()
-}
 
 async fn get(c: &mut Client, key: &str) -> Option<Vec<u8>> {
     let r = c.get(key, None).await.unwrap();

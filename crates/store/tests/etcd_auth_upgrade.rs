@@ -4,73 +4,18 @@
 //! with one until the explicit step (`--etcd-require-integrity` on one host) makes every host
 //! refuse them; a retired key's values are re-sealed once each, and nothing re-seals them back.
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+mod common;
+use common::{binding, host_with as host, until, Host};
 
 use etcd_client::{Client, GetOptions};
 use serde_json::{json, Value};
 use tributary_fakes::etcd_cluster::EtcdCluster;
-use tributary_store::{BindingRecord, BindingStore, EtcdOptions, EtcdStore, SecretKeys};
+use tributary_store::{BindingRecord, BindingStore, SecretKeys};
 
-const TTL: Duration = Duration::from_secs(2);
 const OLD_KEY: [u8; 32] = [61u8; 32];
 const NEW_KEY: [u8; 32] = [62u8; 32];
-
-fn binding(name: &str, service: &str) -> BindingRecord {
-    BindingRecord {
-        name: name.to_string(),
-        plugin: "consul".into(),
-        provider: "consul".into(),
-        config: BTreeMap::from([("acl_token".to_string(), json!("t0k3n"))]),
-        service: service.into(),
-        interval_secs: 30,
-        directives: vec![],
-        drain_secs: 0,
-        probe: None,
-    }
-}
-
-struct Host {
-    store: Arc<EtcdStore>,
-    _dir: tempfile::TempDir,
-}
-
-/// A store instance as host `id` under `prefix`.
-async fn host(
-    cluster: &EtcdCluster,
-    prefix: &str,
-    id: &str,
-    secrets: SecretKeys,
-    require_integrity: bool,
-) -> Host {
-    let dir = tempfile::tempdir().unwrap();
-    let mut opts = EtcdOptions::new(
-        cluster.endpoints(),
-        prefix,
-        id,
-        &dir.path().join(format!("{id}.db")),
-    );
-    opts.lease_ttl = TTL;
-    opts.op_timeout = Duration::from_secs(2);
-    opts.providers = Some(vec!["consul/consul".into()]);
-    opts.require_integrity = require_integrity;
-    let store = Arc::new(EtcdStore::open(opts, secrets).unwrap());
-    assert!(
-        store.wait_connected(Duration::from_secs(15)).await,
-        "{id} did not connect: {:?}",
-        store.status()
-    );
-    Host { store, _dir: dir }
-}
-
-async fn until(limit: Duration, what: &str, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + limit;
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
 
 async fn get(c: &mut Client, key: &str) -> Option<Value> {
     let r = c.get(key, None).await.unwrap();

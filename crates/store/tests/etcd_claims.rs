@@ -3,83 +3,22 @@
 //! version it has; a set published under a claim of this host id but another lease is refused;
 //! a host that stepped out is left out of the resolver choice.
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+mod common;
+use common::{binding, raw_client, target_set, until, Host, TTL};
 
 use etcd_client::{Client, PutOptions};
 use tributary_fakes::etcd_cluster::EtcdCluster;
-use tributary_store::{
-    BindingRecord, BindingStore, EtcdOptions, EtcdStore, SecretKeys, StoreError, TargetSet,
-};
+use tributary_store::{BindingStore, StoreError};
 
 const PREFIX: &str = "/claims-test/";
-const TTL: Duration = Duration::from_secs(2);
 const OLD_KEY: [u8; 32] = [42u8; 32];
 const NEW_KEY: [u8; 32] = [43u8; 32];
 
-fn binding(name: &str, service: &str) -> BindingRecord {
-    BindingRecord {
-        name: name.to_string(),
-        plugin: "consul".into(),
-        provider: "consul".into(),
-        config: BTreeMap::from([("acl_token".to_string(), serde_json::json!("t0k3n"))]),
-        service: service.into(),
-        interval_secs: 30,
-        directives: vec![],
-        drain_secs: 0,
-        probe: None,
-    }
-}
-
-fn target_set(updated_at_ms: i64, address: &str) -> TargetSet {
-    TargetSet {
-        resolved_by: String::new(),
-        at_ms: 1,
-        binding_updated_at_ms: updated_at_ms,
-        targets: vec![serde_json::json!({"address": address, "port": 80, "weight": 1})],
-        dropped: vec![],
-        ttl_seconds: None,
-        generation: 0,
-    }
-}
-
-struct Host {
-    store: Arc<EtcdStore>,
-    _dir: tempfile::TempDir,
-}
-
-/// A store instance as host `id` with `keys` (the first seals), connected.
+/// A store instance as host `id` under [`PREFIX`] with `keys` (the first seals), connected.
 async fn host(cluster: &EtcdCluster, id: &str, keys: &[&[u8]]) -> Host {
-    let dir = tempfile::tempdir().unwrap();
-    let mut opts = EtcdOptions::new(
-        cluster.endpoints(),
-        PREFIX,
-        id,
-        &dir.path().join(format!("{id}.db")),
-    );
-    opts.lease_ttl = TTL;
-    opts.op_timeout = Duration::from_secs(2);
-    opts.providers = Some(vec!["consul/consul".into()]);
-    let store = Arc::new(EtcdStore::open(opts, SecretKeys::from_bytes(keys).unwrap()).unwrap());
-    assert!(
-        store.wait_connected(Duration::from_secs(15)).await,
-        "{id} did not connect: {:?}",
-        store.status()
-    );
-    Host { store, _dir: dir }
-}
-
-async fn until(limit: Duration, what: &str, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + limit;
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-async fn raw_client(cluster: &EtcdCluster) -> Client {
-    Client::connect(cluster.endpoints(), None).await.unwrap()
+    common::host(cluster, PREFIX, id, keys).await
 }
 
 /// The published set of `name` as etcd has it (not a mirror).

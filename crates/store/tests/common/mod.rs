@@ -1,0 +1,100 @@
+//! What the etcd store's test binaries share: a binding and a target set to save, a connected store
+//! instance playing one host, and waiting for a condition. Each binary uses a part of it.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use etcd_client::Client;
+use tributary_fakes::etcd_cluster::EtcdCluster;
+use tributary_store::{BindingRecord, BindingStore, EtcdOptions, EtcdStore, SecretKeys, TargetSet};
+
+/// The hosts' session lease TTL.
+pub const TTL: Duration = Duration::from_secs(2);
+
+pub fn binding(name: &str, service: &str) -> BindingRecord {
+    BindingRecord {
+        name: name.to_string(),
+        plugin: "consul".into(),
+        provider: "consul".into(),
+        config: BTreeMap::from([("acl_token".to_string(), serde_json::json!("t0k3n"))]),
+        service: service.into(),
+        interval_secs: 30,
+        directives: vec![],
+        drain_secs: 0,
+        probe: None,
+    }
+}
+
+/// A set of one server at `address`, resolved from the binding version `updated_at_ms`.
+pub fn target_set(updated_at_ms: i64, address: &str) -> TargetSet {
+    TargetSet {
+        resolved_by: String::new(),
+        at_ms: 1,
+        binding_updated_at_ms: updated_at_ms,
+        targets: vec![serde_json::json!({"address": address, "port": 80, "weight": 1})],
+        dropped: vec![],
+        ttl_seconds: None,
+        generation: 0,
+    }
+}
+
+pub struct Host {
+    pub store: Arc<EtcdStore>,
+    _dir: tempfile::TempDir,
+}
+
+/// A store instance as host `id` under `prefix` with `keys` (the first seals), connected.
+pub async fn host(cluster: &EtcdCluster, prefix: &str, id: &str, keys: &[&[u8]]) -> Host {
+    host_with(
+        cluster,
+        prefix,
+        id,
+        SecretKeys::from_bytes(keys).unwrap(),
+        false,
+    )
+    .await
+}
+
+/// [`host`] with its secrets given, and `--etcd-require-integrity` or not.
+pub async fn host_with(
+    cluster: &EtcdCluster,
+    prefix: &str,
+    id: &str,
+    secrets: SecretKeys,
+    require_integrity: bool,
+) -> Host {
+    let dir = tempfile::tempdir().unwrap();
+    let mut opts = EtcdOptions::new(
+        cluster.endpoints(),
+        prefix,
+        id,
+        &dir.path().join(format!("{id}.db")),
+    );
+    opts.lease_ttl = TTL;
+    opts.op_timeout = Duration::from_secs(2);
+    opts.providers = Some(vec!["consul/consul".into()]);
+    opts.require_integrity = require_integrity;
+    let store = Arc::new(EtcdStore::open(opts, secrets).unwrap());
+    assert!(
+        store.wait_connected(Duration::from_secs(15)).await,
+        "{id} did not connect: {:?}",
+        store.status()
+    );
+    Host { store, _dir: dir }
+}
+
+/// Waits until `f` holds, at most `limit`.
+pub async fn until(limit: Duration, what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A plain etcd client on the cluster (what `etcdctl` would do).
+pub async fn raw_client(cluster: &EtcdCluster) -> Client {
+    Client::connect(cluster.endpoints(), None).await.unwrap()
+}
