@@ -10,7 +10,7 @@ mod common;
 use std::io::Write;
 use std::net::{TcpListener, TcpStream};
 
-use common::live::{counts, metric, module, page_row, promtool, request, ui_session, wait};
+use common::live::{binding_page, counts, metric, module, page_row, promtool, wait};
 use common::{http, Daemon};
 use serde_json::{json, Value};
 use tributary_fakes::daemon::FAST;
@@ -142,15 +142,7 @@ fn binding_show_the_api_the_page_and_metrics_show_each_servers_live_state() {
     );
 
     // The binding page: a row and a badge per server.
-    let session = ui_session(&d);
-    let (status, _, page) = request(
-        d.port,
-        "GET",
-        "/ui/bindings/web",
-        &[("Cookie", &session)],
-        "",
-    );
-    assert_eq!(status, 200, "{page}");
+    let page = binding_page(&d, "web");
     let row = page_row(&page, &hang_addr);
     assert!(
         row.contains(&format!("<td class=\"num active\">{HELD}</td>")),
@@ -237,13 +229,7 @@ fn binding_show_the_api_the_page_and_metrics_show_each_servers_live_state() {
         "{v}"
     );
     assert_eq!(v["live"]["retired"][0]["active"], HELD, "{v}");
-    let (_, _, page) = request(
-        d.port,
-        "GET",
-        "/ui/bindings/web",
-        &[("Cookie", &session)],
-        "",
-    );
+    let page = binding_page(&d, "web");
     assert!(
         page.contains("<td class=\"applied\">live<span class=\"why\">: server set changed"),
         "{page}"
@@ -264,14 +250,7 @@ fn binding_show_the_api_the_page_and_metrics_show_each_servers_live_state() {
         ok && text.contains("  live state unavailable: cannot reach the live API"),
         "{text}"
     );
-    let (status, _, page) = request(
-        d.port,
-        "GET",
-        "/ui/bindings/web",
-        &[("Cookie", &session)],
-        "",
-    );
-    assert_eq!(status, 200, "{page}");
+    let page = binding_page(&d, "web");
     assert!(
         page.contains("Live state unavailable: cannot reach the live API"),
         "{page}"
@@ -372,15 +351,7 @@ fn a_binding_with_a_probe_shows_each_servers_real_health_everywhere() {
     assert!(line(&a_addr).contains("[healthy]"), "{text}");
     assert!(line(&closed_addr).contains("[unhealthy: "), "{text}");
 
-    let session = ui_session(&d);
-    let (status, _, page) = request(
-        d.port,
-        "GET",
-        "/ui/bindings/web",
-        &[("Cookie", &session)],
-        "",
-    );
-    assert_eq!(status, 200, "{page}");
+    let page = binding_page(&d, "web");
     let a_row = page_row(&page, &a_addr);
     // The state badges (the health checks cell also says "unhealthy N times").
     assert!(

@@ -15,7 +15,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use common::live::{
-    metric, module, openmetrics_families, page_row, promtool, request, ui_session, wait,
+    binding_page, metric, module, openmetrics_families, page_row, promtool, request, wait,
 };
 use common::{http, Daemon};
 use serde_json::{json, Value};
@@ -330,15 +330,7 @@ fn each_servers_statistics_match_the_requests_sent_in_every_view() {
     drop(exporter);
 
     // The binding page: per server requests, 5xx, failed tries, response time.
-    let session = ui_session(&d);
-    let (status, _, page) = request(
-        d.port,
-        "GET",
-        "/ui/bindings/web",
-        &[("Cookie", &session)],
-        "",
-    );
-    assert_eq!(status, 200, "{page}");
+    let page = binding_page(&d, "web");
     let row = page_row(&page, &a);
     assert!(
         row.contains(&format!("<td class=\"num requests\">{ok}</td>")),

@@ -49,6 +49,20 @@ pub fn request(
     (status, cookies, body.to_string())
 }
 
+/// The web UI's page of binding `name`, read after logging in (asserts a 200).
+pub fn binding_page(d: &Daemon, name: &str) -> String {
+    let session = ui_session(d);
+    let (status, _, page) = request(
+        d.port,
+        "GET",
+        &format!("/ui/bindings/{name}"),
+        &[("Cookie", &session)],
+        "",
+    );
+    assert_eq!(status, 200, "{page}");
+    page
+}
+
 /// Logs in to the web UI with the initial password: the `Cookie` value of the session.
 pub fn ui_session(d: &Daemon) -> String {
     let (status, cookies, _) = request(d.port, "GET", "/login", &[], "");
