@@ -9,8 +9,5 @@
 # ngx-combined-upstreams).
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
-SO="$(readlink -f "${1:-$PWD/target/release/libngx_http_combined_upstreams_module.so}")"
-# cargo runs the bench in module/t: paths become absolute here
-[ -n "${BASE_SO:-}" ] && BASE_SO="$(readlink -f "$BASE_SO")" && export BASE_SO
-[ -n "${KEEP:-}" ] && KEEP="$(readlink -f "$KEEP")" && export KEEP
-COMBINED_UPSTREAMS_MODULE="$SO" exec cargo bench -q -p combined-upstreams-tests --bench callgrind
+. module/t/bench/cargo-bench.sh
+run_bench callgrind "${1:-$PWD/target/release/libngx_http_combined_upstreams_module.so}"

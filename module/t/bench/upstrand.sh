@@ -9,5 +9,5 @@
 # ngx-combined-upstreams). Passing another .so compares builds with the same command.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
-SO="$(readlink -f "${1:-$PWD/target/release/libngx_http_combined_upstreams_module.so}")"
-COMBINED_UPSTREAMS_MODULE="$SO" exec cargo bench -q -p combined-upstreams-tests --bench upstrand
+. module/t/bench/cargo-bench.sh
+run_bench upstrand "${1:-$PWD/target/release/libngx_http_combined_upstreams_module.so}"

@@ -1,0 +1,14 @@
+# Sourced by the module/t/bench/*.sh wrappers: `run_bench NAME [SO]` runs the Rust bench NAME
+# (`cargo bench -p combined-upstreams-tests --bench NAME`, module/t/bench/NAME.rs) from the workspace
+# root with the module .so SO (else $COMBINED_UPSTREAMS_MODULE, else the release build). cargo runs a
+# bench in module/t, so the paths the benches read from the environment are made absolute here.
+run_bench() {
+  local name=$1 so=${2:-${COMBINED_UPSTREAMS_MODULE:-$PWD/target/release/libngx_http_combined_upstreams_module.so}}
+  COMBINED_UPSTREAMS_MODULE="$(readlink -f "$so")"
+  export COMBINED_UPSTREAMS_MODULE
+  local v
+  for v in NGINX_BIN BASE_SO KEEP VALGRIND_LOGS; do
+    [ -n "${!v:-}" ] && { printf -v "$v" '%s' "$(readlink -f "${!v}")"; export "${v?}"; }
+  done
+  exec cargo bench -q -p combined-upstreams-tests --bench "$name"
+}
