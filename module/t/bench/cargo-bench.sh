@@ -7,7 +7,7 @@ run_bench() {
   COMBINED_UPSTREAMS_MODULE="$(readlink -f "$so")"
   export COMBINED_UPSTREAMS_MODULE
   local v
-  for v in NGINX_BIN BASE_SO KEEP VALGRIND_LOGS; do
+  for v in NGINX_BIN BASE_SO VALGRIND_LOGS; do
     [ -n "${!v:-}" ] && { printf -v "$v" '%s' "$(readlink -f "${!v}")"; export "${v?}"; }
   done
   exec cargo bench -q -p combined-upstreams-tests --bench "$name"

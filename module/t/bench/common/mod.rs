@@ -10,6 +10,8 @@
 
 #![allow(dead_code)] // each bench uses a part
 
+pub mod memcheck;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
