@@ -5,7 +5,8 @@
 //! to it are in flight (retired, then freed), on round robin, least_conn and keepalive upstreams —
 //! with one reload in the middle. Fails unless every process's valgrind report says `ERROR SUMMARY:
 //! 0 errors`, no `[alert]`/`[crit]`/`[emerg]` or "exited on signal" line was logged, every PUT
-//! answered 200, every proxied request ended 2xx and no retired server is left.
+//! answered 200 (one answered 503 "reloading, retry" by a worker of the configuration the reload
+//! replaces is sent again, as that answer asks, and counted), every proxied request ended 2xx and no retired server is left.
 //!
 //! ```sh
 //! cargo build --release -p ngx-combined-upstreams
@@ -24,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use common::memcheck::{self, Behaviour, Loaders};
 use common::{env_num, env_str, Res, Scratch};
-use ngx_harness::{free_ports, http_request, Nginx, PORTS};
+use ngx_harness::{free_ports, Nginx, PORTS};
 
 const CONF: &str = "\
 upstream rr { zone live 1m; server 127.0.0.1:{P1}; }
@@ -84,12 +85,6 @@ fn sets(p: &[u16], slow: u16, dead: u16, failing: u16) -> Vec<String> {
     ]
 }
 
-fn put(n: &Nginx, upstream: &str, set: &str) -> u16 {
-    let body = format!(r#"{{"servers":[{set}]}}"#);
-    http_request(n.port(0), "PUT", &format!("/api/{upstream}"), &[], body.as_bytes())
-        .map_or(0, |r| r.status)
-}
-
 /// Sum of a numeric field of the three upstreams' API views.
 fn field(n: &Nginx, name: &str) -> Res<u64> {
     let mut sum = 0;
@@ -126,13 +121,14 @@ fn run() -> Res<()> {
         .start(CONF)?;
     let sets = sets(&ports, slow, n.dead_port(), failing);
     let loaders = Loaders::start(8, n.port(0), &["/rr", "/lc", "/ka"]);
-    let (mut puts, mut failed, mut reloaded) = (0u64, 0u64, false);
+    let (mut puts, mut failed, mut retried, mut reloaded) = (0u64, 0u64, 0u32, false);
     let start = Instant::now();
     while start.elapsed() < Duration::from_secs(load) {
         for set in &sets {
             for u in UPSTREAMS {
-                let code = put(&n, u, set);
+                let (code, retries) = memcheck::put_set(n.port(0), u, set);
                 puts += 1;
+                retried += retries;
                 if code != 200 {
                     failed += 1;
                     eprintln!("PUT {u}: {code}");
@@ -148,7 +144,7 @@ fn run() -> Res<()> {
     loaders.stop();
     // Let in-flight requests end, then no retired server may be left.
     for u in UPSTREAMS {
-        put(&n, u, &srv(ports[1], ""));
+        memcheck::put_set(n.port(0), u, &srv(ports[1], ""));
     }
     common::sleep_ms(1000);
     let (retiring, rebalanced) = (field(&n, "retiring")?, field(&n, "rebalanced")?);
@@ -162,7 +158,7 @@ fn run() -> Res<()> {
         .filter(|l| !l.split_whitespace().nth(8).is_some_and(|s| s.starts_with('2')))
         .count();
     println!(
-        "live-memcheck: {} proxied requests ({not2xx} not 2xx), {puts} PUTs ({failed} not 200), \
+        "live-memcheck: {} proxied requests ({not2xx} not 2xx), {puts} PUTs ({failed} not 200; {retried} sent again after a reload's 503 \"reloading, retry\"), \
          {} reload, {load}s; requests rebalanced (counted since the reload): {rebalanced}; \
          retired servers left: {retiring}",
         proxied.len(),

@@ -4,7 +4,8 @@
 //! `PUT`s replace the set every 300 ms (servers added, kept, removed) and requests go through it (the
 //! least_conn upstream with `slow_start=1s`, so added servers ramp), with one reload in the middle.
 //! Fails unless every process's valgrind report says `ERROR SUMMARY: 0 errors`, no
-//! `[alert]`/`[crit]`/`[emerg]` or "exited on signal" line was logged, every PUT answered 200, and
+//! `[alert]`/`[crit]`/`[emerg]` or "exited on signal" line was logged, every PUT answered 200 (one
+//! answered 503 "reloading, retry" by a worker of the replaced configuration is sent again), and
 //! the zone's slab figures did not grow from after two passes over the sets (after the reload) to
 //! the end.
 //!
@@ -22,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use common::memcheck::{self, Behaviour, Loaders};
 use common::{env_num, env_str, Res, Scratch};
-use ngx_harness::{free_ports, http_request, Nginx, PORTS};
+use ngx_harness::{free_ports, Nginx, PORTS};
 
 const CONF: &str = "\
 upstream app { zone live 1m; server 127.0.0.1:{P1}; server 127.0.0.1:{P2}; server 127.0.0.1:{P4};
@@ -51,6 +52,7 @@ struct Run {
     sets: Vec<String>,
     puts: u64,
     failed: u64,
+    retried: u32,
 }
 
 impl Run {
@@ -58,16 +60,9 @@ impl Run {
     fn pass(&mut self) {
         for set in &self.sets {
             for u in UPSTREAMS {
-                let body = format!(r#"{{"servers":[{set}]}}"#);
-                let code = http_request(
-                    self.port,
-                    "PUT",
-                    &format!("/api/{u}"),
-                    &[],
-                    body.as_bytes(),
-                )
-                .map_or(0, |r| r.status);
+                let (code, retries) = memcheck::put_set(self.port, u, set);
                 self.puts += 1;
+                self.retried += retries;
                 if code != 200 {
                     self.failed += 1;
                     eprintln!("PUT {u}: {code}");
@@ -157,6 +152,7 @@ fn run() -> Res<()> {
         sets,
         puts: 0,
         failed: 0,
+        retried: 0,
     };
     let start = Instant::now();
     while start.elapsed() < Duration::from_secs(load / 2) {
@@ -176,9 +172,9 @@ fn run() -> Res<()> {
     let probe = run.json("/api/app")?["probe"].clone();
     loaders.stop();
     println!(
-        "probe-memcheck: {} PUTs ({} not 200), 1 reload, {load}s; after the reload: rounds/probes \
+        "probe-memcheck: {} PUTs ({} not 200; {} sent again after a reload's 503 \"reloading, retry\"), 1 reload, {load}s; after the reload: rounds/probes \
          of app {} {}; slab chunks_used/pages_free after 2 passes: {} {}, at the end: {} {}",
-        run.puts, run.failed, probe["rounds"], probe["probes"], first.0, first.1, last.0, last.1
+        run.puts, run.failed, run.retried, probe["rounds"], probe["probes"], first.0, first.1, last.0, last.1
     );
     let stopped = n.stop();
     common::sleep_ms(1000);

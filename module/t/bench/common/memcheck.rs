@@ -157,3 +157,24 @@ impl Loaders {
         }
     }
 }
+
+/// `PUT /api/UPSTREAM` with `{"servers":[SET]}`: the final status (0 when no answer) and how many
+/// times it was sent again after the API's 503 "reloading, retry" (a worker of the configuration a
+/// reload replaces answered; the API says a new connection reaches a new worker: up to 50 tries,
+/// 100 ms apart).
+pub fn put_set(port: u16, upstream: &str, set: &str) -> (u16, u32) {
+    let body = format!(r#"{{"servers":[{set}]}}"#);
+    let path = format!("/api/{upstream}");
+    let mut retries = 0;
+    loop {
+        let r = ngx_harness::http_request(port, "PUT", &path, &[], body.as_bytes());
+        match r {
+            Ok(r) if r.status == 503 && r.text().contains("reloading, retry") && retries < 50 => {
+                retries += 1;
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            Ok(r) => return (r.status, retries),
+            Err(_) => return (0, retries),
+        }
+    }
+}
