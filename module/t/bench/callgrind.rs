@@ -88,7 +88,11 @@ struct Run {
 fn requests(port: u16, endpoint: &str, count: u64) -> Res<()> {
     let mut conn = KeepAlive::open(port)?;
     let host = format!("127.0.0.1:{port}");
-    let headers = [("Host", host.as_str()), CLIENT_HEADERS[0], CLIENT_HEADERS[1]];
+    let headers = [
+        ("Host", host.as_str()),
+        CLIENT_HEADERS[0],
+        CLIENT_HEADERS[1],
+    ];
     let mut other: BTreeMap<u16, u64> = BTreeMap::new();
     for i in 1..=count {
         let r = conn.get_with(&format!("/{endpoint}?i={i}"), &headers)?;
@@ -148,7 +152,12 @@ impl Run {
         let front = Options::new()
             .single_process() // the process is the worker: callgrind sees the whole request path
             .ports(&self.ports)
-            .wrapper(&["valgrind", "--tool=callgrind", "--instr-atstart=no", &out_arg])
+            .wrapper(&[
+                "valgrind",
+                "--tool=callgrind",
+                "--instr-atstart=no",
+                &out_arg,
+            ])
             .timeouts(Duration::from_secs(120), Duration::from_secs(60))
             .start(FRONT)?;
         let pid = front.pid().ok_or("front nginx not running")?;
@@ -215,10 +224,7 @@ fn run() -> Res<()> {
         ir: BTreeMap::new(),
     };
     // The backends: an ordinary nginx (master + 1 worker) on P1..P3, sharing the port table.
-    let back = Nginx::options()
-        .workers(1)
-        .ports(&run.ports)
-        .start(BACK)?;
+    let back = Nginx::options().workers(1).ports(&run.ports).start(BACK)?;
     run.measure(&so, "so")?;
     if let Some(b) = &base_so {
         run.measure(b, "base")?;
@@ -241,7 +247,11 @@ fn run() -> Res<()> {
         ("proxy_pass http://$u (set $u ok)", "var", "report"),
         ("upstrand, first upstream answers 200", "first", "report"),
         ("upstrand, one failover hop 503 -> 200", "hop", "< 2"),
-        ("upstrand, 503, 503, intercept location", "intercept", "report"),
+        (
+            "upstrand, 503, 503, intercept location",
+            "intercept",
+            "report",
+        ),
         ("live upstream (zone, upstreams_api)", "live", "report"),
     ] {
         let v = run.median("so", key);
@@ -256,7 +266,10 @@ fn run() -> Res<()> {
             "the same endpoints with BASE_SO={} (same run): Ir/request, and SO / BASE_SO",
             b.display()
         );
-        println!("{:<12} {:>12} {:>12} {:>9}", "endpoint", "SO", "BASE_SO", "ratio");
+        println!(
+            "{:<12} {:>12} {:>12} {:>9}",
+            "endpoint", "SO", "BASE_SO", "ratio"
+        );
         for e in ENDPOINTS {
             let (a, b) = (run.median("so", e), run.median("base", e));
             println!("{e:<12} {a:>12} {b:>12} {:>9.4}", a as f64 / b as f64);
@@ -277,11 +290,7 @@ fn run() -> Res<()> {
             .output()
             .map_err(|e| format!("run callgrind_annotate: {e}"))?;
         let text = String::from_utf8_lossy(&out.stdout);
-        for l in text
-            .lines()
-            .skip_while(|l| !l.contains("Ir"))
-            .take(40)
-        {
+        for l in text.lines().skip_while(|l| !l.contains("Ir")).take(40) {
             println!("{l}");
         }
     }

@@ -151,11 +151,19 @@ fn run() -> Res<()> {
     let access = std::fs::read_to_string(n.prefix().join("logs/access.log")).unwrap_or_default();
     let proxied: Vec<&str> = access
         .lines()
-        .filter(|l| UPSTREAMS.iter().any(|u| l.contains(&format!(" \"GET /{u}"))))
+        .filter(|l| {
+            UPSTREAMS
+                .iter()
+                .any(|u| l.contains(&format!(" \"GET /{u}")))
+        })
         .collect();
     let not2xx = proxied
         .iter()
-        .filter(|l| !l.split_whitespace().nth(8).is_some_and(|s| s.starts_with('2')))
+        .filter(|l| {
+            !l.split_whitespace()
+                .nth(8)
+                .is_some_and(|s| s.starts_with('2'))
+        })
         .count();
     println!(
         "live-memcheck: {} proxied requests ({not2xx} not 2xx), {puts} PUTs ({failed} not 200; {retried} sent again after a reload's 503 \"reloading, retry\"), \

@@ -74,7 +74,10 @@ impl Run {
 
     fn json(&self, path: &str) -> Res<serde_json::Value> {
         let r = ngx_harness::http_get(self.port, path, &[])?;
-        Ok(serde_json::from_slice(&r.body).map_err(|e| format!("GET {path}: {e}: {}", r.text()))?)
+        Ok(
+            serde_json::from_slice(&r.body)
+                .map_err(|e| format!("GET {path}: {e}: {}", r.text()))?,
+        )
     }
 
     /// The zone's `(chunks_used, pages_free)` once no removed server is still held by a request

@@ -108,8 +108,11 @@ fn nginx_t_cpu(dir: &Path, conf: &Path) -> Res<f64> {
         .map_err(|e| format!("run {}: {e}", nginx_bin().display()))?;
     let pid = Pid::from_child(&child);
     // Stderr stays small (-q); the pipe cannot fill before nginx exits.
-    waitid(WaitId::Pid(pid), WaitIdOptions::EXITED | WaitIdOptions::NOWAIT)
-        .map_err(|e| format!("waitid {pid:?}: {e}"))?;
+    waitid(
+        WaitId::Pid(pid),
+        WaitIdOptions::EXITED | WaitIdOptions::NOWAIT,
+    )
+    .map_err(|e| format!("waitid {pid:?}: {e}"))?;
     let sched = std::fs::read_to_string(format!("/proc/{}/schedstat", child.id()))
         .map_err(|e| format!("read schedstat of nginx -t: {e}"))?;
     let out = child
@@ -166,7 +169,10 @@ fn run() -> Res<()> {
     // ---- 2. nginx -t with 1,000 upstreams ----
     let dir = Scratch::new("run")?;
     std::fs::create_dir_all(dir.path().join("tmp")).map_err(|e| format!("mkdir: {e}"))?;
-    let (tc, th) = (dir.path().join("t-combined.conf"), dir.path().join("t-hand.conf"));
+    let (tc, th) = (
+        dir.path().join("t-combined.conf"),
+        dir.path().join("t-hand.conf"),
+    );
     for (path, combined) in [(&tc, true), (&th, false)] {
         std::fs::write(path, t_conf(&so, dir.path(), combined))
             .map_err(|e| format!("write {}: {e}", path.display()))?;
@@ -179,7 +185,10 @@ fn run() -> Res<()> {
     let (tmh, tmc) = (median(&cpu_h), median(&cpu_c));
 
     println!();
-    println!("{:<46} {:>12} {:>12} {:>8}", "measure", "hand", "module", "ratio");
+    println!(
+        "{:<46} {:>12} {:>12} {:>8}",
+        "measure", "hand", "module", "ratio"
+    );
     println!(
         "{:<46} {:>12.0} {:>12.0} {:>8.3}",
         "req/s through the upstream (median, wrk)",

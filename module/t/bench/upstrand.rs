@@ -137,7 +137,11 @@ fn run() -> Res<()> {
         ("proxy_pass http://$u (set $u ok)", "var", "report"),
         ("upstrand, first upstream answers 200", "first", ">=0.95"),
         ("upstrand, one failover hop 503 -> 200", "hop", ">=0.45"),
-        ("upstrand, 503, 503, intercept location", "intercept", "report"),
+        (
+            "upstrand, 503, 503, intercept location",
+            "intercept",
+            "report",
+        ),
     ] {
         println!(
             "{label:<40} {:>9.0} {:>7} {:>12.0} {:>7} {target:>7}",

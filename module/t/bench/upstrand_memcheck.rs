@@ -192,20 +192,76 @@ fn valgrind_phase(ports: &[u16], per: usize, logs: &Path) -> Res<bool> {
     let port = n.port(0);
     let start = Instant::now();
     for path in [
-        "/walk", "/rr", "/rnd", "/bl", "/ic", "/tmo", "/big.txt", "/nobuf/big.txt", "/ep",
-        "/ssi/x", "/single", "/two", "/name", "/hdr", "/hdric", "/dyn", "/dyn?a=rr",
-        "/dyn?b=ic", "/dyn?b=nope", "/dyn?a=NOPE",
+        "/walk",
+        "/rr",
+        "/rnd",
+        "/bl",
+        "/ic",
+        "/tmo",
+        "/big.txt",
+        "/nobuf/big.txt",
+        "/ep",
+        "/ssi/x",
+        "/single",
+        "/two",
+        "/name",
+        "/hdr",
+        "/hdric",
+        "/dyn",
+        "/dyn?a=rr",
+        "/dyn?b=ic",
+        "/dyn?b=nope",
+        "/dyn?a=NOPE",
     ] {
         run_n(port, per, Req::get(path));
     }
     let gzip = [("Accept-Encoding", "gzip")];
     let form = [("Content-Type", "application/x-www-form-urlencoded")];
-    run_n(port, per, Req { headers: &gzip, ..Req::get("/gz") });
-    run_n(port, per, Req { method: "HEAD", ..Req::get("/walk") });
-    run_n(port, per, Req { method: "POST", headers: &form, body: b"k=v", ..Req::get("/post") });
-    run_n(port, per, Req { method: "POST", headers: &form, body: b"k=v", ..Req::get("/walk") });
+    run_n(
+        port,
+        per,
+        Req {
+            headers: &gzip,
+            ..Req::get("/gz")
+        },
+    );
+    run_n(
+        port,
+        per,
+        Req {
+            method: "HEAD",
+            ..Req::get("/walk")
+        },
+    );
+    run_n(
+        port,
+        per,
+        Req {
+            method: "POST",
+            headers: &form,
+            body: b"k=v",
+            ..Req::get("/post")
+        },
+    );
+    run_n(
+        port,
+        per,
+        Req {
+            method: "POST",
+            headers: &form,
+            body: b"k=v",
+            ..Req::get("/walk")
+        },
+    );
     // Clients that give up mid-answer.
-    run_n(port, per, Req { limit: Duration::from_millis(50), ..Req::get("/big.txt") });
+    run_n(
+        port,
+        per,
+        Req {
+            limit: Duration::from_millis(50),
+            ..Req::get("/big.txt")
+        },
+    );
     // Keep-alive: four walks on one connection, 20 connections, 4 at a time.
     std::thread::scope(|s| {
         for _ in 0..4 {
@@ -238,9 +294,16 @@ fn valgrind_phase(ports: &[u16], per: usize, logs: &Path) -> Res<bool> {
         let mut kinds: std::collections::BTreeMap<String, usize> = Default::default();
         for l in text.lines() {
             let l = l.split_once("== ").map_or(l, |(_, r)| r);
-            let kind = ["Invalid read", "Invalid write", "Invalid free", "uninitialised", "Mismatched free", "overlap"]
-                .iter()
-                .any(|k| l.contains(k));
+            let kind = [
+                "Invalid read",
+                "Invalid write",
+                "Invalid free",
+                "uninitialised",
+                "Mismatched free",
+                "overlap",
+            ]
+            .iter()
+            .any(|k| l.contains(k));
             if kind {
                 *kinds.entry(l.to_string()).or_default() += 1;
             }
@@ -252,7 +315,11 @@ fn valgrind_phase(ports: &[u16], per: usize, logs: &Path) -> Res<bool> {
         let kinds: Vec<String> = kinds.iter().map(|(k, n)| format!("{n} {k}")).collect();
         println!(
             "valgrind: error kinds: {}; stack frames naming the module: {ours}",
-            if kinds.is_empty() { "none".into() } else { kinds.join("; ") }
+            if kinds.is_empty() {
+                "none".into()
+            } else {
+                kinds.join("; ")
+            }
         );
     }
     if let Err(e) = stopped {

@@ -48,8 +48,7 @@ pub fn summaries(dir: &Path) -> Res<Vec<(String, Option<String>)>> {
         let text = std::fs::read_to_string(e.path()).unwrap_or_default();
         let summary = text
             .lines()
-            .filter(|l| l.contains("ERROR SUMMARY"))
-            .last()
+            .rfind(|l| l.contains("ERROR SUMMARY"))
             .map(|l| match l.split_once("== ") {
                 Some((pid, rest)) if pid.starts_with("==") => rest.to_string(),
                 _ => l.to_string(),

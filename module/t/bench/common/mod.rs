@@ -50,11 +50,12 @@ pub fn env_str(name: &str, default: &str) -> String {
 /// Fails unless every tool is found on `PATH` (`hint` says how to install them).
 pub fn require(bench: &str, tools: &[&str], hint: &str) -> Res<()> {
     for t in tools {
-        let found = std::env::var_os("PATH").is_some_and(|path| {
-            std::env::split_paths(&path).any(|d| d.join(t).is_file())
-        });
+        let found = std::env::var_os("PATH")
+            .is_some_and(|path| std::env::split_paths(&path).any(|d| d.join(t).is_file()));
         if !found {
-            return Err(format!("{t} not found ({hint}); {bench} needs {}", tools.join(", ")).into());
+            return Err(
+                format!("{t} not found ({hint}); {bench} needs {}", tools.join(", ")).into(),
+            );
         }
     }
     Ok(())
