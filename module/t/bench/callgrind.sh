@@ -11,5 +11,5 @@ set -euo pipefail
 cd "$(dirname "$0")/../../.."
 . module/t/bench/cargo-bench.sh
 # KEEP=FILE names a file here (the other benches read KEEP=1): absolute for the bench in module/t
-if [ -n "${KEEP:-}" ]; then KEEP="$(readlink -f "$KEEP")"; export KEEP; fi
+if [ -n "${KEEP:-}" ] && [ "${KEEP#/}" = "$KEEP" ]; then KEEP="$PWD/$KEEP"; export KEEP; fi
 run_bench callgrind "${1:-$PWD/target/release/libngx_http_combined_upstreams_module.so}"

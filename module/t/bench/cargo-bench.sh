@@ -7,8 +7,8 @@ run_bench() {
   COMBINED_UPSTREAMS_MODULE="$(readlink -f "$so")"
   export COMBINED_UPSTREAMS_MODULE
   local v
-  for v in NGINX_BIN BASE_SO VALGRIND_LOGS; do
-    [ -n "${!v:-}" ] && { printf -v "$v" '%s' "$(readlink -f "${!v}")"; export "${v?}"; }
+  for v in NGINX_BIN BASE_SO VALGRIND_LOGS; do # absolute, symlinks kept (NGINX_BIN may be a wrapper)
+    if [ -n "${!v:-}" ] && [ "${!v#/}" = "${!v}" ]; then printf -v "$v" '%s' "$PWD/${!v}"; export "${v?}"; fi
   done
   exec cargo bench -q -p combined-upstreams-tests --bench "$name"
 }
