@@ -24,14 +24,15 @@ pub fn hist_pct(hist: &BTreeMap<u64, u64>, q: f64) -> f64 {
     hist.keys().last().map_or(f64::NAN, |v| *v as f64)
 }
 
-/// The value at quantile `q` of `v` (nearest rank).
+/// The value at quantile `q` of `v` (nearest rank, ties to the even rank).
 pub fn pct(v: &[f64], q: f64) -> f64 {
     if v.is_empty() {
         return f64::NAN;
     }
     let mut s = v.to_vec();
     s.sort_by(f64::total_cmp);
-    let i = (q * (s.len() - 1) as f64).round() as usize;
+    // Python's round() (the former script's): halves to even.
+    let i = (q * (s.len() - 1) as f64).round_ties_even() as usize;
     s[i.min(s.len() - 1)]
 }
 
