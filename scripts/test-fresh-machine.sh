@@ -22,23 +22,20 @@ if [ "${TRIBUTARY_FRESH_NS:-}" != 1 ] && [ "$(id -u)" -eq 0 ]; then
 fi
 # shellcheck source=scripts/lib/chroot.sh
 . scripts/lib/chroot.sh
+# shellcheck source=scripts/lib/count.sh
+. scripts/lib/count.sh
 
 SUITE=${TRIBUTARY_FRESH_SUITE:-bookworm}
-passed=0
-failed=0
-failed_names=()
 pass() {
   echo "PASS $1"
-  passed=$((passed + 1))
+  count_pass "$1"
 }
 fail() {
   echo "FAIL $1${2:+: $2}"
-  failed=$((failed + 1))
-  failed_names+=("$1")
+  count_fail "$1"
 }
 finish() {
-  echo "$passed passed, $failed failed"
-  [ "$failed" -eq 0 ]
+  count_summary
   exit
 }
 
@@ -304,7 +301,7 @@ fi
 
 echo "fresh-machine: $SUITE, setup.sh run ${run_secs}s, setup.sh test ${test_secs}s; log: $LOG"
 if [ "$failed" -gt 0 ]; then
-  echo "fresh-machine: failed: ${failed_names[*]}"
+  echo "fresh-machine: failed: ${failures[*]}"
   echo "---- last 40 lines of the log"
   tail -n 40 "$LOG"
 fi

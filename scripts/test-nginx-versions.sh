@@ -18,6 +18,8 @@ ROOT_DIR=$PWD
 . scripts/lib/chroot.sh
 # shellcheck source=lib/nginx-suites.sh
 . scripts/lib/nginx-suites.sh
+# shellcheck source=scripts/lib/count.sh
+. scripts/lib/count.sh
 
 SUITES=("$@")
 [ ${#SUITES[@]} -gt 0 ] || SUITES=(bookworm trixie sid)
@@ -25,21 +27,15 @@ SUITES=("$@")
 BENCH_ROUNDS=${BENCH_ROUNDS:-1}
 BENCH_DURATION=${BENCH_DURATION:-1}
 
-passed=0
-failed=0
-failures=()
 step() { # NAME COMMAND...: runs a step, logs its output, counts it
   local name=$1 t0 rc
   shift
   t0=$(date +%s)
-  "$@"
+  count_step "$name" "$@"
   rc=$?
   if [ $rc -eq 0 ]; then
-    passed=$((passed + 1))
     echo "ok   $name ($(($(date +%s) - t0)) s)"
   else
-    failed=$((failed + 1))
-    failures+=("$name")
     echo "FAIL $name ($(($(date +%s) - t0)) s)"
   fi
   return $rc
@@ -104,6 +100,4 @@ for suite in "${SUITES[@]}"; do
   echo "   $suite took $(($(date +%s) - T_SUITE)) s"
 done
 
-echo "== nginx versions: $passed passed, $failed failed ($(($(date +%s) - T_ALL)) s)"
-for f in "${failures[@]}"; do echo "   failed: $f"; done
-[ "$failed" -eq 0 ]
+count_summary "== nginx versions: " " ($(($(date +%s) - T_ALL)) s)"

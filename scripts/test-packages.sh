@@ -18,6 +18,8 @@ cd "$(dirname "$0")/.."
 ROOT_DIR=$PWD
 # shellcheck source=lib/chroot.sh
 . scripts/lib/chroot.sh
+# shellcheck source=scripts/lib/count.sh
+. scripts/lib/count.sh
 
 SUITES=("$@")
 [ ${#SUITES[@]} -gt 0 ] || SUITES=(bookworm trixie sid)
@@ -41,20 +43,16 @@ cleanup() {
 }
 trap cleanup EXIT
 
-passed=0
-failed=0
-failures=()
 check() { # NAME COMMAND...
   local name=$1 out rc
   shift
   out=$("$@" 2>&1)
   rc=$?
   if [ $rc -eq 0 ]; then
-    passed=$((passed + 1))
+    count_pass "$name"
     echo "ok   $name"
   else
-    failed=$((failed + 1))
-    failures+=("$name")
+    count_fail "$name"
     echo "FAIL $name"
     sed 's/^/     | /' <<<"$out" | tail -n 25
   fi
@@ -138,7 +136,8 @@ remove_binding() {
 echo "== scripts/package.sh ${SUITES[*]}"
 T0=$(date +%s)
 if ! scripts/package.sh "${SUITES[@]}"; then
-  echo "== packages: 0 passed, 1 failed (scripts/package.sh)"
+  count_fail "scripts/package.sh"
+  count_summary "== packages: "
   exit 1
 fi
 echo "   packages built in $(($(date +%s) - T0)) s"
@@ -250,6 +249,4 @@ CONF
   rm -rf --one-file-system "$WORK/$suite"
 done
 
-echo "== packages: $passed passed, $failed failed"
-for f in "${failures[@]}"; do echo "   failed: $f"; done
-[ "$failed" -eq 0 ]
+count_summary "== packages: "
