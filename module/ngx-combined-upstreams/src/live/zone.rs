@@ -86,7 +86,7 @@ impl LiveUpstream {
                 let (name, st) = p.name_and_state();
                 let c = p.current(backup);
                 servers.push(ServerView {
-                    id: p.id(),
+                    id: Some(p.id()),
                     address: name,
                     weight: c.as_ref().map_or(0, |c| u64::from(c.weight)),
                     max_fails: c.as_ref().map_or(0, |c| u64::from(c.max_fails)),
@@ -98,10 +98,11 @@ impl LiveUpstream {
                     active: st.conns,
                     fails: st.fails,
                     health: None,
-                    stats: p
-                        .counters()
-                        .map(|c| c.read().to_stats())
-                        .unwrap_or_default(),
+                    stats: Some(
+                        p.counters()
+                            .map(|c| c.read().to_stats())
+                            .unwrap_or_default(),
+                    ),
                 });
             }
         }

@@ -1,12 +1,12 @@
 //! The per-server health state machine ([`HealthState::record`]), kept in the zone as plain
 //! data, what `GET` shows of it ([`HealthView`]), and slow start's time slots ([`ramp_slot`]).
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::{Failure, Outcome, ProbeConf};
 
 /// A server's health.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Health {
     Healthy,
@@ -170,19 +170,23 @@ pub fn ramp_slot(credit: &mut f64, fraction: f64) -> bool {
     }
 }
 
-/// The per-server fields of `GET <loc>/NAME` an upstream with a probe adds.
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+/// The per-server fields of `GET <loc>/NAME` an upstream with a probe adds. Read back only as a
+/// whole: a server whose `health` is absent, or a word this side does not know (a newer module),
+/// has none (`ServerView::health` is `None`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct HealthView {
     pub health: Health,
+    #[serde(default)]
     pub probe_fails: u64,
+    #[serde(default)]
     pub probe_passes: u64,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_probe_ms_ago: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_status: Option<u16>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_error: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slow_start_remaining_ms: Option<u64>,
 }
 

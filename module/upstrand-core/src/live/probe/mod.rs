@@ -14,13 +14,13 @@ mod judge;
 pub use health::{ramp_slot, Health, HealthState, HealthView, Transition};
 pub use judge::{judge_answer, judge_status_line, Failure, Outcome};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::access::parse_ms;
 use crate::ConfError;
 
 /// What a probe does.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ProbeType {
     /// `GET uri HTTP/1.0`, judged by the status line (and a body substring when asked).
@@ -239,7 +239,7 @@ impl ProbeConf {
 }
 
 /// The upstream's probe settings in `GET <loc>/NAME` (`"probe": {...}`).
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct ProbeView {
     #[serde(rename = "type")]
     pub kind: ProbeType,
@@ -253,12 +253,17 @@ pub struct ProbeView {
     pub status: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub port: Option<u16>,
+    #[serde(default)]
     pub mandatory: bool,
+    #[serde(default)]
     pub slow_start_ms: u64,
     /// pid of the worker probing now (0: none), rounds and probes started since the zone was
     /// made (over all workers); filled in by the module.
+    #[serde(default)]
     pub owner_pid: u64,
+    #[serde(default)]
     pub rounds: u64,
+    #[serde(default)]
     pub probes: u64,
 }
 
