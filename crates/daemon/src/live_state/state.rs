@@ -395,6 +395,24 @@ mod tests {
         );
     }
 
+    /// A setting the module leaves out reads as a `PUT` without it sets it (the module's own
+    /// defaults, `upstrand_core::live`): weight 1, not drained.
+    #[test]
+    fn absent_settings_read_with_the_defaults_of_a_put() {
+        let s: UpstreamState = serde_json::from_str(
+            r#"{"generation": 1, "servers": [{"address": "10.0.0.1:80", "active": 1}]}"#,
+        )
+        .unwrap();
+        let put = upstrand_core::live::parse_put(br#"{"servers": [{"address": "10.0.0.1:80"}]}"#)
+            .unwrap();
+        let (shown, set) = (&s.servers[0], &put.servers[0]);
+        assert_eq!(shown.weight, u64::from(set.weight));
+        assert_eq!(
+            (shown.weight, shown.drain, shown.backup, shown.down),
+            (1, Some(false), false, false)
+        );
+    }
+
     /// A newer module's health word this daemon does not know: the server reads without health
     /// (never an error of the whole answer); the word a module writes for each state this daemon
     /// knows is the one it shows.
