@@ -285,9 +285,9 @@ async fn an_older_binding_value_put_back_or_an_altered_one_is_refused() {
         reported(&mut raw, P, "api", h, "MAC verification failed", t1).await;
     }
 
-    // The current value with a directive added (MAC kept, or dropped): refused.
+    // The current value with a server added to its directives (MAC kept, or dropped): refused.
     let mut v: Value = serde_json::from_slice(&current).unwrap();
-    v["directives"] = serde_json::json!(["hash $remote_addr;"]);
+    v["directives"] = serde_json::json!(["server 203.0.113.9:443;"]);
     for strip in [false, true] {
         let mut forged = v.clone();
         if strip {
