@@ -1,5 +1,7 @@
 //! Extra directives a person adds to a binding (e.g. `keepalive 32;`). Each one becomes a line of
-//! the generated upstream block, so each must be one simple nginx directive and nothing more.
+//! the generated upstream block, so each must be one simple nginx directive and nothing more. A
+//! binding's servers come from its targets only: `server` is refused as an extra directive (the
+//! daemon could neither show nor update such a server through the live API).
 
 use std::fmt;
 
@@ -9,7 +11,8 @@ use serde::{Deserialize, Serialize};
 pub const MAX_DIRECTIVE_LEN: usize = 1024;
 
 /// One simple nginx directive ending in `;`: a name (letters, digits, `_`) and arguments; no block
-/// (`{`, `}`), no comment (`#`), no second directive, no newline, no unclosed quote, no `include`.
+/// (`{`, `}`), no comment (`#`), no second directive, no newline, no unclosed quote, no `include`,
+/// no `server`.
 /// Surrounding spaces and tabs are trimmed.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
@@ -40,6 +43,10 @@ pub enum DirectiveError {
     Backslash,
     #[error("extra directive \"include\" is not allowed")]
     Include,
+    #[error(
+        "extra directive \"server\" is not allowed: a binding's servers come from its targets"
+    )]
+    Server,
     #[error("extra directive must start with a directive name (letters, digits, \"_\")")]
     BadName,
 }
@@ -104,6 +111,9 @@ impl ExtraDirective {
         }
         if name.eq_ignore_ascii_case("include") {
             return Err(DirectiveError::Include);
+        }
+        if name.eq_ignore_ascii_case("server") {
+            return Err(DirectiveError::Server);
         }
         Ok(ExtraDirective(s.to_string()))
     }

@@ -123,6 +123,13 @@ fn bad_extra_directives() {
         ("# keepalive 32;", DirectiveError::Comment),
         ("include /etc/passwd;", DirectiveError::Include),
         ("INCLUDE x.conf;", DirectiveError::Include),
+        ("server 10.0.0.9:80;", DirectiveError::Server),
+        ("  server 10.0.0.9:80 backup;", DirectiveError::Server),
+        ("SERVER 10.0.0.9:80;", DirectiveError::Server),
+        (
+            "server\tbackend.internal:80 resolve;",
+            DirectiveError::Server,
+        ),
         ("keepalive 32;\nserver 1.2.3.4;", DirectiveError::Newline),
         ("keepalive 32;\r", DirectiveError::Newline),
         ("keepalive 32", DirectiveError::MissingSemicolon),
@@ -170,6 +177,7 @@ fn good_extra_directives() {
         ("keepalive_timeout 60s;", "keepalive_timeout 60s;"),
         ("zone api_zone 64k;", "zone api_zone 64k;"),
         ("included_thing on;", "included_thing on;"),
+        ("servers_hint on;", "servers_hint on;"),
     ];
     for (input, stored) in cases {
         let d = ExtraDirective::parse(input).unwrap_or_else(|e| panic!("{input:?}: {e}"));

@@ -160,3 +160,22 @@ fn a_provider_other_than_the_declaration_is_an_error() {
     let e = d.check(Some(&decl())).unwrap_err();
     assert_eq!(fields(&e), ["provider"]);
 }
+
+#[test]
+fn a_server_directive_is_refused_naming_it() {
+    // A binding's servers come from its targets: a `server` line of its own would be a server the
+    // live API never sees (every change of that binding a reload with `not_rendered`).
+    let mut d = draft(&[("address", json!("a")), ("token", json!("t"))]);
+    d.directives = vec!["keepalive 8;".into(), "server 10.0.0.9:80 backup;".into()];
+    let e = d.check(Some(&decl())).unwrap_err();
+    assert_eq!(fields(&e), ["directives"]);
+    assert!(
+        e[0].message.contains("server 10.0.0.9:80 backup;")
+            && e[0].message.contains("\"server\" is not allowed"),
+        "{:?}",
+        e[0]
+    );
+    // A directive whose name only starts with "server" is still fine.
+    d.directives = vec!["server_tokens_like on;".into()];
+    assert!(d.check(Some(&decl())).is_ok());
+}

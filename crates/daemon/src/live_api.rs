@@ -14,7 +14,8 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
 use hyper::{Method, Request};
 use hyper_util::rt::TokioIo;
-use serde::{Deserialize, Serialize};
+use upstrand_core::live::render::{ErrorView, ListView, PutView, ServerView, UpstreamView};
+use upstrand_core::live::PutBody;
 
 mod address;
 mod error;
@@ -41,64 +42,9 @@ enum Target {
     Tcp { host: String, port: u16 },
 }
 
-/// One server as the API takes and gives it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct LiveServer {
-    pub address: String,
-    pub weight: u32,
-    #[serde(default = "one")]
-    pub max_fails: u32,
-    #[serde(default = "ten_seconds")]
-    pub fail_timeout_ms: u64,
-    #[serde(default)]
-    pub backup: bool,
-    #[serde(default)]
-    pub down: bool,
-    /// Drained (issue 21): no new requests. Sent only when set, so a module without `drain`
-    /// still takes every other set.
-    #[serde(default, skip_serializing_if = "is_false")]
-    pub drain: bool,
-}
-
-fn is_false(b: &bool) -> bool {
-    !*b
-}
-
-fn one() -> u32 {
-    1
-}
-fn ten_seconds() -> u64 {
-    10_000
-}
-
-impl LiveServer {
-    /// A server with nginx's defaults for everything but address and weight (what the daemon's
-    /// `server ADDR weight=W;` lines mean).
-    pub fn new(address: String, weight: u32) -> LiveServer {
-        LiveServer {
-            address,
-            weight,
-            max_fails: 1,
-            fail_timeout_ms: 10_000,
-            backup: false,
-            down: false,
-            drain: false,
-        }
-    }
-}
-
-#[derive(Debug, Deserialize)]
-struct ListAnswer {
-    /// Whether the location takes `PUT`s (`upstreams_api write=on;`); a module that does not say
-    /// took them always.
-    #[serde(default = "yes")]
-    write: bool,
-    upstreams: Vec<ListEntry>,
-}
-
-fn yes() -> bool {
-    true
-}
+/// One server as a `PUT` sets it: the module's own type (`upstrand_core::live::ServerSpec`),
+/// so the body's field names and the defaults of absent fields are written once for both sides.
+pub use upstrand_core::live::ServerSpec as LiveServer;
 
 /// What `GET <loc>/` says.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -107,12 +53,6 @@ pub struct Listing {
     pub write: bool,
     /// The upstreams the API can change, with their generations.
     pub upstreams: std::collections::HashMap<String, u64>,
-}
-
-#[derive(Debug, Deserialize)]
-struct ListEntry {
-    name: String,
-    generation: u64,
 }
 
 /// How long the steps of [`LiveApi::replace`] (and [`LiveApi::confirm`]) took.
@@ -130,33 +70,6 @@ pub struct PushTimes {
     pub generation: u64,
 }
 
-#[derive(Debug, Deserialize)]
-struct PutAnswer {
-    generation: u64,
-}
-
-#[derive(Debug, Deserialize)]
-struct SetAnswer {
-    generation: u64,
-    servers: Vec<LiveServer>,
-}
-
-#[derive(Debug, Serialize)]
-struct PutBody<'a> {
-    servers: &'a [LiveServer],
-    generation: u64,
-}
-
-#[derive(Debug, Deserialize)]
-struct ErrorAnswer {
-    error: String,
-    /// With a 507: the size the module says the zone needs, and the zone's size.
-    #[serde(default)]
-    needed_bytes: Option<u64>,
-    #[serde(default)]
-    zone_bytes: Option<u64>,
-}
-
 /// A `PUT` the module refused because the upstream's zone has no room (507), with the size it
 /// says the zone needs for the change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -171,7 +84,7 @@ impl LiveApi {
     /// What the API's location says about itself and its upstreams (`GET <loc>/`).
     pub async fn probe(&self) -> Result<Listing, LiveApiError> {
         let (status, body) = self.request(Method::GET, &self.prefix, None).await?;
-        let list: ListAnswer = parse_answer(status, &body, "GET /")?;
+        let list: ListView = parse_answer(status, &body, "GET /")?;
         Ok(Listing {
             write: list.write,
             upstreams: list
@@ -199,12 +112,11 @@ impl LiveApi {
         }
     }
 
-    /// The generation and servers of one upstream (`GET <loc>/NAME`).
-    pub async fn get(&self, name: &str) -> Result<(u64, Vec<LiveServer>), LiveApiError> {
+    /// One upstream's set as the module shows it (`GET <loc>/NAME`).
+    pub async fn get(&self, name: &str) -> Result<UpstreamView, LiveApiError> {
         let path = format!("{}{name}", self.prefix);
         let (status, body) = self.request(Method::GET, &path, None).await?;
-        let set: SetAnswer = parse_answer(status, &body, &format!("GET {name}"))?;
-        Ok((set.generation, set.servers))
+        parse_answer(status, &body, &format!("GET {name}"))
     }
 
     /// `GET <loc>/NAME` read as `T`, waiting at most [`READ_TIMEOUT`]: the live state of one
@@ -234,13 +146,10 @@ impl LiveApi {
     ) -> Result<PushTimes, LiveApiError> {
         let t0 = std::time::Instant::now();
         let path = format!("{}{name}", self.prefix);
-        let body = serde_json::to_vec(&PutBody {
-            servers,
-            generation,
-        })
-        .map_err(|e| LiveApiError::Encode(e.to_string()))?;
+        let body = serde_json::to_vec(&PutBody::new(servers.to_vec(), Some(generation)))
+            .map_err(|e| LiveApiError::Encode(e.to_string()))?;
         let (status, answer) = self.request(Method::PUT, &path, Some(body)).await?;
-        let put: PutAnswer = parse_answer(status, &answer, &format!("PUT {name}"))?;
+        let put: PutView = parse_answer(status, &answer, &format!("PUT {name}"))?;
         let visible_at = std::time::Instant::now();
         Ok(PushTimes {
             put: visible_at - t0,
@@ -252,21 +161,21 @@ impl LiveApi {
     }
 
     /// Reads the set of `name` back and compares it with `servers` (address, weight, max_fails,
-    /// fail_timeout_ms, backup, down, drain; order does not matter): only an equal set counts as
-    /// applied. Returns the generation read and how long the read took.
+    /// fail_timeout_ms, max_conns, backup, down, drain; order does not matter): only an equal set
+    /// counts as applied. Returns the generation read and how long the read took.
     pub async fn confirm(
         &self,
         name: &str,
         servers: &[LiveServer],
     ) -> Result<(u64, Duration), LiveApiError> {
         let t0 = std::time::Instant::now();
-        let (generation, now) = self.get(name).await?;
-        if same_set(&now, servers) {
-            Ok((generation, t0.elapsed()))
+        let now = self.get(name).await?;
+        if same_set(&now.servers, servers) {
+            Ok((now.generation, t0.elapsed()))
         } else {
             Err(LiveApiError::Differs {
                 name: name.to_string(),
-                got: now.len(),
+                got: now.servers.len(),
                 expected: servers.len(),
             })
         }
@@ -384,7 +293,7 @@ fn parse_answer<T: serde::de::DeserializeOwned>(
     what: &str,
 ) -> Result<T, LiveApiError> {
     if status != 200 {
-        let msg = serde_json::from_slice::<ErrorAnswer>(body)
+        let msg = serde_json::from_slice::<ErrorView>(body)
             .map(|e| e.error)
             .unwrap_or_else(|_| String::from_utf8_lossy(body).chars().take(200).collect());
         return Err(LiveApiError::Status {
@@ -402,28 +311,42 @@ fn parse_answer<T: serde::de::DeserializeOwned>(
 
 /// The sizes of a 507 answer that names them (a module that does not: `None`).
 fn zone_too_small(body: &[u8]) -> Option<ZoneTooSmall> {
-    let e: ErrorAnswer = serde_json::from_slice(body).ok()?;
+    let need = serde_json::from_slice::<ErrorView>(body).ok()?.need?;
     Some(ZoneTooSmall {
-        needed: e.needed_bytes?,
-        zone: e.zone_bytes?,
+        needed: need.needed_bytes,
+        zone: need.zone_bytes,
     })
 }
 
-/// Equal as sets (the API keeps primary then backup servers, each in its own order).
-pub fn same_set(a: &[LiveServer], b: &[LiveServer]) -> bool {
-    let key = |s: &LiveServer| {
+/// Whether the set the module shows (`now`) is `wanted`, as sets (the API keeps primary then
+/// backup servers, each in its own order), comparing every setting a `PUT` sets.
+pub fn same_set(now: &[ServerView], wanted: &[LiveServer]) -> bool {
+    let shown = |s: &ServerView| {
         (
             s.backup,
             s.address.clone(),
             s.weight,
             s.max_fails,
             s.fail_timeout_ms,
+            s.max_conns,
             s.down,
             s.drain,
         )
     };
-    let mut x: Vec<_> = a.iter().map(key).collect();
-    let mut y: Vec<_> = b.iter().map(key).collect();
+    let put = |s: &LiveServer| {
+        (
+            s.backup,
+            s.address.clone(),
+            u64::from(s.weight),
+            u64::from(s.max_fails),
+            s.fail_timeout_ms,
+            u64::from(s.max_conns),
+            s.down,
+            s.drain,
+        )
+    };
+    let mut x: Vec<_> = now.iter().map(shown).collect();
+    let mut y: Vec<_> = wanted.iter().map(put).collect();
     x.sort();
     y.sort();
     x == y
@@ -479,14 +402,34 @@ mod tests {
 
     #[test]
     fn sets_compare_without_order_but_with_every_setting() {
+        // What the module shows (its own type, read back) against what was PUT.
+        let shown = |s: &LiveServer| -> ServerView {
+            let mut v: ServerView = serde_json::from_value(serde_json::json!({
+                "address": s.address, "weight": s.weight, "id": 1, "active": 2
+            }))
+            .unwrap();
+            v.down = s.down;
+            v.drain = s.drain;
+            v.max_conns = u64::from(s.max_conns);
+            v
+        };
         let a = LiveServer::new("10.0.0.1:80".into(), 1);
         let b = LiveServer::new("10.0.0.2:80".into(), 2);
-        assert!(same_set(&[a.clone(), b.clone()], &[b.clone(), a.clone()]));
-        let mut b3 = b.clone();
-        b3.weight = 3;
-        assert!(!same_set(&[a.clone(), b.clone()], &[a.clone(), b3]));
-        let mut down = b.clone();
-        down.down = true;
-        assert!(!same_set(&[a.clone(), b], &[a, down]));
+        let now = [shown(&b), shown(&a)];
+        assert!(same_set(&now, &[a.clone(), b.clone()]));
+        for change in [
+            |s: &mut LiveServer| s.weight = 3,
+            |s: &mut LiveServer| s.down = true,
+            |s: &mut LiveServer| s.drain = true,
+            |s: &mut LiveServer| s.max_conns = 5,
+            |s: &mut LiveServer| s.max_fails = 0,
+            |s: &mut LiveServer| s.fail_timeout_ms = 1000,
+            |s: &mut LiveServer| s.backup = true,
+        ] {
+            let mut b2 = b.clone();
+            change(&mut b2);
+            assert!(!same_set(&now, &[a.clone(), b2]), "{b:?}");
+        }
+        assert!(!same_set(&now, std::slice::from_ref(&a)));
     }
 }

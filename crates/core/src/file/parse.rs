@@ -2,7 +2,7 @@
 
 use std::net::Ipv6Addr;
 
-use super::{directive_name, Server, UpstreamFile, HEADER};
+use super::{Server, UpstreamFile, HEADER};
 use crate::{Address, DirectiveError, ExtraDirective, NameError, Target, UpstreamName};
 
 /// Why a text is not a file the daemon renders. Line numbers count from 1.
@@ -83,11 +83,10 @@ impl UpstreamFile {
                 }
                 in_servers = false;
             }
-            let d = ExtraDirective::parse(l)
-                .map_err(|source| FileError::BadDirective { line: n, source })?;
-            if directive_name(&d) == "server" {
-                return Err(FileError::ForeignServer { line: n });
-            }
+            let d = ExtraDirective::parse(l).map_err(|source| match source {
+                DirectiveError::Server => FileError::ForeignServer { line: n },
+                source => FileError::BadDirective { line: n, source },
+            })?;
             file.directives.push(d);
         }
         if file.render() != text {

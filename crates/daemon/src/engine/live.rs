@@ -181,9 +181,10 @@ impl ApplyResult {
 fn to_live(servers: &[Server]) -> Vec<LiveServer> {
     servers
         .iter()
-        .map(|s| LiveServer {
-            drain: s.down,
-            ..LiveServer::new(s.host_port(), u32::from(s.target.weight))
+        .map(|s| {
+            let mut l = LiveServer::new(s.host_port(), u32::from(s.target.weight));
+            l.drain = s.down;
+            l
         })
         .collect()
 }

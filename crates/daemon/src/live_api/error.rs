@@ -78,8 +78,9 @@ impl LiveApiError {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{parse_answer, PutAnswer};
+    use super::super::parse_answer;
     use super::*;
+    use upstrand_core::live::render::PutView as PutAnswer;
 
     #[test]
     fn a_refusal_keeps_its_status_and_a_507_its_sizes() {

@@ -1,12 +1,20 @@
-//! The shapes of an upstream's live state: what the module's `GET <loc>/NAME` gives
-//! ([`UpstreamState`], [`ServerState`], [`RetiredState`]), what the API shows ([`LiveState`], the
-//! `live` of `GET /api/v1/bindings/{name}`) and the state badges a person reads ([`Badge`]).
+//! The shapes of an upstream's live state as the daemon shows it: [`UpstreamState`] and
+//! [`ServerState`] (what `binding show`, the binding page, `/metrics` and the API's `live` of
+//! `GET /api/v1/bindings/{name}`, [`LiveState`], carry), [`RetiredState`], and the state badges a
+//! person reads ([`Badge`]).
 //!
-//! A server's statistics (`"stats"`, issue 24) are read with the module's own type,
-//! [`ServerStats`] of `upstrand_core::live::stats`: the module writes that JSON from the same
-//! struct, so the field names are written once for both sides.
+//! The module's answer (`GET <loc>/NAME`) is read with the module's own types,
+//! `upstrand_core::live::render::UpstreamView` and `ServerView` (statistics: [`ServerStats`];
+//! retired servers: [`RetiredState`] is `RetiredView`): the module writes that JSON from the same
+//! structs, so the field names and the defaults of absent fields are written once for both
+//! sides. [`UpstreamState`] is made from it ([`From`]); its servers keep what the module leaves
+//! out as `None` (`id` and `stats` before the module had them, the health fields without a
+//! `probe`).
 
 use serde::{Deserialize, Serialize};
+use upstrand_core::live::probe::{Health, HealthView};
+pub use upstrand_core::live::render::RetiredView as RetiredState;
+use upstrand_core::live::render::{ServerView, UpstreamView};
 pub use upstrand_core::live::stats::ServerStats;
 
 /// An upstream's servers as nginx runs them now, read from the module's live API
@@ -54,10 +62,10 @@ impl LiveState {
     }
 }
 
-/// One server's live state as `GET <loc>/NAME` shows it (`docs/live-api.md`), for display. Only
-/// `address` is required: every other field a module may leave out (an older module, an upstream
-/// without `probe`, a server that was never probed) is `None` or its default, and fields this
-/// daemon does not know are ignored, so a module extended later still reads.
+/// One server's live state for display, made from the module's [`ServerView`]
+/// (`docs/live-api.md`). As the daemon's API writes it and the CLI reads it back, only `address`
+/// is required: every other field may be absent (`None` or its default), and fields the reader
+/// does not know are ignored.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ServerState {
     pub address: String,
@@ -182,26 +190,57 @@ impl std::fmt::Display for Badge {
     }
 }
 
-/// What `GET <loc>/NAME` says for display ([`LiveApi::state`]).
+/// What `GET <loc>/NAME` says, for display: read as the module's [`UpstreamView`].
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(from = "UpstreamView")]
 pub struct UpstreamState {
     pub generation: u64,
     pub servers: Vec<ServerState>,
     /// Servers removed from the set that still have requests in flight (absent: none).
-    #[serde(default)]
     pub retired: Vec<RetiredState>,
 }
 
-/// A removed server that still has requests in flight (`retired` of `GET <loc>/NAME`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RetiredState {
-    pub address: String,
-    /// Connections still in use, over all workers.
-    #[serde(default)]
-    pub active: u64,
-    /// Milliseconds since it was removed.
-    #[serde(default)]
-    pub age_ms: u64,
+impl From<UpstreamView> for UpstreamState {
+    fn from(v: UpstreamView) -> UpstreamState {
+        UpstreamState {
+            generation: v.generation,
+            servers: v.servers.into_iter().map(ServerState::from).collect(),
+            retired: v.retired,
+        }
+    }
+}
+
+impl From<ServerView> for ServerState {
+    fn from(v: ServerView) -> ServerState {
+        let h: Option<HealthView> = v.health;
+        ServerState {
+            address: v.address,
+            id: v.id,
+            weight: v.weight,
+            backup: v.backup,
+            down: v.down,
+            active: v.active,
+            fails: v.fails,
+            drain: Some(v.drain),
+            health: h.as_ref().map(|h| health_word(h.health).to_string()),
+            probe_fails: h.as_ref().map(|h| h.probe_fails),
+            probe_passes: h.as_ref().map(|h| h.probe_passes),
+            last_probe_ms_ago: h.as_ref().and_then(|h| h.last_probe_ms_ago),
+            last_status: h.as_ref().and_then(|h| h.last_status),
+            last_error: h.as_ref().and_then(|h| h.last_error.clone()),
+            slow_start_remaining_ms: h.as_ref().and_then(|h| h.slow_start_remaining_ms),
+            stats: v.stats,
+        }
+    }
+}
+
+/// The module's word for a health state (as its JSON writes it).
+fn health_word(h: Health) -> &'static str {
+    match h {
+        Health::Healthy => "healthy",
+        Health::Unhealthy => "unhealthy",
+        Health::Checking => "checking",
+    }
 }
 
 #[cfg(test)]
@@ -356,6 +395,42 @@ mod tests {
         );
     }
 
+    /// A setting the module leaves out reads as a `PUT` without it sets it (the module's own
+    /// defaults, `upstrand_core::live`): weight 1, not drained.
+    #[test]
+    fn absent_settings_read_with_the_defaults_of_a_put() {
+        let s: UpstreamState = serde_json::from_str(
+            r#"{"generation": 1, "servers": [{"address": "10.0.0.1:80", "active": 1}]}"#,
+        )
+        .unwrap();
+        let put = upstrand_core::live::parse_put(br#"{"servers": [{"address": "10.0.0.1:80"}]}"#)
+            .unwrap();
+        let (shown, set) = (&s.servers[0], &put.servers[0]);
+        assert_eq!(shown.weight, u64::from(set.weight));
+        assert_eq!(
+            (shown.weight, shown.drain, shown.backup, shown.down),
+            (1, Some(false), false, false)
+        );
+    }
+
+    /// A newer module's health word this daemon does not know: the server reads without health
+    /// (never an error of the whole answer); the word a module writes for each state this daemon
+    /// knows is the one it shows.
+    #[test]
+    fn a_newer_modules_health_word_reads_as_no_health() {
+        let newer = PROBED_JSON.replacen(r#""health": "healthy""#, r#""health": "warming""#, 1);
+        let s: UpstreamState = serde_json::from_str(&newer).unwrap();
+        let one = s
+            .servers
+            .iter()
+            .find(|x| x.address == "10.0.0.1:80")
+            .unwrap();
+        assert_eq!((one.health.as_deref(), one.probe_passes), (None, None));
+        for h in [Health::Healthy, Health::Unhealthy, Health::Checking] {
+            assert_eq!(serde_json::to_value(h).unwrap(), health_word(h));
+        }
+    }
+
     #[test]
     fn an_old_modules_state_reads_without_the_new_fields() {
         let s: UpstreamState = serde_json::from_str(OLD_JSON).unwrap();
@@ -370,13 +445,14 @@ mod tests {
         );
         let a = &s.servers[0];
         assert_eq!((a.active, a.fails, a.down), (3, 2, false));
-        assert_eq!((a.drain, a.health.clone()), (None, None));
+        // A module before `drain` drains nothing: an absent `drain` is false, as in a `PUT`.
+        assert_eq!((a.drain, a.health.clone()), (Some(false), None));
         assert!(a.badges().is_empty());
         assert_eq!(s.servers[1].badges(), vec![Badge::Down]);
         // Written back out (the API's `live`), absent fields stay absent.
         let out = serde_json::to_value(a).unwrap();
+        assert_eq!(out["drain"], false, "{out}");
         for absent in [
-            "drain",
             "health",
             "probe_fails",
             "last_error",
@@ -384,7 +460,8 @@ mod tests {
         ] {
             assert!(out.get(absent).is_none(), "{absent}: {out}");
         }
-        // A health word this daemon does not know is shown as the module says it.
+        // A health word this side does not know, in the daemon's own API (a CLI reading a newer
+        // daemon), is shown as it is written.
         let mut new = a.clone();
         new.health = Some("warming".into());
         assert_eq!(new.badges(), vec![Badge::Other("warming".into())]);

@@ -3,7 +3,7 @@
 //!
 //! How a request finds its server's slot without a lookup: the peer's `start_time` field (an
 //! `ngx_msec_t` that only NGINX Plus uses; open-source nginx from 1.22 to 1.30 declares it and
-//! never reads or writes it) holds the slot's address (`ffi/peers.rs`: `Peer::counters`). The
+//! never reads or writes it) holds the slot's address (`ffi/peers/`: `Peer::counters`). The
 //! slot is made with the peer — by [`super::peers::SlabLocked::alloc_peer`] for a server a `PUT`
 //! adds, by [`super::peers::ListsWrite::attach_counters`] for the configured servers when the
 //! zone is made — and freed with it (`SlabLocked::free_peer`), so a server kept by a `PUT` keeps
@@ -204,7 +204,7 @@ impl Counters {
     }
 }
 
-/// The peer's id and counters fields (`slow_start`, `start_time`; see `ffi/peers.rs`).
+/// The peer's id and counters fields (`slow_start`, `start_time`; see `ffi/peers/`).
 impl Peer {
     /// The peer whose `name` field is at `name`, when the peer's `sockaddr` is `sockaddr`.
     ///

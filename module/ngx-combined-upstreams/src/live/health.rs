@@ -408,7 +408,7 @@ pub fn decorate(view: &mut UpstreamView, live: LiveUpstream, conf: &ProbeConf) {
                 )
             });
         s.health = Some(state.view(conf, now));
-        s.stats.health_checks = Some(HealthChecks {
+        s.stats.get_or_insert_default().health_checks = Some(HealthChecks {
             checks: counts.checks,
             fails: counts.fails,
             unhealthy: counts.unhealthy,

@@ -3,8 +3,9 @@
 //!
 //! - `mod.rs` (this file): the directive, the configuration-time registration of upstreams and
 //!   the process-local registry that maps an upstream to its live state.
-//! - [`probe`]: which balancer an upstream uses.
-//! - [`zone`]: the state in the zone, `PUT` application, retiring and freeing of busy peers.
+//! - [`crate::ffi::probe`]: which balancer an upstream uses.
+//! - [`zone`]: the state in the zone, `PUT` application (which retires busy peers).
+//! - [`retired`]: freeing retired peers once idle, and the `retired_warn` line.
 //! - [`crate::ffi::peers`]: every access to nginx's round-robin peer structures (the
 //!   version-sensitive part).
 //! - [`balancer`]: per-request wrappers around the balancer.
@@ -19,6 +20,7 @@ pub mod balancer;
 pub mod handler;
 pub mod health;
 pub mod plus;
+pub mod retired;
 pub mod slow_start;
 pub mod zone;
 

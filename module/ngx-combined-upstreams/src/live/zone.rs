@@ -1,5 +1,6 @@
 //! The live state of one upstream in its zone ([`Shared`]) and the operations on it: reading
-//! the set, applying a `PUT`, retiring busy peers and freeing them when idle, slab figures.
+//! the set, applying a `PUT` (which retires busy peers), slab figures. Freeing retired peers
+//! once idle and warning about overdue ones: `retired.rs`.
 //!
 //! Locks (all in the zone, so they work across workers):
 //! - `Shared::gate` (an `ngx_rwlock`): read-held by every peer selection (the balancer wrapper
@@ -20,7 +21,7 @@
 //! daemon then takes the reload path, which makes a new zone); a sweep of retired peers tries
 //! once and leaves them for a later sweep. Read sides (selections, `GET`) never wait for a dead
 //! reader: an rwlock admits readers while it is not write-held. What runs with a write side held
-//! is panic-free ([`LiveUpstream::swap`], [`LiveUpstream::sweep`]; see `peers.rs`), so an
+//! is panic-free ([`LiveUpstream::swap`], [`LiveUpstream::sweep`]; see `ffi/peers/`), so an
 //! abort never leaves one held; a worker killed in the microseconds a `PUT` holds one stalls
 //! the selections of that upstream until a reload (the one unrecovered case).
 //!
@@ -33,7 +34,7 @@ use core::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use upstrand_core::live::plan::{totals, ListTotals};
-use upstrand_core::live::render::{PutView, RetiredView, ServerView, SlabView, UpstreamView};
+use upstrand_core::live::render::{PutView, ServerView, SlabView, UpstreamView};
 use upstrand_core::live::{plan, sizing, ApiError, Current, PutRequest, Server};
 
 use crate::ffi::peers::{peer_layout, Peer};
@@ -43,13 +44,8 @@ pub use crate::ffi::zone::LiveUpstream;
 /// answers 503.
 pub const WRITE_WAIT: Duration = Duration::from_secs(1);
 
-/// A request's `free` sweeps the retired peers of its upstream at most once per this many
-/// milliseconds (over all workers): while a removed server keeps a long connection, a sweep on
-/// every `free` would make every request take both list write locks and the slab mutex.
-pub const SWEEP_EVERY_MS: u64 = 100;
-
 /// nginx's cached monotonic clock in milliseconds (the same clock in every worker).
-fn now_ms() -> u64 {
+pub(super) fn now_ms() -> u64 {
     crate::ffi::current_msec()
 }
 
@@ -90,7 +86,7 @@ impl LiveUpstream {
                 let (name, st) = p.name_and_state();
                 let c = p.current(backup);
                 servers.push(ServerView {
-                    id: p.id(),
+                    id: Some(p.id()),
                     address: name,
                     weight: c.as_ref().map_or(0, |c| u64::from(c.weight)),
                     max_fails: c.as_ref().map_or(0, |c| u64::from(c.max_fails)),
@@ -102,10 +98,11 @@ impl LiveUpstream {
                     active: st.conns,
                     fails: st.fails,
                     health: None,
-                    stats: p
-                        .counters()
-                        .map(|c| c.read().to_stats())
-                        .unwrap_or_default(),
+                    stats: Some(
+                        p.counters()
+                            .map(|c| c.read().to_stats())
+                            .unwrap_or_default(),
+                    ),
                 });
             }
         }
@@ -271,7 +268,7 @@ impl LiveUpstream {
     }
 
     /// Makes a planned change under the gate's and both lists' write sides, taken within
-    /// `deadline`. Panic-free while they are held (see `peers.rs`): everything that allocates
+    /// `deadline`. Panic-free while they are held (see `ffi/peers/`): everything that allocates
     /// on the heap was made by the caller.
     #[deny(
         clippy::indexing_slicing,
@@ -388,95 +385,6 @@ impl LiveUpstream {
             generation,
             retiring,
         }
-    }
-
-    /// [`Self::sweep`] from a request's `free`: at most once per [`SWEEP_EVERY_MS`] for this
-    /// upstream over all workers (a retired peer is freed at most that long after its last
-    /// connection ended, or at the next `GET`).
-    /// Whether it swept (then [`Self::overdue_retired`] is worth asking).
-    pub fn sweep_due(self) -> bool {
-        if !self.state.has_retiring() {
-            return false;
-        }
-        let now = now_ms();
-        let next = &self.state.shared().next_sweep_ms;
-        let due = next.load(Ordering::Relaxed);
-        if now < due
-            || next
-                .compare_exchange(
-                    due,
-                    now + SWEEP_EVERY_MS,
-                    Ordering::Relaxed,
-                    Ordering::Relaxed,
-                )
-                .is_err()
-        {
-            return false;
-        }
-        self.sweep();
-        true
-    }
-
-    /// Retired peers that still have connections `retired_warn` after their removal and no
-    /// `warn` line named yet (oldest first); the caller logs them. Each is returned once over all
-    /// workers: to the caller that moves the zone's `warned_since` past their removal times.
-    pub fn overdue_retired(self) -> Vec<RetiredView> {
-        let sh = self.state.shared();
-        let warn = sh.retired_warn_ms.load(Ordering::Relaxed);
-        if warn == 0 || !self.state.has_retiring() {
-            return Vec::new();
-        }
-        let now = now_ms();
-        let warned = sh.warned_since.load(Ordering::SeqCst);
-        let due: Vec<RetiredView> = self
-            .primary
-            .read_both()
-            .retired(self.retired(), now)
-            .into_iter()
-            .filter(|v| v.active > 0 && v.age_ms >= warn && now.saturating_sub(v.age_ms) > warned)
-            .collect();
-        let Some(newest) = due.iter().map(|v| now.saturating_sub(v.age_ms)).max() else {
-            return due;
-        };
-        match sh
-            .warned_since
-            .compare_exchange(warned, newest, Ordering::SeqCst, Ordering::SeqCst)
-        {
-            Ok(_) => due,
-            Err(_) => Vec::new(),
-        }
-    }
-
-    /// `retired_warn` of the zone in ms (0: off).
-    pub fn retired_warn_ms(self) -> u64 {
-        self.state.shared().retired_warn_ms.load(Ordering::Relaxed)
-    }
-
-    /// Frees retired peers whose last connection ended. Tries the list locks once (no waiting:
-    /// they may be held by a dead worker); a later sweep frees what this one could not.
-    /// Panic-free while they are held (see `peers.rs`).
-    #[deny(
-        clippy::indexing_slicing,
-        clippy::unwrap_used,
-        clippy::expect_used,
-        clippy::panic,
-        clippy::arithmetic_side_effects
-    )]
-    pub fn sweep(self) {
-        if !self.state.has_retiring() {
-            return;
-        }
-        let Some(lists) = self.primary.write_both(Instant::now()) else {
-            return;
-        };
-        let m = self.slab.lock();
-        let freed = lists.free_idle_retired(self.retired(), &m);
-        drop(m);
-        drop(lists);
-        self.state
-            .shared()
-            .retiring
-            .fetch_sub(freed, Ordering::SeqCst);
     }
 }
 

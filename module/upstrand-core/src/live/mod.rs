@@ -3,7 +3,8 @@
 //! JSON and every error text with its HTTP status. Nothing here touches nginx; the module reads
 //! the zone's peers into [`Current`] values, asks [`plan()`] what to do and applies the result.
 //!
-//! - [`parse_put`]: body of `PUT <loc>/NAME` → [`PutRequest`] or an [`ApiError`] (400/413).
+//! - [`parse_put`]: body of `PUT <loc>/NAME` ([`PutBody`], one [`ServerSpec`] per server: the
+//!   JSON the daemon writes) → [`PutRequest`] or an [`ApiError`] (400/413).
 //! - [`plan()`]: current set + wanted set → [`Plan`] (which peers stay, which are new, which go).
 //! - [`render`]: the JSON of every answer.
 //! - [`route`]: which resource a request path names.
@@ -16,18 +17,17 @@ pub mod access;
 pub mod down;
 pub mod plan;
 pub mod probe;
+mod put;
 pub mod render;
 pub mod sizing;
 pub mod stats;
 
-use std::collections::HashSet;
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 
-use serde::Deserialize;
-
 pub use access::{Access, Listener};
 pub use plan::{plan, Current, Plan};
+pub use put::{parse_put, PutBody, ServerSpec};
 
 /// Most servers (primary and backup together) one `PUT` may set: the 10,000-server sets of the
 /// scale benchmark (issue 20) with room to spare. Documented in `docs/live-api.md`.
@@ -302,154 +302,6 @@ pub struct PutRequest {
     pub generation: Option<u64>,
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawPut {
-    servers: Vec<RawServer>,
-    #[serde(default)]
-    generation: Option<u64>,
-    /// Figures of a `GET` answer (`retiring`, `retired`, `rebalanced`): accepted so that answer
-    /// can be sent back unchanged; ignored.
-    #[serde(default, rename = "retiring")]
-    _retiring: Option<serde::de::IgnoredAny>,
-    #[serde(default, rename = "retired")]
-    _retired: Option<serde::de::IgnoredAny>,
-    #[serde(default, rename = "rebalanced")]
-    _rebalanced: Option<serde::de::IgnoredAny>,
-    /// The upstream's `probe` settings of a `GET` answer: accepted back, ignored.
-    #[serde(default, rename = "probe")]
-    _probe: Option<serde::de::IgnoredAny>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawServer {
-    address: String,
-    #[serde(default = "one")]
-    weight: u32,
-    #[serde(default = "one")]
-    max_fails: u32,
-    #[serde(default = "ten_seconds")]
-    fail_timeout_ms: u64,
-    #[serde(default)]
-    max_conns: u32,
-    #[serde(default)]
-    backup: bool,
-    #[serde(default)]
-    down: bool,
-    #[serde(default)]
-    drain: bool,
-    /// Run-time figures of a `GET` answer (`active`, `fails`): accepted so that answer can be
-    /// sent back unchanged; ignored.
-    #[serde(default, rename = "active")]
-    _active: Option<serde::de::IgnoredAny>,
-    #[serde(default, rename = "fails")]
-    _fails: Option<serde::de::IgnoredAny>,
-    /// Health fields of a `GET` answer (`probe ...;`): accepted back, ignored.
-    #[serde(default, rename = "health")]
-    _health: Option<serde::de::IgnoredAny>,
-    #[serde(default, rename = "probe_fails")]
-    _probe_fails: Option<serde::de::IgnoredAny>,
-    #[serde(default, rename = "probe_passes")]
-    _probe_passes: Option<serde::de::IgnoredAny>,
-    #[serde(default, rename = "last_probe_ms_ago")]
-    _last_probe_ms_ago: Option<serde::de::IgnoredAny>,
-    #[serde(default, rename = "last_status")]
-    _last_status: Option<serde::de::IgnoredAny>,
-    #[serde(default, rename = "last_error")]
-    _last_error: Option<serde::de::IgnoredAny>,
-    #[serde(default, rename = "slow_start_remaining_ms")]
-    _slow_start_remaining_ms: Option<serde::de::IgnoredAny>,
-    /// The server's id and statistics of a `GET` answer: accepted back, ignored (the module
-    /// gives ids; a server's statistics are its own).
-    #[serde(default, rename = "id")]
-    _id: Option<serde::de::IgnoredAny>,
-    #[serde(default, rename = "stats")]
-    _stats: Option<serde::de::IgnoredAny>,
-}
-
-fn one() -> u32 {
-    1
-}
-
-fn ten_seconds() -> u64 {
-    10_000
-}
-
-/// Parses and validates a `PUT` body. Errors: 400 (bad JSON, bad field, host name, duplicate
-/// address, no primary server, more than [`MAX_SERVERS`]), 413 (body over [`MAX_BODY`]).
-pub fn parse_put(body: &[u8]) -> Result<PutRequest, ApiError> {
-    if body.len() > MAX_BODY {
-        return Err(ApiError::body_too_large());
-    }
-    if body.iter().all(u8::is_ascii_whitespace) {
-        return Err(ApiError::new(
-            400,
-            "empty body: send {\"servers\":[...]} as JSON",
-        ));
-    }
-    let raw: RawPut =
-        serde_json::from_slice(body).map_err(|e| ApiError::new(400, format!("bad JSON: {e}")))?;
-    if raw.servers.len() > MAX_SERVERS {
-        return Err(ApiError::new(
-            400,
-            format!(
-                "{} servers: at most {MAX_SERVERS} per upstream can be set live",
-                raw.servers.len()
-            ),
-        ));
-    }
-    let mut servers = Vec::with_capacity(raw.servers.len());
-    let mut seen: HashSet<Addr> = HashSet::with_capacity(raw.servers.len());
-    for (i, s) in raw.servers.into_iter().enumerate() {
-        let addr = Addr::parse(&s.address)?;
-        if s.weight == 0 || s.weight > MAX_WEIGHT {
-            return Err(ApiError::new(
-                400,
-                format!(
-                    "servers[{i}] ({}): weight must be 1..{MAX_WEIGHT}, got {}",
-                    s.address, s.weight
-                ),
-            ));
-        }
-        if s.fail_timeout_ms % 1000 != 0 || s.fail_timeout_ms > u64::from(u32::MAX) * 1000 {
-            return Err(ApiError::new(
-                400,
-                format!(
-                    "servers[{i}] ({}): fail_timeout_ms must be whole seconds (a multiple of 1000), got {}",
-                    s.address, s.fail_timeout_ms
-                ),
-            ));
-        }
-        if !seen.insert(addr.clone()) {
-            return Err(ApiError::new(
-                400,
-                format!("servers[{i}]: address {} is listed twice", addr.name()),
-            ));
-        }
-        servers.push(Server {
-            addr,
-            weight: s.weight,
-            max_fails: s.max_fails,
-            fail_timeout_s: (s.fail_timeout_ms / 1000) as u32,
-            max_conns: s.max_conns,
-            backup: s.backup,
-            down: s.down,
-            drain: s.drain,
-        });
-    }
-    if !servers.iter().any(|s| !s.backup) {
-        return Err(ApiError::new(
-            400,
-            "the set needs at least one server that is not backup",
-        ));
-    }
-    Ok(PutRequest {
-        servers,
-        generation: raw.generation,
-    })
-}
-
 /// What a request path below the API location names.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Route {
@@ -480,3 +332,5 @@ pub fn route(rest: &[u8]) -> Option<Route> {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod wire_tests;

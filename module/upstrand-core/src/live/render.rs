@@ -1,69 +1,115 @@
-//! The JSON of every answer of the live API (see `docs/live-api.md`).
+//! The JSON of every answer of the live API (see `docs/live-api.md`), written once for both
+//! sides: the module serializes these types, the daemon deserializes them. Reading is tolerant,
+//! so a daemon reads a module older or newer than itself: a field this side does not know is
+//! ignored, and an absent field takes the default a `PUT` gives it (`put.rs`: weight 1,
+//! `max_fails` 1, `fail_timeout_ms` 10000, the rest 0 or false) or, where its absence means
+//! something (a module before ids and statistics, an upstream without `probe`), is `None`.
 
-use serde::Serialize;
+use serde::{Deserialize, Deserializer, Serialize};
+
+use super::put::{one, ten_seconds};
+
+fn one_u64() -> u64 {
+    u64::from(one())
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// `Some` when the value reads as a `T`, else `None` (a newer module's shape of a part this side
+/// only shows): never an error of the whole answer.
+fn lenient<'de, D: Deserializer<'de>, T: serde::de::DeserializeOwned>(
+    d: D,
+) -> Result<Option<T>, D::Error> {
+    let v = serde_json::Value::deserialize(d)?;
+    Ok(serde_json::from_value(v).ok())
+}
 
 /// One server in `GET <loc>/NAME`.
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct ServerView {
     /// The server's id in its upstream: given when it entered the set (configuration, `PUT`),
     /// kept while it stays, never given to another server of the upstream (a reload makes a new
-    /// zone, whose ids start again at 0). The NGINX Plus API's per-peer `id`.
-    pub id: u64,
+    /// zone, whose ids start again at 0). The NGINX Plus API's per-peer `id`. Always written by
+    /// this module; `None`: a module before ids.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<u64>,
     /// Peer name (`10.0.0.1:8080`, `[::1]:80`, `unix:/path`).
     pub address: String,
     /// `weight`
+    #[serde(default = "one_u64")]
     pub weight: u64,
     /// `max_fails`
+    #[serde(default = "one_u64")]
     pub max_fails: u64,
     /// `fail_timeout` in milliseconds (nginx keeps whole seconds).
+    #[serde(default = "ten_seconds")]
     pub fail_timeout_ms: u64,
     /// `max_conns` (0: no limit).
+    #[serde(default)]
     pub max_conns: u64,
     /// In the backup list.
+    #[serde(default)]
     pub backup: bool,
-    /// `down`
+    /// `down` as configured (the `PUT`'s or the file's), not why the balancer skips it.
+    #[serde(default)]
     pub down: bool,
     /// Drained (`"drain": true`): no new requests; `active` tells how many are still in flight.
+    #[serde(default)]
     pub drain: bool,
     /// Connections in use now, over all workers (`conns`).
+    #[serde(default)]
     pub active: u64,
     /// Failures counted in the current `fail_timeout` window (`fails`).
+    #[serde(default)]
     pub fails: u64,
     /// Health fields (`health`, `probe_fails`, ...), only when the upstream has a `probe`.
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
     pub health: Option<super::probe::HealthView>,
-    /// The server's statistics since it entered the set (`docs/live-api.md`).
-    pub stats: super::stats::ServerStats,
+    /// The server's statistics since it entered the set (`docs/live-api.md`). Always written
+    /// by this module; `None`: a module before statistics.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stats: Option<super::stats::ServerStats>,
 }
 
 /// `GET <loc>/NAME`.
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct UpstreamView {
     /// Changes with every applied change (opaque; compare for equality only).
     pub generation: u64,
     /// The set, primary servers first, then backup servers.
     pub servers: Vec<ServerView>,
     /// Removed servers that still have requests in flight.
+    #[serde(default)]
     pub retiring: u64,
     /// Those servers, oldest first (left out of the JSON when there are none).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub retired: Vec<RetiredView>,
     /// Requests (since the zone was made) that were between two tries when the set changed and
     /// continued in the new set (their balancer state was made again).
+    #[serde(default)]
     pub rebalanced: u64,
-    /// The upstream's `probe` settings (left out without one).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    /// The upstream's `probe` settings (left out without one; read as `None` when it is not
+    /// the shape this side knows).
+    #[serde(
+        default,
+        deserialize_with = "lenient",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub probe: Option<super::probe::ProbeView>,
 }
 
 /// One removed server that still has requests in flight, in `GET <loc>/NAME`.
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct RetiredView {
     /// Peer name.
     pub address: String,
     /// Connections still in use, over all workers (`conns`).
+    #[serde(default)]
     pub active: u64,
     /// Milliseconds since it was removed from the set.
+    #[serde(default)]
     pub age_ms: u64,
 }
 
@@ -100,22 +146,26 @@ pub fn overdue_retired_line(name: &str, servers: &[RetiredView], warn_ms: u64) -
 }
 
 /// One entry of `GET <loc>/`.
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct ListEntry {
     /// Upstream name.
     pub name: String,
     /// `round_robin` or `least_conn` (with `+keepalive` when keepalive wraps it).
+    #[serde(default)]
     pub balancer: String,
     /// Its zone.
+    #[serde(default)]
     pub zone: String,
     /// Current generation.
     pub generation: u64,
 }
 
 /// `GET <loc>/`.
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct ListView {
-    /// Whether this location takes `PUT`s (`upstreams_api write=on;`).
+    /// Whether this location takes `PUT`s (`upstreams_api write=on;`); a module that does not
+    /// say took them always.
+    #[serde(default = "yes")]
     pub write: bool,
     /// Upstreams with a zone whose balancer takes live changes.
     pub upstreams: Vec<ListEntry>,
@@ -141,8 +191,9 @@ pub struct SlabView {
 }
 
 /// The figures of a `PUT` refused with 507 because the zone has no room: how big the zone needs
-/// to be (an estimate, see `sizing.rs`), all in bytes. In the error answer next to `error`.
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+/// to be (an estimate, see `sizing.rs`), all in bytes. In the error answer next to `error`
+/// ([`ErrorView`]).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct ZoneNeed {
     /// The zone's size now.
     pub zone_bytes: u64,
@@ -150,29 +201,38 @@ pub struct ZoneNeed {
     /// `zone_bytes`).
     pub needed_bytes: u64,
     /// Bytes of the zone's pages in use before the change.
+    #[serde(default)]
     pub in_use_bytes: u64,
     /// Bytes the refused change needed: `servers_added` × `per_server_bytes`.
+    #[serde(default)]
     pub change_bytes: u64,
     /// New servers of the change.
+    #[serde(default)]
     pub servers_added: u64,
     /// Zone bytes counted per new server.
+    #[serde(default)]
     pub per_server_bytes: u64,
     /// Of those, the TLS session counted per server (0: no peer of the upstream has one stored).
+    #[serde(default)]
     pub tls_session_bytes: u64,
 }
 
 /// Answer of a `PUT`.
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct PutView {
     /// The generation after the change (unchanged for an identical set).
     pub generation: u64,
     /// Whether anything changed.
+    #[serde(default)]
     pub changed: bool,
     /// New peers.
+    #[serde(default)]
     pub added: u64,
     /// Peers that left the set (idle ones freed, busy ones retired).
+    #[serde(default)]
     pub removed: u64,
     /// Removed peers kept until their last request ends.
+    #[serde(default)]
     pub retiring: u64,
     /// The addresses added and removed (for the error log's line; not in the answer).
     #[serde(skip)]
@@ -194,18 +254,32 @@ fn to_json<T: Serialize>(v: &T) -> String {
     serde_json::to_string(v).unwrap_or_else(|_| "{}".to_string())
 }
 
+/// An error answer: `{"error": MESSAGE}`, with a 507 also the zone's figures
+/// (`"zone_bytes": ..., "needed_bytes": ..., ...`). Read leniently: figures that are absent or
+/// not the shape this side knows are `None`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ErrorView {
+    /// What went wrong; nothing was changed.
+    pub error: String,
+    /// With a 507: how big the zone needs to be.
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub need: Option<ZoneNeed>,
+}
+
 /// `{"error": MESSAGE}`.
 pub fn error(message: &str) -> String {
-    to_json(&serde_json::json!({ "error": message }))
+    to_json(&ErrorView {
+        error: message.to_string(),
+        need: None,
+    })
 }
 
 /// `{"error": MESSAGE, "zone_bytes": ..., "needed_bytes": ..., ...}` (507).
 pub fn error_with_need(message: &str, need: &ZoneNeed) -> String {
-    let mut v = serde_json::to_value(need).unwrap_or_else(|_| serde_json::json!({}));
-    if let Some(o) = v.as_object_mut() {
-        o.insert("error".into(), message.into());
-    }
-    to_json(&v)
+    to_json(&ErrorView {
+        error: message.to_string(),
+        need: Some(need.clone()),
+    })
 }
 
 impl UpstreamView {

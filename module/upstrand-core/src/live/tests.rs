@@ -195,7 +195,7 @@ fn renders_json() {
     let v = render::UpstreamView {
         generation: 3,
         servers: vec![render::ServerView {
-            id: 7,
+            id: Some(7),
             address: "10.0.0.1:80".into(),
             weight: 1,
             max_fails: 1,
@@ -207,7 +207,7 @@ fn renders_json() {
             active: 2,
             fails: 0,
             health: None,
-            stats: Default::default(),
+            stats: Some(Default::default()),
         }],
         retiring: 1,
         retired: vec![],
@@ -249,7 +249,7 @@ fn every_field_of_a_get_answer_is_accepted_back() {
     let probe_conf =
         crate::live::probe::ProbeConf::parse(&["interval=1s", "slow_start=5s"]).unwrap();
     let v = render::ServerView {
-        id: 3,
+        id: Some(3),
         address: "10.0.0.1:80".into(),
         weight: 2,
         max_fails: 3,
@@ -261,11 +261,11 @@ fn every_field_of_a_get_answer_is_accepted_back() {
         active: 2,
         fails: 1,
         health: Some(crate::live::probe::HealthState::new_server(true).view(&probe_conf, 10)),
-        stats: crate::live::stats::ServerStats {
+        stats: Some(crate::live::stats::ServerStats {
             requests: 5,
             health_checks: Some(Default::default()),
             ..Default::default()
-        },
+        }),
     };
     let view = render::UpstreamView {
         generation: 9,

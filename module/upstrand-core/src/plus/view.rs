@@ -65,10 +65,11 @@ pub struct PeerView {
 impl PeerView {
     /// The peer of `s`.
     pub fn of(s: &ServerView) -> PeerView {
-        let st = &s.stats;
+        // This module always writes `id` and `stats` (`None` only in an older module's answer).
+        let st = s.stats.unwrap_or_default();
         let answered = st.responses.total > 0;
         PeerView {
-            id: s.id,
+            id: s.id.unwrap_or(0),
             server: s.address.clone(),
             name: s.address.clone(),
             backup: s.backup,
@@ -137,7 +138,7 @@ impl ConfServer {
     /// The configuration view of `s`.
     pub fn of(s: &ServerView) -> ConfServer {
         ConfServer {
-            id: s.id,
+            id: s.id.unwrap_or(0),
             server: s.address.clone(),
             weight: s.weight,
             max_conns: s.max_conns,

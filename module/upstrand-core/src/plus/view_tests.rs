@@ -6,7 +6,7 @@ use crate::live::stats::ServerStats;
 
 pub(crate) fn server(id: u64, address: &str) -> ServerView {
     ServerView {
-        id,
+        id: Some(id),
         address: address.to_string(),
         weight: 1,
         max_fails: 1,
@@ -18,7 +18,7 @@ pub(crate) fn server(id: u64, address: &str) -> ServerView {
         active: 0,
         fails: 0,
         health: None,
-        stats: ServerStats::default(),
+        stats: Some(ServerStats::default()),
     }
 }
 
@@ -96,18 +96,18 @@ fn a_peer_has_plus_field_names_and_types() {
     s.active = 2;
     s.max_conns = 20;
     s.backup = true;
-    s.stats.requests = 10;
-    s.stats.responses.c2xx = 9;
-    s.stats.responses.c5xx = 1;
-    s.stats.responses.total = 10;
-    s.stats.sent = 100;
-    s.stats.received = 200;
-    s.stats.fails = 1;
-    s.stats.unavail = 0;
-    s.stats.downtime = 0;
-    s.stats.selected_ms = 1_656_414_561_602;
-    s.stats.header_time = 4;
-    s.stats.response_time = 6;
+    s.stats.as_mut().unwrap().requests = 10;
+    s.stats.as_mut().unwrap().responses.c2xx = 9;
+    s.stats.as_mut().unwrap().responses.c5xx = 1;
+    s.stats.as_mut().unwrap().responses.total = 10;
+    s.stats.as_mut().unwrap().sent = 100;
+    s.stats.as_mut().unwrap().received = 200;
+    s.stats.as_mut().unwrap().fails = 1;
+    s.stats.as_mut().unwrap().unavail = 0;
+    s.stats.as_mut().unwrap().downtime = 0;
+    s.stats.as_mut().unwrap().selected_ms = 1_656_414_561_602;
+    s.stats.as_mut().unwrap().header_time = 4;
+    s.stats.as_mut().unwrap().response_time = 6;
     let v = json_of(&PeerView::of(&s));
     assert_eq!(
         v,
@@ -127,8 +127,8 @@ fn a_peer_has_plus_field_names_and_types() {
         assert!(v.get(absent).is_none(), "{absent}: {v}");
     }
     let mut down = server(0, "10.0.0.1:80");
-    down.stats.downstart_ms = 1000;
-    down.stats.health_checks = Some(HealthChecks {
+    down.stats.as_mut().unwrap().downstart_ms = 1000;
+    down.stats.as_mut().unwrap().health_checks = Some(HealthChecks {
         checks: 4,
         fails: 2,
         unhealthy: 1,

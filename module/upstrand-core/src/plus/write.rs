@@ -59,7 +59,7 @@ fn as_server(s: &ServerView) -> Result<Server, PlusError> {
 fn find(view: &UpstreamView, id: u64) -> Result<usize, PlusError> {
     view.servers
         .iter()
-        .position(|s| s.id == id)
+        .position(|s| s.id == Some(id))
         .ok_or_else(|| PlusError::server_not_found(id))
 }
 

@@ -181,9 +181,10 @@ pub(super) mod tests {
         assert_eq!(g("tributary_server_fails", "10.0.0.1:80"), Some(2.0));
         assert_eq!(g("tributary_server_down", "10.0.0.2:80"), Some(1.0));
         assert_eq!(g("tributary_server_down", "10.0.0.1:80"), Some(0.0));
+        // A module before `drain` drains nothing: the default of an absent `drain`, as in a PUT.
+        assert_eq!(g("tributary_server_draining", "10.0.0.1:80"), Some(0.0));
         for absent in [
             "tributary_server_health{",
-            "tributary_server_draining{",
             "tributary_server_slow_start_remaining_seconds{",
             "binding=\"gone\",server",
         ] {

@@ -66,7 +66,7 @@ pub fn answer(r: Req, rt: &Route) -> Answer {
             let (_, v) = live_view(r, name)?;
             v.servers
                 .iter()
-                .find(|s| s.id == *id)
+                .find(|s| s.id == Some(*id))
                 .map(ConfServer::of)
                 .map_or_else(
                     || Err(PlusError::server_not_found(*id)),

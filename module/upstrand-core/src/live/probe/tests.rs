@@ -1,4 +1,4 @@
-//! Unit tests of `probe.rs`.
+//! Unit tests of `probe/`.
 
 use super::*;
 

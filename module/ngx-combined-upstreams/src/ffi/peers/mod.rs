@@ -1,0 +1,345 @@
+//! Every access to nginx's round-robin peer structures (`ngx_http_upstream_rr_peer_t`,
+//! `ngx_http_upstream_rr_peers_t`) the live API makes, in one file so that nginx-version
+//! conditionals stay in one place — but for the statistics' own fields of a peer (`slow_start`,
+//! `start_time`: its id and its counters; the chosen peer from `pc->name`; `fails`,
+//! `max_fails`, `single` for `unavail`), which `ffi/counters.rs` reads and writes through the
+//! same handles (no version conditionals there: those fields are the same from 1.22 to 1.30).
+//!
+//! Fields relied on (same layout in nginx 1.22.1 and 1.26.3; 1.27.3+ adds `host`, `zombie`,
+//! `refs` to the peer and `config`/`resolve` to the list, none of which this file touches):
+//! - peer: `sockaddr`, `socklen`, `name`, `server`, `weight`, `effective_weight`,
+//!   `current_weight`, `conns`, `max_conns`, `fails`, `max_fails`, `fail_timeout`, `down`,
+//!   `lock` (zone builds), `ssl_session` (NGX_HTTP_SSL or NGX_COMPAT builds: zone copies keep it
+//!   in the slab), `next`;
+//! - list: `number`, `shpool`, `rwlock`, `total_weight`, `tries`, `single`, `weighted`,
+//!   `name`, `next` (the backup list), `peer`.
+//!
+//! A peer's `down` holds the reasons it is skipped as bits (`upstrand_core::live::down`): every
+//! stock balancer reads it only as "not 0"; `GET` reports the configured bit as `down`, and a
+//! `PUT` replaces only the bits it sets, so run-time states survive it.
+//!
+//! A peer's `slow_start` holds its id (`Peer::id`, the NGINX Plus API's per-peer `id`): a field
+//! only NGINX Plus uses (open-source nginx from 1.22 to 1.30 declares it and never reads or
+//! writes it; the zone module's copy of a configured peer copies its 0). Ids are given by
+//! [`ListsWrite::assign_ids`] when the zone is made and by [`SlabLocked::alloc_peer`] for a
+//! peer a `PUT` adds, from the upstream's counter in the zone (`Shared::next_id`), so the
+//! upstream never gives an id twice (until a reload makes a new zone).
+//!
+//! A peer's `start_time` (also NGINX Plus's alone) holds the address of its statistics
+//! counters in the zone (`ffi/counters.rs`), made and freed with the peer.
+//!
+//! A retired peer's `max_conns` holds the time it was retired (`ngx_current_msec`, a monotonic
+//! clock shared by the workers): only a selection reads `max_conns`, and a retired peer is in no
+//! list, so nothing selects it again ([`ListsWrite::retire`], [`ListsRead::retired`]).
+//!
+//! nginx 1.27.3+ (cfg `nginx1_27_3`): the zone module resolves `server NAME resolve` names
+//! itself and rewrites the lists from a timer in every worker (`peers->resolve` holds those
+//! servers, `peer->host`, `peers->config`), without the live API's gate. An upstream whose
+//! configured lists have a `resolve` server is therefore never made live ([`resolves_names`] at
+//! configuration time: no wrappers, no zone state, `PUT` answered 409). Peers also carry `refs`
+//! (taken by every balancer's `get` with `conns`, dropped by its `free`; nginx frees a `zombie`
+//! peer when its last reference goes): a peer is freed by the API only when both `conns` and
+//! `refs` are 0 ([`in_use`]). Lists the API creates (the backup list) leave `config` and
+//! `resolve` null, which nginx's round robin treats as "no resolver".
+//!
+//! Other nginx structures the live API reads or writes (stable from 1.22 to 1.30): the slab pool
+//! (`mutex`, `min_shift`, `stats`, `pfree`, `start`, `end`, `log_nomem`: [`Slab`] here), the peer
+//! connection (`get`, `free`, `data`, `set_session`, `save_session`, `tries`, `name`, `sockaddr`,
+//! `socklen`: `live/balancer.rs`), the upstream (`peer`, `shm_zone`, `host`, `srv_conf`) and zone
+//! (`init`, `shm.name`, `shm.addr`) configurations (`live/mod.rs`), modules' `name`/`commands`
+//! (`ffi/probe.rs`).
+//!
+//! The fence: [`Peers`] (a list), [`Peer`] (a peer) and [`Slab`] (the zone's slab pool) are
+//! copyable handles whose safe methods read or write nginx's structure for the duration of the
+//! call, with raw place accesses (no Rust reference into the zone, which other workers write).
+//! The handles are made by an `unsafe` constructor ([`Peers::from_ptr`], [`Slab::from_ptr`]) or
+//! by another handle, and are valid while the zone lives (the configuration's cycle). What a
+//! method needs held is a guard it takes as an argument: [`ListRead`] (a list's read lock),
+//! [`ListsWrite`] (both lists' write locks), [`SlabLocked`] (the slab mutex). A [`Peer`] is used
+//! only while it cannot be freed: under its list's lock, under the gate's write side (`PUT`), or,
+//! for retired peers, under [`ListsWrite`]. [`SlabLocked::free_peer`] is the one method here that
+//! stays `unsafe`: only its caller knows that nobody uses the peer any more.
+//!
+//! Write locks: nginx's rwlocks have no owner and no recovery (a worker that dies holding one
+//! leaves it held), so the API never takes a write side with `ngx_rwlock_wlock`, which spins
+//! forever: [`wlock_until`] spins and yields on the same lock word until a deadline and reports
+//! failure (the `PUT` then answers 503 and changes nothing, a sweep of retired peers waits for
+//! the next chance). Read sides are taken with nginx's own `ngx_rwlock_rlock`, which the lock
+//! word format therefore stays compatible with.
+//!
+//! Panic-free write sections: a write side held when the process aborts (the release profile
+//! has `panic = "abort"`) would never be released, stopping every worker's selections for
+//! good. So the code that runs with a write side held — [`ListsWrite`]'s and [`SlabLocked`]'s
+//! methods here, and `LiveUpstream::swap`/`sweep` in `live/zone.rs` — allocates nothing (no `Vec`,
+//! `String`, `format!`: buffers and names are prepared before the locks are taken), indexes
+//! nothing, unwraps nothing and does no overflow-checked arithmetic. `clippy` checks the last
+//! three (`#[deny(...)]` on those items: `indexing_slicing`, `unwrap_used`, `expect_used`,
+//! `panic`, `arithmetic_side_effects`, ...); allocation is a review item of the same list.
+//!
+//! Memory: every peer of a zone is a slab allocation with its `sockaddr` (size of
+//! `ngx_sockaddr_t`), `name.data` (`NGX_SOCKADDR_STRLEN` bytes), `server.data` and, once an SSL
+//! session was saved, `ssl_session` (and in nginx builds with sticky sessions, 1.29.6+ by
+//! default, cfg `ngx_upstream_sid`: a `sid` buffer of 32 bytes) as separate slab allocations — the layout
+//! `ngx_http_upstream_zone_module` gives the peers it copies, so one [`SlabLocked::free_peer`]
+//! frees both kinds — and the module's own statistics slot (`start_time`, 120 bytes), given to
+//! the copied peers when the zone is made ([`ListsWrite::attach_counters`]).
+//!
+//! Files: this one holds the write-lock primitive ([`wlock_until`]) and the list handle
+//! ([`Peers`]) with its read guards; `write.rs` the write guard ([`ListsWrite`]) and the retired
+//! chain; `peer.rs` the peer handle ([`Peer`]); `slab.rs` the zone's slab pool ([`Slab`],
+//! [`SlabLocked`]) and the layout of the peers it allocates.
+
+mod peer;
+mod slab;
+mod write;
+
+use core::ptr::{self, NonNull};
+use core::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use ngx::ffi::{ngx_atomic_t, ngx_http_upstream_rr_peers_t, ngx_rwlock_rlock, ngx_rwlock_unlock};
+use upstrand_core::live::render::RetiredView;
+
+pub use peer::Peer;
+pub use slab::{peer_layout, Slab, SlabLocked};
+pub use write::{ListsWrite, Retired, RetiredChain};
+
+/// `AF_INET`, `AF_INET6`, `AF_UNIX` as the socket structures store them.
+const AF_INET: u16 = 2;
+const AF_INET6: u16 = 10;
+const AF_UNIX: u16 = 1;
+
+/// nginx's `NGX_RWLOCK_WLOCK`: the lock word of a write-held `ngx_rwlock` (0: free; otherwise
+/// the number of readers).
+const RWLOCK_WLOCK: u64 = u64::MAX;
+
+/// Takes the write side of the nginx rwlock at `lock` like `ngx_rwlock_wlock` (the same lock
+/// word transitions: 0 → `NGX_RWLOCK_WLOCK` by compare-and-swap, spinning with the CPU's pause
+/// hint in rounds of growing length, yielding the CPU between rounds), but gives up once
+/// `deadline` has passed (after at least one round): false, nothing held. Released with
+/// nginx's `ngx_rwlock_unlock`.
+///
+/// # Safety
+/// `lock` is an `ngx_rwlock` word in memory shared by the workers, live for the call.
+#[deny(
+    clippy::indexing_slicing,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::arithmetic_side_effects
+)]
+pub unsafe fn wlock_until(lock: *mut ngx_atomic_t, deadline: Instant) -> bool {
+    // SAFETY: caller; the word is only ever used atomically (nginx's functions use the CPU's
+    // atomic instructions on it, as `AtomicU64` does) and is suitably aligned (ngx_atomic_t).
+    let word = unsafe { AtomicU64::from_ptr(lock) };
+    let try_take = || {
+        word.load(Ordering::Relaxed) == 0
+            && word
+                .compare_exchange(0, RWLOCK_WLOCK, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+    };
+    loop {
+        // nginx's NGX_RWLOCK_SPIN rounds: 1, 2, 4, ... 1024 pauses between attempts.
+        let mut n: u32 = 1;
+        while n < 2048 {
+            if try_take() {
+                return true;
+            }
+            for _ in 0..n {
+                core::hint::spin_loop();
+            }
+            n = n.wrapping_shl(1);
+        }
+        if try_take() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::yield_now();
+    }
+}
+
+/// A round-robin peer list (`ngx_http_upstream_rr_peers_t`) of a round-robin or least_conn
+/// upstream: its primary list or its backup list.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct Peers(NonNull<ngx_http_upstream_rr_peers_t>);
+
+impl Peers {
+    /// # Safety
+    /// `p` is null or the round-robin list of a round-robin or least_conn upstream of a
+    /// configuration (`peer.data` after its `init_upstream`; the zone's copy once the zone
+    /// exists), alive as long as the handle is used (the configuration's cycle), used from
+    /// nginx's thread.
+    pub unsafe fn from_ptr(p: *mut ngx_http_upstream_rr_peers_t) -> Option<Peers> {
+        NonNull::new(p).map(Peers)
+    }
+
+    pub(in crate::ffi) fn raw(self) -> *mut ngx_http_upstream_rr_peers_t {
+        self.0.as_ptr()
+    }
+
+    /// The zone's slab pool (None for a list outside any zone: before the zone is made).
+    pub fn slab(self) -> Option<Slab> {
+        // SAFETY: the list is live (handle); `shpool` is set once by the zone module.
+        NonNull::new(unsafe { (*self.raw()).shpool }).map(Slab)
+    }
+
+    /// The backup list, when there is one. Read under the primary list's lock or the gate:
+    /// only a `PUT` sets it (with both).
+    pub fn backup(self) -> Option<Peers> {
+        // SAFETY: the list is live (handle); `next` is null or the upstream's backup list,
+        // which lives as long as the primary.
+        NonNull::new(unsafe { (*self.raw()).next }).map(Peers)
+    }
+
+    /// True when this list or its backup list has servers with the `resolve` parameter (never
+    /// before nginx 1.27.3, which has no such parameter).
+    pub fn resolves_names(self) -> bool {
+        #[cfg(nginx1_27_3)]
+        {
+            // SAFETY: the lists are live (handle); `resolve` is set when nginx builds a list.
+            let has = |l: Peers| unsafe { !(*l.raw()).resolve.is_null() };
+            has(self) || self.backup().is_some_and(has)
+        }
+        #[cfg(not(nginx1_27_3))]
+        false
+    }
+
+    /// Takes the list's read lock (nginx's `rwlock` of the list), released by the guard.
+    pub fn read(self) -> ListRead {
+        // SAFETY: the lock word lives in the list (handle), in the zone shared by the workers.
+        unsafe { ngx_rwlock_rlock(ptr::addr_of_mut!((*self.raw()).rwlock)) };
+        ListRead(self)
+    }
+
+    /// Takes the write locks of this (primary) list and of its backup list, in that order, each
+    /// within `deadline` ([`wlock_until`]); None (nothing held) when one stays taken.
+    pub fn write_both(self, deadline: Instant) -> Option<ListsWrite> {
+        let wlock = |l: Peers| {
+            // SAFETY: as in `read`.
+            unsafe { wlock_until(ptr::addr_of_mut!((*l.raw()).rwlock), deadline) }
+        };
+        if !wlock(self) {
+            return None;
+        }
+        // Read under the primary's write lock (see `backup`).
+        let backup = self.backup();
+        if let Some(b) = backup {
+            if !wlock(b) {
+                // SAFETY: taken just above by this process.
+                unsafe { ngx_rwlock_unlock(ptr::addr_of_mut!((*self.raw()).rwlock)) };
+                return None;
+            }
+        }
+        Some(ListsWrite {
+            primary: self,
+            backup,
+        })
+    }
+}
+
+/// A held read lock of one list.
+pub struct ListRead(Peers);
+
+/// The held read locks of a primary list and of the backup list it had when they were taken
+/// (taken in that order, as the write locks are): the retired chain, which changes only under
+/// both write locks, is stable while they are held.
+pub struct ListsRead {
+    _primary: ListRead,
+    _backup: Option<ListRead>,
+}
+
+impl Peers {
+    /// Takes the read locks of this (primary) list and of its backup list, in that order.
+    pub fn read_both(self) -> ListsRead {
+        let primary = self.read();
+        // Read under the primary's lock (see `backup`).
+        let backup = self.backup().map(Peers::read);
+        ListsRead {
+            _primary: primary,
+            _backup: backup,
+        }
+    }
+}
+
+impl ListsRead {
+    /// The retired peers of `chain` (these lists' upstream's), oldest first: name, connections
+    /// and age at `now_ms` (`ngx_current_msec`).
+    pub fn retired(&self, chain: RetiredChain, now_ms: u64) -> Vec<RetiredView> {
+        let mut out = Vec::new();
+        // SAFETY: the chain changes only under both write locks, excluded by these read locks;
+        // every non-null link is a retired peer of this zone (live until freed under the write
+        // locks); its `max_conns` holds its retirement time (see the module comment).
+        unsafe {
+            let mut p = (*chain.0.as_ptr()).0;
+            while let Some(peer) = NonNull::new(p).map(Peer) {
+                let (address, st) = peer.name_and_state();
+                let since = (*peer.raw()).max_conns as u64;
+                out.push(RetiredView {
+                    address,
+                    active: st.conns,
+                    age_ms: now_ms.saturating_sub(since),
+                });
+                p = (*peer.raw()).next;
+            }
+        }
+        // The chain is newest first.
+        out.reverse();
+        out
+    }
+}
+
+impl ListRead {
+    /// The peers of the list, in order.
+    pub fn peers(&self) -> Vec<Peer> {
+        let mut v = Vec::new();
+        // SAFETY: the list and its `next` chain of peers are stable under its lock (held); the
+        // chain ends with null.
+        let mut p = unsafe { (*self.0.raw()).peer };
+        while let Some(peer) = NonNull::new(p) {
+            v.push(Peer(peer));
+            // SAFETY: as above; peer is a live member of the list.
+            p = unsafe { (*peer.as_ptr()).next };
+        }
+        v
+    }
+}
+
+impl ListRead {
+    /// How many of `tried` (socket addresses as nginx keeps them: `sockaddr` bytes of
+    /// `socklen`) are addresses of servers of the list that are not `down`; each entry counts.
+    pub fn count_up<'a>(&self, tried: impl Iterator<Item = &'a [u8]> + Clone) -> usize {
+        let mut n = 0;
+        // SAFETY: the list and its chain of peers are stable under its lock (held); each
+        // peer's `sockaddr` holds `socklen` bytes (set once, never changed).
+        unsafe {
+            let mut p = (*self.0.raw()).peer;
+            while let Some(peer) = NonNull::new(p) {
+                let q = peer.as_ptr();
+                if (*q).down == 0 && !(*q).sockaddr.is_null() {
+                    let sa = core::slice::from_raw_parts(
+                        (*q).sockaddr.cast::<u8>(),
+                        (*q).socklen as usize,
+                    );
+                    n += tried.clone().filter(|t| *t == sa).count();
+                }
+                p = (*q).next;
+            }
+        }
+        n
+    }
+
+    /// The list's `tries` (its servers not marked `down`).
+    pub fn tries(&self) -> usize {
+        // SAFETY: the list is live and its lock held (guard).
+        unsafe { (*self.0.raw()).tries }
+    }
+}
+
+impl Drop for ListRead {
+    fn drop(&mut self) {
+        // SAFETY: taken in `Peers::read` by this process.
+        unsafe { ngx_rwlock_unlock(ptr::addr_of_mut!((*self.0.raw()).rwlock)) };
+    }
+}
