@@ -1,5 +1,7 @@
-//! The harness's HTTP/1.1 client over plain `std::net::TcpStream`: one request per connection
-//! ([`http_request`]) or several on one keep-alive connection ([`KeepAlive`]).
+//! The blocking HTTP/1.1 client of the tests over plain `std::net::TcpStream` (and unix sockets):
+//! one request per connection ([`http_request`], [`http_request_unix`]) or several on one
+//! keep-alive connection ([`KeepAlive`]). Errors are [`Failed`] (a message), so a case or a
+//! `#[test]` can use `?` or `unwrap`.
 //!
 //! With `master_process on` and several workers, every new connection can land on any worker; all
 //! requests on one [`KeepAlive`] connection are served by the same worker. Cases that observe

@@ -17,6 +17,8 @@ pub enum Sig {
     Int,
     /// Kill.
     Kill,
+    /// Terminate (nginx master: fast shutdown).
+    Term,
 }
 
 /// Sends `sig` to process `pid`; false when it does not exist.
@@ -29,6 +31,7 @@ pub fn signal(pid: u32, sig: Sig) -> bool {
         Sig::Hup => Signal::HUP,
         Sig::Int => Signal::INT,
         Sig::Kill => Signal::KILL,
+        Sig::Term => Signal::TERM,
     };
     kill_process(p, s).is_ok()
 }
