@@ -125,6 +125,24 @@ impl Nginx {
         self.ports[i]
     }
 
+    /// The ports that replaced `{P0}`…`{P9}`, in order.
+    pub fn ports(&self) -> &[u16] {
+        &self.ports
+    }
+
+    /// The `http {}` body of the running configuration (placeholders not filled).
+    pub fn http(&self) -> &str {
+        &self.http
+    }
+
+    /// Writes a new `conf/nginx.conf` with this `http {}` body (same ports) without signalling
+    /// the master: for a case that reloads by other means (`nginx -s reload`) or not at all.
+    /// [`Nginx::http`] still names the running configuration.
+    pub fn write_config(&self, http: &str) -> CaseResult {
+        write_config(self.dir.path(), &self.opts, http, &self.ports, self.dead)?;
+        Ok(())
+    }
+
     /// The port that replaced `{DEAD}` (nothing listens there).
     pub fn dead_port(&self) -> u16 {
         self.dead
