@@ -14,6 +14,9 @@ use std::time::Duration;
 
 use crate::{check, Failed};
 
+/// How long a request waits for the answer (each read), unless it says otherwise.
+pub const READ_TIMEOUT: Duration = Duration::from_secs(20);
+
 /// An HTTP response.
 #[derive(Debug, Clone)]
 pub struct Response {
@@ -52,8 +55,8 @@ pub fn http_get(port: u16, path: &str, headers: &[(&str, &str)]) -> Result<Respo
 
 /// Sends one HTTP/1.1 request with `Connection: close` and any method, headers and body to
 /// 127.0.0.1:`port` and reads the whole answer (a chunked body is decoded). A `Content-Length`
-/// is added when the body is not empty and for every `POST`; `Host: localhost` unless `headers`
-/// has a `Host`.
+/// is added when the body is not empty and for every `POST` (unless `headers` has one);
+/// `Host: localhost` unless `headers` has a `Host`. Reads wait at most [`READ_TIMEOUT`].
 pub fn http_request(
     port: u16,
     method: &str,
@@ -61,8 +64,21 @@ pub fn http_request(
     headers: &[(&str, &str)],
     body: &[u8],
 ) -> Result<Response, Failed> {
+    http_request_within(port, method, path, headers, body, READ_TIMEOUT)
+}
+
+/// [`http_request`] with another read timeout than [`READ_TIMEOUT`] (for an answer the server
+/// holds on purpose, or one that takes long).
+pub fn http_request_within(
+    port: u16,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+    read_timeout: Duration,
+) -> Result<Response, Failed> {
     exchange(
-        connect(port)?,
+        connect(port, read_timeout)?,
         method,
         path,
         headers,
@@ -81,7 +97,7 @@ pub fn http_request_unix(
 ) -> Result<Response, Failed> {
     let s = std::os::unix::net::UnixStream::connect(socket)
         .map_err(|e| format!("connect {}: {e}", socket.display()))?;
-    s.set_read_timeout(Some(Duration::from_secs(20)))
+    s.set_read_timeout(Some(READ_TIMEOUT))
         .map_err(|e| e.to_string())?;
     exchange(
         s,
@@ -122,7 +138,7 @@ impl KeepAlive {
     /// Connects to 127.0.0.1:`port`.
     pub fn open(port: u16) -> Result<KeepAlive, Failed> {
         Ok(KeepAlive {
-            stream: BufReader::new(connect(port)?),
+            stream: BufReader::new(connect(port, READ_TIMEOUT)?),
         })
     }
 
@@ -218,9 +234,9 @@ impl KeepAlive {
     }
 }
 
-fn connect(port: u16) -> Result<TcpStream, Failed> {
+fn connect(port: u16, read_timeout: Duration) -> Result<TcpStream, Failed> {
     let s = TcpStream::connect(("127.0.0.1", port)).map_err(|e| format!("connect {port}: {e}"))?;
-    s.set_read_timeout(Some(Duration::from_secs(20)))
+    s.set_read_timeout(Some(read_timeout))
         .map_err(|e| e.to_string())?;
     Ok(s)
 }
@@ -233,7 +249,10 @@ fn request_bytes(method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]
     for (n, v) in headers {
         req.push_str(&format!("{n}: {v}\r\n"));
     }
-    if !body.is_empty() || method == "POST" {
+    let has_length = headers
+        .iter()
+        .any(|(n, _)| n.eq_ignore_ascii_case("Content-Length"));
+    if !has_length && (!body.is_empty() || method == "POST") {
         req.push_str(&format!("Content-Length: {}\r\n", body.len()));
     }
     req.push_str("\r\n");

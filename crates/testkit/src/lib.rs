@@ -25,7 +25,6 @@
 //! ```text
 //! DIR/conf/nginx.conf        generated main config (see below)
 //! DIR/conf/upstreams/        where tributary-apply writes `<name>.conf` (created empty)
-//! DIR/conf/stop.conf         minimal config used only to signal the master on drop
 //! DIR/logs/error.log         nginx's error log (level notice: reloads are visible)
 //! DIR/logs/nginx.pid         pid file
 //! DIR/logs/stderr.log        the master's stderr
@@ -41,8 +40,8 @@
 //! [`TestNginx`] gives `test_cmd()` / `reload_cmd()` for `CommandNginx` (`nginx -t` runs under
 //! `unshare -n` where allowed, so an unresolvable host name in a test never sends a DNS query off the
 //! machine), and `wait_for_body` / `wait_settled`, which wait out the old worker after a reload so
-//! later requests see the new configuration. It is stopped through a stop-only config so a broken
-//! `nginx.conf` cannot block the shutdown.
+//! later requests see the new configuration. It is stopped by `SIGTERM` to the master (what
+//! `nginx -s stop` sends), so a broken `nginx.conf` cannot block the shutdown.
 #![forbid(unsafe_code)]
 
 mod builder;

@@ -21,7 +21,9 @@
 //! ngx-combined-upstreams`) and `NGINX_BIN` (default: `nginx` on `PATH`, else `/usr/sbin/nginx`).
 //! A missing `.so` or nginx binary makes every case fail with a message saying so.
 
-pub use tributary_testkit::client::{http_get, http_request, http_request_unix};
+pub use tributary_testkit::client::{
+    http_get, http_request, http_request_unix, http_request_within, READ_TIMEOUT,
+};
 pub use tributary_testkit::procfs;
 pub use tributary_testkit::{
     check, check_eq, config_test, config_test_with, dead_port, emerg_trial, expect_emerg,
