@@ -11,6 +11,7 @@
 //! makes the start fail with a message saying so.
 
 use std::fs;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -61,10 +62,13 @@ pub(crate) fn check_prerequisites() -> Result<(), String> {
     Ok(())
 }
 
-/// A temporary prefix (`conf/`, `logs/`, `tmp/`), removed on drop.
+/// A temporary prefix (`conf/`, `logs/`, `tmp/`), removed on drop. Mode 0755 (not the 0700 of a
+/// private temp dir): nginx's workers run as another user (`nobody`) when the master runs as
+/// root, and read and write in the prefix.
 pub(crate) fn temp_prefix(name: &str) -> Result<tempfile::TempDir, String> {
     let dir = tempfile::Builder::new()
         .prefix(name)
+        .permissions(fs::Permissions::from_mode(0o755))
         .tempdir()
         .map_err(|e| format!("create a temporary prefix: {e}"))?;
     for sub in ["conf", "logs", "tmp"] {
