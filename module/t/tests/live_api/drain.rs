@@ -9,7 +9,7 @@
 //! sent meanwhile, and ends with 200 — does not depend on the length); `DRAIN_HOLD_SECS=30` runs
 //! the 30 s form.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
