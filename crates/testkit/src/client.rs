@@ -362,4 +362,42 @@ mod tests {
         assert_eq!((a.status, a.text().as_str()), (200, "abc"));
         assert_eq!((b.status, b.text().as_str()), (503, "def"));
     }
+
+    /// A caller's own `Content-Length` (the fakes' daemon client sends one on every request) is
+    /// sent once, and `http_request_within` waits longer than the default for a held answer.
+    #[test]
+    fn own_content_length_is_sent_once_and_a_held_answer_is_awaited() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        let server = std::thread::spawn(move || {
+            let (mut s, _) = l.accept().unwrap();
+            let mut seen = Vec::new();
+            let mut buf = [0u8; 4096];
+            while !seen.ends_with(b"{}") {
+                let n = s.read(&mut buf).unwrap();
+                assert!(n > 0);
+                seen.extend_from_slice(&buf[..n]);
+            }
+            std::thread::sleep(Duration::from_millis(300));
+            s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                .unwrap();
+            String::from_utf8(seen).unwrap()
+        });
+        let r = http_request_within(
+            port,
+            "PUT",
+            "/x",
+            &[("Content-Length", "2")],
+            b"{}",
+            Duration::from_secs(5),
+        )
+        .unwrap();
+        let sent = server.join().unwrap();
+        assert_eq!((r.status, r.text().as_str()), (200, "ok"));
+        let lengths = sent
+            .lines()
+            .filter(|l| l.to_ascii_lowercase().starts_with("content-length:"))
+            .count();
+        assert_eq!(lengths, 1, "{sent:?}");
+    }
 }
