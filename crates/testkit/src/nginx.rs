@@ -261,7 +261,8 @@ impl TestNginx {
             .unwrap_or(false)
     }
 
-    /// Stops nginx (fast shutdown, then SIGKILL after 5 s) and waits for it. Idempotent.
+    /// Stops nginx (fast shutdown, then SIGKILL of the master and its workers after 5 s) and
+    /// waits for it. Idempotent.
     pub fn stop(&mut self) {
         let Some(mut child) = self.child.take() else {
             return;
@@ -271,16 +272,8 @@ impl TestNginx {
         }
         // SIGTERM (what `nginx -s stop` sends) straight to the master: no configuration is
         // read, so a broken nginx.conf (tests write those on purpose) cannot prevent the shutdown.
-        procfs::signal(child.id(), Sig::Term);
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while Instant::now() < deadline {
-            if matches!(child.try_wait(), Ok(Some(_))) {
-                return;
-            }
-            thread::sleep(Duration::from_millis(20));
-        }
-        let _ = child.kill();
-        let _ = child.wait();
+        // Workers left after the time limit are killed with the master.
+        procfs::stop_master(&mut child, Sig::Term, Duration::from_secs(5));
     }
 }
 

@@ -15,7 +15,7 @@ use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::client::{http_get, http_request, KeepAlive, Response};
-use crate::procfs::{self, Sig};
+use crate::procfs::{self, Sig, Stopped};
 use crate::runner_conf::{nginx_bin, nginx_command, temp_prefix, write_config, Options, PORTS};
 use crate::{dead_port, CaseResult, Failed};
 
@@ -315,38 +315,15 @@ impl Nginx {
             problems.push(format!("nginx {pid} had exited before it was stopped"));
             return problems;
         }
-        procfs::signal(pid, Sig::Quit);
-        let deadline = Instant::now() + self.opts.stop_timeout;
-        loop {
-            match child.try_wait() {
-                Ok(Some(status)) => {
-                    if !status.success() {
-                        problems.push(format!("nginx {pid} exited with {status} after SIGQUIT"));
-                    }
-                    return problems;
-                }
-                Ok(None) if Instant::now() < deadline => {
-                    std::thread::sleep(Duration::from_millis(10));
-                }
-                _ => break,
+        match procfs::stop_master(&mut child, Sig::Quit, self.opts.stop_timeout) {
+            Stopped::Exited(status) if !status.success() => {
+                problems.push(format!("nginx {pid} exited with {status} after SIGQUIT"));
             }
-        }
-        // Workers are children of the live master: their pids cannot have been reused yet.
-        let left = procfs::children(pid);
-        problems.push(format!(
-            "nginx master {pid} did not exit within {:?} after SIGQUIT (workers left: {left:?}); killed",
-            self.opts.stop_timeout
-        ));
-        for &w in &left {
-            procfs::signal(w, Sig::Kill);
-        }
-        let _ = child.kill();
-        let _ = child.wait();
-        // A SIGKILLed worker dies when the kernel next schedules it (later on a loaded machine)
-        // and is then reaped by whoever inherited it: return once none is alive, bounded.
-        let deadline = Instant::now() + Duration::from_secs(3);
-        while left.iter().any(|&w| procfs::alive(w)) && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(10));
+            Stopped::Exited(_) => {}
+            Stopped::Killed { workers } => problems.push(format!(
+                "nginx master {pid} did not exit within {:?} after SIGQUIT (workers left: {workers:?}); killed",
+                self.opts.stop_timeout
+            )),
         }
         problems
     }
