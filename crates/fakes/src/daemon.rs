@@ -5,7 +5,6 @@
 //! managing a [`TestNginx`]. Stopped on drop (also on panic).
 
 use std::ffi::OsString;
-use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
@@ -13,6 +12,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+use tributary_testkit::client::http_request_within;
 use tributary_testkit::{free_port, TestNginx};
 
 /// Writes `<plugins>/<name>/plugin.json` (`name` from the manifest): the real manifest of the plugin
@@ -440,7 +440,10 @@ impl Drop for Daemon {
     }
 }
 
-/// A minimal blocking HTTP/1.1 request to 127.0.0.1:`port` (Connection: close).
+/// A blocking HTTP/1.1 request to the daemon on 127.0.0.1:`port` (testkit's client, one
+/// connection, `Host: 127.0.0.1:PORT` as the daemon's host check wants, a JSON content type, a
+/// bearer token when given); `(status, body)`. Waits up to 150 s for the answer (a bulk save on a
+/// loaded machine). Panics when the daemon cannot be reached or answers no HTTP.
 pub fn http(
     port: u16,
     method: &str,
@@ -448,26 +451,29 @@ pub fn http(
     token: Option<&str>,
     body: Option<&str>,
 ) -> (u16, String) {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect to the daemon");
-    s.set_read_timeout(Some(Duration::from_secs(150))).unwrap();
     let body = body.unwrap_or("");
-    let auth = token
-        .map(|t| format!("Authorization: Bearer {t}\r\n"))
-        .unwrap_or_default();
-    let req = format!(
-        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n{auth}\
-         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    );
-    s.write_all(req.as_bytes()).unwrap();
-    let mut resp = Vec::new();
-    s.read_to_end(&mut resp).unwrap();
-    let text = String::from_utf8_lossy(&resp).to_string();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    let status: u16 = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("bad HTTP answer: {text:?}"));
-    (status, body.to_string())
+    let host = format!("127.0.0.1:{port}");
+    let auth = token.map(|t| format!("Bearer {t}"));
+    let length = body.len().to_string();
+    let mut headers = vec![
+        ("Host", host.as_str()),
+        ("Content-Type", "application/json"),
+        ("Content-Length", length.as_str()),
+    ];
+    if let Some(a) = &auth {
+        headers.push(("Authorization", a.as_str()));
+    }
+    let r = http_request_within(
+        port,
+        method,
+        path,
+        &headers,
+        body.as_bytes(),
+        Duration::from_secs(150),
+    )
+    .unwrap_or_else(|e| {
+        let why = e.message().unwrap_or("no answer");
+        panic!("{method} {path} to the daemon on port {port}: {why}")
+    });
+    (r.status, r.text())
 }

@@ -3,7 +3,6 @@
 //! For an HTTPS client URL, give it the server certificate of a [`crate::tls::TestCa`]
 //! ([`crate::tls::TestCa::write_pem_files`]).
 
-use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -12,6 +11,7 @@ use std::time::{Duration, Instant};
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine as _;
 use serde_json::{json, Value};
+use tributary_testkit::client::http_request_within;
 
 /// The etcd binary: `etcd` on PATH, else /usr/bin/etcd. Panics with the install hint.
 pub fn binary() -> PathBuf {
@@ -250,51 +250,29 @@ impl Etcd {
     }
 }
 
-/// A plain-HTTP POST of JSON to etcd's v3 JSON gateway on `port`.
+/// A plain-HTTP POST of JSON to etcd's v3 JSON gateway on `port` (testkit's client), with the
+/// gateway's auth token when given; the answer's JSON.
 pub(crate) fn post_json(
     port: u16,
     path: &str,
     body: &Value,
     token: Option<&str>,
 ) -> std::io::Result<Value> {
-    let mut s = TcpStream::connect(("127.0.0.1", port))?;
-    s.set_read_timeout(Some(Duration::from_secs(10)))?;
-    let body = body.to_string();
-    let auth = token
-        .map(|t| format!("Authorization: {t}\r\n"))
-        .unwrap_or_default();
-    write!(
-        s,
-        "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n{auth}Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    )?;
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw)?;
-    let text = String::from_utf8_lossy(&raw);
-    let (head, rest) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    let body = if head
-        .to_ascii_lowercase()
-        .contains("transfer-encoding: chunked")
-    {
-        dechunk(rest)
-    } else {
-        rest.to_string()
-    };
-    serde_json::from_str(body.trim()).map_err(|e| std::io::Error::other(format!("{e}: {text}")))
-}
-
-fn dechunk(s: &str) -> String {
-    let mut out = String::new();
-    let mut rest = s;
-    while let Some((size, after)) = rest.split_once("\r\n") {
-        let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
-        if n == 0 || after.len() < n {
-            break;
-        }
-        out.push_str(&after[..n]);
-        rest = after[n..].trim_start_matches("\r\n");
+    let mut headers = vec![("Content-Type", "application/json")];
+    if let Some(t) = token {
+        headers.push(("Authorization", t));
     }
-    out
+    let r = http_request_within(
+        port,
+        "POST",
+        path,
+        &headers,
+        body.to_string().as_bytes(),
+        Duration::from_secs(10),
+    )
+    .map_err(|e| std::io::Error::other(e.message().map_or("no message", |m| m).to_string()))?;
+    serde_json::from_slice(&r.body)
+        .map_err(|e| std::io::Error::other(format!("{e}: {} {}", r.status, r.text())))
 }
 
 impl Drop for Etcd {

@@ -164,12 +164,6 @@ impl TestNginxBuilder {
             .collect();
         let config = self.render_config(&prefix, port, &backends);
         fs::write(prefix.join("conf/nginx.conf"), config).map_err(|e| other("write conf", e))?;
-        let stop_conf = format!(
-            "pid {};\nerror_log stderr;\nevents {{}}\n",
-            prefix.join("logs/nginx.pid").display()
-        );
-        fs::write(prefix.join("conf/stop.conf"), stop_conf).map_err(|e| other("write conf", e))?;
-
         let stderr = fs::File::create(prefix.join("logs/stderr.log"))
             .map_err(|e| other("create stderr log", e))?;
         let conf_path = prefix.join("conf/nginx.conf");

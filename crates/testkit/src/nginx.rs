@@ -4,10 +4,11 @@
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use crate::procfs::{self, Sig};
 use crate::{http_get, network_isolation_available, TestNginxBuilder};
 
 /// A running nginx with its own temporary prefix on a free 127.0.0.1 port. Stopped on drop.
@@ -174,37 +175,15 @@ impl TestNginx {
             .map(|_| ())
     }
 
-    /// Pids of the master's children (the workers), with their command lines.
+    /// Pids of the master's children (the workers), with their command lines ([`procfs`]).
     pub fn workers(&self) -> Vec<(u32, String)> {
         let Some(master) = self.master_pid() else {
             return Vec::new();
         };
-        let Ok(entries) = fs::read_dir("/proc") else {
-            return Vec::new();
-        };
-        let mut out = Vec::new();
-        for e in entries.flatten() {
-            let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
-                continue;
-            };
-            let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else {
-                continue;
-            };
-            // "pid (comm) state ppid ...": comm may hold spaces, so read after the last ')'.
-            let ppid = stat
-                .rsplit_once(')')
-                .and_then(|(_, rest)| rest.split_whitespace().nth(1))
-                .and_then(|p| p.parse::<u32>().ok());
-            if ppid == Some(master) {
-                let cmdline = fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-                let cmdline = String::from_utf8_lossy(&cmdline)
-                    .replace('\0', " ")
-                    .trim()
-                    .to_string();
-                out.push((pid, cmdline));
-            }
-        }
-        out
+        procfs::children(master)
+            .into_iter()
+            .map(|pid| (pid, procfs::title(pid)))
+            .collect()
     }
 
     /// Waits until exactly the configured number of workers runs and none is shutting down:
@@ -282,7 +261,8 @@ impl TestNginx {
             .unwrap_or(false)
     }
 
-    /// Stops nginx (fast shutdown, then SIGKILL after 5 s) and waits for it. Idempotent.
+    /// Stops nginx (fast shutdown, then SIGKILL of the master and its workers after 5 s) and
+    /// waits for it. Idempotent.
     pub fn stop(&mut self) {
         let Some(mut child) = self.child.take() else {
             return;
@@ -290,27 +270,10 @@ impl TestNginx {
         if matches!(child.try_wait(), Ok(Some(_))) {
             return;
         }
-        // Signal through a minimal config that only names the pid file, so a broken nginx.conf
-        // (tests write those on purpose) cannot prevent the shutdown.
-        let _ = Command::new(&self.binary)
-            .arg("-p")
-            .arg(self.prefix())
-            .arg("-c")
-            .arg(self.conf_dir().join("stop.conf"))
-            .args(["-e", "stderr", "-s", "stop"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while Instant::now() < deadline {
-            if matches!(child.try_wait(), Ok(Some(_))) {
-                return;
-            }
-            thread::sleep(Duration::from_millis(20));
-        }
-        let _ = child.kill();
-        let _ = child.wait();
+        // SIGTERM (what `nginx -s stop` sends) straight to the master: no configuration is
+        // read, so a broken nginx.conf (tests write those on purpose) cannot prevent the shutdown.
+        // Workers left after the time limit are killed with the master.
+        procfs::stop_master(&mut child, Sig::Term, Duration::from_secs(5));
     }
 }
 

@@ -1,7 +1,7 @@
-//! Cases for the harness itself (`ngx_harness`) against a real nginx with the module loaded: the
-//! production-like process model, the graceful and bounded stop, the error-log verdict, reloads
-//! and the keep-alive pinning that other cases rely on. Run directly it ends with
-//! `N passed, N failed`.
+//! Cases for the harness itself (testkit's nginx runner, as `ngx_harness` re-exports it) against a
+//! real nginx with the module loaded: the production-like process model, the graceful and bounded
+//! stop, the error-log verdict, reloads and the keep-alive pinning that other cases rely on. Run
+//! directly it ends with `N passed, N failed`.
 
 use std::collections::BTreeSet;
 use std::net::TcpListener;

@@ -9,13 +9,13 @@
 //! sent meanwhile, and ends with 200 — does not depend on the length); `DRAIN_HOLD_SECS=30` runs
 //! the 30 s form.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use ngx_harness::{check, check_eq, CaseResult, Failed, Trial};
+use ngx_harness::{check, check_eq, http_request_within, CaseResult, Failed, Trial};
 
 use super::helpers::*;
 use super::master::Master;
@@ -128,27 +128,16 @@ fn serve(s: TcpStream, requests: &AtomicUsize, slow: &mpsc::Sender<()>, hold: Du
 
 /// `GET /slow` on the front server with a read timeout longer than `hold`: (status, body).
 fn long_get(port: u16, hold: Duration) -> Result<(u16, String), String> {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
-    s.set_read_timeout(Some(hold + Duration::from_secs(30)))
-        .map_err(|e| e.to_string())?;
-    s.write_all(b"GET /slow HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
-        .map_err(|e| e.to_string())?;
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw)
-        .map_err(|e| format!("the long request: {e}"))?;
-    let text = String::from_utf8_lossy(&raw).into_owned();
-    let status = text
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .ok_or_else(|| format!("bad answer to the long request: {text:?}"))?;
-    let body = text
-        .split("\r\n\r\n")
-        .nth(1)
-        .unwrap_or("")
-        .trim()
-        .to_string();
-    Ok((status, body))
+    let r = http_request_within(
+        port,
+        "GET",
+        "/slow",
+        &[],
+        b"",
+        hold + Duration::from_secs(30),
+    )
+    .map_err(|e| format!("the long request: {}", e.message().unwrap_or("no answer")))?;
+    Ok((r.status, r.text().trim().to_string()))
 }
 
 /// The server `address` of `GET /api/app`.

@@ -371,6 +371,8 @@ fn case_one_probe_per_server_per_interval_for_all_workers() -> CaseResult {
         "uri=/healthz interval=300ms timeout=200ms",
     );
     let mut m = Master::start(&http)?;
+    // The case SIGKILLs the probes' owner: the master logs it as "exited on signal 9".
+    m.expect_log("exited on signal 9");
     until_health(&m, b1.port, "healthy", Duration::from_secs(2))?;
     std::thread::sleep(Duration::from_millis(300));
     probes_per_interval(&[&b1, &b2], 5, 300, "steady")?;

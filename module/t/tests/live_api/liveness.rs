@@ -226,6 +226,8 @@ pub fn case_worker_killed_holding_the_gate_leaves_puts_busy_not_stuck() -> CaseR
     // wait for readers); a PUT must answer 503 within about a second, not spin; no worker may
     // spin; a reload (a new zone) must complete and make PUTs work again.
     let mut m = Master::start(&standard())?;
+    // The case SIGKILLs workers: the master logs each as "exited on signal 9".
+    m.expect_log("exited on signal 9");
     let w = *m.workers().iter().next().ok_or("no worker")?;
     let gdb = Gdb::attach(w, "ngx_http_upstream_init_round_robin_peer")?;
     // Requests on new connections until one lands on the stopped worker and hits the

@@ -15,7 +15,9 @@ use super::master::{Master, SlowBackend};
 /// Starts nginx with `conf`, sends a request to a slow server, removes that server while the
 /// request holds it, and SIGKILLs both workers: the server stays retired with one connection.
 fn retired_for_good(conf: &str) -> Result<(Master, SlowBackend), Failed> {
-    let m = Master::start(conf)?;
+    let mut m = Master::start(conf)?;
+    // The case SIGKILLs workers: the master logs each as "exited on signal 9".
+    m.expect_log("exited on signal 9");
     let slow = SlowBackend::start()?;
     let only_slow = format!(r#"{{"servers":[{{"address":"127.0.0.1:{}"}}]}}"#, slow.port);
     check_eq(m.put("app", &only_slow)?.status, 200, "PUT the slow server")?;

@@ -7,13 +7,13 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::procfs::{self, Sig};
-use crate::{Failed, TempDir};
+use crate::Failed;
 
 /// A running `wrk`; killed on drop.
 pub struct Wrk {
     child: Option<Child>,
     out: PathBuf,
-    _dir: TempDir,
+    _dir: tempfile::TempDir,
 }
 
 /// What `wrk` printed when it stopped.
@@ -108,9 +108,12 @@ impl Wrk {
         connections: usize,
         max: Duration,
     ) -> Result<Wrk, Failed> {
-        let dir = TempDir::new()?;
+        let dir = tempfile::Builder::new()
+            .prefix("cu-wrk-")
+            .tempdir()
+            .map_err(|e| format!("create a temporary dir for wrk: {e}"))?;
         let list: Vec<String> = paths.iter().map(|p| format!("{p:?}")).collect();
-        let script = dir.0.join("paths.lua");
+        let script = dir.path().join("paths.lua");
         fs::write(
             &script,
             format!(
@@ -120,7 +123,7 @@ impl Wrk {
             ),
         )
         .map_err(|e| format!("write {}: {e}", script.display()))?;
-        let out = dir.0.join("wrk.out");
+        let out = dir.path().join("wrk.out");
         let stdout = fs::File::create(&out).map_err(|e| format!("create wrk.out: {e}"))?;
         let child = Command::new("wrk")
             .arg(format!("-t{threads}"))

@@ -10,193 +10,17 @@
 
 use std::fs;
 use std::net::TcpStream;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::procfs::{self, Sig};
-use crate::{
-    check_prerequisites, dead_port, free_ports, http_get, http_request, module_path, nginx_bin,
-    CaseResult, Failed, KeepAlive, Response, TempDir, PORTS,
-};
+use crate::client::{http_get, http_request, KeepAlive, Response};
+use crate::procfs::{self, Sig, Stopped};
+use crate::runner_conf::{nginx_bin, nginx_command, temp_prefix, write_config, Options, PORTS};
+use crate::{dead_port, CaseResult, Failed};
 
 /// Markers of error-log lines that fail a case unless it declared them.
 pub const BAD_LOG_MARKERS: [&str; 4] = ["[alert]", "[crit]", "[emerg]", "exited on signal"];
-
-/// Default number of worker processes.
-pub const DEFAULT_WORKERS: usize = 2;
-
-/// How nginx is started: process model, extra main-context lines, expected bad log lines, ports,
-/// a wrapper command (valgrind) and time limits. `Options::new()` is production-like:
-/// `master_process on`, [`DEFAULT_WORKERS`] workers.
-#[derive(Debug, Clone)]
-pub struct Options {
-    main_extra: String,
-    master: bool,
-    workers: usize,
-    expected: Vec<String>,
-    ports: Option<Vec<u16>>,
-    wrapper: Vec<String>,
-    start_timeout: Duration,
-    stop_timeout: Duration,
-}
-
-impl Default for Options {
-    fn default() -> Self {
-        Options {
-            main_extra: String::new(),
-            master: true,
-            workers: DEFAULT_WORKERS,
-            expected: Vec::new(),
-            ports: None,
-            wrapper: Vec::new(),
-            start_timeout: Duration::from_secs(10),
-            stop_timeout: Duration::from_secs(10),
-        }
-    }
-}
-
-impl Options {
-    /// `master_process on`, [`DEFAULT_WORKERS`] workers, no extra lines.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Adds main-context lines (e.g. `load_module ...;`, `env NAME;`). Not `master_process` or
-    /// `worker_processes`: use [`Options::workers`] / [`Options::single_process`].
-    pub fn main(mut self, lines: &str) -> Self {
-        self.main_extra.push_str(lines);
-        self.main_extra.push('\n');
-        self
-    }
-
-    /// Number of worker processes (with the master process).
-    pub fn workers(mut self, n: usize) -> Self {
-        self.workers = n.max(1);
-        self
-    }
-
-    /// `master_process off`: one process that serves requests itself. Only for cases that need
-    /// it; the call site says why.
-    pub fn single_process(mut self) -> Self {
-        self.master = false;
-        self.workers = 1;
-        self
-    }
-
-    /// Declares that error-log lines containing `needle` are expected (they do not fail the case
-    /// even when they are `[alert]`, `[crit]`, `[emerg]` or "exited on signal").
-    pub fn expect_log(mut self, needle: &str) -> Self {
-        self.expected.push(needle.to_string());
-        self
-    }
-
-    /// Uses these ports for `{P0}`…`{P9}` (several instances can then share one port table). No
-    /// retry when one is taken.
-    pub fn ports(mut self, ports: &[u16]) -> Self {
-        self.ports = Some(ports.to_vec());
-        self
-    }
-
-    /// Runs nginx under a wrapper command, e.g. `["valgrind", "--log-file=..."]`.
-    pub fn wrapper(mut self, argv: &[&str]) -> Self {
-        self.wrapper = argv.iter().map(|s| s.to_string()).collect();
-        self
-    }
-
-    /// Time limits for startup (listening and workers up) and for the master to exit after
-    /// `SIGQUIT` (also used for a reload's new workers). Defaults 10 s and 10 s.
-    pub fn timeouts(mut self, start: Duration, stop: Duration) -> Self {
-        self.start_timeout = start;
-        self.stop_timeout = stop;
-        self
-    }
-
-    /// Starts nginx with this `http {}` body and waits until every port written as
-    /// `listen 127.0.0.1:{Pn}` (one space after `listen`) accepts connections and, with the master
-    /// process, every worker runs. Without [`Options::ports`], a start that fails (a port taken
-    /// meanwhile) is retried twice with new ports.
-    pub fn start(&self, http: &str) -> Result<Nginx, Failed> {
-        check_prerequisites()?;
-        if let Some(ports) = &self.ports {
-            return Ok(Nginx::try_start(self.clone(), http, ports.clone())?);
-        }
-        let mut last_err = String::new();
-        for _ in 0..3 {
-            match Nginx::try_start(self.clone(), http, free_ports(PORTS)) {
-                Ok(n) => return Ok(n),
-                Err(e) => last_err = e,
-            }
-        }
-        Err(last_err.into())
-    }
-}
-
-/// The whole `nginx.conf` around an `http {}` body.
-pub(crate) fn full_config(opts: &Options, http: &str, prefix: &Path) -> String {
-    let so = module_path();
-    let p = prefix.display();
-    let master = if opts.master { "on" } else { "off" };
-    format!(
-        "load_module {so};\n\
-         daemon off;\n\
-         master_process {master};\n\
-         worker_processes {workers};\n\
-         error_log {p}/logs/error.log info;\n\
-         pid {p}/logs/nginx.pid;\n\
-         {main_extra}\n\
-         events {{ worker_connections 1024; }}\n\
-         http {{\n\
-         access_log off;\n\
-         client_body_temp_path {p}/tmp/body;\n\
-         proxy_temp_path {p}/tmp/proxy;\n\
-         fastcgi_temp_path {p}/tmp/fastcgi;\n\
-         uwsgi_temp_path {p}/tmp/uwsgi;\n\
-         scgi_temp_path {p}/tmp/scgi;\n\
-         {http}\n\
-         }}\n",
-        so = so.display(),
-        workers = opts.workers,
-        main_extra = opts.main_extra,
-    )
-}
-
-/// Writes `conf/nginx.conf` into `dir` with the placeholders of both parts filled.
-pub(crate) fn write_config(
-    dir: &Path,
-    opts: &Options,
-    http: &str,
-    ports: &[u16],
-    dead: u16,
-) -> Result<PathBuf, String> {
-    let conf = dir.join("conf/nginx.conf");
-    let mut filled = opts.clone();
-    filled.main_extra = crate::fill(&opts.main_extra, ports, dead, dir);
-    let http = crate::fill(http, ports, dead, dir);
-    fs::write(&conf, full_config(&filled, &http, dir))
-        .map_err(|e| format!("write {}: {e}", conf.display()))?;
-    Ok(conf)
-}
-
-/// `nginx -p DIR -e DIR/logs/error.log -c CONF` (under the wrapper, if any) with stdin closed.
-pub(crate) fn nginx_command(dir: &Path, conf: &Path, wrapper: &[String]) -> Command {
-    let mut c = match wrapper.split_first() {
-        Some((prog, args)) => {
-            let mut c = Command::new(prog);
-            c.args(args).arg(nginx_bin());
-            c
-        }
-        None => Command::new(nginx_bin()),
-    };
-    c.arg("-p")
-        .arg(dir)
-        .arg("-e")
-        .arg(dir.join("logs/error.log"))
-        .arg("-c")
-        .arg(conf)
-        .stdin(Stdio::null());
-    c
-}
 
 /// Error-log lines with a [`BAD_LOG_MARKERS`] marker that contain none of `expected`.
 pub fn unexpected_log_lines(log: &str, expected: &[String]) -> Vec<String> {
@@ -214,7 +38,7 @@ pub struct Nginx {
     dead: u16,
     opts: Options,
     http: String,
-    dir: TempDir,
+    dir: tempfile::TempDir,
 }
 
 impl Nginx {
@@ -240,14 +64,14 @@ impl Nginx {
         Options::new()
     }
 
-    fn try_start(opts: Options, http: &str, ports: Vec<u16>) -> Result<Nginx, String> {
-        let dir = TempDir::new()?;
+    pub(crate) fn try_start(opts: Options, http: &str, ports: Vec<u16>) -> Result<Nginx, String> {
+        let dir = temp_prefix("cu-nginx-")?;
         let dead = dead_port();
-        let conf = write_config(&dir.0, &opts, http, &ports, dead)?;
-        let stderr_path = dir.0.join("logs/stderr.log");
+        let conf = write_config(dir.path(), &opts, http, &ports, dead)?;
+        let stderr_path = dir.path().join("logs/stderr.log");
         let stderr = fs::File::create(&stderr_path)
             .map_err(|e| format!("create {}: {e}", stderr_path.display()))?;
-        let child = nginx_command(&dir.0, &conf, &opts.wrapper)
+        let child = nginx_command(dir.path(), &conf, &opts.wrapper)
             .stdout(Stdio::null())
             .stderr(stderr)
             .spawn()
@@ -301,6 +125,24 @@ impl Nginx {
         self.ports[i]
     }
 
+    /// The ports that replaced `{P0}`…`{P9}`, in order.
+    pub fn ports(&self) -> &[u16] {
+        &self.ports
+    }
+
+    /// The `http {}` body of the running configuration (placeholders not filled).
+    pub fn http(&self) -> &str {
+        &self.http
+    }
+
+    /// Writes a new `conf/nginx.conf` with this `http {}` body (same ports) without signalling
+    /// the master: for a case that reloads by other means (`nginx -s reload`) or not at all.
+    /// [`Nginx::http`] still names the running configuration.
+    pub fn write_config(&self, http: &str) -> CaseResult {
+        write_config(self.dir.path(), &self.opts, http, &self.ports, self.dead)?;
+        Ok(())
+    }
+
     /// The port that replaced `{DEAD}` (nothing listens there).
     pub fn dead_port(&self) -> u16 {
         self.dead
@@ -308,12 +150,12 @@ impl Nginx {
 
     /// The prefix directory.
     pub fn prefix(&self) -> &Path {
-        &self.dir.0
+        self.dir.path()
     }
 
     /// Contents of `logs/error.log` so far.
     pub fn error_log(&self) -> String {
-        fs::read_to_string(self.dir.0.join("logs/error.log")).unwrap_or_default()
+        fs::read_to_string(self.dir.path().join("logs/error.log")).unwrap_or_default()
     }
 
     /// Declares error-log lines containing `needle` as expected (see [`Options::expect_log`]).
@@ -385,7 +227,7 @@ impl Nginx {
         }
         let old = self.workers();
         let log_len = self.error_log().len();
-        write_config(&self.dir.0, &self.opts, http, &self.ports, self.dead)?;
+        write_config(self.dir.path(), &self.opts, http, &self.ports, self.dead)?;
         self.http = http.to_string();
         if !procfs::signal(pid, Sig::Hup) {
             return Err(format!("SIGHUP to nginx master {pid} failed").into());
@@ -447,7 +289,7 @@ impl Nginx {
     /// the stop found no problem.
     pub fn stop_then<T>(mut self, f: impl FnOnce(&Path) -> T) -> Result<T, Failed> {
         let mut problems = self.shutdown();
-        let out = f(&self.dir.0);
+        let out = f(self.dir.path());
         problems.extend(
             self.log_problems()
                 .into_iter()
@@ -473,38 +315,15 @@ impl Nginx {
             problems.push(format!("nginx {pid} had exited before it was stopped"));
             return problems;
         }
-        procfs::signal(pid, Sig::Quit);
-        let deadline = Instant::now() + self.opts.stop_timeout;
-        loop {
-            match child.try_wait() {
-                Ok(Some(status)) => {
-                    if !status.success() {
-                        problems.push(format!("nginx {pid} exited with {status} after SIGQUIT"));
-                    }
-                    return problems;
-                }
-                Ok(None) if Instant::now() < deadline => {
-                    std::thread::sleep(Duration::from_millis(10));
-                }
-                _ => break,
+        match procfs::stop_master(&mut child, Sig::Quit, self.opts.stop_timeout) {
+            Stopped::Exited(status) if !status.success() => {
+                problems.push(format!("nginx {pid} exited with {status} after SIGQUIT"));
             }
-        }
-        // Workers are children of the live master: their pids cannot have been reused yet.
-        let left = procfs::children(pid);
-        problems.push(format!(
-            "nginx master {pid} did not exit within {:?} after SIGQUIT (workers left: {left:?}); killed",
-            self.opts.stop_timeout
-        ));
-        for &w in &left {
-            procfs::signal(w, Sig::Kill);
-        }
-        let _ = child.kill();
-        let _ = child.wait();
-        // A SIGKILLed worker dies when the kernel next schedules it (later on a loaded machine)
-        // and is then reaped by whoever inherited it: return once none is alive, bounded.
-        let deadline = Instant::now() + Duration::from_secs(3);
-        while left.iter().any(|&w| procfs::alive(w)) && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(10));
+            Stopped::Exited(_) => {}
+            Stopped::Killed { workers } => problems.push(format!(
+                "nginx master {pid} did not exit within {:?} after SIGQUIT (workers left: {workers:?}); killed",
+                self.opts.stop_timeout
+            )),
         }
         problems
     }
@@ -527,7 +346,7 @@ impl Drop for Nginx {
         if !problems.is_empty() {
             panic!(
                 "nginx in {} (configuration below):\n{}\n--- http {{}} ---\n{}",
-                self.dir.0.display(),
+                self.dir.path().display(),
                 problems.join("\n"),
                 self.http
             );
@@ -554,28 +373,5 @@ mod tests {
         let left = unexpected_log_lines(log, &["bind() failed".into(), "open()".into()]);
         assert_eq!(left.len(), 2, "{left:?}");
         assert!(left.iter().all(|l| l.contains("exited on signal")));
-    }
-
-    #[test]
-    fn default_config_runs_master_and_two_workers() {
-        let c = full_config(&Options::new(), "", Path::new("/p"));
-        assert!(
-            c.contains("master_process on;\nworker_processes 2;\n"),
-            "{c}"
-        );
-        let c = full_config(&Options::new().single_process(), "", Path::new("/p"));
-        assert!(
-            c.contains("master_process off;\nworker_processes 1;\n"),
-            "{c}"
-        );
-        let c = full_config(
-            &Options::new().workers(4).main("env X;"),
-            "",
-            Path::new("/p"),
-        );
-        assert!(
-            c.contains("worker_processes 4;") && c.contains("env X;"),
-            "{c}"
-        );
     }
 }

@@ -1,8 +1,11 @@
-//! Process facts from `/proc` (children of nginx's master, resident memory) and signals sent by
-//! process id (only to processes the harness started or their children).
+//! Process facts from `/proc` (children of nginx's master, resident memory), signals sent by
+//! process id (only to processes the harness started or their children), and the bounded stop of a
+//! master with its workers ([`stop_master`]) that both nginx fixtures use.
 
 use std::fs;
 use std::path::Path;
+use std::process::{Child, ExitStatus};
+use std::time::{Duration, Instant};
 
 use rustix::process::{kill_process, Pid, Signal};
 
@@ -17,6 +20,8 @@ pub enum Sig {
     Int,
     /// Kill.
     Kill,
+    /// Terminate (nginx master: fast shutdown).
+    Term,
 }
 
 /// Sends `sig` to process `pid`; false when it does not exist.
@@ -29,6 +34,7 @@ pub fn signal(pid: u32, sig: Sig) -> bool {
         Sig::Hup => Signal::HUP,
         Sig::Int => Signal::INT,
         Sig::Kill => Signal::KILL,
+        Sig::Term => Signal::TERM,
     };
     kill_process(p, s).is_ok()
 }
@@ -121,6 +127,48 @@ pub fn title(pid: u32) -> String {
         .unwrap_or_default()
 }
 
+/// How [`stop_master`] ended.
+#[derive(Debug)]
+pub enum Stopped {
+    /// The master exited by itself within the time limit.
+    Exited(ExitStatus),
+    /// It did not: it and these children (its workers) were killed.
+    Killed {
+        /// The master's children when it was killed.
+        workers: Vec<u32>,
+    },
+}
+
+/// Sends `sig` to `master` (a running process) and waits up to `timeout` for it to exit. When it
+/// does not, SIGKILLs its children and it, reaps it, and waits (at most 3 s) until the killed
+/// children are gone, so no worker outlives the fixture.
+pub fn stop_master(master: &mut Child, sig: Sig, timeout: Duration) -> Stopped {
+    let pid = master.id();
+    signal(pid, sig);
+    let deadline = Instant::now() + timeout;
+    loop {
+        match master.try_wait() {
+            Ok(Some(status)) => return Stopped::Exited(status),
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(10)),
+            _ => break,
+        }
+    }
+    // Workers are children of the live master: their pids cannot have been reused yet.
+    let workers = children(pid);
+    for &w in &workers {
+        signal(w, Sig::Kill);
+    }
+    let _ = master.kill();
+    let _ = master.wait();
+    // A SIGKILLed worker dies when the kernel next schedules it (later on a loaded machine) and
+    // is then reaped by whoever inherited it: return once none is alive, bounded.
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while workers.iter().any(|&w| alive(w)) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    Stopped::Killed { workers }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -143,5 +191,33 @@ mod tests {
         assert!(killed);
         assert!(!children(me).contains(&c.id()));
         assert!(!alive(c.id()));
+    }
+
+    /// A process that ignores the stop signal is killed with its children after the time limit;
+    /// one that obeys exits by itself.
+    #[test]
+    fn stop_master_kills_a_process_that_ignores_the_signal_and_its_children() {
+        let mut stubborn = std::process::Command::new("sh")
+            .args(["-c", "trap '' TERM; sleep 30 & sleep 30 & wait"])
+            .spawn()
+            .unwrap();
+        let pid = stubborn.id();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while children(pid).len() < 2 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let kids = children(pid);
+        assert_eq!(kids.len(), 2, "{kids:?}");
+        match stop_master(&mut stubborn, Sig::Term, Duration::from_millis(300)) {
+            Stopped::Killed { workers } => assert_eq!(workers, kids),
+            other => panic!("expected a kill, got {other:?}"),
+        }
+        assert!(kids.iter().all(|&k| !alive(k)), "{kids:?} still alive");
+        let mut obedient = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let got = stop_master(&mut obedient, Sig::Term, Duration::from_secs(5));
+        assert!(matches!(got, Stopped::Exited(_)), "{got:?}");
     }
 }

@@ -1,5 +1,7 @@
-//! The harness's HTTP/1.1 client over plain `std::net::TcpStream`: one request per connection
-//! ([`http_request`]) or several on one keep-alive connection ([`KeepAlive`]).
+//! The blocking HTTP/1.1 client of the tests over plain `std::net::TcpStream` (and unix sockets):
+//! one request per connection ([`http_request`], [`http_request_unix`]) or several on one
+//! keep-alive connection ([`KeepAlive`]). Errors are [`Failed`] (a message), so a case or a
+//! `#[test]` can use `?` or `unwrap`.
 //!
 //! With `master_process on` and several workers, every new connection can land on any worker; all
 //! requests on one [`KeepAlive`] connection are served by the same worker. Cases that observe
@@ -11,6 +13,9 @@ use std::net::TcpStream;
 use std::time::Duration;
 
 use crate::{check, Failed};
+
+/// How long a request waits for the answer (each read), unless it says otherwise.
+pub const READ_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// An HTTP response.
 #[derive(Debug, Clone)]
@@ -50,8 +55,8 @@ pub fn http_get(port: u16, path: &str, headers: &[(&str, &str)]) -> Result<Respo
 
 /// Sends one HTTP/1.1 request with `Connection: close` and any method, headers and body to
 /// 127.0.0.1:`port` and reads the whole answer (a chunked body is decoded). A `Content-Length`
-/// is added when the body is not empty and for every `POST`; `Host: localhost` unless `headers`
-/// has a `Host`.
+/// is added when the body is not empty and for every `POST` (unless `headers` has one);
+/// `Host: localhost` unless `headers` has a `Host`. Reads wait at most [`READ_TIMEOUT`].
 pub fn http_request(
     port: u16,
     method: &str,
@@ -59,8 +64,21 @@ pub fn http_request(
     headers: &[(&str, &str)],
     body: &[u8],
 ) -> Result<Response, Failed> {
+    http_request_within(port, method, path, headers, body, READ_TIMEOUT)
+}
+
+/// [`http_request`] with another read timeout than [`READ_TIMEOUT`] (for an answer the server
+/// holds on purpose, or one that takes long).
+pub fn http_request_within(
+    port: u16,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+    read_timeout: Duration,
+) -> Result<Response, Failed> {
     exchange(
-        connect(port)?,
+        connect(port, read_timeout)?,
         method,
         path,
         headers,
@@ -79,7 +97,7 @@ pub fn http_request_unix(
 ) -> Result<Response, Failed> {
     let s = std::os::unix::net::UnixStream::connect(socket)
         .map_err(|e| format!("connect {}: {e}", socket.display()))?;
-    s.set_read_timeout(Some(Duration::from_secs(20)))
+    s.set_read_timeout(Some(READ_TIMEOUT))
         .map_err(|e| e.to_string())?;
     exchange(
         s,
@@ -120,7 +138,7 @@ impl KeepAlive {
     /// Connects to 127.0.0.1:`port`.
     pub fn open(port: u16) -> Result<KeepAlive, Failed> {
         Ok(KeepAlive {
-            stream: BufReader::new(connect(port)?),
+            stream: BufReader::new(connect(port, READ_TIMEOUT)?),
         })
     }
 
@@ -216,9 +234,9 @@ impl KeepAlive {
     }
 }
 
-fn connect(port: u16) -> Result<TcpStream, Failed> {
+fn connect(port: u16, read_timeout: Duration) -> Result<TcpStream, Failed> {
     let s = TcpStream::connect(("127.0.0.1", port)).map_err(|e| format!("connect {port}: {e}"))?;
-    s.set_read_timeout(Some(Duration::from_secs(20)))
+    s.set_read_timeout(Some(read_timeout))
         .map_err(|e| e.to_string())?;
     Ok(s)
 }
@@ -231,7 +249,10 @@ fn request_bytes(method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]
     for (n, v) in headers {
         req.push_str(&format!("{n}: {v}\r\n"));
     }
-    if !body.is_empty() || method == "POST" {
+    let has_length = headers
+        .iter()
+        .any(|(n, _)| n.eq_ignore_ascii_case("Content-Length"));
+    if !has_length && (!body.is_empty() || method == "POST") {
         req.push_str(&format!("Content-Length: {}\r\n", body.len()));
     }
     req.push_str("\r\n");
@@ -340,5 +361,43 @@ mod tests {
         server.join().unwrap();
         assert_eq!((a.status, a.text().as_str()), (200, "abc"));
         assert_eq!((b.status, b.text().as_str()), (503, "def"));
+    }
+
+    /// A caller's own `Content-Length` (the fakes' daemon client sends one on every request) is
+    /// sent once, and `http_request_within` waits longer than the default for a held answer.
+    #[test]
+    fn own_content_length_is_sent_once_and_a_held_answer_is_awaited() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        let server = std::thread::spawn(move || {
+            let (mut s, _) = l.accept().unwrap();
+            let mut seen = Vec::new();
+            let mut buf = [0u8; 4096];
+            while !seen.ends_with(b"{}") {
+                let n = s.read(&mut buf).unwrap();
+                assert!(n > 0);
+                seen.extend_from_slice(&buf[..n]);
+            }
+            std::thread::sleep(Duration::from_millis(300));
+            s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                .unwrap();
+            String::from_utf8(seen).unwrap()
+        });
+        let r = http_request_within(
+            port,
+            "PUT",
+            "/x",
+            &[("Content-Length", "2")],
+            b"{}",
+            Duration::from_secs(5),
+        )
+        .unwrap();
+        let sent = server.join().unwrap();
+        assert_eq!((r.status, r.text().as_str()), (200, "ok"));
+        let lengths = sent
+            .lines()
+            .filter(|l| l.to_ascii_lowercase().starts_with("content-length:"))
+            .count();
+        assert_eq!(lengths, 1, "{sent:?}");
     }
 }
