@@ -140,6 +140,57 @@ pub(crate) fn retryable(e: &etcd_client::Error) -> bool {
     }
 }
 
+/// What a member's refusal of a request is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Refusal {
+    /// The etcd user's roles do not grant the keys (`etcdserver: permission denied`).
+    Permission,
+    /// The user was not accepted: wrong password, unknown user, no user while auth is on, an
+    /// auth token etcd no longer knows.
+    Auth,
+    /// The request is larger than the members take (`--max-request-bytes`, or gRPC's own limit
+    /// above it), or has more operations than `--max-txn-ops`.
+    TooLarge,
+    /// Anything else (a lease not found, too many requests...): the store is unavailable for now.
+    Other,
+}
+
+/// What `e` refuses (by gRPC status code, and etcd's message where the code is shared).
+pub(crate) fn refusal(e: &etcd_client::Error) -> Refusal {
+    match e {
+        etcd_client::Error::GRpcStatus(s) => match s.code() {
+            Code::PermissionDenied => Refusal::Permission,
+            Code::Unauthenticated => Refusal::Auth,
+            // gRPC's own refusal above etcd's limit: "received message larger than max".
+            Code::ResourceExhausted if s.message().contains("larger than max") => Refusal::TooLarge,
+            _ => refusal_text(s.message()),
+        },
+        e => refusal_text(&e.to_string()),
+    }
+}
+
+/// [`refusal`] from an error's text: etcd's messages (`rpctypes` in etcd's API), which the
+/// session keeps as its last error.
+pub(crate) fn refusal_text(text: &str) -> Refusal {
+    const AUTH: [&str; 4] = [
+        "etcdserver: authentication failed",
+        "etcdserver: user name is empty",
+        "etcdserver: user name not found",
+        "etcdserver: invalid auth token",
+    ];
+    if text.contains("etcdserver: permission denied") {
+        Refusal::Permission
+    } else if AUTH.iter().any(|m| text.contains(m)) {
+        Refusal::Auth
+    } else if text.contains("etcdserver: request is too large")
+        || text.contains("etcdserver: too many operations in txn request")
+    {
+        Refusal::TooLarge
+    } else {
+        Refusal::Other
+    }
+}
+
 /// Whether the member refused the connection: nothing listens there (the process is gone).
 pub(crate) fn connection_refused(e: &etcd_client::Error) -> bool {
     let mut source: Option<&(dyn std::error::Error + 'static)> = match e {
@@ -177,8 +228,16 @@ pub(crate) fn marker_ttl(op_timeout: Duration) -> Duration {
 
 impl EtcdStore {
     /// One write: to the session's member, then to the next members while they do not answer,
-    /// within the operation timeout. See the module docs.
+    /// within the operation timeout. See the module docs. A refusal names the prefix; see
+    /// [`EtcdStore::write_to`].
     pub(crate) async fn write(&self, g: Guarded) -> Result<Written, StoreError> {
+        let keys = format!("keys under {}", self.shared.keys.prefix);
+        self.write_to(g, &keys).await
+    }
+
+    /// [`EtcdStore::write`] of a write whose keys `keys` describes (for the error when etcd
+    /// refuses this host's user: [`StoreError::PermissionDenied`]).
+    pub(crate) async fn write_to(&self, g: Guarded, keys: &str) -> Result<Written, StoreError> {
         let shared = &self.shared;
         let timeout = shared.opts.op_timeout;
         let deadline = Instant::now() + timeout;
@@ -245,7 +304,12 @@ impl EtcdStore {
                             // lease (this one may be what etcd did not find).
                             *lock(&shared.marker_lease) = None;
                         }
-                        return Err(self.unavailable(format!("{endpoint}: {e}")));
+                        if refusal(&e) == Refusal::Auth && !on_session {
+                            // A spare's token may be what etcd no longer knows: the next write
+                            // connects (and authenticates) again.
+                            lock(&shared.spares)[i] = None;
+                        }
+                        return Err(self.refusal_error(endpoint, &e, keys));
                     }
                     Err(_) => {
                         all_refused = false;
@@ -289,11 +353,72 @@ impl EtcdStore {
         if c.client.is_some() || c.moving {
             return Ok(());
         }
-        Err(self.unavailable(
-            c.last_error
-                .clone()
-                .unwrap_or_else(|| "not connected".into()),
-        ))
+        let why = c
+            .last_error
+            .clone()
+            .unwrap_or_else(|| "not connected".into());
+        // The session failed because etcd refused this host's user (the session's own reads
+        // and writes: the prefix, the heartbeat): said as what it is, not as unreachable.
+        Err(match refusal_text(&why) {
+            Refusal::Auth => StoreError::AuthFailed {
+                store: self.shared.location.clone(),
+                user: self.etcd_user(),
+                why,
+            },
+            Refusal::Permission => StoreError::PermissionDenied {
+                store: self.shared.location.clone(),
+                user: self.etcd_user(),
+                keys: format!(
+                    "what its session reads and writes (the prefix {}, its heartbeat {})",
+                    self.shared.keys.prefix,
+                    self.shared.keys.host(&self.shared.opts.host_id)
+                ),
+                why,
+            },
+            _ => self.unavailable(why),
+        })
+    }
+
+    /// The etcd user of this host, for errors (`(none)` without one).
+    fn etcd_user(&self) -> String {
+        self.shared
+            .opts
+            .user
+            .as_ref()
+            .map_or_else(|| "(none)".to_string(), |(u, _)| format!("{u:?}"))
+    }
+
+    /// The error of a request member `endpoint` refused with `e` (an answer: not retried).
+    /// `keys` describes what the request reads or writes.
+    pub(crate) fn refusal_error(
+        &self,
+        endpoint: &str,
+        e: &etcd_client::Error,
+        keys: &str,
+    ) -> StoreError {
+        let why = match e {
+            etcd_client::Error::GRpcStatus(s) => format!("{endpoint}: {}", s.message()),
+            e => format!("{endpoint}: {e}"),
+        };
+        let store = self.shared.location.clone();
+        match refusal(e) {
+            Refusal::Permission => StoreError::PermissionDenied {
+                store,
+                user: self.etcd_user(),
+                keys: format!(
+                    "{keys} (and this host's write markers under {}writes/{}/)",
+                    self.shared.keys.prefix, self.shared.opts.host_id
+                ),
+                why,
+            },
+            Refusal::Auth => StoreError::AuthFailed {
+                store,
+                user: self.etcd_user(),
+                why,
+            },
+            Refusal::TooLarge => StoreError::TooLarge { store, why },
+            Refusal::Other => self.unavailable(why),
+        }
     }
 
     /// A client for member `i` other than the session's (kept until it fails or the session is
