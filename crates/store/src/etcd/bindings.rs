@@ -329,6 +329,21 @@ impl EtcdStore {
                 why: format!("{why}{note}"),
             },
             StoreError::Conflict(names) => StoreError::Conflict(format!("{names}{note}")),
+            StoreError::TooLarge { store, why } => StoreError::TooLarge {
+                store,
+                why: format!("{why}{note}"),
+            },
+            StoreError::PermissionDenied {
+                store,
+                user,
+                keys,
+                why,
+            } => StoreError::PermissionDenied {
+                store,
+                user,
+                keys,
+                why: format!("{why}{note}"),
+            },
             other => other,
         }
     }
