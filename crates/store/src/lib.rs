@@ -85,7 +85,7 @@ pub enum StoreError {
     /// etcd refused the request for this host's etcd user: its roles do not grant `keys` (a
     /// permission refusal, `etcdserver: permission denied`). Nothing was written; the same request
     /// fails again until the user's roles change (`docs/fleet.md`, "Per-host etcd permissions").
-    #[error("store {store}: etcd user {user} may not write {keys} ({why}); nothing was written: grant the user's role readwrite on them (docs/fleet.md, \"Per-host etcd permissions\")")]
+    #[error("store {store}: etcd user {user} has no permission for {keys} ({why}); nothing was written: grant the user's role readwrite on them (docs/fleet.md, \"Per-host etcd permissions\")")]
     PermissionDenied {
         store: String,
         /// The etcd user (`(none)` when the daemon gives none).

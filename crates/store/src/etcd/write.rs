@@ -309,7 +309,11 @@ impl EtcdStore {
                             // connects (and authenticates) again.
                             lock(&shared.spares)[i] = None;
                         }
-                        return Err(self.refusal_error(endpoint, &e, keys));
+                        let keys = format!(
+                            "{keys} (and this host's write markers under {})",
+                            shared.keys.write_marker(&shared.opts.host_id, "")
+                        );
+                        return Err(self.refusal_error(endpoint, &e, &keys));
                     }
                     Err(_) => {
                         all_refused = false;
@@ -405,10 +409,7 @@ impl EtcdStore {
             Refusal::Permission => StoreError::PermissionDenied {
                 store,
                 user: self.etcd_user(),
-                keys: format!(
-                    "{keys} (and this host's write markers under {}writes/{}/)",
-                    self.shared.keys.prefix, self.shared.opts.host_id
-                ),
+                keys: keys.to_string(),
                 why,
             },
             Refusal::Auth => StoreError::AuthFailed {
@@ -495,6 +496,67 @@ mod tests {
             assert!(!retryable(&status(code)), "{code:?}");
         }
         assert!(!retryable(&etcd_client::Error::InvalidArgs("x".into())));
+    }
+
+    #[test]
+    fn a_refusal_is_told_apart_by_code_and_by_etcds_message() {
+        let with = |code, msg: &str| etcd_client::Error::GRpcStatus(tonic::Status::new(code, msg));
+        let cases = [
+            (
+                Code::PermissionDenied,
+                "etcdserver: permission denied",
+                Refusal::Permission,
+            ),
+            (
+                Code::Unauthenticated,
+                "etcdserver: invalid auth token",
+                Refusal::Auth,
+            ),
+            (
+                Code::InvalidArgument,
+                "etcdserver: authentication failed, invalid user ID or password",
+                Refusal::Auth,
+            ),
+            (
+                Code::InvalidArgument,
+                "etcdserver: user name is empty",
+                Refusal::Auth,
+            ),
+            (
+                Code::InvalidArgument,
+                "etcdserver: request is too large",
+                Refusal::TooLarge,
+            ),
+            (
+                Code::InvalidArgument,
+                "etcdserver: too many operations in txn request",
+                Refusal::TooLarge,
+            ),
+            (
+                Code::ResourceExhausted,
+                "grpc: received message larger than max (3000000 vs. 2097152)",
+                Refusal::TooLarge,
+            ),
+            (
+                Code::ResourceExhausted,
+                "etcdserver: too many requests",
+                Refusal::Other,
+            ),
+            (
+                Code::NotFound,
+                "etcdserver: requested lease not found",
+                Refusal::Other,
+            ),
+        ];
+        for (code, msg, want) in cases {
+            assert_eq!(refusal(&with(code, msg)), want, "{code:?} {msg}");
+        }
+        // The session's last error, as it keeps it (text).
+        assert_eq!(
+            refusal_text("connect: grpc request error: status: InvalidArgument, message: \"etcdserver: authentication failed, invalid user ID or password\""),
+            Refusal::Auth
+        );
+        assert_eq!(refusal_text("connect: connection refused"), Refusal::Other);
     }
 
     #[test]
