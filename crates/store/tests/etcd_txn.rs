@@ -95,8 +95,11 @@ async fn a_save_of_bindings_larger_in_all_than_one_etcd_request_is_saved_whole()
 
 /// The session's mirror write is slow (its SQLite file is locked by another process, as a slow
 /// or busy disk would be) for longer than the lease TTL, during the watch and then during the
-/// re-read of the prefix: the lease is kept alive all along, so the host's heartbeat and resolver
-/// claims are never deleted by etcd and are held under the same lease afterwards.
+/// re-read of the prefix, while tasks read the store as the daemon's engine does (each blocks a
+/// runtime worker on the mirror meanwhile): the lease is kept alive all along, so the host's
+/// heartbeat and resolver claims are never deleted by etcd and are held under the same lease
+/// afterwards. (Before, the keep-alive was a task of the runtime whose workers were all blocked:
+/// etcd deleted the heartbeat and the claims when the TTL ran out.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sync_longer_than_the_lease_ttl_keeps_the_lease_and_the_claims() {
     const P: &str = "/slow/";
@@ -107,7 +110,7 @@ async fn a_sync_longer_than_the_lease_ttl_keeps_the_lease_and_the_claims() {
     opts.lease_ttl = TTL;
     opts.op_timeout = Duration::from_secs(2);
     opts.providers = Some(vec!["consul/consul".into()]);
-    let a = EtcdStore::open(opts, SecretKeys::from_bytes(&[&KEY]).unwrap()).unwrap();
+    let a = Arc::new(EtcdStore::open(opts, SecretKeys::from_bytes(&[&KEY]).unwrap()).unwrap());
     assert!(a.wait_connected(Duration::from_secs(15)).await);
     let b = host(&cluster, P, "host-b", &[&KEY]).await;
 
@@ -169,6 +172,19 @@ async fn a_sync_longer_than_the_lease_ttl_keeps_the_lease_and_the_claims() {
     // now blocks the session's write of it until SQLite gives up (its busy timeout, 5 s), which
     // ends the session; the next one re-reads the prefix and blocks on the same write until the
     // file is free again.
+    // Readers of the store, as the engine's tasks are (fleet view, published sets, claims).
+    let readers: Vec<_> = (0..4)
+        .map(|_| {
+            let a = a.clone();
+            let n = names[0].clone();
+            tokio::spawn(async move {
+                loop {
+                    let _ = a.fleet_view(&n);
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            })
+        })
+        .collect();
     let locked = Instant::now();
     let file = rusqlite::Connection::open(&mirror).unwrap();
     file.execute_batch("BEGIN EXCLUSIVE;").unwrap();
@@ -235,6 +251,7 @@ async fn a_sync_longer_than_the_lease_ttl_keeps_the_lease_and_the_claims() {
         assert_eq!(a.fleet_view(n).resolver.as_deref(), Some("host-a"), "{n}");
     }
     watching.abort();
+    readers.iter().for_each(|r| r.abort());
     status_events.abort();
     a.close().await;
 }
