@@ -22,7 +22,9 @@
 //!
 //! The contract is in `binding_store.rs`: reads (bindings, this host's outcome history, published
 //! target sets, fleet view, status) are local and never touch the network; writes are async and
-//! bounded, failing with [`StoreError::Unavailable`] (naming the store) when it cannot be reached;
+//! bounded, failing with [`StoreError::Unavailable`] (naming the store) when it cannot be reached,
+//! and with [`StoreError::PermissionDenied`], [`StoreError::AuthFailed`] or
+//! [`StoreError::TooLarge`] when etcd answers with a refusal (`etcd/write.rs`, `refusal`);
 //! `subscribe` gives level-triggered [`StoreEvent`]s for changes made elsewhere; the fleet hooks
 //! (`claim_resolver`, `publish_targets`/`published_targets`, `step_out`/`step_in`,
 //! `publish_host_outcome`, `fleet_view`) are called the same way for every store.
