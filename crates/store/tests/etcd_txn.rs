@@ -32,7 +32,7 @@ fn with_bundle(name: &str, kib: usize) -> BindingRecord {
     b
 }
 
-/// 80 bindings of a 24 KiB bundle each are about 2.6 MiB stored: before, the first transaction
+/// 80 bindings of a 24 KiB bundle each are about 2.5 MiB stored: before, the first transaction
 /// (60 of them, ≈ 1.9 MiB) was larger than etcd takes in one request, and the save failed with
 /// "request is too large" against etcd's defaults.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -59,6 +59,10 @@ async fn a_save_of_bindings_larger_in_all_than_one_etcd_request_is_saved_whole()
     assert_eq!(stored.kvs().len(), list.len());
     let total: usize = stored.kvs().iter().map(|kv| kv.value().len()).sum();
     assert!(total > ETCD_MAX_REQUEST, "stored {total} bytes");
+    eprintln!(
+        "{} bindings saved in one save: {total} bytes stored",
+        list.len()
+    );
 
     // The other host has them, bundles intact.
     until(Duration::from_secs(15), "host-b has every binding", || {
