@@ -24,7 +24,7 @@
 //! target sets, fleet view, status) are local and never touch the network; writes are async and
 //! bounded, failing with [`StoreError::Unavailable`] (naming the store) when it cannot be reached,
 //! and with [`StoreError::PermissionDenied`], [`StoreError::AuthFailed`] or
-//! [`StoreError::TooLarge`] when etcd answers with a refusal (`etcd/write.rs`, `refusal`);
+//! [`StoreError::TooLarge`] when etcd answers with a refusal (`etcd/refusal.rs`);
 //! `subscribe` gives level-triggered [`StoreEvent`]s for changes made elsewhere; the fleet hooks
 //! (`claim_resolver`, `publish_targets`/`published_targets`, `step_out`/`step_in`,
 //! `publish_host_outcome`, `fleet_view`) are called the same way for every store.

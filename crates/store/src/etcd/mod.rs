@@ -26,6 +26,7 @@ pub mod keys;
 mod lease;
 mod mirror;
 mod outcomes;
+mod refusal;
 mod reseal;
 mod session;
 mod write;
