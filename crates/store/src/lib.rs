@@ -22,7 +22,9 @@
 //!
 //! The contract is in `binding_store.rs`: reads (bindings, this host's outcome history, published
 //! target sets, fleet view, status) are local and never touch the network; writes are async and
-//! bounded, failing with [`StoreError::Unavailable`] (naming the store) when it cannot be reached;
+//! bounded, failing with [`StoreError::Unavailable`] (naming the store) when it cannot be reached,
+//! and with [`StoreError::PermissionDenied`], [`StoreError::AuthFailed`] or
+//! [`StoreError::TooLarge`] when etcd answers with a refusal (`etcd/refusal.rs`);
 //! `subscribe` gives level-triggered [`StoreEvent`]s for changes made elsewhere; the fleet hooks
 //! (`claim_resolver`, `publish_targets`/`published_targets`, `step_out`/`step_in`,
 //! `publish_host_outcome`, `fleet_view`) are called the same way for every store.
@@ -82,6 +84,30 @@ pub enum StoreError {
     /// still answer from the local mirror. `store` names it (e.g. `etcd http://10.0.0.1:2379`).
     #[error("store {store} is unreachable: {why}; nothing was written")]
     Unavailable { store: String, why: String },
+    /// etcd refused the request for this host's etcd user: its roles do not grant `keys` (a
+    /// permission refusal, `etcdserver: permission denied`). Nothing was written; the same request
+    /// fails again until the user's roles change (`docs/fleet.md`, "Per-host etcd permissions").
+    #[error("store {store}: etcd user {user} has no permission for {keys} ({why}); nothing was written: grant the user's role readwrite on them (docs/fleet.md, \"Per-host etcd permissions\")")]
+    PermissionDenied {
+        store: String,
+        /// The etcd user (`(none)` when the daemon gives none).
+        user: String,
+        /// The keys (or key prefixes) of the refused request.
+        keys: String,
+        why: String,
+    },
+    /// etcd did not accept this host's etcd user: a wrong password, an unknown user, no user
+    /// while etcd's authentication is on, or a token etcd no longer knows. Nothing was written.
+    #[error("store {store} did not accept etcd user {user}: {why}; nothing was written (check --etcd-user and --etcd-password-file)")]
+    AuthFailed {
+        store: String,
+        user: String,
+        why: String,
+    },
+    /// etcd refused the request as larger than its members take (`--max-request-bytes`, 1.5 MiB
+    /// by default, or `--max-txn-ops`). Nothing was written; the same request fails again.
+    #[error("store {store} refused the request as too large: {why}; nothing was written")]
+    TooLarge { store: String, why: String },
     /// The write lost a race with another host's write of the same binding; nothing was written.
     #[error("binding {0:?} was changed on another host at the same time; nothing was written, try again")]
     Conflict(String),

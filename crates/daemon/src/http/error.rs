@@ -57,6 +57,13 @@ impl EngineError {
             EngineError::Store(StoreError::Conflict(_) | StoreError::Duplicate(_)) => {
                 StatusCode::CONFLICT
             }
+            // etcd refused this host's etcd user (its roles, or the user itself): the request is
+            // forbidden, and stays so until the user or its roles change (not "try again later").
+            EngineError::Store(
+                StoreError::PermissionDenied { .. } | StoreError::AuthFailed { .. },
+            ) => StatusCode::FORBIDDEN,
+            // etcd refused the request as larger than its members take.
+            EngineError::Store(StoreError::TooLarge { .. }) => StatusCode::PAYLOAD_TOO_LARGE,
             EngineError::Store(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -162,6 +169,30 @@ mod tests {
                 503,
             ),
             (EngineError::Store(StoreError::Conflict("a".into())), 409),
+            (
+                EngineError::Store(StoreError::PermissionDenied {
+                    store: "etcd".into(),
+                    user: "\"host-b\"".into(),
+                    keys: "/t/bindings/a".into(),
+                    why: "etcdserver: permission denied".into(),
+                }),
+                403,
+            ),
+            (
+                EngineError::Store(StoreError::AuthFailed {
+                    store: "etcd".into(),
+                    user: "\"host-b\"".into(),
+                    why: "etcdserver: authentication failed".into(),
+                }),
+                403,
+            ),
+            (
+                EngineError::Store(StoreError::TooLarge {
+                    store: "etcd".into(),
+                    why: "etcdserver: request is too large".into(),
+                }),
+                413,
+            ),
         ];
         for (e, status) in cases {
             assert_eq!(e.http_status().as_u16(), status, "{e:?}");

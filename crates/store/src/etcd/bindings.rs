@@ -22,8 +22,24 @@ use etcd_client::{Compare, CompareOp, DeleteOptions, Txn, TxnOp};
 use super::auth::Meta;
 use super::mirror::Update;
 use super::write::{Guarded, Written};
-use super::{lock, EtcdStore, BINDINGS_PER_TXN};
+use super::{lock, EtcdStore};
 use crate::{BindingRecord, StoreError, StoreEvent, StoredBinding, Upsert};
+
+/// The most bytes of one transaction of a save of many bindings (its keys and values, and
+/// [`OP_BYTES`] per operation and compare): below etcd's default `--max-request-bytes` (1.5 MiB)
+/// with room for the rest of the request (the write's markers, gRPC framing).
+pub(crate) const TXN_BYTES: usize = 1024 * 1024;
+/// The most operations, and compares, of one such transaction: etcd's default `--max-txn-ops` is
+/// 128 each, and the write's markers add one operation and two compares.
+pub(crate) const TXN_OPS: usize = 120;
+/// What one operation or compare adds to a request beside its key and value (its protobuf
+/// framing, revisions, lease), rounded up.
+const OP_BYTES: usize = 32;
+
+/// The request bytes of a compare or operation on `key` with `value_len` bytes of value.
+fn op_bytes(key: &str, value_len: usize) -> usize {
+    key.len() + value_len + OP_BYTES
+}
 
 /// The next version of a binding whose current version is `previous`, at clock reading `now`.
 pub(crate) fn next_version(now: i64, previous: i64) -> i64 {
@@ -32,6 +48,10 @@ pub(crate) fn next_version(now: i64, previous: i64) -> i64 {
 
 /// One chunk of an upsert, ready to send.
 struct Chunk {
+    /// How many entries of the list it covers (unchanged ones included).
+    taken: usize,
+    /// Its request bytes as [`op_bytes`] counts them.
+    bytes: usize,
     compares: Vec<Compare>,
     ops: Vec<TxnOp>,
     written: Vec<StoredBinding>,
@@ -77,7 +97,7 @@ impl EtcdStore {
                     self.shared.opts.op_timeout
                 ))
             })?
-            .map_err(|e| self.unavailable(e.to_string()))?;
+            .map_err(|e| self.refusal_error("the session's member", &e, key))?;
         Ok(r.kvs().first().map(|kv| kv.value().to_vec()))
     }
 
@@ -102,13 +122,16 @@ impl EtcdStore {
                 continue;
             }
             let w = self
-                .write(Guarded {
-                    compares: vec![
-                        Compare::value(claim.clone(), CompareOp::Equal, holder.as_bytes()),
-                        Compare::create_revision(k.binding(&holder), CompareOp::Equal, 0),
-                    ],
-                    ops: vec![TxnOp::delete(claim, None)],
-                })
+                .write_to(
+                    Guarded {
+                        compares: vec![
+                            Compare::value(claim.clone(), CompareOp::Equal, holder.as_bytes()),
+                            Compare::create_revision(k.binding(&holder), CompareOp::Equal, 0),
+                        ],
+                        ops: vec![TxnOp::delete(claim.clone(), None)],
+                    },
+                    &claim,
+                )
                 .await?;
             if matches!(w, Written::Applied(_)) {
                 tracing::info!(binding = %holder, "name claim of a binding that is gone taken back");
@@ -128,16 +151,20 @@ impl EtcdStore {
         let key = self.shared.keys.binding(&b.name);
         let first = Meta::default().next();
         let value = self.binding_value(&sb, first, lock(&self.shared.mirror).require);
+        let written = format!("{key}, {}", self.shared.keys.name_claim(&b.name));
         for _ in 0..2 {
             let (guard, put) = self.claim_name(&b.name);
             let w = self
-                .write(Guarded {
-                    compares: vec![
-                        Compare::create_revision(key.clone(), CompareOp::Equal, 0),
-                        guard,
-                    ],
-                    ops: vec![TxnOp::put(key.clone(), value.clone(), None), put],
-                })
+                .write_to(
+                    Guarded {
+                        compares: vec![
+                            Compare::create_revision(key.clone(), CompareOp::Equal, 0),
+                            guard,
+                        ],
+                        ops: vec![TxnOp::put(key.clone(), value.clone(), None), put],
+                    },
+                    &written,
+                )
                 .await?;
             if let Written::Applied(rev) = w {
                 return self
@@ -160,13 +187,17 @@ impl EtcdStore {
         Err(StoreError::Duplicate(b.name.clone()))
     }
 
-    /// One chunk's transaction, from the mirror.
+    /// The transaction of the next chunk of `list` (from its start), from the mirror: as many
+    /// entries as fit in `budget` bytes and [`TXN_OPS`] operations, at least one.
     fn chunk(
         &self,
         list: &[(BindingRecord, Option<BindingRecord>)],
         now: i64,
+        budget: usize,
     ) -> Result<Chunk, StoreError> {
         let mut c = Chunk {
+            taken: 0,
+            bytes: 0,
             compares: Vec::new(),
             ops: Vec::new(),
             written: Vec::new(),
@@ -187,50 +218,77 @@ impl EtcdStore {
             }
             let rev = m.rev_of(&key);
             let mut meta = m.meta_of(&key).next();
-            let sb = match existing {
+            let (sb, upsert) = match existing {
                 Some(old) if old.binding == *b => {
                     c.out.push(Upsert::Unchanged);
+                    c.taken += 1;
                     continue;
                 }
-                Some(old) => {
-                    c.compares
-                        .push(Compare::mod_revision(key.clone(), CompareOp::Equal, rev));
-                    c.out.push(Upsert::Updated);
+                Some(old) => (
                     StoredBinding {
                         binding: b.clone(),
                         created_at_ms: old.created_at_ms,
                         updated_at_ms: next_version(now, old.updated_at_ms),
-                    }
-                }
+                    },
+                    Upsert::Updated,
+                ),
                 None => {
+                    meta = Meta::default().next();
+                    (
+                        StoredBinding {
+                            binding: b.clone(),
+                            created_at_ms: now,
+                            updated_at_ms: now,
+                        },
+                        Upsert::Created,
+                    )
+                }
+            };
+            let value = self.binding_value(&sb, meta, m.require);
+            // A new binding: its key and its name claim (compare and put each); an update: the
+            // key's compare and put.
+            let claim = self.shared.keys.name_claim(&b.name);
+            let (bytes, ops) = match upsert {
+                Upsert::Created => (
+                    2 * op_bytes(&key, 0)
+                        + op_bytes(&claim, 0)
+                        + op_bytes(&claim, b.name.len())
+                        + value.len(),
+                    2,
+                ),
+                _ => (2 * op_bytes(&key, 0) + value.len(), 1),
+            };
+            if !c.written.is_empty() && (c.bytes + bytes > budget || c.ops.len() + ops > TXN_OPS) {
+                // The next chunk's first.
+                break;
+            }
+            match upsert {
+                Upsert::Created => {
                     c.compares
                         .push(Compare::create_revision(key.clone(), CompareOp::Equal, 0));
                     let (guard, put) = self.claim_name(&b.name);
                     c.compares.push(guard);
                     c.ops.push(put);
                     c.created.push(b.name.clone());
-                    c.out.push(Upsert::Created);
-                    meta = Meta::default().next();
-                    StoredBinding {
-                        binding: b.clone(),
-                        created_at_ms: now,
-                        updated_at_ms: now,
-                    }
                 }
-            };
-            c.ops.push(TxnOp::put(
-                key,
-                self.binding_value(&sb, meta, m.require),
-                None,
-            ));
+                _ => c
+                    .compares
+                    .push(Compare::mod_revision(key.clone(), CompareOp::Equal, rev)),
+            }
+            c.out.push(upsert);
+            c.ops.push(TxnOp::put(key, value, None));
+            c.bytes += bytes;
+            c.taken += 1;
             c.written.push(sb);
             c.metas.push(meta);
         }
         Ok(c)
     }
 
-    /// A save of many bindings, in transactions of [`BINDINGS_PER_TXN`]. Each transaction is
-    /// all-or-nothing, the save is not: when one fails after others were committed (a request too
+    /// A save of many bindings, in transactions sized by bytes ([`TXN_BYTES`]) and operations
+    /// ([`TXN_OPS`]); one that etcd still refuses as too large (members with a smaller
+    /// `--max-request-bytes`) is sent again as two of half its size, down to one binding. Each
+    /// transaction is all-or-nothing, the save is not: when one fails after others were committed (a request too
     /// large for etcd, a concurrent change, a timeout), the committed bindings are on every host,
     /// and on this one too: they are in the mirror and announced as [`StoreEvent::Binding`], so
     /// that the engine, which takes the failed save as a whole as not done, picks them up like a
@@ -271,6 +329,21 @@ impl EtcdStore {
                 why: format!("{why}{note}"),
             },
             StoreError::Conflict(names) => StoreError::Conflict(format!("{names}{note}")),
+            StoreError::TooLarge { store, why } => StoreError::TooLarge {
+                store,
+                why: format!("{why}{note}"),
+            },
+            StoreError::PermissionDenied {
+                store,
+                user,
+                keys,
+                why,
+            } => StoreError::PermissionDenied {
+                store,
+                user,
+                keys,
+                why: format!("{why}{note}"),
+            },
             other => other,
         }
     }
@@ -282,19 +355,36 @@ impl EtcdStore {
     ) -> Result<Vec<Upsert>, StoreError> {
         let now = self.now();
         let mut out = Vec::with_capacity(list.len());
-        for part in list.chunks(BINDINGS_PER_TXN) {
+        let mut budget = TXN_BYTES;
+        let mut start = 0;
+        while start < list.len() {
             let mut retried = false;
             let (rev, c) = loop {
-                let c = self.chunk(part, now)?;
+                let c = self.chunk(&list[start..], now, budget)?;
                 if c.ops.is_empty() {
                     break (None, c);
                 }
+                let names: Vec<&str> = c.written.iter().map(|s| s.binding.name.as_str()).collect();
+                let keys = format!("bindings {} and their name claims", names.join(", "));
                 let w = self
-                    .write(Guarded {
-                        compares: c.compares.clone(),
-                        ops: c.ops.clone(),
-                    })
-                    .await?;
+                    .write_to(
+                        Guarded {
+                            compares: c.compares.clone(),
+                            ops: c.ops.clone(),
+                        },
+                        &keys,
+                    )
+                    .await;
+                let w = match w {
+                    Err(StoreError::TooLarge { .. }) if c.written.len() > 1 => {
+                        // Members that take less than this request: half of it, and so on
+                        // for the rest of this save.
+                        budget = (c.bytes / 2).max(1);
+                        tracing::info!(store = %self.shared.location, bindings = c.written.len(), bytes = c.bytes, "a save's transaction was refused as too large: sent again in halves");
+                        continue;
+                    }
+                    w => w?,
+                };
                 match w {
                     Written::Applied(rev) => break (Some(rev), c),
                     Written::Refused(_) => {
@@ -315,6 +405,7 @@ impl EtcdStore {
                 }
             };
             out.extend(c.out);
+            start += c.taken.max(1);
             if let Some(rev) = rev {
                 saved.extend(c.written.iter().map(|sb| sb.binding.name.clone()));
                 self.apply_own(
@@ -338,25 +429,31 @@ impl EtcdStore {
     pub(crate) async fn remove(&self, name: &str) -> Result<bool, StoreError> {
         let k = &self.shared.keys;
         let bkey = k.binding(name);
+        let written = format!(
+            "binding {bkey} with its name claim, target set, resolver claim, outcomes and step-out markers"
+        );
         let w = self
-            .write(Guarded {
-                compares: vec![Compare::create_revision(
-                    bkey.clone(),
-                    CompareOp::Greater,
-                    0,
-                )],
-                ops: vec![
-                    TxnOp::delete(bkey, None),
-                    TxnOp::delete(k.targets(name), None),
-                    TxnOp::delete(k.resolver(name), None),
-                    TxnOp::delete(
-                        k.outcomes_of(name),
-                        Some(DeleteOptions::new().with_prefix()),
-                    ),
-                    TxnOp::delete(k.unable_of(name), Some(DeleteOptions::new().with_prefix())),
-                    self.release_name(name),
-                ],
-            })
+            .write_to(
+                Guarded {
+                    compares: vec![Compare::create_revision(
+                        bkey.clone(),
+                        CompareOp::Greater,
+                        0,
+                    )],
+                    ops: vec![
+                        TxnOp::delete(bkey, None),
+                        TxnOp::delete(k.targets(name), None),
+                        TxnOp::delete(k.resolver(name), None),
+                        TxnOp::delete(
+                            k.outcomes_of(name),
+                            Some(DeleteOptions::new().with_prefix()),
+                        ),
+                        TxnOp::delete(k.unable_of(name), Some(DeleteOptions::new().with_prefix())),
+                        self.release_name(name),
+                    ],
+                },
+                &written,
+            )
             .await?;
         let (rev, removed) = match w {
             Written::Applied(rev) => (rev, true),

@@ -1,6 +1,14 @@
-//! This host's session lease and host id: the keep-alive task that renews the lease on its own
-//! (a long mirror sync or a slow SQLite write never delays it), and the check that no running
-//! daemon holds this host id before a session takes it.
+//! This host's session lease and host id: the keep-alive that renews the lease on its own, and
+//! the check that no running daemon holds this host id before a session takes it.
+//!
+//! The keep-alive runs on a thread of its own, with its own single-threaded runtime and its own
+//! connection to the session's member ([`KeepAlive::start`]), not as a task of the daemon's
+//! runtime: a slow SQLite write of the mirror holds the mirror's lock, and every task that reads
+//! the store meanwhile (the engine's, the store's own) blocks a worker thread of the runtime on
+//! it; with every worker blocked, a keep-alive task (and the connection tasks its requests need)
+//! would not run, and the lease would expire during a sync longer than its TTL, taking the
+//! host's heartbeat and resolver claims with it (`etcd_txn.rs`,
+//! `a_sync_longer_than_the_lease_ttl_keeps_the_lease_and_the_claims`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,12 +27,69 @@ pub(super) enum LeaseEnd {
     Failed(String),
 }
 
-/// The keep-alive task of a session (aborted with the session).
-pub(super) struct KeepAlive(pub(super) tokio::task::JoinHandle<LeaseEnd>);
+/// The keep-alive of a session: how it ended (`.0`), and its thread's stop signal (dropped with
+/// the session: the thread ends, and its connection with it).
+pub(super) struct KeepAlive(
+    pub(super) tokio::sync::oneshot::Receiver<LeaseEnd>,
+    #[allow(dead_code)] tokio::sync::oneshot::Sender<()>,
+);
 
-impl Drop for KeepAlive {
-    fn drop(&mut self) {
-        self.0.abort();
+impl KeepAlive {
+    /// Starts the keep-alive of `lease` on a thread of its own (see the module docs), connected
+    /// to `endpoint` with `opts`, renewing every `period`.
+    pub(super) fn start(
+        opts: etcd_client::ConnectOptions,
+        endpoint: &str,
+        lease: i64,
+        period: Duration,
+        lease_ttl: Duration,
+        op_timeout: Duration,
+    ) -> Result<KeepAlive, String> {
+        let (end_tx, end_rx) = tokio::sync::oneshot::channel();
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let endpoint = endpoint.to_string();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| format!("lease keep-alive runtime: {e}"))?;
+        std::thread::Builder::new()
+            .name("etcd-lease".into())
+            .spawn(move || {
+                rt.block_on(async move {
+                    let run = async {
+                        let mut client =
+                            match timeout(op_timeout, Client::connect([&endpoint], Some(opts)))
+                                .await
+                            {
+                                Ok(Ok(c)) => c,
+                                Ok(Err(e)) => {
+                                    return LeaseEnd::Failed(format!("lease keep-alive: {e}"))
+                                }
+                                Err(_) => {
+                                    return LeaseEnd::Failed(format!(
+                                        "lease keep-alive: no connection within {op_timeout:?}"
+                                    ))
+                                }
+                            };
+                        match timeout(op_timeout, client.lease_keep_alive(lease)).await {
+                            Ok(Ok((keeper, ka))) => {
+                                keep_lease_alive(keeper, ka, period, lease_ttl, op_timeout).await
+                            }
+                            Ok(Err(e)) => LeaseEnd::Failed(format!("lease keep-alive: {e}")),
+                            Err(_) => LeaseEnd::Failed(format!(
+                                "lease keep-alive: no answer within {op_timeout:?}"
+                            )),
+                        }
+                    };
+                    tokio::select! {
+                        end = run => { let _ = end_tx.send(end); }
+                        // The session ended.
+                        _ = stop_rx => {}
+                    }
+                });
+            })
+            .map_err(|e| format!("lease keep-alive thread: {e}"))?;
+        Ok(KeepAlive(end_rx, stop_tx))
     }
 }
 

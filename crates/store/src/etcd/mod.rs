@@ -26,6 +26,7 @@ pub mod keys;
 mod lease;
 mod mirror;
 mod outcomes;
+mod refusal;
 mod reseal;
 mod session;
 mod write;
@@ -60,10 +61,6 @@ pub const DEFAULT_OP_TIMEOUT: Duration = Duration::from_secs(5);
 /// Outcomes per etcd transaction of this host's outcome flush (etcd's default `--max-txn-ops`,
 /// 128, bounds the compares and the operations of one transaction each).
 pub const TXN_CHUNK: usize = 100;
-/// Bindings per etcd transaction in `upsert_bindings`: a new binding takes two operations and
-/// two compares (its key and its name claim), and the write's markers one and two more, so 60
-/// stay within etcd's default `--max-txn-ops` of 128.
-pub const BINDINGS_PER_TXN: usize = 60;
 
 /// TLS of the etcd client: PEM files.
 #[derive(Debug, Clone, Default)]

@@ -18,7 +18,7 @@ use tokio::time::{timeout, Instant};
 
 use super::auth::Meta;
 use super::keys::HostBeat;
-use super::lease::{host_id_free, keep_lease_alive, KeepAlive, LeaseEnd};
+use super::lease::{host_id_free, KeepAlive, LeaseEnd};
 use super::mirror::Update;
 use super::{lock, Shared};
 use crate::{now_ms, StoreEvent};
@@ -199,17 +199,18 @@ async fn session_inner(
             .id(),
     };
     *lease_slot = Some(lease);
-    let (keeper, ka) = bounded(shared, "lease keep-alive", client.lease_keep_alive(lease)).await?;
-    // The lease is kept alive on its own task from here on: a long mirror sync, a slow SQLite
-    // write or a flush does not delay it (the session's claims and heartbeat live with it).
+    // The lease is kept alive from here on by a thread of its own with its own connection
+    // (`lease.rs`): a long mirror sync, a slow SQLite write blocking the runtime's workers, or a
+    // flush does not delay it (the session's claims and heartbeat live with it).
     let period = Duration::from_millis((ttl as u64 * 1000) / 3);
-    let mut keep_alive = KeepAlive(tokio::spawn(keep_lease_alive(
-        keeper,
-        ka,
+    let mut keep_alive = KeepAlive::start(
+        connect_options(shared)?,
+        endpoint,
+        lease,
         period,
         o.lease_ttl,
         o.op_timeout,
-    )));
+    )?;
     let beat = serde_json::to_vec(&HostBeat {
         started_ms,
         can: Some(super::keys::Can {

@@ -40,6 +40,7 @@ use etcd_client::{Client, Compare, CompareOp, PutOptions, Txn, TxnOp, TxnOpRespo
 use tonic::Code;
 
 use super::keys::Keys;
+use super::refusal::{refusal, Refusal};
 use super::{lock, session, Conn, EtcdStore};
 use crate::StoreError;
 
@@ -177,8 +178,16 @@ pub(crate) fn marker_ttl(op_timeout: Duration) -> Duration {
 
 impl EtcdStore {
     /// One write: to the session's member, then to the next members while they do not answer,
-    /// within the operation timeout. See the module docs.
+    /// within the operation timeout. See the module docs. A refusal names the prefix; see
+    /// [`EtcdStore::write_to`].
     pub(crate) async fn write(&self, g: Guarded) -> Result<Written, StoreError> {
+        let keys = format!("keys under {}", self.shared.keys.prefix);
+        self.write_to(g, &keys).await
+    }
+
+    /// [`EtcdStore::write`] of a write whose keys `keys` describes (for the error when etcd
+    /// refuses this host's user: [`StoreError::PermissionDenied`]).
+    pub(crate) async fn write_to(&self, g: Guarded, keys: &str) -> Result<Written, StoreError> {
         let shared = &self.shared;
         let timeout = shared.opts.op_timeout;
         let deadline = Instant::now() + timeout;
@@ -245,7 +254,16 @@ impl EtcdStore {
                             // lease (this one may be what etcd did not find).
                             *lock(&shared.marker_lease) = None;
                         }
-                        return Err(self.unavailable(format!("{endpoint}: {e}")));
+                        if refusal(&e) == Refusal::Auth && !on_session {
+                            // A spare's token may be what etcd no longer knows: the next write
+                            // connects (and authenticates) again.
+                            lock(&shared.spares)[i] = None;
+                        }
+                        let keys = format!(
+                            "{keys} (and this host's write markers under {})",
+                            shared.keys.write_marker(&shared.opts.host_id, "")
+                        );
+                        return Err(self.refusal_error(endpoint, &e, &keys));
                     }
                     Err(_) => {
                         all_refused = false;
@@ -289,11 +307,11 @@ impl EtcdStore {
         if c.client.is_some() || c.moving {
             return Ok(());
         }
-        Err(self.unavailable(
-            c.last_error
-                .clone()
-                .unwrap_or_else(|| "not connected".into()),
-        ))
+        let why = c
+            .last_error
+            .clone()
+            .unwrap_or_else(|| "not connected".into());
+        Err(self.not_connected(why))
     }
 
     /// A client for member `i` other than the session's (kept until it fails or the session is
