@@ -201,6 +201,8 @@ pub(crate) struct Shared {
     /// The bindings this host stepped out of (name → why), so that a session on a new lease
     /// puts their markers again: a marker lives with its session's lease (`claims.rs`).
     pub stood_aside: Mutex<std::collections::BTreeMap<String, String>>,
+    /// Events the session's watch delivered since the store opened (every kind of key).
+    pub watched: std::sync::atomic::AtomicU64,
 }
 
 pub(crate) use crate::lock;
@@ -299,6 +301,7 @@ impl EtcdStore {
             marker_lease: Mutex::new(None),
             seen: Mutex::new(None),
             stood_aside: Mutex::new(Default::default()),
+            watched: Default::default(),
             location,
             keys,
             secrets,
@@ -347,6 +350,14 @@ impl EtcdStore {
     /// host id under this prefix (the daemon must not start). `None` otherwise.
     pub fn refused(&self) -> Option<String> {
         lock(&self.shared.conn).fatal.clone()
+    }
+
+    /// Events the session's watch delivered since the store opened: the watch traffic this host
+    /// receives (`docs/fleet.md`, "Benchmark under churn").
+    pub fn watch_events(&self) -> u64 {
+        self.shared
+            .watched
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     pub(crate) fn unavailable(&self, why: impl Into<String>) -> StoreError {

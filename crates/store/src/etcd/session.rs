@@ -395,6 +395,7 @@ async fn session_inner(
                 if resp.canceled() {
                     return Err(format!("watch canceled (compacted at {}): {}", resp.compact_revision(), resp.cancel_reason()));
                 }
+                shared.watched.fetch_add(resp.events().len() as u64, std::sync::atomic::Ordering::Relaxed);
                 if let Some(h) = resp.header() {
                     if let Some((_, max)) = lock(&shared.seen).as_mut() {
                         *max = (*max).max(h.revision());
