@@ -226,7 +226,7 @@ impl Mirror {
                             puts.push(sb)
                         }
                         None => {
-                            self.forget_binding(&name);
+                            self.forget_binding(&name, keys, rev);
                             decoded.remove(&name);
                             removes.push(name);
                         }
@@ -284,7 +284,7 @@ impl Mirror {
                         Kind::Binding(name) => match value {
                             None => {
                                 self.meta.remove(&skey);
-                                self.forget_binding(&name);
+                                self.forget_binding(&name, keys, rev);
                                 decoded.remove(&name);
                                 removes.push(name);
                             }
@@ -398,13 +398,20 @@ impl Mirror {
         self.republish.clear();
     }
 
-    fn forget_binding(&mut self, name: &str) {
+    /// Forgets what the mirror holds of binding `name`, removed at `rev`. A target set or claim
+    /// of a later revision stays: the watch's two ranges (`sync.rs`) may deliver the set of a
+    /// binding created again before the removal of the one before it.
+    fn forget_binding(&mut self, name: &str, keys: &Keys, rev: i64) {
         self.needs.remove(name);
         self.unreadable.remove(name);
         self.decoded_rev.remove(name);
         self.unable.remove(name);
-        self.targets.remove(name);
-        self.resolvers.remove(name);
+        if self.rev_of(&keys.targets(name)) <= rev {
+            self.targets.remove(name);
+        }
+        if self.rev_of(&keys.resolver(name)) <= rev {
+            self.resolvers.remove(name);
+        }
         self.outcomes.remove(name);
         self.unclaimed_since.remove(name);
         self.rewrite.remove(name);
