@@ -31,6 +31,7 @@ mod outcomes;
 mod reseal;
 mod session;
 mod sync;
+mod value;
 mod write;
 
 use std::collections::HashMap;
