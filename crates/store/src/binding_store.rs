@@ -310,6 +310,13 @@ pub trait BindingStore: Send + Sync + fmt::Debug {
     /// Every host's state for `name` (local read). SQLite: this host only.
     fn fleet_view(&self, name: &str) -> FleetView;
 
+    /// Reads the fleet's host outcomes from the store now (of binding `name`, or of every
+    /// binding), for the next `fleet_view` and `fleet_hosts` (etcd: a host does not watch the
+    /// others' outcomes, so its copy of them is as fresh as its last read; reads of every binding
+    /// are at most one a second, concurrent callers share one; errors keep the last copy).
+    /// Called where people ask: the API, the UI, the metrics. SQLite: nothing (this host only).
+    async fn refresh_fleet(&self, _name: Option<&str>) {}
+
     /// Every host the store knows of (local read): the live ones (heartbeat) and those that left
     /// an outcome, by host id. SQLite: this host alone.
     fn fleet_hosts(&self) -> Vec<FleetMember> {

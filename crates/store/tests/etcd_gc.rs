@@ -69,8 +69,12 @@ fn outcome() -> HostOutcome {
     }
 }
 
-/// `(host, alive)` of every host in `viewer`'s fleet view of `name`.
+/// `(host, alive)` of every host in `viewer`'s fleet view of `name`, the outcomes read from etcd
+/// now (a host does not watch them: `refresh_fleet`, as the API and the UI do).
 fn view(viewer: &EtcdStore, name: &str) -> Vec<(String, bool)> {
+    tokio::task::block_in_place(|| {
+        tokio::runtime::Handle::current().block_on(viewer.refresh_fleet(Some(name)))
+    });
     viewer
         .fleet_view(name)
         .hosts

@@ -387,8 +387,7 @@ async fn an_outcome_too_large_for_etcd_is_cut_and_does_not_end_the_session() {
         .await
         .unwrap();
     let a_on_b = |name: &str| {
-        b.store
-            .fleet_view(name)
+        fleet_view_now(&b.store, name)
             .hosts
             .into_iter()
             .find(|h| h.outcome.host == "host-a")
@@ -476,4 +475,13 @@ async fn after_etcd_is_restored_from_a_backup_the_hosts_follow_it() {
         || service_on(&a, "api").as_deref() == Some("web-after"),
     )
     .await;
+}
+
+/// `store`'s fleet view of `name` with the outcomes read from etcd now (hosts do not watch them:
+/// `refresh_fleet` first, as the API and the UI do). In a multi-threaded runtime.
+fn fleet_view_now(store: &tributary_store::EtcdStore, name: &str) -> tributary_store::FleetView {
+    tokio::task::block_in_place(|| {
+        tokio::runtime::Handle::current().block_on(store.refresh_fleet(Some(name)))
+    });
+    store.fleet_view(name)
 }

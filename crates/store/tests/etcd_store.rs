@@ -209,7 +209,7 @@ async fn a_binding_written_on_one_host_reaches_the_others_and_secrets_never_reac
     until(
         Duration::from_secs(5),
         "both outcomes in A's fleet view",
-        || a.store.fleet_view("api").hosts.len() == 2,
+        || fleet_view_now(&a.store, "api").hosts.len() == 2,
     )
     .await;
     let other = if std::ptr::eq(resolver, &a) { &b } else { &a };
@@ -584,8 +584,7 @@ async fn losing_etcd_keeps_the_mirror_fails_writes_clearly_and_catches_up() {
         )
         .await;
     until(Duration::from_secs(10), "A's outcome on B", || {
-        b.store
-            .fleet_view("api")
+        fleet_view_now(&b.store, "api")
             .hosts
             .iter()
             .any(|h| h.outcome.host == "host-a" && h.outcome.state == HostState::Applied && h.alive)
@@ -727,4 +726,13 @@ async fn a_host_syncs_a_prefix_larger_than_one_grpc_message() {
             .unwrap_or_else(|| panic!("{n}: no set on the late host"));
         assert_eq!(set.targets.len(), TARGETS, "{n}: the whole set");
     }
+}
+
+/// `store`'s fleet view of `name` with the outcomes read from etcd now (hosts do not watch them:
+/// `refresh_fleet` first, as the API and the UI do). In a multi-threaded runtime.
+fn fleet_view_now(store: &tributary_store::EtcdStore, name: &str) -> tributary_store::FleetView {
+    tokio::task::block_in_place(|| {
+        tokio::runtime::Handle::current().block_on(store.refresh_fleet(Some(name)))
+    });
+    store.fleet_view(name)
 }

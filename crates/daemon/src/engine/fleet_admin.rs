@@ -24,6 +24,13 @@ pub(crate) fn binding_fleet(
 }
 
 impl Engine {
+    /// Reads the hosts' outcomes from the store now (of `name`, or of every binding) for the
+    /// fleet views that follow: a host does not watch the others' outcomes (`docs/fleet.md`,
+    /// "What a host watches"). Called where people ask (the API, the UI, the metrics).
+    pub async fn refresh_fleet(&self, name: Option<&str>) {
+        self.inner.store.refresh_fleet(name).await;
+    }
+
     /// Every host the store knows of with the bindings it is behind, and every binding's set age
     /// and resolver (local reads only).
     pub fn fleet_hosts(&self) -> FleetHosts {

@@ -5,10 +5,12 @@
 //! - `forget_host` (`BindingStore::forget_host`, the `fleet forget-host` command) deletes all of
 //!   it at once, guarded by the host's heartbeat not existing: a host that is alive (its daemon
 //!   keeps its heartbeat's lease) is refused, unless forced (its session lease is revoked first).
-//! - [`run`], one task per store: every host removes the outcomes of a host whose heartbeat it has
-//!   not seen for [`EtcdOptions::forget_gone_hosts_after`] (counted from when this process first
-//!   saw the host gone, or started), through the same guarded deletion. Every host may do it; the
-//!   guard makes a late or repeated deletion change nothing.
+//! - [`run`], one task per store: the live host that rendezvous hashing picks among the heartbeats
+//!   (one for the fleet; another when it goes) reads every outcome (`fleet_read.rs`: hosts do not
+//!   watch them) and removes the outcomes of a host whose heartbeat it has not seen for
+//!   [`EtcdOptions::forget_gone_hosts_after`] (counted from when that process first saw the host
+//!   gone while collecting), through the same guarded deletion. The guard makes a late or
+//!   repeated deletion (two hosts collecting for a moment) change nothing.
 //!
 //! [`EtcdOptions::forget_gone_hosts_after`]: super::EtcdOptions::forget_gone_hosts_after
 
@@ -184,6 +186,15 @@ pub(crate) async fn run(shared: Arc<Shared>) {
         tokio::time::sleep(period(after)).await;
         // Heartbeats are known only once the mirror is synced with etcd.
         if lock(&shared.conn).client.is_none() {
+            continue;
+        }
+        // One live host collects (rendezvous over the heartbeats): it reads every outcome.
+        if !lock(&shared.mirror).collects(&shared.opts.host_id) {
+            gone_since.clear();
+            continue;
+        }
+        if let Err(e) = super::fleet_read::read_outcomes(&shared, None, true).await {
+            tracing::debug!(store = %shared.location, error = %e, "reading the hosts' outcomes for the garbage collection failed; tried again later");
             continue;
         }
         let gone = lock(&shared.mirror).gone_hosts();

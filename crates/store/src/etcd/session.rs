@@ -1,39 +1,36 @@
-//! The session task: connect, read the prefix into the mirror, keep this host's lease and
-//! heartbeat alive (the lease on a task of its own, `lease.rs`, so a long sync never delays it), follow the
-//! watch, write pending host outcomes. Any failure ends the session:
+//! The session task: connect, read what this host needs of the prefix into the mirror and watch it
+//! (`sync.rs`: bindings, heartbeats, claims, target sets, `unable` markers, not the other hosts'
+//! outcomes nor the writes' markers), keep this host's lease and heartbeat alive (the lease on a
+//! task of its own, `lease.rs`, so a long sync never delays it), write pending host outcomes (at
+//! most one flush per [`FLUSH_GAP`]). Any failure ends the session:
 //! the store says unreachable (the mirror stays as it was) and the task reconnects with a
 //! back-off, reusing its lease when it is still alive (claims survive a short outage). From the
 //! loss of a connected member until the next member is connected, or every member failed once,
 //! the store is *moving* (`Conn::moving`): writes try the members themselves (`write.rs`).
 
-use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{
-    Certificate, Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, Identity,
-    PutOptions, TlsOptions, Txn, TxnOp, TxnOpResponse, WatchOptions,
+    Certificate, Client, Compare, CompareOp, ConnectOptions, Identity, PutOptions, TlsOptions, Txn,
+    TxnOp, TxnOpResponse,
 };
 use tokio::time::{timeout, Instant};
 
-use super::auth::Meta;
 use super::keys::HostBeat;
 use super::lease::{host_id_free, KeepAlive, LeaseEnd};
-use super::mirror::Update;
+use super::sync::{apply_and_emit, read_watched, updates_of, watch_ranges, went_back};
 use super::{lock, Shared};
 use crate::{now_ms, StoreEvent};
 
-/// Most keys in one page of the prefix read.
-const PAGE: i64 = 1000;
-/// Bytes (keys and values) one page of the prefix read aims at: the next page's key count is
-/// sized from the bytes per key seen so far, so a prefix of large values (target sets of
-/// 60 tagged servers are ≈ 8 KiB each) is read in pages that stay far below [`MAX_MESSAGE`].
-const PAGE_BYTES: usize = 2 << 20;
 /// Largest message this client takes from etcd, raised on purpose from tonic's 4 MiB: one key
 /// holds at most etcd's request limit (`--max-request-bytes`, 1.5 MiB by default) and a watch
 /// response carries every event of one transaction. A page that is still refused as too large
 /// (`OutOfRange`) is asked again with a quarter of its keys.
 pub(crate) const MAX_MESSAGE: usize = 64 << 20;
+/// The least time between two writes of this host's pending outcomes: the outcomes of a change
+/// applied to many bindings go in one flush (transactions of [`super::TXN_CHUNK`]).
+const FLUSH_GAP: Duration = Duration::from_millis(500);
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
 /// HTTP/2 keep-alive pings to the member: etcd refuses a client that pings more often than its
 /// `--grpc-keepalive-min-time` (5 s by default) with `too_many_pings` and closes the connection.
@@ -127,13 +124,6 @@ pub(crate) fn connect_options(shared: &Shared) -> Result<ConnectOptions, String>
         opts = opts.with_tls(t);
     }
     Ok(opts)
-}
-
-/// The key count of the next page of the prefix read, from the bytes per key of this one.
-fn next_page(kvs: &[etcd_client::KeyValue]) -> i64 {
-    let bytes: usize = kvs.iter().map(|kv| kv.key().len() + kv.value().len()).sum();
-    let per_key = (bytes / kvs.len().max(1)).max(1);
-    ((PAGE_BYTES / per_key) as i64).clamp(1, PAGE)
 }
 
 pub(crate) async fn bounded<T, E: std::fmt::Display>(
@@ -284,57 +274,8 @@ async fn session_inner(
         bounded(shared, "step-out marker", client.txn(txn)).await?;
     }
 
-    // The whole prefix at one revision, in pages.
-    let prefix = keys.prefix.clone();
-    let end = range_end(prefix.as_bytes());
-    let mut from = prefix.as_bytes().to_vec();
-    let mut snapshot = 0i64;
-    let mut cluster_id = 0u64;
-    let mut updates = Vec::new();
-    let mut seen = HashSet::new();
-    let mut kv = client.kv_client().max_decoding_message_size(MAX_MESSAGE);
-    let mut page = PAGE;
-    loop {
-        let mut g = GetOptions::new().with_range(end.clone()).with_limit(page);
-        if snapshot > 0 {
-            g = g.with_revision(snapshot);
-        }
-        let r = match timeout(o.op_timeout, kv.get(from.clone(), Some(g))).await {
-            Ok(Err(etcd_client::Error::GRpcStatus(e)))
-                if e.code() == tonic::Code::OutOfRange && page > 1 =>
-            {
-                page = (page / 4).max(1);
-                continue;
-            }
-            Ok(r) => r.map_err(|e| format!("read prefix: {e}"))?,
-            Err(_) => return Err(format!("read prefix: no answer within {:?}", o.op_timeout)),
-        };
-        page = next_page(r.kvs());
-        if snapshot == 0 {
-            snapshot = r.header().map_or(0, |h| h.revision());
-            cluster_id = r.header().map_or(0, |h| h.cluster_id());
-        }
-        for kv in r.kvs() {
-            seen.insert(String::from_utf8_lossy(kv.key()).into_owned());
-            updates.push(Update::Raw {
-                key: kv.key().to_vec(),
-                rev: kv.mod_revision(),
-                lease: kv.lease(),
-                value: Some(kv.value().to_vec()),
-                meta: Meta {
-                    create_rev: kv.create_revision(),
-                    version: kv.version(),
-                },
-            });
-        }
-        match r.kvs().last() {
-            Some(last) if r.more() => {
-                from = last.key().to_vec();
-                from.push(0);
-            }
-            _ => break,
-        }
-    }
+    // What this host needs of the prefix, at one revision (`sync.rs`).
+    let (updates, seen, snapshot, cluster_id) = read_watched(shared, &client).await?;
     let count = updates.len();
     let rebuild = went_back(shared, cluster_id, snapshot);
     apply_and_emit(shared, updates, Some((seen, snapshot, rebuild))).await?;
@@ -347,23 +288,7 @@ async fn session_inner(
         };
         *seen = Some((cluster_id, max));
     }
-    let mut watch = bounded(
-        shared,
-        "watch",
-        client
-            .watch_client()
-            .max_decoding_message_size(MAX_MESSAGE)
-            .watch(
-                prefix.clone(),
-                Some(
-                    WatchOptions::new()
-                        .with_prefix()
-                        .with_start_revision(snapshot + 1)
-                        .with_progress_notify(),
-                ),
-            ),
-    )
-    .await?;
+    let mut watch = watch_ranges(shared, &client, snapshot + 1).await?;
     {
         let mut c = lock(&shared.conn);
         c.client = Some(client.clone());
@@ -387,6 +312,9 @@ async fn session_inner(
         tracing::warn!(store = %shared.location, error = %e, "putting the fleet's integrity key failed; values without a MAC are still applied by hosts without --etcd-require-integrity");
     }
     super::outcomes::flush_pending(shared, &mut client).await?;
+    // Outcome flushes: at most one per FLUSH_GAP (the outcomes published meanwhile go together).
+    let mut next_flush = Instant::now() + FLUSH_GAP;
+    let mut flush_due = false;
 
     loop {
         tokio::select! {
@@ -396,24 +324,13 @@ async fn session_inner(
                 if resp.canceled() {
                     return Err(format!("watch canceled (compacted at {}): {}", resp.compact_revision(), resp.cancel_reason()));
                 }
+                shared.watched.fetch_add(resp.events().len() as u64, std::sync::atomic::Ordering::Relaxed);
                 if let Some(h) = resp.header() {
                     if let Some((_, max)) = lock(&shared.seen).as_mut() {
                         *max = (*max).max(h.revision());
                     }
                 }
-                let updates: Vec<Update> = resp.events().iter().filter_map(|ev| {
-                    let kv = ev.kv()?;
-                    Some(Update::Raw {
-                        key: kv.key().to_vec(),
-                        rev: kv.mod_revision(),
-                        lease: kv.lease(),
-                        value: (ev.event_type() == EventType::Put).then(|| kv.value().to_vec()),
-                        meta: Meta {
-                            create_rev: kv.create_revision(),
-                            version: kv.version(),
-                        },
-                    })
-                }).collect();
+                let updates = updates_of(&resp);
                 if !updates.is_empty() {
                     apply_and_emit(shared, updates, None).await?;
                 }
@@ -429,66 +346,12 @@ async fn session_inner(
                     Err(e) => return Err(format!("lease keep-alive task: {e}")),
                 }
             }
-            _ = shared.flush.notified() => {
+            _ = shared.flush.notified(), if !flush_due => flush_due = true,
+            _ = tokio::time::sleep_until(next_flush), if flush_due => {
+                flush_due = false;
+                next_flush = Instant::now() + FLUSH_GAP;
                 super::outcomes::flush_pending(shared, &mut client).await?;
             }
         }
     }
-}
-
-/// The first key after every key starting with `prefix`.
-fn range_end(prefix: &[u8]) -> Vec<u8> {
-    let mut end = prefix.to_vec();
-    while let Some(last) = end.pop() {
-        if last < 0xff {
-            end.push(last + 1);
-            return end;
-        }
-    }
-    vec![0]
-}
-
-/// Whether a full read at `revision` of cluster `id` finds etcd gone back: another cluster than
-/// the one this process saw, or a revision below the highest it saw (etcd restored from a
-/// backup; etcd-io/etcd#16028).
-fn went_back(shared: &Shared, id: u64, revision: i64) -> bool {
-    let Some((old_id, max)) = *lock(&shared.seen) else {
-        return false;
-    };
-    if old_id == id && revision >= max {
-        return false;
-    }
-    tracing::warn!(store = %shared.location, cluster = %format!("{id:x}"), revision, seen_cluster = %format!("{old_id:x}"), seen_revision = max, "etcd went back (restored from a backup, or another cluster): the mirror is rebuilt from what etcd holds now");
-    true
-}
-
-/// Applies watched or read changes to the mirror (on a blocking thread) and emits their events.
-/// `snapshot`: a full read (keys seen, revision, whether etcd went back): keys missing from it
-/// are removed; when etcd went back, every revision held is forgotten first.
-async fn apply_and_emit(
-    shared: &Arc<Shared>,
-    mut updates: Vec<Update>,
-    snapshot: Option<(HashSet<String>, i64, bool)>,
-) -> Result<(), String> {
-    let s = shared.clone();
-    let events = tokio::task::spawn_blocking(move || {
-        let mut m = lock(&s.mirror);
-        if let Some((seen, rev, rebuild)) = snapshot {
-            if rebuild {
-                m.forget_revisions();
-            }
-            let gone = m.missing_from(&seen, rev, &s.keys);
-            updates.extend(gone);
-        }
-        m.apply(updates, &s.keys, &s.secrets, &s.opts.host_id)
-    })
-    .await
-    .map_err(|e| format!("mirror thread: {e}"))?
-    .map_err(|e| format!("mirror: {e}"))?;
-    for e in events {
-        let _ = shared.events.send(e);
-    }
-    super::integrity::report_refusals(shared);
-    shared.reseal.notify_one();
-    Ok(())
 }

@@ -17,6 +17,8 @@ use crate::view::{
 type ApiResult<T> = Result<T, ApiError>;
 
 pub async fn list(State(s): State<AppState>) -> Json<BindingList> {
+    // The hosts' outcomes are read on demand (docs/fleet.md, "What a host watches").
+    s.engine.refresh_fleet(None).await;
     Json(BindingList {
         bindings: s.engine.list(),
     })
@@ -86,6 +88,7 @@ pub async fn show(
     State(s): State<AppState>,
     Path(name): Path<String>,
 ) -> ApiResult<Json<BindingShow>> {
+    s.engine.refresh_fleet(Some(&name)).await;
     let d = s.engine.show(&name)?;
     let live = match crate::http::live_api_of(&s.engine) {
         Some(api) => Some(live_state::read(api, &name).await),

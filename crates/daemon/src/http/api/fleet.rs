@@ -13,6 +13,8 @@ use crate::view::{FleetHosts, ForgetHostResponse};
 /// each is behind, and every binding's set age and resolver; read from this host's copy of the
 /// store.
 pub async fn hosts(State(s): State<AppState>) -> Json<FleetHosts> {
+    // The hosts' outcomes are read on demand (docs/fleet.md, "What a host watches").
+    s.engine.refresh_fleet(None).await;
     Json(s.engine.fleet_hosts())
 }
 

@@ -78,6 +78,8 @@ async fn serve(AxumState(st): AxumState<AppState>, headers: HeaderMap) -> Respon
             .iter()
             .filter_map(|v| v.to_str().ok()),
     );
+    // The fleet series count the hosts' outcomes: read on demand (docs/fleet.md).
+    st.engine.refresh_fleet(None).await;
     let bindings = st.engine.list();
     let live = match crate::http::live_api_of(&st.engine) {
         Some(api) => {

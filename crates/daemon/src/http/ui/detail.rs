@@ -208,6 +208,8 @@ pub(super) async fn detail(
     Path(name): Path<String>,
 ) -> Response {
     let live = read_live(&st, &name).await;
+    // The page shows every host's state (its Fleet card): read on demand.
+    st.engine.refresh_fleet(None).await;
     detail_page(&st, &s, &name, None, live.as_ref())
 }
 

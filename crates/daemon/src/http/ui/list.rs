@@ -25,6 +25,7 @@ pub(super) async fn list(
     Query(q): Query<ListQuery>,
 ) -> Response {
     let now = now_ms();
+    st.engine.refresh_fleet(None).await;
     let bindings = st.engine.list();
     let body = html! {
         h1 { "Bindings" }
