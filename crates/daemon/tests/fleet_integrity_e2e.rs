@@ -16,11 +16,12 @@ use serde_json::Value;
 #[test]
 fn a_forged_target_set_is_applied_by_no_host_and_every_host_reports_it() {
     let f = Fleet::start(["", "", ""]);
-    // Interval 60 s: the forged set stays in etcd for the whole test (the resolver publishes a
-    // genuine set over it at its next run).
+    // Interval 600 s: the forged set stays in etcd for the whole test (the resolver publishes a
+    // genuine set over it at its next run; at 60 s, a loaded machine's run reached that run and
+    // the hosts' `failed` turned back to `applied` before the fleet view was read).
     let out = f.hosts[0]
         .daemon
-        .binding_add("web", "count", "c", "web", &[], &["--interval", "60"]);
+        .binding_add("web", "count", "c", "web", &[], &["--interval", "600"]);
     assert_ok(&out, "binding add web");
     f.wait_served(&ALL, "web", "one");
     applied_all(&f, 0, "web");
