@@ -1,5 +1,5 @@
 // Browser tests of the Tributary web UI: Debian's chromium driven by playwright-core.
-// Started by crates/daemon/tests/browser_ui.rs, which runs nginx and `tributary serve` and passes:
+// Started by crates/daemon/tests/e2e/browser_ui.rs, which runs nginx and `tributary serve` and passes:
 // TRIBUTARY_URL, TRIBUTARY_PASSWORD, TRIBUTARY_TOKEN_FILE, CONF_DIR, NGINX_URL, ALPHA_PORT,
 // BETA_PORT, ARTIFACTS (screenshots), PROFILE_DIR (a fresh chromium profile).
 // Prints one line per test and ends with "N passed, N failed".

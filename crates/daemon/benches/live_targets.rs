@@ -21,7 +21,7 @@
 //! apply task — to the `PUT` answered by nginx) and its parts. Also: saves, changes made live,
 //! nginx reloads during the changes (0 wanted).
 
-#[path = "../tests/common/mod.rs"]
+#[path = "../tests/e2e/common/mod.rs"]
 mod common;
 
 use std::time::{Duration, Instant};

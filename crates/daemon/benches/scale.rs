@@ -24,7 +24,7 @@
 //! (files written, `nginx -t` passed, nginx reloaded), the number of nginx reloads that took,
 //! and the daemon's RSS. A naive loop would reload once per binding.
 
-#[path = "../tests/common/mod.rs"]
+#[path = "../tests/e2e/common/mod.rs"]
 mod common;
 
 use std::time::{Duration, Instant};

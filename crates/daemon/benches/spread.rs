@@ -19,7 +19,7 @@
 //! the most calls in flight at once; a per-second histogram of the first scheduled refreshes; the
 //! daemon's peak RSS (VmHWM) for each process.
 
-#[path = "../tests/common/mod.rs"]
+#[path = "../tests/e2e/common/mod.rs"]
 mod common;
 
 use std::collections::HashMap;

@@ -23,7 +23,7 @@
 //!
 //! Every server listens on 127.0.0.1 only, on a free port, and stops when dropped.
 //!
-//! `crates/daemon/tests/common/mod.rs` wraps the daemon runner (a dev-dependency: fakes does not
+//! `crates/daemon/tests/e2e/common/mod.rs` wraps the daemon runner (a dev-dependency: fakes does not
 //! depend on the daemon). The registries' fakes run on `http.rs` (a stoppable/resumable hyper server
 //! on its own runtime), Kubernetes' certificates come from `tls.rs` (rcgen). [`daemon::Daemon`] takes
 //! extra `serve` arguments and restarts on the same data dir. Fleet: `etcd_cluster.rs` runs a real

@@ -35,7 +35,7 @@
 //! headers and times, `ui/live.rs` the live state; `assets/style.css`, `assets/app.js` embedded with
 //! `include_str!`). Pages are maud `html!` templates: markup is checked at compile time and every
 //! value spliced into a page is escaped. Browser tests live in `tests/browser/` (playwright-core +
-//! Debian's chromium), run by `crates/daemon/tests/browser_ui.rs`.
+//! Debian's chromium), run by `crates/daemon/tests/e2e/browser_ui.rs`.
 //!
 //! Modules depend one way: `http` → `engine`, `view`, `resolution`, `token`, `utc`, `live_state`,
 //! `live_api`; `view` → `live_state` → `live_api`; inside it `api`, `metrics`, `ui` → `auth`, `json`

@@ -75,7 +75,7 @@ pub const STATS_JSON: &str = r#"{"generation": 7, "retiring": 0, "rebalanced": 0
   ]}"#;
 
 /// `GET <loc>/NAME` recorded from the real module (branch `stats`, nginx with 2 workers) in
-/// `server_stats_e2e` after 60 requests: a closed port (1 failed try, unavailable once), a
+/// `e2e/server_stats.rs` after 60 requests: a closed port (1 failed try, unavailable once), a
 /// backend that answered 30 × 200 and one that answered 30 × 500 after 25 ms.
 pub const RECORDED_JSON: &str = r#"{"generation": 1796400300441, "rebalanced": 0, "retiring": 0, "servers": [
     {"active": 0, "address": "127.0.0.1:33969", "backup": false, "down": false, "drain": false, "fail_timeout_ms": 10000, "fails": 1, "id": 0, "max_conns": 0, "max_fails": 1, "weight": 1,
@@ -86,7 +86,7 @@ pub const RECORDED_JSON: &str = r#"{"generation": 1796400300441, "rebalanced": 0
      "stats": {"downstart_ms": 0, "downtime": 0, "fails": 0, "header_time": 26, "received": 2460, "requests": 30, "response_time": 26, "responses": {"1xx": 0, "2xx": 0, "3xx": 0, "4xx": 0, "5xx": 30, "total": 30}, "selected_ms": 1796400301339, "sent": 1620, "unavail": 0}}
   ]}"#;
 
-/// `GET <loc>/NAME` recorded from the real module in `live_state_e2e`'s probed binding: one
+/// `GET <loc>/NAME` recorded from the real module in `e2e/live_state.rs`'s probed binding: one
 /// healthy server, one refusing connections (`health_checks` in `stats`).
 pub const RECORDED_PROBED_JSON: &str = r#"{"generation": 1796400308238, "probe": {"fails": 1, "interval_ms": 300, "mandatory": false, "owner_pid": 3896, "passes": 1, "probes": 2, "rounds": 1, "slow_start_ms": 0, "status": "200-399", "timeout_ms": 200, "type": "http", "uri": "/"}, "rebalanced": 0, "retiring": 0, "servers": [
     {"active": 0, "address": "127.0.0.1:34487", "backup": false, "down": false, "drain": false, "fail_timeout_ms": 10000, "fails": 0, "health": "healthy", "id": 0, "last_probe_ms_ago": 159, "last_status": 200, "max_conns": 0, "max_fails": 1, "probe_fails": 0, "probe_passes": 1, "weight": 1,
