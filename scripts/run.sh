@@ -6,7 +6,7 @@
 #     (18081, 18082) answering "backend one" / "backend two"
 #   - the daemon's API on 127.0.0.1:$TRIBUTARY_API_PORT (default 9180)
 #   - a demo binding `demo` on the `static` plugin pointing at the two backends
-#   - live mode (issue 11): the nginx module is loaded and its upstreams API listens on a unix socket,
+#   - live mode: the nginx module is loaded and its upstreams API listens on a unix socket,
 #     so a change of the demo's servers is applied without a reload (same worker processes)
 # Ctrl-C stops everything this script started.
 set -euo pipefail

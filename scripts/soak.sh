@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Chaos soak (issue 20): nginx with the module (2 workers, live mode), `tributary serve` with the
+# Chaos soak: nginx with the module (2 workers, live mode), `tributary serve` with the
 # `file` plugin and a registry rewritten every 100 ms, keep-alive, new-connection and long-lived
 # client traffic, while the daemon, the plugin and nginx workers are SIGKILLed at random moments
 # and nginx is reloaded now and then. Loopback only. What it asserts: docs/operations.md, "Chaos soak".

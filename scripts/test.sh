@@ -30,7 +30,7 @@ SCRIPT_SUITES=(
   scripts/test-fresh-machine.sh  # the set-up of both README commands in a fresh Debian chroot
   scripts/test-nginx-versions.sh # the module against Debian's nginx of bookworm, trixie and sid
   scripts/test-packages.sh       # the Debian packages installed, used and purged in fresh chroots
-  scripts/soak.sh                # issue 20's chaos soak, its 3-minute form (faults at random moments)
+  scripts/soak.sh                # the chaos soak, its 3-minute form (faults at random moments)
 )
 for suite in "${SCRIPT_SUITES[@]}"; do
   echo "== $suite"

@@ -1,4 +1,4 @@
-//! A binding's live settings (issue 21): the module's `probe` directive parameters, rendered in
+//! A binding's live settings: the module's `probe` directive parameters, rendered in
 //! live mode as `    probe <params>;` in the upstream block, and `drain_secs`, how long a target
 //! that left discovery is drained before it is removed (the engine's graceful removal).
 //!

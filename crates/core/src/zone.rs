@@ -1,5 +1,5 @@
 //! Live mode's deviation from the seed's render: a `zone <name> <size>;` line, so the module's
-//! `upstreams_api` can change the upstream's servers at run time (issue 11, `docs/live-api.md`).
+//! `upstreams_api` can change the upstream's servers at run time (`docs/live-api.md`).
 //!
 //! The size follows the module's measured cost (`docs/live-api.md`, "Sizing the zone"): 944
 //! bytes of zone memory per server (nginx 1.30, the largest of the versions measured), and for

@@ -1,4 +1,4 @@
-//! Fleet benchmark (issue 13): `BENCH_BINDINGS` bindings (default 1000) on `BENCH_HOSTS`
+//! Fleet benchmark: `BENCH_BINDINGS` bindings (default 1000) on `BENCH_HOSTS`
 //! simulated hosts (default 20): release `tributary serve --store etcd` daemons on a real 3-member
 //! etcd cluster, each with its own conf dir and `true` as test and reload commands (no nginx). The
 //! plugin is a shell script answering the targets of a shared file and appending one line per call

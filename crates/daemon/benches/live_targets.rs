@@ -1,4 +1,4 @@
-//! Decision → visible through the daemon for one binding of N targets, live mode (issue 20).
+//! Decision → visible through the daemon for one binding of N targets, live mode.
 //!
 //! Command (from the workspace root; release builds of the daemon, the static plugin and the
 //! module):

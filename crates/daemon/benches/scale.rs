@@ -8,7 +8,7 @@
 //! round of the 60 s interval falls inside the idle window), `BENCH_APPLY` (`reload`, the
 //! default, or `live`).
 //!
-//! Live mode (`BENCH_APPLY=live`, issue 20; also `cargo build --release -p
+//! Live mode (`BENCH_APPLY=live`; also `cargo build --release -p
 //! ngx-combined-upstreams`): nginx (master + 2 workers) loads the combined-upstreams module and
 //! serves its `upstreams_api` on a unix socket, and the daemon runs with `--apply live
 //! --live-api`. The bindings are created by reload (a new upstream needs one); the change of all

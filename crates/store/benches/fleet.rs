@@ -1,6 +1,6 @@
 //! The fleet store at scale: one real 3-member etcd cluster, N simulated hosts (EtcdStore
-//! instances in this process), B bindings. Measures the store layer's share of issue 13's
-//! benchmark: time for a binding change and for a published target set to reach every host's
+//! instances in this process), B bindings. Measures the store layer's share of the fleet
+//! benchmark (`crates/daemon/benches/fleet.rs`): time for a binding change and for a published target set to reach every host's
 //! mirror (from the start of the write on one host until every mirror has it), resolver claims per binding (one host each, spread), etcd requests per second at rest,
 //! and memory.
 //!

@@ -143,7 +143,7 @@ pub struct BindingRecord {
     pub interval_secs: u64,
     /// Extra directives, each one `...;` line, in the person's order.
     pub directives: Vec<String>,
-    /// The module's `probe` parameters (issue 21); `None`: no probe.
+    /// The module's `probe` parameters; `None`: no probe.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub probe: Option<String>,
     /// Seconds a target that left discovery is drained before its removal (0: at once).

@@ -105,7 +105,7 @@ impl fmt::Display for Failure {
     }
 }
 
-/// Which path made a change live (issue 11): the module's API without a reload, or a reload.
+/// Which path made a change live: the module's API without a reload, or a reload.
 /// Stored as a tag in `outcomes.applied`, shown by the API as `applied`, counted by the metrics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

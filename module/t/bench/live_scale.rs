@@ -1,4 +1,4 @@
-//! Scale benchmark of the live upstream API (issue 20): sets of 1 to 10,000 servers changed at
+//! Scale benchmark of the live upstream API: sets of 1 to 10,000 servers changed at
 //! 10 `PUT`s a second — `PUT` latency p50/p99 per size — and the zone's slab figures and the
 //! workers' memory before and after 10,000 change cycles.
 //!

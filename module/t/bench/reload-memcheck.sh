@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# nginx reloaded under load with the module, every process under valgrind memcheck (issue 10).
+# nginx reloaded under load with the module, every process under valgrind memcheck.
 #
 #   module/t/bench/reload-memcheck.sh            # after: cargo build --release -p ngx-combined-upstreams
 #

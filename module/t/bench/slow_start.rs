@@ -1,4 +1,4 @@
-//! Slow start in the issue's form (issue 21): over at least 100,000 requests, a server added by a
+//! Slow start in the issue's form: over at least 100,000 requests, a server added by a
 //! `PUT` to an upstream with `probe … slow_start=10s` gets at most 15 % of its steady share in its
 //! first second and its steady share (± 3 points) after 10 s. The short form is the live_api
 //! test `health_slow_start_ramps_an_added_server` (4 s ramp, a few thousand requests).

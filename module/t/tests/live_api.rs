@@ -1,4 +1,4 @@
-//! Cases for the live upstream API (`upstreams_api;`, issue 11) against Debian's nginx with the
+//! Cases for the live upstream API (`upstreams_api;`) against Debian's nginx with the
 //! module loaded, run with `master_process on` and 2 workers so every change must reach both
 //! workers through the zone. Every row is a named test; run directly it ends with
 //! `N passed, N failed`.

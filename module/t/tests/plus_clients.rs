@@ -1,4 +1,4 @@
-//! The NGINX Plus API of the module (`upstreams_api plus`, issue 24) driven by the field's own
+//! The NGINX Plus API of the module (`upstreams_api plus`) driven by the field's own
 //! clients, installed from Debian by `scripts/setup.sh test`: the Go client nginx-plus-go-client
 //! 0.10.0 (through `module/t/plus-go`, built here against it), the official exporter
 //! `prometheus-nginx-exporter` 0.11.0 with `-nginx.plus`, and schemathesis against our OpenAPI

@@ -1,4 +1,4 @@
-//! Regression cases of issue 10, section 1 ("exactness"): each case is named after the behaviour
+//! Regression cases of section 1 ("exactness"): each case is named after the behaviour
 //! it pins, against Debian's nginx with the module loaded. Run directly it ends with
 //! `N passed, N failed`.
 //!

@@ -1,4 +1,4 @@
-//! Cases for `upstrand`, `$upstrand_NAME`, the status variables and `dynamic_upstrand` (issue 4)
+//! Cases for `upstrand`, `$upstrand_NAME`, the status variables and `dynamic_upstrand`
 //! against Debian's nginx with the module loaded. Every row is a named test; run directly it ends
 //! with `N passed, N failed`.
 //!

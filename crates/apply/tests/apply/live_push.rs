@@ -1,4 +1,4 @@
-//! The live path of the applier (issue 11): a change is pushed once its journal exists, before
+//! The live path of the applier: a change is pushed once its journal exists, before
 //! its new file is written, and confirmed once the file is in place, before the test; pushes stand
 //! only when the test passes, and are taken back before the files are restored when it fails.
 use std::collections::HashMap;

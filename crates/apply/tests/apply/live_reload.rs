@@ -1,4 +1,4 @@
-//! Issue 9, section 1: a reload counts only once nginx has made the new configuration live
+//! Section 1: a reload counts only once nginx has made the new configuration live
 //! (new workers, old ones shutting down), against a real nginx with `master_process on` and two
 //! workers.
 use std::collections::HashSet;

@@ -516,7 +516,7 @@ fn kill_9_between_write_and_test_is_recovered() {
     kill_9_between_write_and_test("api");
 }
 
-/// Issue 9: a name holding the temp-file marker (`.tmp-`) kept its journal through a crash.
+/// A name holding the temp-file marker (`.tmp-`) kept its journal through a crash.
 #[test]
 fn kill_9_between_write_and_test_is_recovered_for_a_name_like_svc_tmp_1() {
     kill_9_between_write_and_test("svc.tmp-1");

@@ -1,4 +1,4 @@
-//! Issue 9, section 2: restoring never loses the good copy. The upstreams folder is a small tmpfs
+//! Section 2: restoring never loses the good copy. The upstreams folder is a small tmpfs
 //! (mounted by the test; needs root) so the disk can be full, or the folder immutable, at the
 //! worst moment.
 use std::fs;

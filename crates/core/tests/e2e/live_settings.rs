@@ -1,4 +1,4 @@
-//! A binding's live settings (issue 21): `probe` (rendered as `    probe <params>;` in live mode
+//! A binding's live settings: `probe` (rendered as `    probe <params>;` in live mode
 //! only) and `drain_secs`, checked by the one binding validation.
 use serde_json::json;
 use tributary_core::{render, validate, BindingDraft, FieldError, UpstreamFile};

@@ -1,4 +1,4 @@
-//! Chaos soak (issue 20): the whole system as a user runs it, under faults at random moments.
+//! Chaos soak: the whole system as a user runs it, under faults at random moments.
 //!
 //! Command (from the workspace root): `scripts/soak.sh --minutes N [--seed S]` (it builds what
 //! this needs: the release module `.so` and the debug workspace binaries, then runs this target

@@ -190,7 +190,7 @@ fn server_line(s: &ServerState, width: usize) -> String {
     line
 }
 
-/// A server's id and statistics (issue 24): requests, 5xx responses, failed tries since it joined
+/// A server's id and statistics: requests, 5xx responses, failed tries since it joined
 /// the set, the average response time and the probe's checks. `None` for a module that does not
 /// keep them.
 fn stats_line(s: &ServerState) -> Option<String> {
@@ -403,7 +403,7 @@ mod tests {
         );
     }
 
-    /// A module with statistics (issue 24): under each server, its id, requests, 5xx, failed
+    /// A module with statistics: under each server, its id, requests, 5xx, failed
     /// tries, response time and the probe's checks.
     #[test]
     fn binding_show_prints_each_servers_statistics_under_it() {

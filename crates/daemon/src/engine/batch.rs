@@ -4,7 +4,7 @@
 //!
 //! Rules: a batch opens with a change (a removal or a stop is handled alone, at once). It closes
 //! when no new message arrived for `quiet`, or `max` after it opened, or when a stop arrives.
-//! While every change of the batch can go live (live mode, issue 11: no reload to share, only
+//! While every change of the batch can go live (live mode, no reload to share, only
 //! the `nginx -t`), `live_quiet` and `live_max` (at most `max`) take their place: changes that
 //! arrive together still share one test, and a lone change is not held back for a grouping
 //! that buys nothing. A change that needs a reload joining such a batch brings back `quiet` and

@@ -1,4 +1,4 @@
-//! Graceful removal (issue 21): in live mode, a binding with `drain_secs` > 0 does not remove a
+//! Graceful removal: in live mode, a binding with `drain_secs` > 0 does not remove a
 //! target that left discovery at once. The file keeps it as `    server ADDR weight=W down;` (the
 //! live apply PUTs such a server with `"drain": true`: no new requests, the ones in flight
 //! finish; a reload meanwhile reads nginx's own `down`, so it cannot come back into rotation), and

@@ -1,4 +1,4 @@
-//! Live apply (issue 11): which changes go live through the module's `upstreams_api` and which
+//! Live apply: which changes go live through the module's `upstreams_api` and which
 //! need a reload, and running a batch on both paths.
 //!
 //! A change goes live when the upstream's file is already live in nginx and the new file differs

@@ -88,7 +88,7 @@ pub struct EngineOptions {
     /// Refresh jitter in percent (0–50; default [`refresh::DEFAULT_JITTER_PCT`]): see
     /// [`refresh::jittered`]. 0: every delay exactly as scheduled.
     pub refresh_jitter_pct: u8,
-    /// `--apply` and `--live-api` (issue 11).
+    /// `--apply` and `--live-api`.
     pub live: LiveOptions,
     /// `--resolve-during-store-outage`: while the store is unreachable, resolve and apply locally
     /// ([`fleet_outage`]).
@@ -178,7 +178,7 @@ pub(crate) struct SlotState {
     /// It stepped out (`BindingStore::step_out`) until then; it steps back in at its first run
     /// after it.
     pub(crate) stepped_out_until: Option<std::time::Instant>,
-    /// Graceful removal: the servers drained before they are removed (issue 21).
+    /// Graceful removal: the servers drained before they are removed.
     pub(crate) draining: drain::Draining,
 }
 

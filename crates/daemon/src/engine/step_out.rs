@@ -1,4 +1,4 @@
-//! A host that cannot resolve a binding steps out of resolving it (issue 22, `docs/fleet.md`,
+//! A host that cannot resolve a binding steps out of resolving it (`docs/fleet.md`,
 //! "A host that cannot resolve a binding"): after [`STEP_OUT_AFTER`] failed resolutions in a row
 //! it calls `BindingStore::step_out` (its claim goes, the other hosts leave it out of the resolver
 //! choice) and, [`step_out_for`] later, `step_in`. A host without the binding's plugin or key never

@@ -1,7 +1,7 @@
 //! `GET <loc>/NAME` answers for the tests of what shows the live state (CLI, UI, metrics).
 
 /// `GET <loc>/NAME` of a module with `probe ... slow_start=...` and drain, field names as in
-/// CONTRACT.md §2 (issue 21), plus fields this daemon does not know (`max_conns`, `retiring`,
+/// CONTRACT.md §2, plus fields this daemon does not know (`max_conns`, `retiring`,
 /// the upstream's `probe`, a made-up `future_field`): they are ignored.
 pub const PROBED_JSON: &str = r#"{"generation": 12, "retiring": 0, "rebalanced": 0,
   "probe": {"type": "http", "interval_ms": 1000, "uri": "/healthz"},
@@ -27,7 +27,7 @@ pub const PROBED_JSON: &str = r#"{"generation": 12, "retiring": 0, "rebalanced":
      "last_status": 200, "slow_start_remaining_ms": 12500}
   ]}"#;
 
-/// `GET <loc>/NAME` of a module before issue 21: no `drain`, no probe fields.
+/// `GET <loc>/NAME` of a module before no `drain`, no probe fields.
 pub const OLD_JSON: &str = r#"{"generation": 3, "rebalanced": 0,
   "servers": [
     {"address": "10.0.0.1:80", "weight": 1, "max_fails": 1, "fail_timeout_ms": 10000,
@@ -37,7 +37,7 @@ pub const OLD_JSON: &str = r#"{"generation": 3, "rebalanced": 0,
   ],
   "retiring": 1, "retired": [{"address": "10.0.0.9:80", "active": 2, "age_ms": 61000}]}"#;
 
-/// `GET <loc>/NAME` of a module with per-server ids and statistics (issue 24, CONTRACT.md §2 of
+/// `GET <loc>/NAME` of a module with per-server ids and statistics (CONTRACT.md §2 of
 /// session 9): `id` and `stats` in each server, `health_checks` in `stats` only for a probed
 /// upstream. Three servers: one that served 12 requests (one 5xx), one that failed every try and
 /// became unavailable, and one that saw nothing (zeros).

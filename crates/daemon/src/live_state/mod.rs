@@ -1,4 +1,4 @@
-//! Reading upstreams' live state from the module for display (issue 21): what `binding show`, the
+//! Reading upstreams' live state from the module for display: what `binding show`, the
 //! API's binding view, the binding page and `/metrics` show per server (address, weight, active
 //! connections, fails, down, and drain, health, slow start, the server's id and its statistics —
 //! requests, responses by class, bytes, failures, response times — when the module gives them).

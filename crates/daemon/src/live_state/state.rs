@@ -70,8 +70,8 @@ impl LiveState {
 pub struct ServerState {
     pub address: String,
     /// The server's id in its upstream (the NGINX Plus-compatible API's peer id: kept while the
-    /// server stays in the set, never reused; a reload starts over). Absent: a module before
-    /// issue 24.
+    /// server stays in the set, never reused; a reload starts over). Absent: a module without
+    /// per-server statistics.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub id: Option<u64>,
     #[serde(default)]
@@ -112,8 +112,8 @@ pub struct ServerState {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slow_start_remaining_ms: Option<u64>,
     /// Requests, responses by class, bytes, failures and response times since the server joined
-    /// the set (or since the zone was made: a reload starts them at 0). Absent: a module before
-    /// issue 24.
+    /// the set (or since the zone was made: a reload starts them at 0). Absent: a module without
+    /// per-server statistics.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stats: Option<ServerStats>,
 }
@@ -250,7 +250,7 @@ mod tests {
     };
     use super::*;
 
-    /// A module with ids and statistics (issue 24): each server's `id` and `stats` read into the
+    /// A module with ids and statistics: each server's `id` and `stats` read into the
     /// module's own type, a field this daemon does not know inside `stats` ignored, and both
     /// written back out (the API's `live`) with the module's field names.
     #[test]
@@ -327,7 +327,7 @@ mod tests {
         );
     }
 
-    /// A module before issue 24 (no `id`, no `stats`) still reads, and the API's `live` makes
+    /// A module without per-server statistics (no `id`, no `stats`) still reads, and the API's `live` makes
     /// neither up.
     #[test]
     fn a_module_without_ids_or_statistics_still_reads() {

@@ -1,4 +1,4 @@
-//! Issue 21, the daemon's graceful removal end to end: real daemon in live mode, the real `file`
+//! The daemon's graceful removal end to end: real daemon in live mode, the real `file`
 //! plugin, real nginx (`master_process on`, 2 workers, the combined-upstreams module). A target
 //! that leaves discovery is first drained (the live API shows `drain: true`, it gets no new
 //! request, the file keeps it `down`), its request in flight finishes with 200, and it is removed

@@ -1,4 +1,4 @@
-//! A bulk save that fails part-way (issue 22): a real 3-member etcd cluster whose members take
+//! A bulk save that fails part-way: a real 3-member etcd cluster whose members take
 //! requests of at most 64 KiB (`--max-request-bytes`), three real daemons with their own nginx
 //! (the harness: `common/fleet.rs`). A save goes to etcd in transactions sized by bytes (1 MiB);
 //! one that these members refuse as too large is sent again in halves, so a save of 120 new

@@ -1,4 +1,4 @@
-//! Hosts that cannot resolve a binding (issue 22): a real 3-member etcd cluster, three real
+//! Hosts that cannot resolve a binding: a real 3-member etcd cluster, three real
 //! daemons with their own nginx (the harness: `common/fleet.rs`). A host without the binding's
 //! plugin, or without the secrets key its newest version is sealed with, must not hold its
 //! resolver claim: every change of the registry reaches the hosts that can apply it within three

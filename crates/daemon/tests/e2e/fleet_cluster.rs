@@ -1,4 +1,4 @@
-//! The fleet end to end (issue 13): a real 3-member etcd cluster, three real daemons
+//! The fleet end to end: a real 3-member etcd cluster, three real daemons
 //! (`serve --store etcd`), each with its own real nginx prefix (the harness:
 //! `common/fleet.rs`).
 

@@ -1,4 +1,4 @@
-//! A target set put into etcd by someone who can write the prefix (issue 22, "Integrity and
+//! A target set put into etcd by someone who can write the prefix ("Integrity and
 //! secrets"): a real 3-member etcd cluster, three real daemons with their own nginx (the
 //! harness: `common/fleet.rs`). The forged set has the binding's right version and points at
 //! another backend; no host may apply it (its nginx keeps serving, its upstream file stays as

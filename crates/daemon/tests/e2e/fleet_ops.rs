@@ -1,4 +1,4 @@
-//! Operating a fleet (issue 22, "What users running 20–200 hosts need to see", `fleet
+//! Operating a fleet ("What users running 20–200 hosts need to see", `fleet
 //! forget-host`): a real 3-member etcd cluster, three real daemons with their own nginx (the
 //! harness: `common/fleet.rs`).
 //!

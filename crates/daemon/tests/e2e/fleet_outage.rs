@@ -1,4 +1,4 @@
-//! The opt-in degraded mode of a fleet (issue 22: "hosts resolve and apply locally while the store
+//! The opt-in degraded mode of a fleet ("hosts resolve and apply locally while the store
 //! is down, reconciled when it returns"; `docs/fleet.md`, "Degraded mode"): a real 3-member etcd
 //! cluster, three real daemons with `--resolve-during-store-outage` and their own nginx (the
 //! harness: `common/fleet.rs`). Every member SIGKILLed: a registry change is resolved by every

@@ -1,4 +1,4 @@
-//! etcd restored from a backup while the fleet runs (issue 22): a real 3-member etcd cluster,
+//! etcd restored from a backup while the fleet runs: a real 3-member etcd cluster,
 //! three real daemons with their own nginx (the harness: `common/fleet.rs`). The restored etcd's
 //! revisions are below the ones the hosts saw, so are the generations of the sets published after
 //! it: every host must rebuild its mirror, drop the bindings etcd no longer has, and apply the

@@ -1,4 +1,4 @@
-//! Issue 11, daemon half, end to end: server changes applied through the module's live upstreams
+//! Daemon half, end to end: server changes applied through the module's live upstreams
 //! API without a reload, everything else (and every live failure) by reload, and the outcome
 //! saying which path was taken and why. Real daemon, real `static` plugin, real nginx with
 //! `master_process on`, two workers and the combined-upstreams module loaded (its release `.so`,

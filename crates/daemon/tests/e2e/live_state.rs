@@ -1,4 +1,4 @@
-//! Issue 21, the daemon's read side, end to end: in live mode the daemon reads each server's live
+//! The daemon's read side, end to end: in live mode the daemon reads each server's live
 //! state from the module (`GET <loc>/NAME`) and shows it in `binding show`, the API's binding view
 //! (`live`), the binding page and `/metrics`; when the module cannot be reached each of them says
 //! so and still answers. Real daemon, real `static` plugin, real nginx (`master_process on`, two
@@ -362,7 +362,7 @@ fn a_binding_with_a_probe_shows_each_servers_real_health_everywhere() {
         page_row(&page, &closed_addr).contains("<span class=\"badge unhealthy\""),
         "{page}"
     );
-    // The probe's counters (issue 24: the module's `stats.health_checks`): the refused server's
+    // The probe's counters (the module's `stats.health_checks`): the refused server's
     // probes failed, the healthy one's did not.
     let checks = |row: &str| {
         let cell = "<td class=\"health-checks\">";

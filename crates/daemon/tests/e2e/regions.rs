@@ -1,4 +1,4 @@
-//! Issue 21, "the two halves together": one service in two regions as two live, probed bindings
+//! "the two halves together": one service in two regions as two live, probed bindings
 //! (`api-a`, `api-b`) and one `upstrand api { upstream ~^api-; … }` in front. Every server of
 //! region A stops answering (accepts and hangs): requests keep succeeding through region B once
 //! the probes marked A's servers unhealthy (no client error after the first probe window), and

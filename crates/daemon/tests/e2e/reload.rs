@@ -1,4 +1,4 @@
-//! Issue 9, section 1, end to end: "reloaded" means the new configuration is live. Real daemon,
+//! End to end: "reloaded" means the new configuration is live. Real daemon,
 //! real `static` plugin, real nginx with `master_process on` and two workers; the testkit's main
 //! server is the front server that proxies `/u/<name>/` to the upstream the daemon writes.
 

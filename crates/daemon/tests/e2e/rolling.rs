@@ -1,4 +1,4 @@
-//! Issue 21, "end to end: rolling replacement": registry → daemon → zone → probes. A real daemon
+//! "end to end: rolling replacement": registry → daemon → zone → probes. A real daemon
 //! in live mode with the real `file` plugin (the test rewrites its registry file), real nginx
 //! (`master_process on`, 2 workers, the combined-upstreams module) and 20 backends in the test,
 //! replaced one by one by 20 new ones under a steady keep-alive client load. Each new backend

@@ -1,4 +1,4 @@
-//! Issue 24, the daemon's side, end to end: the module counts each server's requests, responses
+//! The daemon's side, end to end: the module counts each server's requests, responses
 //! by class, failures and times; the daemon reads them (`"id"`, `"stats"` of `GET <loc>/NAME`) and
 //! shows them in `/metrics` (labelled `binding`, `server`), the API's `live`, the binding page and
 //! `binding show`. Real daemon in live mode, real `static` plugin, real nginx (`master_process

@@ -22,7 +22,7 @@ struct BindingValue {
     config: String,
     created_at_ms: i64,
     updated_at_ms: i64,
-    /// Live settings (issue 21); absent in values written before them.
+    /// Live settings; absent in values written before them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     probe: Option<String>,
     #[serde(default, skip_serializing_if = "is_zero")]

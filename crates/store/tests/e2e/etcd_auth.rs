@@ -1,4 +1,4 @@
-//! What every host applies is authenticated (issue 22, "Integrity and secrets"), against a real
+//! What every host applies is authenticated ("Integrity and secrets"), against a real
 //! 3-member etcd cluster with store instances as hosts: a target set or binding value put by
 //! anyone who can write the prefix (forged, altered, copied from another prefix, or an older
 //! value put back) is applied by no host, and each host reports it in its outcome of the

@@ -1,5 +1,5 @@
-//! The upgrade of a fleet to authenticated values and the retirement of a secrets key (issue 22,
-//! docs/fleet.md "Integrity" and "Rotation"), against a real 3-member etcd cluster with store
+//! The upgrade of a fleet to authenticated values and the retirement of a secrets key
+//! (docs/fleet.md "Integrity" and "Rotation"), against a real 3-member etcd cluster with store
 //! instances as hosts: values without a MAC (a fleet of before) are applied and written again
 //! with one until the explicit step (`--etcd-require-integrity` on one host) makes every host
 //! refuse them; a retired key's values are re-sealed once each, and nothing re-seals them back.

@@ -1,4 +1,4 @@
-//! The resolver claim's guards against a real 3-member etcd cluster (issue 22): a host that cannot
+//! The resolver claim's guards against a real 3-member etcd cluster: a host that cannot
 //! open a binding's newest version gives its claim up and cannot publish a set resolved from the
 //! version it has; a set published under a claim of this host id but another lease is refused;
 //! a host that stepped out is left out of the resolver choice.

@@ -1,4 +1,4 @@
-//! What a host that is gone leaves in etcd (issue 22, "Scale": garbage-collect outcomes of hosts
+//! What a host that is gone leaves in etcd ("Scale": garbage-collect outcomes of hosts
 //! gone longer than a set time, `fleet forget-host`), against a real 3-member etcd cluster: a host
 //! that stops keeps its outcomes until `forget_gone_hosts_after` has passed, then they are gone
 //! from etcd and from every host's fleet view; `forget_host` of a host that is alive is refused and

@@ -1,5 +1,5 @@
-//! The fleet store's integrity rules against a real 3-member etcd cluster (issue 22,
-//! "Correctness"): a change is never lost to a lagging record, a name is unique regardless of case
+//! The fleet store's integrity rules against a real 3-member etcd cluster
+//! (docs/fleet.md): a change is never lost to a lagging record, a name is unique regardless of case
 //! across hosts, the mirror records a revision only once its file has it, versions are not the
 //! writers' clocks, and a refused outcome write does not end the session in a loop.
 

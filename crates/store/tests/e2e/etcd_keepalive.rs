@@ -1,4 +1,4 @@
-//! The client's HTTP/2 keep-alive against etcd's minimum (issue 22, "Scale"): etcd closes a
+//! The client's HTTP/2 keep-alive against etcd's minimum ("Scale"): etcd closes a
 //! connection whose client pings more often than its `--grpc-keepalive-min-time` (5 s by default)
 //! with `too_many_pings`, which ends the session (it moves to another member and reads the prefix
 //! again). With a long lease TTL the connection is idle between the lease keep-alives (every

@@ -1,4 +1,4 @@
-//! The etcd store's transactions and session against real etcd (issue 22, what was left of
+//! The etcd store's transactions and session against real etcd (what was left of
 //! "Correctness" and "Scale"): a save of many bindings is sized by bytes, not by a binding count;
 //! a session whose mirror sync lasts longer than the lease TTL keeps its lease and its claims; a
 //! refusal of the host's etcd user is said as what it is, not as "unreachable".

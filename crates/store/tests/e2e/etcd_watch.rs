@@ -1,4 +1,4 @@
-//! What a host's watch receives (issue 22, "Scale": watch traffic that grows with the fleet, not
+//! What a host's watch receives ("Scale": watch traffic that grows with the fleet, not
 //! its square), against a real 3-member etcd cluster: a host watches only what it needs (bindings,
 //! target sets, resolver claims, `unable` markers, heartbeats, the integrity key). Another host's
 //! outcome and the markers of another host's writes deliver no event to its watch; the outcomes

@@ -1,4 +1,4 @@
-//! A binding's live settings (issue 21), `probe` and `drain_secs`: stored and read back by every
+//! A binding's live settings, `probe` and `drain_secs`: stored and read back by every
 //! write path, and a store of before them (schema 3) is migrated at open with none set.
 use std::collections::BTreeMap;
 

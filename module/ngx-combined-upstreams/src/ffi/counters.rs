@@ -1,4 +1,4 @@
-//! The per-server statistics counters of a live upstream (issue 24): one [`Slot`] per peer,
+//! The per-server statistics counters of a live upstream: one [`Slot`] per peer,
 //! a slab allocation in the upstream's zone that every worker adds to with atomics (no lock).
 //!
 //! How a request finds its server's slot without a lookup: the peer's `start_time` field (an

@@ -4,7 +4,7 @@
 //! The table is the zone's general per-server record: one [`Rec`] per server of the set, keyed
 //! by the peer's name (`10.0.0.1:8080`, the same for a server kept across a `PUT`), holding its
 //! health (`upstrand_core::live::probe::HealthState`) and the probe's counters (`ProbeCounts`,
-//! the `health_checks` of the server's statistics, issue 24; the other counters and the ids are
+//! the `health_checks` of the server's statistics; the other counters and the ids are
 //! per peer, `ffi/counters.rs`). It is a slab array with its own rwlock (`lock`), used
 //! only by the probe code and `GET` (never by a peer selection): read-held to copy it out,
 //! write-held (with a deadline, like every write side in the zone) to change a record in place
@@ -48,7 +48,7 @@ pub struct Rec {
     /// Its health.
     pub state: HealthState,
     /// The probe's counters since the server got its record (its statistics'
-    /// `health_checks`, issue 24).
+    /// `health_checks`).
     pub counts: ProbeCounts,
 }
 

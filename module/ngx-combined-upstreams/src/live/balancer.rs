@@ -176,7 +176,7 @@ impl PeerWrapper for LiveWrapper {
 }
 
 /// Logs, once over all workers, the retired peers of the request's upstream whose connections
-/// outlived `retired_warn` (issue 20; `docs/live-api.md`, Limits).
+/// outlived `retired_warn` (`docs/live-api.md`, Limits).
 fn warn_overdue(live: LiveUpstream, us: Upstream, pc: PeerConn) {
     let overdue = live.overdue_retired();
     if overdue.is_empty() {

@@ -1,4 +1,4 @@
-//! Active health checks of live upstreams (`probe ...;` in a zoned `upstream {}`, issue 21).
+//! Active health checks of live upstreams (`probe ...;` in a zoned `upstream {}`).
 //!
 //! - One probe per server per interval for the whole nginx: every worker runs a tick timer
 //!   (`ffi/prober.rs`), and per upstream only the worker holding the lease in the zone

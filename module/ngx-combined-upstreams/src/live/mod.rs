@@ -1,4 +1,4 @@
-//! The live upstream API (`upstreams_api;`, issue 11): change the servers of an upstream with a
+//! The live upstream API (`upstreams_api;`): change the servers of an upstream with a
 //! shared-memory `zone` at run time, for every worker at once, without a reload.
 //!
 //! - `mod.rs` (this file): the directive, the configuration-time registration of upstreams and
@@ -10,8 +10,8 @@
 //!   version-sensitive part).
 //! - [`balancer`]: per-request wrappers around the balancer.
 //! - [`handler`]: the HTTP handler (`GET`/`PUT`, JSON answers).
-//! - [`health`]: active health checks (`probe ...;`, issue 21).
-//! - [`plus`]: the NGINX Plus-compatible API (`upstreams_api plus;`, issue 24).
+//! - [`health`]: active health checks (`probe ...;`).
+//! - [`plus`]: the NGINX Plus-compatible API (`upstreams_api plus;`).
 //!
 //! The JSON, validation, planning and error texts are in `upstrand_core::live`. The operator's
 //! documentation is `docs/live-api.md`.
@@ -306,7 +306,7 @@ fn probe_refused(e: &Entry) -> Option<String> {
 /// configuration as replaced by the one being read (`cf.cycle`), so the workers of the running
 /// configuration answer 503 instead of changing (or showing) a zone the new configuration will
 /// not use: nginx never reuses an upstream zone across a reload, and the old workers keep
-/// serving for a while after the new zone is made (issue 20). When the new configuration fails
+/// serving for a while after the new zone is made. When the new configuration fails
 /// to load, its pool's cleanup ([`WithdrawSupersede`]) takes the marks back.
 pub fn configuration_begins(cf: &mut ngx_conf_t) -> Result<(), &'static str> {
     let new = cf.cycle as usize;

@@ -1,4 +1,4 @@
-//! Slow start (`probe ... slow_start=T`, issue 21): a server a `PUT` added, or one that came back
+//! Slow start (`probe ... slow_start=T`): a server a `PUT` added, or one that came back
 //! from unhealthy (or passed its first probe under `mandatory`), ramps from no traffic to its full
 //! share over `T`.
 //!

@@ -1,6 +1,6 @@
 //! Change cycles of a large server set, shared by the short form in the live API tests
 //! (`scale_set_churn_leaves_zone_and_workers_flat`) and the long form, the scale benchmark
-//! (`module/t/bench/live_scale.rs`, issue 20).
+//! (`module/t/bench/live_scale.rs`).
 //!
 //! A set of `n` servers on made-up addresses (`10.X.Y.Z:8080`: nothing is proxied to them; the
 //! API does not connect) changes in rounds of two `PUT`s: an *odd* `PUT` removes a block of

@@ -1,4 +1,4 @@
-//! Drain (issue 21): a `PUT` with `"drain": true` on a server keeps it in the set with its
+//! Drain: a `PUT` with `"drain": true` on a server keeps it in the set with its
 //! requests in flight, and gives it no new request in any worker — with upstream `keepalive`
 //! too, where a cached connection to it must not carry a new request. `GET` shows `drain` and
 //! `active`; a later `PUT` without `drain` puts it back in rotation; `down` and `drain` are

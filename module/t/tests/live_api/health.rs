@@ -1,4 +1,4 @@
-//! Active health checks (`probe ...;`, issue 21) on a real nginx with 2 workers: the backends
+//! Active health checks (`probe ...;`) on a real nginx with 2 workers: the backends
 //! are small TCP servers of the test that answer probes (`/healthz`) with 200, 503, never, or
 //! after a close, answer proxied requests (`/`) with their name, and count both.
 

@@ -1,4 +1,4 @@
-//! The NGINX Plus-compatible API (`upstreams_api plus`, issue 24), read side: every endpoint the
+//! The NGINX Plus-compatible API (`upstreams_api plus`), read side: every endpoint the
 //! Plus clients read, with Plus's field names, types, status codes and error codes. The Plus
 //! location is `/api` (so `GET /api` lists the versions, as the Go client asks it), the native
 //! API is `/native/` on the same server, `/ro` is a read-only Plus location.

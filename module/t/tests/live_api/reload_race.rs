@@ -1,4 +1,4 @@
-//! A `PUT` that races `nginx -s reload` (issue 20): a worker of the old configuration must not
+//! A `PUT` that races `nginx -s reload`: a worker of the old configuration must not
 //! answer 200 for a change it makes in the zone the new configuration has already replaced.
 //!
 //! nginx never reuses an upstream zone across a reload (`noreuse`): the new configuration's zone

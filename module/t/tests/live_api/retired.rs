@@ -1,7 +1,7 @@
 //! A removed server whose connection count can no longer fall (a worker died holding a
 //! connection to it, and nginx never gives back a dead worker's counts): `GET` shows it with its
 //! age until a reload, and once it has had connections for `retired_warn` a `warn` line names it,
-//! once (issue 20).
+//! once.
 
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};

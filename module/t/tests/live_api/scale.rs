@@ -1,4 +1,4 @@
-//! The short form of the scale benchmark (issue 20; long form `module/t/bench/live_scale.rs`):
+//! The short form of the scale benchmark (long form `module/t/bench/live_scale.rs`):
 //! the correctness half only — zone slab figures and worker memory after a few hundred change
 //! cycles of a 1,000-server set — never its latency figures.
 
@@ -7,7 +7,7 @@ use ngx_harness::{check, check_eq, CaseResult, Trial};
 use super::churn::{config, put_ok, slab_figures, worker_memory, Churn};
 use super::master::Master;
 
-/// Servers of the set: larger than the 512 the API took before issue 20.
+/// Servers of the set: larger than the 512 the API once took.
 const SERVERS: usize = 1000;
 /// `PUT`s after the warm-up (each one a change; every second one back to the base set).
 const CYCLES: usize = 300;

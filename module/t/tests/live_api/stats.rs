@@ -1,4 +1,4 @@
-//! Per-server ids and statistics of live upstreams (issue 24): `GET /api/NAME` shows `"id"` and
+//! Per-server ids and statistics of live upstreams: `GET /api/NAME` shows `"id"` and
 //! `"stats"` for every server. Ids are given when a server enters the set, kept across `PUT`s
 //! that keep it and never given twice in the zone. The counters are added by both workers
 //! (requests on new connections reach either worker through `reuseport`); the cases send a

@@ -1,4 +1,4 @@
-//! `peer.notify` and the live balancer (issue 20). The wrapper forwards the balancer's `notify`
+//! `peer.notify` and the live balancer. The wrapper forwards the balancer's `notify`
 //! (`balancer.rs`, `notify_peer`), but no stock nginx module gives it one to forward: HTTP
 //! upstreams call `peer.notify` only from nginx 1.29.6 (`NGX_HTTP_UPSTREAM_NOTIFY_HEADER`), and
 //! there only the `sticky` module sets it (and `keepalive` passes on one set below it). `sticky`

@@ -206,7 +206,7 @@ fn pages(m: &Master, name: &str) -> Result<(u64, u64), Failed> {
 }
 
 /// The zone bytes a plain server takes in this nginx, measured (pages a `PUT` of 400 servers
-/// took), are at most what the 507 estimate counts per server (issue 20: the per-version table
+/// took), are at most what the 507 estimate counts per server (the per-version table
 /// of `docs/live-api.md`).
 fn case_plain_servers_take_at_most_the_bytes_the_estimate_counts() -> CaseResult {
     let conf = format!(

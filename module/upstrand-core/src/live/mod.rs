@@ -1,4 +1,4 @@
-//! Pure logic of the live upstream API (`upstreams_api;`, issue 11): the JSON a `PUT` carries,
+//! Pure logic of the live upstream API (`upstreams_api;`): the JSON a `PUT` carries,
 //! its validation, the plan that turns the current server set into the new one, the answers'
 //! JSON and every error text with its HTTP status. Nothing here touches nginx; the module reads
 //! the zone's peers into [`Current`] values, asks [`plan()`] what to do and applies the result.
@@ -30,7 +30,7 @@ pub use plan::{plan, Current, Plan};
 pub use put::{parse_put, PutBody, ServerSpec};
 
 /// Most servers (primary and backup together) one `PUT` may set: the 10,000-server sets of the
-/// scale benchmark (issue 20) with room to spare. Documented in `docs/live-api.md`.
+/// scale benchmark with room to spare. Documented in `docs/live-api.md`.
 pub const MAX_SERVERS: usize = 16_384;
 /// Largest `PUT` body the API reads (bytes); a larger one is refused with 413. [`MAX_SERVERS`]
 /// servers with every field written out (about 110 bytes each for IPv4, 180 at most for IPv6)

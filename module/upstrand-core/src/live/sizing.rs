@@ -26,7 +26,7 @@ pub struct PeerLayout {
     pub name_buf: u64,
     /// The `sid` buffer (0: the build has none).
     pub sid: u64,
-    /// The peer's statistics counters (the module's slot, issue 24).
+    /// The peer's statistics counters (the module's slot).
     pub counters: u64,
 }
 

@@ -1,4 +1,4 @@
-//! Pure logic of the NGINX Plus-compatible API (`upstreams_api plus;`, issue 24): the upstream
+//! Pure logic of the NGINX Plus-compatible API (`upstreams_api plus;`): the upstream
 //! part of NGINX Plus's REST API (`/api/N/http/upstreams/...`) over the same live state and
 //! writes as the native API (`crate::live`), so the tools that speak Plus's API
 //! (`nginx-plus-go-client`, `nginx-prometheus-exporter -nginx.plus`, nginx-asg-sync) work on

@@ -1,4 +1,4 @@
-//! Pure logic of the `upstrand` family of directives (issue 4).
+//! Pure logic of the `upstrand` family of directives.
 //!
 //! Nothing here touches nginx: the cdylib feeds directive arguments, upstream names, answers,
 //! the clock and a random source in, and acts on the values that come out.

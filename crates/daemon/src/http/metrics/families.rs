@@ -94,7 +94,7 @@ pub(super) struct Families {
     pub(super) server_draining: Family<ServerLabel, Gauge>,
     pub(super) server_health: Family<HealthLabel, Gauge>,
     pub(super) server_slow_start: Family<ServerLabel, FloatGauge>,
-    /// The per-server statistics (issue 24), declared in `server_stats.rs`.
+    /// The per-server statistics, declared in `server_stats.rs`.
     pub(super) server_stats: super::server_stats::StatsFamilies,
 }
 

@@ -1,4 +1,4 @@
-//! The fleet's series of `/metrics` (issue 22, "What users running 20–200 hosts need to see";
+//! The fleet's series of `/metrics` ("What users running 20–200 hosts need to see";
 //! `docs/fleet.md`, "What to watch"), from this host's copy of the store ([`FleetHosts`]): per
 //! binding the age of its published set, its interval and who resolves it; per host whether it
 //! is alive, how many bindings it is behind and how many claims it holds. Absent with the SQLite

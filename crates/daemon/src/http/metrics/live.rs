@@ -1,5 +1,5 @@
-//! The per-server gauges of `/metrics` from the servers' live state (issue 21); their statistics
-//! (issue 24) are in `server_stats.rs`.
+//! The per-server gauges of `/metrics` from the servers' live state; their statistics
+//! are in `server_stats.rs`.
 
 use std::collections::HashMap;
 

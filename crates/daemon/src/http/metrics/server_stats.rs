@@ -1,4 +1,4 @@
-//! The per-server statistics of `/metrics` (issue 24): what the module counts for each server of
+//! The per-server statistics of `/metrics`: what the module counts for each server of
 //! a live upstream (`"stats"` of `GET <loc>/NAME`, [`ServerStats`]), labelled `binding` and
 //! `server` (its address). The module's counters are the source: each scrape sets every series to
 //! the module's value, so they are counters in Prometheus's sense (they only grow, and start over
@@ -203,7 +203,7 @@ mod tests {
         format!("{name}{{binding=\"web\",server=\"{server}\"}}")
     }
 
-    /// A module with statistics (issue 24): each counter per server at the module's value,
+    /// A module with statistics: each counter per server at the module's value,
     /// responses by class, times in seconds, probe counters only where the module gave them;
     /// promtool-clean.
     #[test]
@@ -294,7 +294,7 @@ mod tests {
         assert_eq!(complaints, "", "promtool check metrics:\n{complaints}\n{t}");
     }
 
-    /// A module before issue 24: no statistics series at all (not zeros); the issue-21 gauges
+    /// A module before no statistics series at all (not zeros); the issue-21 gauges
     /// are still there.
     #[test]
     fn a_module_without_statistics_gives_no_statistics_series() {

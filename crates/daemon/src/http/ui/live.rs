@@ -1,6 +1,6 @@
 //! The binding page's "Live in nginx" card: each server as nginx runs it now (read from the
 //! module's live API when the page is rendered), with a state badge per server and, when the
-//! module keeps them (issue 24), its statistics: requests, 5xx responses, failed tries, average
+//! module keeps them, its statistics: requests, 5xx responses, failed tries, average
 //! response time, and the probe's checks.
 
 use maud::{html, Markup};
@@ -184,7 +184,7 @@ mod tests {
         assert!(!page.contains("healthy"), "{page}");
     }
 
-    /// A module with statistics (issue 24): per server requests, 5xx, failed tries since it
+    /// A module with statistics: per server requests, 5xx, failed tries since it
     /// joined, response time, and the probe's checks, next to its state.
     #[test]
     fn the_card_shows_each_servers_statistics_and_health() {

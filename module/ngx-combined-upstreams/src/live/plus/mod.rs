@@ -1,4 +1,4 @@
-//! The NGINX Plus-compatible API (`upstreams_api plus [write=on] [host=...];`, issue 24): the
+//! The NGINX Plus-compatible API (`upstreams_api plus [write=on] [host=...];`): the
 //! upstream part of NGINX Plus's REST API over the live state the native API reads and writes.
 //!
 //! - `mod.rs` (this file): the content handler: routing, the write-access rule (the native

@@ -1,4 +1,4 @@
-//! Active health checks of a live upstream (issue 21): the `probe` directive's parameters
+//! Active health checks of a live upstream: the `probe` directive's parameters
 //! ([`ProbeConf::parse`]), the request a probe sends, how a probe's answer is judged
 //! ([`judge_status_line`], [`Outcome`]) and the per-server health state machine
 //! ([`HealthState::record`]). Pure: the module owns the sockets, the timers and the zone; it
