@@ -37,6 +37,15 @@ impl Response {
             .map(|(_, v)| v.as_str())
     }
 
+    /// Every header with this name (case-insensitive), in order: e.g. all `Set-Cookie` values.
+    pub fn headers_named(&self, name: &str) -> Vec<&str> {
+        self.headers
+            .iter()
+            .filter(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+            .collect()
+    }
+
     /// The body as text (lossy).
     pub fn text(&self) -> String {
         String::from_utf8_lossy(&self.body).into_owned()
@@ -315,6 +324,8 @@ mod tests {
         assert_eq!(r.status, 502);
         assert_eq!(r.header("set-cookie"), Some("rt=2"));
         assert_eq!(r.header("X-Missing"), None);
+        assert_eq!(r.headers_named("SET-COOKIE"), ["rt=2"]);
+        assert!(r.headers_named("X-Missing").is_empty());
         assert_eq!(r.text(), "body");
         assert!(parse_response(b"garbage").is_none());
     }

@@ -9,6 +9,7 @@ use std::time::Duration;
 use common::Daemon;
 use tributary_testkit::TestNginx;
 
+// Raw on purpose, not testkit's client: that one always sends a `Host`, and these cases need none.
 /// A raw HTTP/1.1 request with the given `Host` header (`None`: no Host header, HTTP/1.0);
 /// returns (status, headers, body).
 fn request(

@@ -8,8 +8,8 @@
 
 use crate::common;
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpListener;
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use common::{workspace_root, Daemon};
 use serde_json::{json, Value};
 use tributary_fakes::daemon::{plugin_folder, sibling_bin, FAST};
-use tributary_testkit::TestNginx;
+use tributary_testkit::{client, TestNginx};
 
 /// How long the slow backend holds a `/slow` request.
 const HOLD: Duration = Duration::from_secs(4);
@@ -81,15 +81,10 @@ impl SlowBackend {
 
 /// `GET path` on nginx's front with a read timeout longer than [`HOLD`]: (status, body).
 fn long_get(port: u16, path: &str) -> (u16, String) {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    s.set_read_timeout(Some(HOLD + Duration::from_secs(20)))
-        .unwrap();
-    write!(s, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").unwrap();
-    let mut raw = String::new();
-    s.read_to_string(&mut raw).unwrap();
-    let (head, body) = raw.split_once("\r\n\r\n").unwrap();
-    let status = head.split_whitespace().nth(1).unwrap().parse().unwrap();
-    (status, body.to_string())
+    let timeout = HOLD + Duration::from_secs(20);
+    let a = client::http_request_within(port, "GET", path, &[], b"", timeout)
+        .unwrap_or_else(|e| panic!("GET {path}: {e:?}"));
+    (a.status, a.text())
 }
 
 /// Sends `/slow` through nginx from a thread until one reaches the slow backend (the others are
@@ -119,14 +114,7 @@ fn hold_one(
 
 /// One request to the live API on its unix socket: the answer's JSON.
 fn live_get(nginx: &TestNginx, name: &str) -> Value {
-    let mut s =
-        std::os::unix::net::UnixStream::connect(nginx.prefix().join("logs/api.sock")).unwrap();
-    write!(s, "GET /api/{name} HTTP/1.0\r\nHost: localhost\r\n\r\n").unwrap();
-    let mut answer = String::new();
-    s.read_to_string(&mut answer).unwrap();
-    let (head, body) = answer.split_once("\r\n\r\n").unwrap();
-    assert!(head.starts_with("HTTP/1.1 200"), "{answer}");
-    serde_json::from_str(body).unwrap()
+    common::live::module(nginx, "GET", name, None)
 }
 
 /// The live API's view of server `addr` of `web` (`None`: not in the set).

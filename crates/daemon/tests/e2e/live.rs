@@ -261,21 +261,7 @@ fn a_full_zone_reloads_and_the_outcome_says_zone_too_small_with_the_size() {
 
 /// One request to the live API on its unix socket: the answer's JSON body.
 fn live_request(nginx: &TestNginx, method: &str, name: &str, body: Option<&Value>) -> Value {
-    use std::io::{Read, Write};
-    let mut s =
-        std::os::unix::net::UnixStream::connect(nginx.prefix().join("logs/api.sock")).unwrap();
-    let body = body.map(|b| b.to_string()).unwrap_or_default();
-    write!(
-        s,
-        "{method} /api/{name} HTTP/1.0\r\nHost: localhost\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
-    let mut answer = String::new();
-    s.read_to_string(&mut answer).unwrap();
-    let (head, body) = answer.split_once("\r\n\r\n").unwrap();
-    assert!(head.starts_with("HTTP/1.1 200"), "{answer}");
-    serde_json::from_str(body).unwrap()
+    common::live::module(nginx, method, name, body)
 }
 
 /// `GET <loc>/NAME`: (generation, server addresses).

@@ -73,6 +73,7 @@ fn binding_show_the_api_the_page_and_metrics_show_each_servers_live_state() {
         "web",
         Some(&json!({"servers": servers, "generation": set["generation"]})),
     );
+    // Raw on purpose: requests left in flight (no answer read) so that nginx counts them active.
     let clients: Vec<TcpStream> = (0..HELD)
         .map(|_| {
             let mut c = TcpStream::connect(("127.0.0.1", nginx.port())).unwrap();

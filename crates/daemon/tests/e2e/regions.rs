@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use common::Daemon;
 use serde_json::{json, Value};
 use tributary_fakes::daemon::FAST;
-use tributary_testkit::{free_port, TestNginx};
+use tributary_testkit::{client, free_port, TestNginx};
 
 /// The bindings' probe: one probe per server every 300 ms, 200 ms to answer, one failure makes
 /// a server unhealthy, one pass makes it healthy again.
@@ -102,25 +102,12 @@ struct Sample {
 }
 
 fn get(port: u16) -> (u16, String) {
-    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
-        return (0, String::new());
-    };
-    s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
-    if s.write_all(b"GET /api/items HTTP/1.1\r\nHost: api\r\nConnection: close\r\n\r\n")
-        .is_err()
-    {
-        return (0, String::new());
+    let headers = [("Host", "api")];
+    let timeout = Duration::from_secs(15);
+    match client::http_request_within(port, "GET", "/api/items", &headers, b"", timeout) {
+        Ok(a) => (a.status, a.text()),
+        Err(_) => (0, String::new()),
     }
-    let mut raw = Vec::new();
-    let _ = s.read_to_end(&mut raw);
-    let text = String::from_utf8_lossy(&raw).to_string();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    (status, body.to_string())
 }
 
 /// What one run measured.
@@ -174,13 +161,8 @@ impl Run {
 
 /// The module's `health` of each server of upstream `name` (`GET <loc>/NAME` on its socket).
 fn health(nginx: &TestNginx, name: &str) -> Vec<String> {
-    let mut s =
-        std::os::unix::net::UnixStream::connect(nginx.prefix().join("logs/api.sock")).unwrap();
-    write!(s, "GET /api/{name} HTTP/1.0\r\nHost: localhost\r\n\r\n").unwrap();
-    let mut answer = String::new();
-    s.read_to_string(&mut answer).unwrap();
-    let body = answer.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or("");
-    let set: Value = serde_json::from_str(body).unwrap_or(Value::Null);
+    let a = common::live::module_request(nginx, "GET", &format!("/api/{name}"), None);
+    let set: Value = serde_json::from_slice(&a.body).unwrap_or(Value::Null);
     set["servers"]
         .as_array()
         .map(|a| {
@@ -249,6 +231,7 @@ fn run(probe: Option<&str>, statuses: &str) -> Run {
         .unwrap();
     assert!(out.status.success(), "{out:?}");
     let deadline = Instant::now() + Duration::from_secs(20);
+    // A bare connect (no HTTP): waits until the reloaded nginx listens on the new port.
     while TcpStream::connect(("127.0.0.1", front)).is_err() {
         assert!(Instant::now() < deadline, "front never listened");
         std::thread::sleep(Duration::from_millis(50));

@@ -15,7 +15,6 @@ use crate::common;
 mod load;
 
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
 use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -46,14 +45,7 @@ fn services(path: &Path, backends: &[&Backend]) {
 
 /// The live API's servers of `web`.
 fn live_servers(nginx: &TestNginx) -> Vec<Value> {
-    let mut s =
-        std::os::unix::net::UnixStream::connect(nginx.prefix().join("logs/api.sock")).unwrap();
-    write!(s, "GET /api/web HTTP/1.0\r\nHost: localhost\r\n\r\n").unwrap();
-    let mut answer = String::new();
-    s.read_to_string(&mut answer).unwrap();
-    let (head, body) = answer.split_once("\r\n\r\n").unwrap();
-    assert!(head.starts_with("HTTP/1.1 200"), "{answer}");
-    let v: Value = serde_json::from_str(body).unwrap();
+    let v = common::live::module(nginx, "GET", "web", None);
     v["servers"].as_array().unwrap().clone()
 }
 

@@ -6,73 +6,29 @@
 use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::io::Write;
 use std::process::Command;
 use std::time::Duration;
 
 use common::{workspace_root, Daemon};
 use serde_json::{json, Value};
-use tributary_testkit::TestNginx;
+use tributary_testkit::{client, Response, TestNginx};
 
-/// A raw HTTP/1.1 exchange: status, headers (lowercase names), body.
-struct Answer {
-    status: u16,
-    headers: Vec<(String, String)>,
-    body: String,
+/// One request to the daemon with `tributary_testkit`'s client: `Host: 127.0.0.1:PORT` (the
+/// daemon's host check), a `Content-Length` on every request, answers awaited up to 120 s.
+fn request(port: u16, method: &str, path: &str, headers: &[(&str, &str)], body: &str) -> Response {
+    let host = format!("127.0.0.1:{port}");
+    let length = body.len().to_string();
+    let mut all = vec![("Host", host.as_str()), ("Content-Length", length.as_str())];
+    all.extend_from_slice(headers);
+    let timeout = Duration::from_secs(120);
+    client::http_request_within(port, method, path, &all, body.as_bytes(), timeout)
+        .unwrap_or_else(|e| panic!("{method} {path}: {e:?}"))
 }
 
-impl Answer {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.as_str())
-    }
-    fn cookies(&self) -> Vec<&str> {
-        self.headers
-            .iter()
-            .filter(|(k, _)| k == "set-cookie")
-            .map(|(_, v)| v.as_str())
-            .collect()
-    }
-    fn json(&self) -> Value {
-        serde_json::from_str(&self.body).unwrap_or(Value::Null)
-    }
-}
-
-fn request(port: u16, method: &str, path: &str, headers: &[(&str, &str)], body: &str) -> Answer {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
-    s.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
-    let mut req = format!(
-        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\nContent-Length: {}\r\n",
-        body.len()
-    );
-    for (k, v) in headers {
-        req.push_str(&format!("{k}: {v}\r\n"));
-    }
-    req.push_str("\r\n");
-    req.push_str(body);
-    s.write_all(req.as_bytes()).unwrap();
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw).unwrap();
-    let text = String::from_utf8_lossy(&raw).to_string();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    let mut lines = head.lines();
-    let status = lines
-        .next()
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("bad answer {text:?}"));
-    let headers = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
-        .collect();
-    Answer {
-        status,
-        headers,
-        body: body.to_string(),
-    }
+/// The answer's body as JSON (`Null` when it is not JSON).
+fn json(a: &Response) -> Value {
+    serde_json::from_slice(&a.body).unwrap_or(Value::Null)
 }
 
 fn bearer(d: &Daemon) -> String {
@@ -180,7 +136,7 @@ fn openapi_document_matches_the_routers_both_ways() {
         "",
     );
     assert_eq!(served.status, 200);
-    assert_eq!(served.json(), doc, "the served document is the checked one");
+    assert_eq!(json(&served), doc, "the served document is the checked one");
     for (m, p) in &documented {
         let path = p.replace("{name}", "no-such-binding");
         let body = if m == "get" || m == "delete" {
@@ -198,13 +154,13 @@ fn openapi_document_matches_the_routers_both_ways() {
             ],
             body,
         );
-        assert_ne!(a.status, 405, "{m} {path}: {}", a.body);
+        assert_ne!(a.status, 405, "{m} {path}: {}", a.text());
         assert!(
-            !a.body.contains("no such endpoint"),
+            !a.text().contains("no such endpoint"),
             "{m} {path}: {}",
-            a.body
+            a.text()
         );
-        assert!(a.status < 500, "{m} {path}: {} {}", a.status, a.body);
+        assert!(a.status < 500, "{m} {path}: {} {}", a.status, a.text());
     }
 }
 
@@ -270,7 +226,7 @@ fn access_control_health_open_api_bearer_ui_session_metrics_either() {
         "{csp}"
     );
     let login_cookie = form
-        .cookies()
+        .headers_named("set-cookie")
         .into_iter()
         .find(|c| c.starts_with("tributary_login="))
         .expect("login cookie")
@@ -279,7 +235,7 @@ fn access_control_health_open_api_bearer_ui_session_metrics_either() {
         .unwrap()
         .to_string();
     let csrf = login_cookie.split_once('=').unwrap().1.to_string();
-    assert!(form.body.contains(&csrf));
+    assert!(form.text().contains(&csrf));
     let password = std::fs::read_to_string(d.data_dir.join("ui-initial-password")).unwrap();
     let password = password.trim();
     let post = |cookie: &str, body: String| {
@@ -299,13 +255,13 @@ fn access_control_health_open_api_bearer_ui_session_metrics_either() {
         format!("csrf={csrf}&password=wrong-password"),
     );
     assert_eq!(a.status, 401);
-    assert!(a.body.contains("Wrong password."));
+    assert!(a.text().contains("Wrong password."));
     let a = post("", format!("csrf={csrf}&password={password}"));
     assert_eq!(a.status, 403, "a login without the CSRF cookie is refused");
     let a = post(&login_cookie, format!("csrf={csrf}&password={password}"));
-    assert_eq!(a.status, 303, "{}", a.body);
+    assert_eq!(a.status, 303, "{}", a.text());
     let set = a
-        .cookies()
+        .headers_named("set-cookie")
         .into_iter()
         .find(|c| c.starts_with("tributary_session="))
         .expect("session cookie")
@@ -328,11 +284,11 @@ fn access_control_health_open_api_bearer_ui_session_metrics_either() {
         .unwrap()
         .starts_with("text/plain; version=0.0.4"));
     assert!(
-        m.body
+        m.text()
             .contains("# TYPE tributary_resolutions_total counter")
-            && !m.body.contains("# EOF"),
+            && !m.text().contains("# EOF"),
         "{}",
-        m.body
+        m.text()
     );
     // A scraper that asks for OpenMetrics gets it, with its content type.
     let om = request(
@@ -354,9 +310,10 @@ fn access_control_health_open_api_bearer_ui_session_metrics_either() {
         .unwrap()
         .starts_with("application/openmetrics-text; version=1.0.0"));
     assert!(
-        om.body.contains("# TYPE tributary_resolutions counter") && om.body.ends_with("# EOF\n"),
+        om.text().contains("# TYPE tributary_resolutions counter")
+            && om.text().ends_with("# EOF\n"),
         "{}",
-        om.body
+        om.text()
     );
     // A session does not open the JSON API.
     let a = request(
@@ -370,7 +327,7 @@ fn access_control_health_open_api_bearer_ui_session_metrics_either() {
 
     // Forms need the session's CSRF token.
     let page_csrf = {
-        let b = &page.body;
+        let b = &page.text();
         let i = b.find("name=\"csrf\" value=\"").unwrap() + "name=\"csrf\" value=\"".len();
         b[i..i + 64].to_string()
     };
@@ -446,13 +403,13 @@ fn access_control_health_open_api_bearer_ui_session_metrics_either() {
             "/ui/new",
             &format!("csrf={page_csrf}&plugin=static&provider=static&action=save&{body}"),
         );
-        assert_eq!(a.status, 400, "{body}: {}", a.body);
+        assert_eq!(a.status, 400, "{body}: {}", a.text());
         let marker = format!("id=\"err-{field}\"");
-        let i = a
-            .body
+        let text = a.text();
+        let i = text
             .find(&marker)
-            .unwrap_or_else(|| panic!("{body}: no error for {field}: {}", a.body));
-        let msg = &a.body[i..a.body[i..].find("</span>").map_or(a.body.len(), |j| i + j)];
+            .unwrap_or_else(|| panic!("{body}: no error for {field}: {text}"));
+        let msg = &text[i..text[i..].find("</span>").map_or(text.len(), |j| i + j)];
         assert!(msg.contains(words), "{body}: {msg}");
     }
     assert_eq!(
@@ -478,9 +435,9 @@ fn access_control_health_open_api_bearer_ui_session_metrics_either() {
         "directives",
     ] {
         assert!(
-            a.body.contains(&format!("id=\"err-{field}\"")),
+            a.text().contains(&format!("id=\"err-{field}\"")),
             "no error for {field}: {}",
-            a.body
+            a.text()
         );
     }
     assert_eq!(
@@ -497,8 +454,8 @@ fn access_control_health_open_api_bearer_ui_session_metrics_either() {
         ),
     );
     assert_eq!(a.status, 400);
-    assert!(a.body.contains("whole number"), "{}", a.body);
-    assert!(a.body.contains("id=\"err-service\""), "{}", a.body);
+    assert!(a.text().contains("whole number"), "{}", a.text());
+    assert!(a.text().contains("id=\"err-service\""), "{}", a.text());
 
     // Logout ends the session.
     let a = form_post("/logout", &format!("csrf={page_csrf}"));
@@ -816,7 +773,7 @@ fn secrets_are_write_only_and_metrics_follow_outcomes() {
         .expect("plugin error code");
 
     let tok = bearer(&d);
-    let m = request(d.port, "GET", "/metrics", &[("Authorization", &tok)], "").body;
+    let m = request(d.port, "GET", "/metrics", &[("Authorization", &tok)], "").text();
     let value = |line_start: &str| -> f64 {
         m.lines()
             .find(|l| l.starts_with(line_start))
@@ -877,7 +834,7 @@ fn secrets_are_write_only_and_metrics_follow_outcomes() {
         ],
         "",
     )
-    .body;
+    .text();
     let families = openmetrics_families(&om);
     for (family, kind) in [
         ("tributary_resolutions", "counter"),
@@ -931,7 +888,7 @@ fn secrets_are_write_only_and_metrics_follow_outcomes() {
     ] {
         answers.insert(
             p,
-            request(d.port, "GET", p, &[("Authorization", &tok)], "").body,
+            request(d.port, "GET", p, &[("Authorization", &tok)], "").text(),
         );
     }
     let (_, v) = d.api("POST", "/api/v1/resolve", Some(&body.to_string()));

@@ -1,17 +1,17 @@
 //! Helpers of the end-to-end tests of what the daemon shows of nginx's live state
-//! (`e2e/live_state.rs`, `e2e/server_stats.rs`): raw HTTP with headers, a UI session, the module's API
+//! (`e2e/live_state.rs`, `e2e/server_stats.rs`): HTTP with headers (testkit's client), a UI session, the module's API
 //! on its unix socket, polling, `/metrics` values, `promtool`, the binding page's rows.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::io::Write;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use tributary_testkit::TestNginx;
+use tributary_testkit::{client, Response, TestNginx};
 
 use super::Daemon;
 
-/// A raw HTTP/1.1 exchange with extra headers: status, `Set-Cookie` values, body.
+/// One request to the daemon with `tributary_testkit`'s client (`Host: 127.0.0.1:PORT`, a
+/// `Content-Length` on every request): status, the `name=value` of each `Set-Cookie`, body.
 pub fn request(
     port: u16,
     method: &str,
@@ -19,34 +19,19 @@ pub fn request(
     headers: &[(&str, &str)],
     body: &str,
 ) -> (u16, Vec<String>, String) {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
-    let mut req = format!(
-        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\nContent-Length: {}\r\n",
-        body.len()
-    );
-    for (k, v) in headers {
-        req.push_str(&format!("{k}: {v}\r\n"));
-    }
-    req.push_str("\r\n");
-    req.push_str(body);
-    s.write_all(req.as_bytes()).unwrap();
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw).unwrap();
-    let text = String::from_utf8_lossy(&raw).to_string();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("bad answer {text:?}"));
-    let cookies = head
-        .lines()
-        .filter_map(|l| l.split_once(':'))
-        .filter(|(k, _)| k.trim().eq_ignore_ascii_case("set-cookie"))
-        .map(|(_, v)| v.trim().split(';').next().unwrap_or("").to_string())
+    let host = format!("127.0.0.1:{port}");
+    let length = body.len().to_string();
+    let mut all = vec![("Host", host.as_str()), ("Content-Length", length.as_str())];
+    all.extend_from_slice(headers);
+    let timeout = Duration::from_secs(60);
+    let a = client::http_request_within(port, method, path, &all, body.as_bytes(), timeout)
+        .unwrap_or_else(|e| panic!("{method} {path}: {e:?}"));
+    let cookies = a
+        .headers_named("set-cookie")
+        .into_iter()
+        .map(|v| v.split(';').next().unwrap_or("").to_string())
         .collect();
-    (status, cookies, body.to_string())
+    (a.status, cookies, a.text())
 }
 
 /// The web UI's page of binding `name`, read after logging in (asserts a 200).
@@ -90,22 +75,27 @@ pub fn ui_session(d: &Daemon) -> String {
         .expect("session cookie")
 }
 
-/// One request to the module's API on its unix socket: the answer's JSON body.
+/// One request to the module's API on its unix socket: the answer's JSON body (asserts a 200).
 pub fn module(nginx: &TestNginx, method: &str, name: &str, body: Option<&Value>) -> Value {
-    let mut s =
-        std::os::unix::net::UnixStream::connect(nginx.prefix().join("logs/api.sock")).unwrap();
+    let a = module_request(nginx, method, &format!("/api/{name}"), body);
+    assert_eq!(a.status, 200, "{method} /api/{name}: {}", a.text());
+    serde_json::from_slice(&a.body).unwrap()
+}
+
+/// Any request to the module's API on nginx's `logs/api.sock` (a `Content-Length` on every
+/// request); panics when the socket does not answer.
+pub fn module_request(
+    nginx: &TestNginx,
+    method: &str,
+    path: &str,
+    body: Option<&Value>,
+) -> Response {
     let body = body.map(|b| b.to_string()).unwrap_or_default();
-    write!(
-        s,
-        "{method} /api/{name} HTTP/1.0\r\nHost: localhost\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
-    let mut answer = String::new();
-    s.read_to_string(&mut answer).unwrap();
-    let (head, body) = answer.split_once("\r\n\r\n").unwrap();
-    assert!(head.starts_with("HTTP/1.1 200"), "{answer}");
-    serde_json::from_str(body).unwrap()
+    let length = body.len().to_string();
+    let socket = nginx.prefix().join("logs/api.sock");
+    let headers = [("Content-Length", length.as_str())];
+    client::http_request_unix(&socket, method, path, &headers, body.as_bytes())
+        .unwrap_or_else(|e| panic!("{method} {path} on {}: {e:?}", socket.display()))
 }
 
 /// The module's `(active, fails, down)` of `address` in `GET <loc>/NAME`.

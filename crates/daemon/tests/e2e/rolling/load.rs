@@ -112,6 +112,7 @@ impl Backend {
     /// Stops listening (wakes the accept loop so it drops the listener) and ends held connections.
     pub fn close(&self) {
         if self.mode.swap(CLOSED, Ordering::SeqCst) != CLOSED {
+            // A bare connect (no HTTP) that only wakes the accept loop.
             let _ = TcpStream::connect(("127.0.0.1", self.port));
         }
     }
@@ -142,6 +143,8 @@ impl Tally {
     }
 }
 
+// Raw on purpose, not testkit's `KeepAlive`: held-open load that must see `Connection: close`,
+// reopen, and count each I/O error as a failed client request instead of failing the test.
 /// One keep-alive request on `conn` (opened if `None`): the status, or an error (the connection
 /// is then dropped). Keeps the connection unless nginx closes it.
 fn request(conn: &mut Option<BufReader<TcpStream>>, port: u16, path: &str) -> std::io::Result<u16> {
