@@ -1,8 +1,14 @@
 //! The fleet's series of `/metrics` ("What users running 20–200 hosts need to see";
 //! `docs/fleet.md`, "What to watch"), from this host's copy of the store ([`FleetHosts`]): per
 //! binding the age of its published set, its interval and who resolves it; per host whether it
-//! is alive, how many bindings it is behind and how many claims it holds. Absent with the SQLite
-//! store (one host, no fleet).
+//! is alive and how many claims it holds; and how many bindings **this** host is behind. Absent
+//! with the SQLite store (one host, no fleet).
+//!
+//! Everything here is what the host watches (sets, claims, heartbeats) or writes itself (its
+//! outcomes), so a scrape reads nothing from etcd: a host does not watch the others' outcomes, and
+//! reading them all (hosts × bindings keys) at every scrape of every host would cost etcd more
+//! than the watch it replaced. Each host says how far behind it is; Prometheus aggregates the
+//! hosts (`max by (host)`), and a host that cannot say (gone) shows as `host_alive` 0 on the others.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::family::Family;
@@ -58,7 +64,7 @@ impl FleetFamilies {
         );
         r.register(
             "tributary_fleet_host_behind_bindings",
-            "Bindings with a published target set the host does not serve (its state is not applied at the newest generation: an older set, nginx refused the newest, the store unreachable, or no state)",
+            "Bindings with a published target set this host does not serve, shown by each host for itself (its state is not applied at the newest generation: an older set, nginx refused the newest, the store unreachable, or no state)",
             self.host_behind.clone(),
         );
         r.register(
@@ -104,9 +110,11 @@ impl FleetFamilies {
             self.host_alive
                 .get_or_create(&label)
                 .set(i64::from(h.alive));
-            self.host_behind
-                .get_or_create(&label)
-                .set(n(h.behind_bindings));
+            if h.host == fleet.host_id {
+                self.host_behind
+                    .get_or_create(&label)
+                    .set(n(h.behind_bindings));
+            }
             self.host_claims.get_or_create(&label).set(n(h.resolves));
         }
     }
@@ -118,7 +126,7 @@ mod tests {
     use crate::view::{FleetBindingSummary, FleetHostSummary, FleetHosts};
 
     #[test]
-    fn the_fleet_series_show_set_ages_resolvers_and_hosts_behind() {
+    fn the_fleet_series_show_set_ages_resolvers_hosts_and_how_far_this_host_is_behind() {
         let m = Metrics::default();
         let fleet = FleetHosts {
             host_id: "a".into(),
@@ -162,12 +170,13 @@ mod tests {
             "tributary_fleet_binding_interval_seconds{binding=\"db\"} 30",
             "tributary_fleet_binding_resolver{binding=\"api\",host=\"a\"} 1",
             "tributary_fleet_host_alive{host=\"b\"} 0",
-            "tributary_fleet_host_behind_bindings{host=\"b\"} 2",
             "tributary_fleet_host_behind_bindings{host=\"a\"} 0",
             "tributary_fleet_host_resolver_claims{host=\"a\"} 1",
         ] {
             assert!(t.contains(line), "{line} missing:\n{t}");
         }
+        // Another host's count is its own to say (this host does not read its outcomes).
+        assert!(!t.contains("host_behind_bindings{host=\"b\"}"), "{t}");
         assert!(!t.contains("set_age_seconds{binding=\"db\"}"), "{t}");
         assert!(!t.contains("binding_resolver{binding=\"db\""), "{t}");
         // No fleet (SQLite): the series are gone at the next scrape.

@@ -78,8 +78,8 @@ async fn serve(AxumState(st): AxumState<AppState>, headers: HeaderMap) -> Respon
             .iter()
             .filter_map(|v| v.to_str().ok()),
     );
-    // The fleet series count the hosts' outcomes: read on demand (docs/fleet.md).
-    st.engine.refresh_fleet(None).await;
+    // No read of the other hosts' outcomes here: the fleet series come from what this host
+    // watches and its own outcomes (`fleet.rs`), so a scrape costs etcd nothing.
     let bindings = st.engine.list();
     let live = match crate::http::live_api_of(&st.engine) {
         Some(api) => {
