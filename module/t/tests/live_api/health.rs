@@ -193,6 +193,22 @@ fn until_health(m: &Master, port: u16, want: &str, within: Duration) -> Result<D
     }
 }
 
+/// Waits until server `port` has a probe's result: a server starts `healthy` (without
+/// `mandatory`), so [`until_health`]`(.., "healthy", ..)` can return before any probe ended.
+fn until_probed(m: &Master, port: u16, within: Duration) -> Result<serde_json::Value, Failed> {
+    let t = Instant::now();
+    loop {
+        let s = server_view(m, port)?;
+        if s["last_probe_ms_ago"].is_u64() {
+            return Ok(s);
+        }
+        check(t.elapsed() < within, || {
+            format!("server {port} not probed after {within:?}: {s}")
+        })?;
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 fn case_failing_server_leaves_and_comes_back() -> CaseResult {
     let b1 = Backend::start("b1")?;
     let b2 = Backend::start("b2")?;
@@ -201,10 +217,7 @@ fn case_failing_server_leaves_and_comes_back() -> CaseResult {
         "uri=/healthz interval=200ms timeout=150ms fails=2 passes=2",
     ))?;
     until_health(&m, b1.port, "healthy", Duration::from_secs(2))?;
-    check(
-        server_view(&m, b1.port)?["last_probe_ms_ago"].is_u64(),
-        || "no probe recorded yet".into(),
-    )?;
+    until_probed(&m, b1.port, Duration::from_secs(2))?;
     both_workers_answer(&m, &["b1", "b2"], 5)?;
     b1.set(FAIL_503);
     // interval × fails + 1 s
@@ -644,7 +657,7 @@ fn case_port_host_and_body_parameters() -> CaseResult {
         ),
     ))?;
     until_health(&m, dead[0], "healthy", Duration::from_secs(2))?;
-    let s = server_view(&m, dead[1])?;
+    let s = until_probed(&m, dead[1], Duration::from_secs(2))?;
     check(s["last_status"] == 200, || format!("{s}"))?;
     check(!b1.probe_times().is_empty(), || "b1 saw no probe".into())?;
     let host = b1.host.lock().unwrap_or_else(|e| e.into_inner()).clone();
