@@ -301,6 +301,14 @@ async fn unreachable_then_back(resync: bool) {
         hosts.iter().all(|h| has(h.file("web"), "10.0.0.1"))
     })
     .await;
+    // And recorded it: a host whose file is written may still be finishing that apply, and a
+    // refresh asked meanwhile answers with it (`Ok`), not with the unreachable store.
+    until("every host recorded web applied", || {
+        hosts
+            .iter()
+            .all(|h| states(h, "web").get(&h.id) == Some(&HostState::Applied))
+    })
+    .await;
     let before: Vec<Option<String>> = hosts.iter().map(|h| h.file("web")).collect();
     let calls = hosts.iter().map(Host::calls).sum::<usize>();
 
