@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use crate::common;
 use common::{binding, host, raw_client, target_set, until, Host, TTL};
+use tributary_base::now_ms;
 
 use etcd_client::{Client, GetOptions};
 use serde_json::Value;
@@ -47,13 +48,6 @@ async fn synced(c: &mut Client, prefix: &str, hosts: &[&Host]) {
         })
         .await;
     }
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64
 }
 
 /// Host `host`'s outcome of `name` as etcd holds it, once it is `failed`, names `what` and was

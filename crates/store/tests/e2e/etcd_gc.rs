@@ -8,6 +8,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::common::until;
+
 use tributary_fakes::etcd_cluster::EtcdCluster;
 use tributary_store::{
     BindingRecord, BindingStore, EtcdOptions, EtcdStore, HostOutcome, HostState, SecretKeys,
@@ -48,14 +50,6 @@ async fn host(
     let store = Arc::new(EtcdStore::open(opts, keys).unwrap());
     assert!(store.wait_connected(Duration::from_secs(15)).await, "{id}");
     store
-}
-
-async fn until(limit: Duration, what: &str, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + limit;
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 fn outcome() -> HostOutcome {

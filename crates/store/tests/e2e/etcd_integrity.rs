@@ -7,7 +7,9 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use crate::common::{blocking, until};
 
 use tributary_fakes::etcd_cluster::EtcdCluster;
 use tributary_store::{
@@ -75,18 +77,6 @@ async fn host(cluster: &EtcdCluster, id: &str) -> Host {
     let dir = tempfile::tempdir().unwrap();
     let opts = options(cluster, id, &dir);
     host_with(id, opts, dir).await
-}
-
-async fn until(limit: Duration, what: &str, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + limit;
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-fn blocking<T>(f: impl FnOnce() -> T) -> T {
-    tokio::task::block_in_place(f)
 }
 
 fn service_on(h: &Host, name: &str) -> Option<String> {

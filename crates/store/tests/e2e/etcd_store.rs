@@ -5,6 +5,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::common::{blocking, until};
+
 use tokio::sync::broadcast;
 use tributary_fakes::etcd_cluster::EtcdCluster;
 use tributary_store::{
@@ -92,18 +94,6 @@ async fn wait_event(
             Err(_) => panic!("no matching event within {limit:?}"),
         }
     }
-}
-
-async fn until(limit: Duration, what: &str, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + limit;
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-fn blocking<T>(f: impl FnOnce() -> T) -> T {
-    tokio::task::block_in_place(f)
 }
 
 /// The cluster member `h`'s session talks to (`status()` names it: "connected to URL").

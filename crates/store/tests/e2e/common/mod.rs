@@ -94,6 +94,11 @@ pub async fn until(limit: Duration, what: &str, mut f: impl FnMut() -> bool) {
     }
 }
 
+/// Runs `f`, a blocking store call, without stalling the runtime's other tasks.
+pub fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    tokio::task::block_in_place(f)
+}
+
 /// A plain etcd client on the cluster (what `etcdctl` would do).
 pub async fn raw_client(cluster: &EtcdCluster) -> Client {
     Client::connect(cluster.endpoints(), None).await.unwrap()
