@@ -19,6 +19,8 @@ use crate::{
 #[derive(Debug, Clone)]
 pub struct TestNginxBuilder {
     backends: Vec<String>,
+    /// Ports picked at each start attempt and written into the snippets as `{port:NAME}`.
+    named_ports: Vec<String>,
     http_snippets: Vec<String>,
     files: Vec<(PathBuf, Vec<u8>)>,
     upstreams_glob: bool,
@@ -42,6 +44,7 @@ impl TestNginxBuilder {
     pub fn new() -> Self {
         TestNginxBuilder {
             backends: Vec::new(),
+            named_ports: Vec::new(),
             http_snippets: Vec::new(),
             files: Vec::new(),
             upstreams_glob: true,
@@ -85,6 +88,21 @@ impl TestNginxBuilder {
             "backend name {name:?}: use letters, digits, _ - . only"
         );
         self.backends.push(name.to_string());
+        self
+    }
+
+    /// Reserves a port for the test's own `server` blocks: `{port:NAME}` in an
+    /// [`Self::http_snippet`] becomes a port picked at each start attempt (so a port taken by
+    /// another process meanwhile means a new attempt, as for the main port), and
+    /// [`TestNginx::named_port`] tells it. nginx holds the port from its start across reloads,
+    /// which a port picked by the test and listened on only at a later reload is not: another
+    /// test's nginx can take it in between, and the requests then reach that one.
+    pub fn named_port(mut self, name: &str) -> Self {
+        assert!(
+            !self.named_ports.iter().any(|n| n == name),
+            "port {name:?} reserved twice"
+        );
+        self.named_ports.push(name.to_string());
         self
     }
 
@@ -162,7 +180,12 @@ impl TestNginxBuilder {
             .iter()
             .map(|b| (b.clone(), free_port()))
             .collect();
-        let config = self.render_config(&prefix, port, &backends);
+        let named_ports: Vec<(String, u16)> = self
+            .named_ports
+            .iter()
+            .map(|n| (n.clone(), free_port()))
+            .collect();
+        let config = self.render_config(&prefix, port, &backends, &named_ports);
         fs::write(prefix.join("conf/nginx.conf"), config).map_err(|e| other("write conf", e))?;
         let stderr = fs::File::create(prefix.join("logs/stderr.log"))
             .map_err(|e| other("create stderr log", e))?;
@@ -183,12 +206,14 @@ impl TestNginxBuilder {
             dir,
             port,
             backends,
+            named_ports,
             child: Some(child),
             binary: binary.to_path_buf(),
             workers: self.workers,
         };
         let mut ports = vec![port];
         ports.extend(nginx.backends.iter().map(|(_, p)| *p));
+        ports.extend(nginx.named_ports.iter().map(|(_, p)| *p));
         let deadline = Instant::now() + STARTUP_TIMEOUT;
         loop {
             if let Some(status) = nginx
@@ -230,7 +255,13 @@ impl TestNginxBuilder {
         }
     }
 
-    fn render_config(&self, prefix: &Path, port: u16, backends: &[(String, u16)]) -> String {
+    fn render_config(
+        &self,
+        prefix: &Path,
+        port: u16,
+        backends: &[(String, u16)],
+        named_ports: &[(String, u16)],
+    ) -> String {
         let p = prefix.display();
         let workers = self.workers;
         let mut c = String::new();
@@ -259,6 +290,10 @@ impl TestNginxBuilder {
             c.push_str("    include upstreams/*.conf;\n");
         }
         for s in &self.http_snippets {
+            let mut s = s.clone();
+            for (name, p) in named_ports {
+                s = s.replace(&format!("{{port:{name}}}"), &p.to_string());
+            }
             for line in s.lines() {
                 let _ = writeln!(c, "    {line}");
             }

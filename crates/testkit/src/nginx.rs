@@ -17,6 +17,7 @@ pub struct TestNginx {
     pub(crate) dir: tempfile::TempDir,
     pub(crate) port: u16,
     pub(crate) backends: Vec<(String, u16)>,
+    pub(crate) named_ports: Vec<(String, u16)>,
     pub(crate) child: Option<Child>,
     pub(crate) binary: PathBuf,
     pub(crate) workers: usize,
@@ -75,6 +76,15 @@ impl TestNginx {
             .find(|(n, _)| n == name)
             .map(|(_, p)| *p)
             .unwrap_or_else(|| panic!("no backend named {name:?}"))
+    }
+
+    /// A port reserved with [`TestNginxBuilder::named_port`]. Panics if unknown.
+    pub fn named_port(&self, name: &str) -> u16 {
+        self.named_ports
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, p)| *p)
+            .unwrap_or_else(|| panic!("no port named {name:?}"))
     }
 
     /// All backends as `(name, port)`.

@@ -22,6 +22,40 @@ fn serves_root_and_backends() {
 }
 
 #[test]
+fn a_named_port_is_written_into_snippets_and_held_across_a_reload() {
+    let nginx = TestNginx::builder()
+        .named_port("front")
+        .http_snippet("server { listen 127.0.0.1:{port:front}; include front/*.conf; }")
+        .conf_file("front/a.conf", "location / { return 503; }\n")
+        .start();
+    let front = nginx.named_port("front");
+    assert_ne!(front, nginx.port());
+    let conf = fs::read_to_string(nginx.conf_path()).unwrap();
+    assert!(
+        conf.contains(&format!("listen 127.0.0.1:{front};")),
+        "{conf}"
+    );
+    assert_eq!(http_get(front, "/").unwrap().0, 503);
+    let dir = nginx.conf_dir().join("front");
+    fs::write(dir.join("a.conf"), "location / { return 200 \"front\"; }\n").unwrap();
+    let reload = nginx.reload_cmd();
+    let out = Command::new(&reload[0])
+        .args(&reload[1..])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let deadline = std::time::Instant::now() + WAIT;
+    while http_get(front, "/").ok() != Some((200, "front".into())) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the reload never served"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(nginx.named_port("front"), front);
+}
+
+#[test]
 fn missing_upstream_is_502_then_proxies_after_reload() {
     let nginx = TestNginx::builder().backend("a").start();
     let path = TestNginx::upstream_path("api");

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use common::Daemon;
 use serde_json::{json, Value};
 use tributary_fakes::daemon::FAST;
-use tributary_testkit::{client, free_port, TestNginx};
+use tributary_testkit::{client, TestNginx};
 
 /// The bindings' probe: one probe per server every 300 ms, 200 ms to answer, one failure makes
 /// a server unhealthy, one pass makes it healthy again.
@@ -178,12 +178,19 @@ fn health(nginx: &TestNginx, name: &str) -> Vec<String> {
 fn run(probe: Option<&str>, statuses: &str) -> Run {
     let root = tempfile::tempdir().unwrap();
     let (a, b) = (Region::start("a"), Region::start("b"));
-    let front = free_port();
+    // The front server listens from nginx's start (a port picked by the builder, a new one if it
+    // was taken meanwhile) and gets its location at the reload below: a port picked here and
+    // listened on only at that reload, seconds later, was once taken by another test's nginx in
+    // between, and every request of the run got that nginx's 404.
     let nginx = TestNginx::builder()
         .workers(2)
         .live_api("")
+        .named_port("front")
         .http_snippet("include regions/*.conf;")
+        .http_snippet("server { listen 127.0.0.1:{port:front}; include regions/front/*.conf; }")
+        .conf_file("regions/front/api.conf", "location / { return 503; }\n")
         .start();
+    let front = nginx.named_port("front");
     let api = nginx.live_api_address();
     let mut args: Vec<&str> = FAST.to_vec();
     args.extend_from_slice(&["--apply", "live", "--live-api", &api]);
@@ -213,15 +220,17 @@ fn run(probe: Option<&str>, statuses: &str) -> Run {
     // The front: an upstrand over every `api-*` upstream, added once both upstreams exist (an
     // upstrand's regex only sees upstreams defined before it), with one reload before the run.
     let dir = nginx.conf_dir().join("regions");
-    std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(
         dir.join("api.conf"),
         format!(
-            "upstrand api {{\n    upstream ~^api-;\n    next_upstream_statuses {statuses};\n}}\n\
-             server {{\n    listen 127.0.0.1:{front};\n    location / {{\n        \
-             proxy_connect_timeout 1s;\n        proxy_read_timeout 1s;\n        \
-             proxy_pass http://$upstrand_api;\n    }}\n}}\n"
+            "upstrand api {{\n    upstream ~^api-;\n    next_upstream_statuses {statuses};\n}}\n"
         ),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("front/api.conf"),
+        "location / {\n    proxy_connect_timeout 1s;\n    proxy_read_timeout 1s;\n    \
+         proxy_pass http://$upstrand_api;\n}\n",
     )
     .unwrap();
     let reload = nginx.reload_cmd();
@@ -230,10 +239,14 @@ fn run(probe: Option<&str>, statuses: &str) -> Run {
         .output()
         .unwrap();
     assert!(out.status.success(), "{out:?}");
+    // Until the front answers through the upstrand (before the reload: 503 from the placeholder).
     let deadline = Instant::now() + Duration::from_secs(20);
-    // A bare connect (no HTTP): waits until the reloaded nginx listens on the new port.
-    while TcpStream::connect(("127.0.0.1", front)).is_err() {
-        assert!(Instant::now() < deadline, "front never listened");
+    while get(front).0 != 200 {
+        assert!(
+            Instant::now() < deadline,
+            "the front never served: {:?}",
+            get(front)
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
     nginx.wait_settled(Duration::from_secs(10)).unwrap();

@@ -127,15 +127,16 @@ fn n(v: &Value) -> u64 {
 fn each_servers_statistics_match_the_requests_sent_in_every_view() {
     let root = tempfile::tempdir().unwrap();
     // The module's NGINX Plus-compatible API too, for the official exporter to read.
-    let plus_port = free_port();
     let nginx = TestNginx::builder()
         .workers(2)
         .live_api("")
         .backend("a")
-        .http_snippet(&format!(
-            "server {{ listen 127.0.0.1:{plus_port}; location /api {{ upstreams_api plus; }} }}"
-        ))
+        .named_port("plus")
+        .http_snippet(
+            "server { listen 127.0.0.1:{port:plus}; location /api { upstreams_api plus; } }",
+        )
         .start();
+    let plus_port = nginx.named_port("plus");
     let a = format!("127.0.0.1:{}", nginx.backend_port("a"));
     let broken = slow_broken_backend();
     // A closed port: connecting fails, nginx counts a failed try and passes the request on.
