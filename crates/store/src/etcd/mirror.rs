@@ -22,6 +22,7 @@ mod mirror_fleet;
 pub use mirror_file::{apply, FileView};
 pub use mirror_fleet::{same_outcome, score, Claim};
 
+use crate::sqlite::MirrorOp;
 use crate::{HostOutcome, StoreEvent, StoredBinding, TargetSet};
 use mirror_file::Batch;
 
@@ -192,8 +193,8 @@ impl Mirror {
         me: &str,
     ) -> Batch {
         let mut events = Vec::new();
-        let mut puts = Vec::new();
-        let mut removes = Vec::new();
+        // The bindings' file writes, in etcd's order.
+        let mut ops = Vec::new();
         // Binding keys' revisions and decoded versions of this batch: recorded only after the
         // file committed them. A failed write (disk full, the file locked) leaves the mirror at
         // the revisions it holds, so the next read of the prefix applies the change again.
@@ -241,12 +242,12 @@ impl Mirror {
                             );
                             self.unreadable.remove(&name);
                             decoded.insert(name.clone(), rev);
-                            puts.push(sb)
+                            ops.push(MirrorOp::Put(sb))
                         }
                         None => {
                             self.forget_binding(&name, keys, rev);
                             decoded.remove(&name);
-                            removes.push(name);
+                            ops.push(MirrorOp::Remove(name));
                         }
                     }
                 }
@@ -304,7 +305,7 @@ impl Mirror {
                                 self.meta.remove(&skey);
                                 self.forget_binding(&name, keys, rev);
                                 decoded.remove(&name);
-                                removes.push(name);
+                                ops.push(MirrorOp::Remove(name));
                             }
                             Some(v) => {
                                 self.meta.insert(skey.clone(), meta);
@@ -316,7 +317,7 @@ impl Mirror {
                                     self.binding_value(&skey, &name, &v, meta, keys, secrets)
                                 {
                                     decoded.insert(name.clone(), rev);
-                                    puts.push(sb);
+                                    ops.push(MirrorOp::Put(sb));
                                 }
                             }
                         },
@@ -381,8 +382,7 @@ impl Mirror {
         }
         Batch {
             events,
-            puts,
-            removes,
+            ops,
             staged,
             decoded,
         }
