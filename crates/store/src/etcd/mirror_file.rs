@@ -5,8 +5,9 @@
 //!   lock, which is never held across SQLite.
 //! - [`apply`]: the one way changes reach the mirror. The in-memory state is changed under the
 //!   mirror's lock; the bindings' SQLite write is made outside it, under the file's own lock
-//!   (`Shared::file`, which also orders the writers: a batch is staged, written and committed
-//!   before the next one is staged); then, under the mirror's lock again, the view takes what the
+//!   (`Shared::file`, which also orders the writers: a batch with bindings is staged, written
+//!   and committed before the next one is staged; a batch without any is applied in memory at
+//!   once and never waits for the file); then, under the mirror's lock again, the view takes what the
 //!   file committed and the batch's binding revisions are recorded. A write that fails (disk
 //!   full, the file locked past SQLite's busy timeout) records neither: the next read of the
 //!   prefix applies the change again.
