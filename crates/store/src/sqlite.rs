@@ -33,6 +33,7 @@ mod schema;
 mod store;
 
 pub use file::{SqliteFile, StoreOptions, DEFAULT_HISTORY};
+pub(crate) use mirror::MirrorOp;
 pub use schema::SCHEMA_VERSION;
 pub(crate) use store::same_targets;
 pub use store::SqliteStore;

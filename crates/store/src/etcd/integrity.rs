@@ -4,9 +4,10 @@
 
 use std::sync::Arc;
 
-use etcd_client::{Client, Compare, CompareOp, Txn, TxnOp};
+use etcd_client::{Client, Compare, CompareOp, Txn, TxnOp, TxnOpResponse};
 
 use super::auth::{self, Ctx, Meta};
+use super::mirror::Update;
 use super::session::bounded;
 use super::{lock, Shared};
 use crate::now_ms;
@@ -58,7 +59,11 @@ pub(crate) fn report_refusals(shared: &Arc<Shared>) {
 
 /// Puts the fleet's integrity key (every host then refuses values without a MAC) when this host
 /// was started with `--etcd-require-integrity`, or the fleet is new (nothing in it yet, every
-/// live host verifies MACs). Created once: guarded by its absence.
+/// live host verifies MACs). Created once: guarded by its absence. The key as etcd holds it
+/// after the transaction (this host's put, or the one another host made first) is applied to the
+/// mirror at once, not only when the watch brings it: the session calls this before it counts as
+/// connected, so no write of this host is made meanwhile without knowing that the fleet requires
+/// integrity (such a write was sealed `v1` and then written again, `reseal.rs`).
 pub(crate) async fn require_integrity(
     shared: &Arc<Shared>,
     client: &mut Client,
@@ -90,10 +95,42 @@ pub(crate) async fn require_integrity(
     );
     let txn = Txn::new()
         .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
-        .and_then([TxnOp::put(key, value, None)]);
+        .and_then([TxnOp::put(key.clone(), value.clone(), None)])
+        .or_else([TxnOp::get(key.clone(), None)]);
     let r = bounded(shared, "integrity key", client.txn(txn)).await?;
-    if r.succeeded() {
+    let update = if r.succeeded() {
         tracing::info!(store = %shared.location, new_fleet = fresh, "this fleet now requires a MAC on every value (the integrity key is put)");
+        let rev = r.header().map_or(0, |h| h.revision());
+        Some(Update::Raw {
+            key: key.into_bytes(),
+            rev,
+            lease: 0,
+            value: Some(value),
+            meta: Meta {
+                create_rev: rev,
+                version: 1,
+            },
+        })
+    } else {
+        // Another host put it first: the one etcd holds.
+        r.op_responses().into_iter().find_map(|op| match op {
+            TxnOpResponse::Get(g) => g.kvs().first().map(|kv| Update::Raw {
+                key: kv.key().to_vec(),
+                rev: kv.mod_revision(),
+                lease: kv.lease(),
+                value: Some(kv.value().to_vec()),
+                meta: Meta {
+                    create_rev: kv.create_revision(),
+                    version: kv.version(),
+                },
+            }),
+            _ => None,
+        })
+    };
+    if let Some(u) = update {
+        // Not a binding: in memory only, no SQLite write (`mirror_file.rs`).
+        super::mirror::apply(shared, vec![u], None).map_err(|e| format!("mirror: {e}"))?;
+        report_refusals(shared);
     }
     Ok(())
 }

@@ -1,5 +1,6 @@
 //! The local mirror of the prefix: bindings in a [`SqliteFile`] (they survive a restart while
-//! etcd is down), fleet state in memory. Every applied key remembers the etcd revision it was
+//! etcd is down; readers see them through [`FileView`], in memory, and never wait on a SQLite
+//! write: `mirror_file.rs`), fleet state in memory. Every applied key remembers the etcd revision it was
 //! applied at, so a change older than (or equal to) what the mirror holds is ignored: the watch's
 //! echo of this host's own writes, and a late event after a newer write. A binding's revision is
 //! recorded only once the file has committed it: when the write fails (disk full, the file
@@ -13,12 +14,17 @@ use super::keys::{self, Can, HostBeat, Keys, Kind, Need};
 use super::SecretKeys;
 #[path = "mirror_auth.rs"]
 mod mirror_auth;
+#[path = "mirror_file.rs"]
+mod mirror_file;
 #[path = "mirror_fleet.rs"]
 mod mirror_fleet;
 
+pub use mirror_file::{apply, FileView};
 pub use mirror_fleet::{same_outcome, score, Claim};
 
-use crate::{HostOutcome, SqliteFile, StoreError, StoreEvent, StoredBinding, TargetSet};
+use crate::sqlite::MirrorOp;
+use crate::{HostOutcome, StoreEvent, StoredBinding, TargetSet};
+use mirror_file::Batch;
 
 /// One change to apply, with the revision etcd made it at.
 #[derive(Debug)]
@@ -53,8 +59,20 @@ pub enum Update {
     },
 }
 
+impl Update {
+    /// Whether it is a binding's key (its apply writes the file).
+    fn is_binding(&self, keys: &Keys) -> bool {
+        match self {
+            Update::Binding { .. } => true,
+            Update::Raw { key, .. } => matches!(keys.parse(key), Some(Kind::Binding(_))),
+            _ => false,
+        }
+    }
+}
+
 pub struct Mirror {
-    pub file: SqliteFile,
+    /// The bindings as the file last committed them.
+    pub file: FileView,
     revs: HashMap<String, i64>,
     pub targets: HashMap<String, TargetSet>,
     resolvers: HashMap<String, (String, i64)>,
@@ -112,7 +130,7 @@ fn first_put(meta: Meta, rev: i64) -> Meta {
 }
 
 impl Mirror {
-    pub fn new(file: SqliteFile, can: Option<Can>) -> Mirror {
+    pub fn new(file: FileView, can: Option<Can>) -> Mirror {
         Mirror {
             needs: HashMap::new(),
             unreadable: HashSet::new(),
@@ -165,17 +183,18 @@ impl Mirror {
         true
     }
 
-    /// Applies updates; returns the events for them (the caller emits them or not).
-    pub fn apply(
+    /// Applies updates in memory, except the bindings' file write and their revisions: those
+    /// are staged in the batch returned, for [`apply`] to write and [`Mirror::commit`] to record.
+    fn stage(
         &mut self,
         updates: Vec<Update>,
         keys: &Keys,
         secrets: &SecretKeys,
         me: &str,
-    ) -> Result<Vec<StoreEvent>, StoreError> {
+    ) -> Batch {
         let mut events = Vec::new();
-        let mut puts = Vec::new();
-        let mut removes = Vec::new();
+        // The bindings' file writes, in etcd's order.
+        let mut ops = Vec::new();
         // Binding keys' revisions and decoded versions of this batch: recorded only after the
         // file committed them. A failed write (disk full, the file locked) leaves the mirror at
         // the revisions it holds, so the next read of the prefix applies the change again.
@@ -223,12 +242,12 @@ impl Mirror {
                             );
                             self.unreadable.remove(&name);
                             decoded.insert(name.clone(), rev);
-                            puts.push(sb)
+                            ops.push(MirrorOp::Put(sb))
                         }
                         None => {
                             self.forget_binding(&name, keys, rev);
                             decoded.remove(&name);
-                            removes.push(name);
+                            ops.push(MirrorOp::Remove(name));
                         }
                     }
                 }
@@ -286,7 +305,7 @@ impl Mirror {
                                 self.meta.remove(&skey);
                                 self.forget_binding(&name, keys, rev);
                                 decoded.remove(&name);
-                                removes.push(name);
+                                ops.push(MirrorOp::Remove(name));
                             }
                             Some(v) => {
                                 self.meta.insert(skey.clone(), meta);
@@ -298,7 +317,7 @@ impl Mirror {
                                     self.binding_value(&skey, &name, &v, meta, keys, secrets)
                                 {
                                     decoded.insert(name.clone(), rev);
-                                    puts.push(sb);
+                                    ops.push(MirrorOp::Put(sb));
                                 }
                             }
                         },
@@ -361,21 +380,12 @@ impl Mirror {
                 }
             }
         }
-        if !puts.is_empty() || !removes.is_empty() {
-            let (changed, clashes) = self.file.mirror_apply(&puts, &removes)?;
-            for c in clashes {
-                decoded.remove(&c);
-                tracing::error!(binding = %c, "binding from etcd not applied: its name differs only in case from another binding's");
-            }
-            events.extend(changed.into_iter().map(StoreEvent::Binding));
+        Batch {
+            events,
+            ops,
+            staged,
+            decoded,
         }
-        // The file has this batch's bindings: their revisions are the mirror's now.
-        for (key, rev) in staged {
-            let e = self.revs.entry(key).or_insert(0);
-            *e = (*e).max(rev);
-        }
-        self.decoded_rev.extend(decoded);
-        Ok(events)
     }
 
     /// Forgets every revision and all fleet state (etcd was restored from a backup or is another
@@ -443,9 +453,7 @@ impl Mirror {
     ) -> Vec<Update> {
         let mut out = Vec::new();
         let mut known: Vec<String> = self.revs.keys().cloned().collect();
-        if let Ok(list) = self.file.list_bindings() {
-            known.extend(list.into_iter().map(|b| keys.binding(&b.binding.name)));
-        }
+        known.extend(self.file.names().map(|n| keys.binding(n)));
         // Not the outcomes: the full read does not return them (`sync.rs`); they are replaced
         // by each read of them (`fleet_read.rs`).
         known.extend(self.hosts.keys().map(|h| keys.host(h)));

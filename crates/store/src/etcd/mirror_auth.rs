@@ -40,7 +40,7 @@ impl Mirror {
                 .revs
                 .keys()
                 .any(|k| data.iter().any(|d| k.starts_with(d.as_str())))
-            && self.file.list_bindings().is_ok_and(|l| l.is_empty())
+            && self.file.is_empty()
             && self
                 .hosts
                 .iter()

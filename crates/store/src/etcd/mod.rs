@@ -86,7 +86,14 @@ pub(crate) struct Shared {
     pub keys: keys::Keys,
     pub secrets: SecretKeys,
     pub location: String,
+    /// In-memory state only: never held across a SQLite write (`mirror_file.rs`).
     pub mirror: Mutex<Mirror>,
+    /// The mirror's SQLite file, for writes: held across them, and taken before `mirror` by
+    /// whoever writes bindings (it orders the mirror's binding writes).
+    pub file: Mutex<SqliteFile>,
+    /// A connection of its own to the same file, for reads of the outcome history (WAL: not
+    /// blocked by a write).
+    pub reader: Mutex<SqliteFile>,
     pub conn: Mutex<Conn>,
     pub events: broadcast::Sender<StoreEvent>,
     /// This host's newest outcome per binding not yet written to etcd.
@@ -184,8 +191,10 @@ impl EtcdStore {
         let file = SqliteFile::open_with(&opts.mirror_path, opts.history.clone())?;
         let location = format!("etcd {} prefix {}", opts.endpoints.join(","), keys.prefix);
         let integrity_file = integrity_file(&opts.mirror_path);
+        let view = mirror::FileView::load(&file)?;
+        let reader = file.reader()?;
         let mut mirror = Mirror::new(
-            file,
+            view,
             Some(keys::Can {
                 providers: opts.providers.clone(),
                 keys: secrets.ids(),
@@ -198,6 +207,8 @@ impl EtcdStore {
         }
         let shared = Arc::new(Shared {
             mirror: Mutex::new(mirror),
+            file: Mutex::new(file),
+            reader: Mutex::new(reader),
             reseal: tokio::sync::Notify::new(),
             integrity_file,
             conn: Mutex::new(Conn {
@@ -282,14 +293,10 @@ impl EtcdStore {
     /// Applies confirmed writes to the mirror (on a blocking thread: the mirror is a SQLite file).
     async fn apply_own(&self, updates: Vec<Update>) -> Result<(), StoreError> {
         let shared = self.shared.clone();
-        tokio::task::spawn_blocking(move || {
-            let mut m = lock(&shared.mirror);
-            // Our own writes: no events.
-            m.apply(updates, &shared.keys, &shared.secrets, &shared.opts.host_id)
-                .map(|_| ())
-        })
-        .await
-        .map_err(|e| self.unavailable(format!("mirror thread: {e}")))?
+        // Our own writes: no events.
+        tokio::task::spawn_blocking(move || mirror::apply(&shared, updates, None).map(|_| ()))
+            .await
+            .map_err(|e| self.unavailable(format!("mirror thread: {e}")))?
     }
 
     /// The stored form of `sb` once put at `meta` (`v2`: the fleet requires integrity, every
@@ -360,17 +367,17 @@ impl BindingStore for EtcdStore {
     async fn record_outcomes(&self, list: &[(String, OutcomeRecord)]) -> Result<(), StoreError> {
         let shared = self.shared.clone();
         let list = list.to_vec();
-        tokio::task::spawn_blocking(move || lock(&shared.mirror).file.record_outcomes(&list))
+        tokio::task::spawn_blocking(move || lock(&shared.file).record_outcomes(&list))
             .await
             .map_err(|e| self.unavailable(format!("mirror thread: {e}")))?
     }
 
     fn recent_outcomes(&self, name: &str, limit: usize) -> Result<Vec<OutcomeRecord>, StoreError> {
-        lock(&self.shared.mirror).file.recent_outcomes(name, limit)
+        lock(&self.shared.reader).recent_outcomes(name, limit)
     }
 
     fn last_outcomes(&self) -> Result<HashMap<String, OutcomeRecord>, StoreError> {
-        lock(&self.shared.mirror).file.last_outcomes()
+        lock(&self.shared.reader).last_outcomes()
     }
 
     fn subscribe(&self) -> broadcast::Receiver<StoreEvent> {

@@ -131,12 +131,10 @@ async fn write_outcomes(
         .collect();
     // Our own writes: applied without events.
     let s = shared.clone();
-    tokio::task::spawn_blocking(move || {
-        lock(&s.mirror).apply(updates, &s.keys, &s.secrets, &s.opts.host_id)
-    })
-    .await
-    .map_err(|e| format!("mirror thread: {e}"))?
-    .map_err(|e| format!("mirror: {e}"))?;
+    tokio::task::spawn_blocking(move || super::mirror::apply(&s, updates, None))
+        .await
+        .map_err(|e| format!("mirror thread: {e}"))?
+        .map_err(|e| format!("mirror: {e}"))?;
     let mut p = lock(&shared.pending);
     for (n, o) in chunk {
         if p.get(n) == Some(o) {

@@ -289,6 +289,13 @@ async fn session_inner(
         *seen = Some((cluster_id, max));
     }
     let mut watch = watch_ranges(shared, &client, snapshot + 1).await?;
+    // Before the session counts as connected (`wait_connected`, writes through it): a binding
+    // saved before this host knew that the fleet requires integrity would be sealed `v1` and
+    // written again as soon as the key arrived (`reseal.rs`). Not a reason to end the session
+    // (a role without write access to the key, say): the next session tries again.
+    if let Err(e) = super::integrity::require_integrity(shared, &mut client).await {
+        tracing::warn!(store = %shared.location, error = %e, "putting the fleet's integrity key failed; values without a MAC are still applied by hosts without --etcd-require-integrity");
+    }
     {
         let mut c = lock(&shared.conn);
         c.client = Some(client.clone());
@@ -306,11 +313,6 @@ async fn session_inner(
     tracing::info!(store = %shared.location, host_id = %o.host_id, keys = count, revision = snapshot, "etcd session: mirror synced, watching");
     let _ = shared.events.send(StoreEvent::Resync);
     let _ = shared.events.send(StoreEvent::Status);
-    // Not a reason to end the session (a role without write access to the key, say): the
-    // next session tries again.
-    if let Err(e) = super::integrity::require_integrity(shared, &mut client).await {
-        tracing::warn!(store = %shared.location, error = %e, "putting the fleet's integrity key failed; values without a MAC are still applied by hosts without --etcd-require-integrity");
-    }
     super::outcomes::flush_pending(shared, &mut client).await?;
     // Outcome flushes: at most one per FLUSH_GAP (the outcomes published meanwhile go together).
     let mut next_flush = Instant::now() + FLUSH_GAP;

@@ -185,24 +185,14 @@ pub(crate) fn went_back(shared: &Shared, id: u64, revision: i64) -> bool {
 /// are removed; when etcd went back, every revision held is forgotten first.
 pub(crate) async fn apply_and_emit(
     shared: &Arc<Shared>,
-    mut updates: Vec<Update>,
+    updates: Vec<Update>,
     snapshot: Option<(HashSet<String>, i64, bool)>,
 ) -> Result<(), String> {
     let s = shared.clone();
-    let events = tokio::task::spawn_blocking(move || {
-        let mut m = lock(&s.mirror);
-        if let Some((seen, rev, rebuild)) = snapshot {
-            if rebuild {
-                m.forget_revisions();
-            }
-            let gone = m.missing_from(&seen, rev, &s.keys);
-            updates.extend(gone);
-        }
-        m.apply(updates, &s.keys, &s.secrets, &s.opts.host_id)
-    })
-    .await
-    .map_err(|e| format!("mirror thread: {e}"))?
-    .map_err(|e| format!("mirror: {e}"))?;
+    let events = tokio::task::spawn_blocking(move || super::mirror::apply(&s, updates, snapshot))
+        .await
+        .map_err(|e| format!("mirror thread: {e}"))?
+        .map_err(|e| format!("mirror: {e}"))?;
     for e in events {
         let _ = shared.events.send(e);
     }

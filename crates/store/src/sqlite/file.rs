@@ -97,6 +97,19 @@ impl SqliteFile {
         })
     }
 
+    /// Another connection to this file, for reads only (`query_only`): in WAL mode its reads are
+    /// not blocked by a write of this connection or another process's.
+    pub(crate) fn reader(&self) -> Result<SqliteFile, StoreError> {
+        let conn = Connection::open(&self.path)?;
+        conn.busy_timeout(std::time::Duration::from_secs(5))?;
+        conn.pragma_update(None, "query_only", "ON")?;
+        Ok(SqliteFile {
+            conn,
+            path: self.path.clone(),
+            history: self.history,
+        })
+    }
+
     /// The database file's path.
     pub fn path(&self) -> &Path {
         &self.path

@@ -6,16 +6,25 @@ use super::rows::{binding_from_row, config_json, directives_json, SELECT_BINDING
 use super::SqliteFile;
 use crate::{StoreError, StoredBinding};
 
+/// One write of the etcd store's mirror.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum MirrorOp {
+    /// Stored with its own timestamps (an existing row is updated in place, so its outcome
+    /// history stays).
+    Put(StoredBinding),
+    /// Deleted with its history.
+    Remove(String),
+}
+
 impl SqliteFile {
-    /// The etcd store's mirror writes, in one transaction: `puts` stored with their own
-    /// timestamps (an existing row is updated in place, so its outcome history stays), `removes`
-    /// deleted with their history. Returns the names whose stored binding changed. A put that
-    /// clashes with another name differing only in case is skipped (and named in the error list).
+    /// The etcd store's mirror writes, in one transaction and in their order (a binding removed
+    /// and created again in one batch is there after it). Returns the names whose stored binding
+    /// changed, and the positions of the puts skipped because they clash with another name
+    /// differing only in case.
     pub(crate) fn mirror_apply(
         &mut self,
-        puts: &[StoredBinding],
-        removes: &[String],
-    ) -> Result<(Vec<String>, Vec<String>), StoreError> {
+        ops: &[MirrorOp],
+    ) -> Result<(Vec<String>, Vec<usize>), StoreError> {
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -32,7 +41,16 @@ impl SqliteFile {
                  updated_at = ?9, probe = ?10, drain_secs = ?11",
             )?;
             let mut del = tx.prepare_cached("DELETE FROM bindings WHERE name = ?1")?;
-            for sb in puts {
+            for (i, op) in ops.iter().enumerate() {
+                let sb = match op {
+                    MirrorOp::Put(sb) => sb,
+                    MirrorOp::Remove(name) => {
+                        if del.execute([name])? > 0 {
+                            changed.push(name.clone());
+                        }
+                        continue;
+                    }
+                };
                 let b = &sb.binding;
                 let existing = match get.query_row([&b.name], binding_from_row).optional()? {
                     None => None,
@@ -59,14 +77,9 @@ impl SqliteFile {
                     Err(rusqlite::Error::SqliteFailure(e, _))
                         if e.code == rusqlite::ErrorCode::ConstraintViolation =>
                     {
-                        clashes.push(b.name.clone())
+                        clashes.push(i)
                     }
                     Err(e) => return Err(e.into()),
-                }
-            }
-            for name in removes {
-                if del.execute([name])? > 0 {
-                    changed.push(name.clone());
                 }
             }
         }

@@ -11,6 +11,7 @@ mod etcd_claims;
 mod etcd_gc;
 mod etcd_integrity;
 mod etcd_keepalive;
+mod etcd_mirror;
 mod etcd_store;
 mod etcd_tls_auth;
 mod etcd_txn;
