@@ -136,6 +136,56 @@ pub fn running_cycle() -> usize {
     unsafe { ngx::ffi::ngx_cycle as usize }
 }
 
+/// Runs `f` with the running cycle's log (None before nginx set up its cycle).
+pub(crate) fn with_cycle_log<T>(f: impl FnOnce(&ngx::ffi::ngx_log_t) -> T) -> Option<T> {
+    // SAFETY: ngx_cycle and its log live as long as the process runs this configuration; only
+    // this thread writes through it, and the reference lives only during `f`.
+    unsafe { ngx::ffi::ngx_cycle.as_ref().and_then(|c| c.log.as_ref()) }.map(f)
+}
+
+/// A worker (or nginx without a master): not the master, cache manager or loader.
+pub fn is_worker() -> bool {
+    // SAFETY: a plain integer global nginx sets before it calls `init_process`.
+    let p = unsafe { ngx::ffi::ngx_process } as u32;
+    p == ngx::ffi::NGX_PROCESS_WORKER || p == ngx::ffi::NGX_PROCESS_SINGLE
+}
+
+/// The worker is shutting down (graceful `QUIT` after a reload, or `TERM`).
+pub fn exiting() -> bool {
+    // SAFETY: plain integer globals nginx sets on its own thread, which this is.
+    unsafe { ngx::ffi::ngx_exiting != 0 || ngx::ffi::ngx_terminate != 0 || ngx::ffi::ngx_quit != 0 }
+}
+
+/// This process's pid.
+pub fn pid() -> u64 {
+    // SAFETY: a plain integer global nginx sets at start.
+    unsafe { ngx::ffi::ngx_pid as u64 }
+}
+
+/// The value of nginx's global counter `name` (a `ngx_atomic_t *` global, such as the stub
+/// status module's `ngx_stat_*`), looked up at run time so the module still loads into an nginx
+/// built without the module that defines it; None when nginx has no such symbol (or has not
+/// set it yet).
+pub fn global_counter(name: &CStr) -> Option<u64> {
+    // SAFETY: dlsym with RTLD_DEFAULT (null) looks the symbol up in the process (nginx exports
+    // its symbols for dynamic modules); the `ngx_stat_*`-style symbols this is called with are
+    // nginx's pointer variables, which point at a counter in the shared zone nginx made at
+    // start (or are null before that); the counter is read as a plain word, as stub_status
+    // reads it.
+    unsafe {
+        let sym =
+            ngx::ffi::dlsym(ptr::null_mut(), name.as_ptr()).cast::<*mut ngx::ffi::ngx_atomic_t>();
+        if sym.is_null() {
+            return None;
+        }
+        let p = ptr::read_volatile(sym);
+        if p.is_null() {
+            return None;
+        }
+        Some(ptr::read_volatile(p) as u64)
+    }
+}
+
 /// libc's `random()` (nginx seeds it per worker), for choices nginx's balancers would make the
 /// same way.
 #[inline]

@@ -97,7 +97,11 @@ use core::ptr::{self, NonNull};
 use core::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-use ngx::ffi::{ngx_atomic_t, ngx_http_upstream_rr_peers_t, ngx_rwlock_rlock, ngx_rwlock_unlock};
+use ngx::ffi::{
+    ngx_atomic_t, ngx_http_upstream_rr_peer_t, ngx_http_upstream_rr_peers_t, ngx_rwlock_rlock,
+    ngx_rwlock_unlock,
+};
+use upstrand_core::live::plan::ListTotals;
 use upstrand_core::live::render::RetiredView;
 
 pub use peer::Peer;
@@ -341,5 +345,119 @@ impl Drop for ListRead {
     fn drop(&mut self) {
         // SAFETY: taken in `Peers::read` by this process.
         unsafe { ngx_rwlock_unlock(ptr::addr_of_mut!((*self.0.raw()).rwlock)) };
+    }
+}
+
+/// The write side's primitives: with both write locks held, every peer of these lists, of their
+/// retired chain and every peer this process allocated and has not linked yet is this process's
+/// alone (a balancer of any worker reads or writes a peer only inside its list's read lock, and
+/// every other writer holds these write locks), so a `&mut` to it is sound for the duration of
+/// a call. The lists themselves are written as raw places: other workers spin on their lock
+/// words meanwhile. The methods of `write.rs` and `counters.rs` are safe code on these.
+#[deny(
+    clippy::indexing_slicing,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::arithmetic_side_effects
+)]
+impl ListsWrite {
+    /// Runs `f` on peer `p` (of these lists, of their retired chain, or allocated and not yet
+    /// linked), which calls no nginx code.
+    pub(in crate::ffi) fn peer_mut<T>(
+        &self,
+        p: Peer,
+        f: impl FnOnce(&mut ngx_http_upstream_rr_peer_t) -> T,
+    ) -> T {
+        // SAFETY: p is live (handle); both write locks are held (guard), so nothing else reads
+        // or writes the peer while `f` runs (see the impl's doc).
+        f(unsafe { &mut *p.raw() })
+    }
+
+    /// The peer after `p` in its list or chain.
+    pub(in crate::ffi) fn next(&self, p: Peer) -> Option<Peer> {
+        NonNull::new(self.peer_mut(p, |q| q.next)).map(Peer)
+    }
+
+    /// The peers of `list` (the primary or its backup list), in order.
+    pub(in crate::ffi) fn members(&self, list: Peers) -> impl Iterator<Item = Peer> + '_ {
+        // SAFETY: the list is live (handle) and its write lock held (guard; or the gate's write
+        // side for a backup list made after it was taken).
+        let first = NonNull::new(unsafe { (*list.raw()).peer }).map(Peer);
+        core::iter::successors(first, move |p| self.next(*p))
+    }
+
+    /// Links `b` as the primary list's backup list (a list made while these locks are held is not
+    /// locked by them: the caller keeps every selection out by holding the gate's write side).
+    pub fn set_backup(&self, b: Peers) {
+        // SAFETY: the primary's write lock is held (guard).
+        unsafe { (*self.primary.raw()).next = b.raw() };
+    }
+
+    /// Sets `list`'s first peer and its totals, as `ngx_http_upstream_init_round_robin`
+    /// computes them.
+    pub(in crate::ffi) fn set_head(&self, list: Peers, first: Option<Peer>, t: ListTotals) {
+        // SAFETY: the list's write lock is held (guard; or the gate's write side for a backup
+        // list made after it was taken), so no selection reads these fields meanwhile.
+        unsafe {
+            let l = list.raw();
+            (*l).peer = first.map_or(ptr::null_mut(), Peer::raw);
+            (*l).number = t.number;
+            (*l).total_weight = t.total_weight as usize;
+            (*l).tries = t.tries;
+            (*l).set_single(u32::from(t.single));
+            (*l).set_weighted(u32::from(t.weighted));
+        }
+    }
+
+    /// The newest peer of the retired chain `chain` (these lists' upstream's).
+    pub(in crate::ffi) fn retired_head(&self, chain: RetiredChain) -> Option<Peer> {
+        // SAFETY: the chain's head lives in the zone (handle) and changes only with these locks
+        // held.
+        NonNull::new(unsafe { (*chain.0.as_ptr()).0 }).map(Peer)
+    }
+
+    /// Makes `p` the newest peer of the retired chain `chain` (its `next` link is the caller's).
+    pub(in crate::ffi) fn set_retired_head(&self, chain: RetiredChain, p: Option<Peer>) {
+        // SAFETY: as in `retired_head`.
+        unsafe { (*chain.0.as_ptr()).0 = p.map_or(ptr::null_mut(), Peer::raw) };
+    }
+
+    /// Frees the retired peers of `chain` (these lists' upstream's) that are no longer in use;
+    /// returns how many.
+    pub fn free_idle_retired(&self, chain: RetiredChain, m: &SlabLocked) -> u64 {
+        let mut freed: u64 = 0;
+        let mut prev: Option<Peer> = None;
+        let mut cur = self.retired_head(chain);
+        while let Some(p) = cur {
+            cur = self.next(p);
+            if p.in_use() {
+                prev = Some(p);
+                continue;
+            }
+            match prev {
+                None => self.set_retired_head(chain, cur),
+                Some(q) => self.peer_mut(q, |q| q.next = cur.map_or(ptr::null_mut(), Peer::raw)),
+            }
+            // SAFETY: unlinked from the chain just above (and in no list: retired), not in use,
+            // both write locks held, so no balancer's `free` is inside its locked section and
+            // no request refers to the peer any more (the balancer wrapper copied the peer's
+            // name and address into the request); `p` is not used again.
+            unsafe { m.free_peer(p) };
+            freed = freed.wrapping_add(1);
+        }
+        freed
+    }
+}
+
+impl Drop for ListsWrite {
+    fn drop(&mut self) {
+        // SAFETY: both taken in `Peers::write_both` by this process; the backup first released.
+        unsafe {
+            if let Some(b) = self.backup {
+                ngx_rwlock_unlock(ptr::addr_of_mut!((*b.raw()).rwlock));
+            }
+            ngx_rwlock_unlock(ptr::addr_of_mut!((*self.primary.raw()).rwlock));
+        }
     }
 }
