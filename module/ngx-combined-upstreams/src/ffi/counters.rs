@@ -6,7 +6,7 @@
 //! never reads or writes it) holds the slot's address (`ffi/peers/`: `Peer::counters`). The
 //! slot is made with the peer — by [`super::peers::SlabLocked::alloc_peer`] for a server a `PUT`
 //! adds, by [`super::peers::ListsWrite::attach_counters`] for the configured servers when the
-//! zone is made — and freed with it (`SlabLocked::free_peer`), so a server kept by a `PUT` keeps
+//! zone is made — and freed with it (`ListsWrite::free_unlinked`), so a server kept by a `PUT` keeps
 //! its counters and a removed one's go when its peer goes. The balancer wrapper
 //! (`live/balancer.rs`) takes the chosen peer from the peer connection right after the
 //! balancer's `get` (nginx's round robin and least_conn point `pc->name` at the chosen peer's

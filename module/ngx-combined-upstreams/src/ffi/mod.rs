@@ -24,7 +24,21 @@
 //! `lib` → `conf` → features → `ffi` → `ngx`/`upstrand_core`.
 //!
 //! Invariant: outside `ffi/` the module defines no `extern "C" fn` and has no `unsafe {}` block
-//! but the two `SlabLocked::free_peer` calls of `live/zone.rs` (`scripts/module-layers.py`).
+//! (`scripts/module-layers.py`).
+//!
+//! Inside `ffi/`, `unsafe` sits where a primitive of nginx is wrapped, each stating its safety
+//! argument once (the invariant in the handle type's doc, `// SAFETY:` at the block): this file
+//! (nginx's process globals — clocks, the running cycle and its log, the process kind, flags and
+//! pid, `random()`, global counters looked up by name — and `ngx_str_t` bytes); `request.rs`
+//! (the request); `pool.rs` (pools and their cleanups); `conf.rs`, `upstream.rs` and
+//! `probe.rs` (configuration structures, upstream blocks, the balancer classification that
+//! makes reading `peer.data` sound); `peers/` (the zone's lists, peers and slab pool: the
+//! write side hands out a peer as `&mut` only under both list write locks, so `peers/write.rs`
+//! and `counters.rs` are safe code on it); `zone.rs` and `health.rs` (blocks in a zone and their
+//! locks); the trampolines and the handles they make in `balancer.rs`, `content.rs`
+//! (content handlers, request bodies, output filters), `variables.rs` and `prober.rs` (timers
+//! and probe connections). `log.rs`, `plus.rs`, `counters.rs` and `peers/write.rs` hold no
+//! `unsafe`.
 
 pub mod balancer;
 pub mod conf;

@@ -27,10 +27,29 @@ pub struct ListsWrite {
     clippy::arithmetic_side_effects
 )]
 impl ListsWrite {
-    /// Replaces the peers of `list` (the primary or its backup list) by `members`, in order, and
-    /// its totals, as `ngx_http_upstream_init_round_robin` computes them; each member is in no
-    /// other list.
-    pub fn set_list(&self, list: Peers, members: impl Iterator<Item = Peer>, t: ListTotals) {
+    /// Replaces the peers of the primary list and of its backup list (when it has one, which
+    /// may be a list linked by [`Self::set_backup`] under these locks) by `primary` and `backup`,
+    /// in order, with their totals, as `ngx_http_upstream_init_round_robin` computes them; each
+    /// peer is a member of at most one of them. Every peer of the old lists is marked unlinked
+    /// first (`peers/mod.rs`), so afterwards exactly the peers of neither new list carry the
+    /// mark and may be retired or freed ([`Self::retire`], [`Self::free_unlinked`]).
+    pub fn set_lists(
+        &self,
+        primary: (impl Iterator<Item = Peer>, ListTotals),
+        backup: (impl Iterator<Item = Peer>, ListTotals),
+    ) {
+        let backup_list = self.primary.backup();
+        for list in [Some(self.primary), backup_list].into_iter().flatten() {
+            self.mark_unlinked(list);
+        }
+        self.link(self.primary, primary.0, primary.1);
+        if let Some(b) = backup_list {
+            self.link(b, backup.0, backup.1);
+        }
+    }
+
+    /// Links `members` in order as the peers of `list` and sets its totals.
+    fn link(&self, list: Peers, members: impl Iterator<Item = Peer>, t: ListTotals) {
         let mut first = None;
         let mut last: Option<Peer> = None;
         for m in members {
@@ -109,16 +128,21 @@ impl ListsWrite {
         set
     }
 
-    /// Puts `p` (just removed from these lists, still in use) on the retired chain `chain` of
-    /// these lists' upstream, retired at `now_ms` (`ngx_current_msec`; kept in its `max_conns`):
-    /// `p` is in no list, so no selection reads its `max_conns` any more.
-    pub fn retire(&self, chain: RetiredChain, p: Peer, now_ms: u64) {
+    /// Puts `p` (just removed from these lists by [`Self::set_lists`], still in use) on the
+    /// retired chain `chain` of these lists' upstream, retired at `now_ms` (`ngx_current_msec`;
+    /// kept in its `max_conns`): `p` is in no list, so no selection reads its `max_conns` any
+    /// more. False (nothing done) when `p` is not marked unlinked (it is in a list or a chain).
+    pub fn retire(&self, chain: RetiredChain, p: Peer, now_ms: u64) -> bool {
+        if !self.is_unlinked(p) {
+            return false;
+        }
         let head = self.retired_head(chain);
         self.peer_mut(p, |q| {
             q.max_conns = now_ms as usize;
             q.next = head.map_or(ptr::null_mut(), Peer::raw);
         });
         self.set_retired_head(chain, Some(p));
+        true
     }
 
     /// Applies the settings of `s` to a peer of these lists (weights restart when the weight
