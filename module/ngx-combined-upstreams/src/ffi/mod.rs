@@ -5,7 +5,7 @@
 //! features implement:
 //! - directives: [`conf::Directive`] (entry made with [`command`]),
 //! - configuration hooks: [`conf::HttpHooks`] ([`conf::module_ctx`] builds nginx's table),
-//! - variables: [`variables::Variable`],
+//! - variables: [`variables::Variable`] (trampoline in `content.rs`),
 //! - header/body filters: [`request::Filters`],
 //! - `init_upstream` / `peer.init` wrappers: [`upstream::InitUpstream`], [`upstream::PeerInit`],
 //! - content handlers and request bodies: [`content::ContentHandler`], [`content::BodyReader`],
@@ -36,8 +36,9 @@
 //! write side hands out a peer as `&mut` only under both list write locks, so `peers/write.rs`
 //! and `counters.rs` are safe code on it); `zone.rs` and `health.rs` (blocks in a zone and their
 //! locks); the trampolines and the handles they make in `balancer.rs`, `content.rs`
-//! (content handlers, request bodies, output filters), `variables.rs` and `prober.rs` (timers
-//! and probe connections). `log.rs`, `plus.rs`, `counters.rs` and `peers/write.rs` hold no
+//! (content handlers, request bodies, output filters, the variable handler and its value
+//! slot) and `prober.rs` (timers and probe connections); variable registration is in
+//! `conf.rs`. `log.rs`, `plus.rs`, `counters.rs`, `variables.rs` and `peers/write.rs` hold no
 //! `unsafe`.
 
 pub mod balancer;
