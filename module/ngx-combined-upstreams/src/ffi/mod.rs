@@ -9,7 +9,7 @@
 //! - header/body filters: [`request::Filters`],
 //! - `init_upstream` / `peer.init` wrappers: [`upstream::InitUpstream`], [`upstream::PeerInit`],
 //! - content handlers and request bodies: [`content::ContentHandler`], [`content::BodyReader`],
-//! - balancer wrappers: [`balancer::PeerWrapper`]; zone `init` wrappers: [`zone::ZoneInit`];
+//! - balancer wrappers: [`balancer::PeerWrapper`]; zone `init` wrappers: [`shm::ZoneInit`];
 //!   pool cleanups: [`pool::Cleanup`];
 //! - worker start and exit, the probe timer and probe connections (active health checks):
 //!   [`prober::ProcessHooks`], [`prober::Ticker`], [`prober::ProbeDone`]; the zone's per-server
@@ -17,7 +17,7 @@
 //!
 //! Below the trampolines the features work on handles whose methods are safe: [`conf::ConfExt`]
 //! on `ngx_conf_t`, [`request::Req`], [`variables::VarSlot`], [`upstream::Upstream`],
-//! [`pool::PoolCell`], and for the live API [`zone::ShmZone`], [`zone::LiveUpstream`],
+//! [`pool::PoolCell`], and for the live API [`shm::ShmZone`], [`zone::LiveUpstream`],
 //! [`peers::Peers`] and their lock guards, [`balancer::Wrap`] / [`balancer::PeerConn`]. A feature reaches its part of the module's configuration through
 //! [`conf::ConfPart`], which the composition root (`crate::conf`) implements, so no feature names
 //! the module's configuration types and the layers have no import cycle:
@@ -34,12 +34,15 @@
 //! `probe.rs` (configuration structures, upstream blocks, the balancer classification that
 //! makes reading `peer.data` sound); `peers/` (the zone's lists, peers and slab pool: the
 //! write side hands out a peer as `&mut` only under both list write locks, so `peers/write.rs`
-//! and `counters.rs` are safe code on it); `zone.rs` and `health.rs` (blocks in a zone and their
-//! locks); the trampolines and the handles they make in `balancer.rs`, `content.rs`
+//! and `counters.rs` are safe code on it); `shm.rs` (the zone, [`shm::ShmZone`], with its
+//! `init` trampoline, and the primitives of the module's own blocks in a zone: `ZoneRef`,
+//! `RwWord`, `ZoneTable`, `ZoneLink`, on which `zone.rs` and `health.rs` are safe code); the
+//! trampolines and the handles they make in `balancer.rs`, `content.rs`
 //! (content handlers, request bodies, output filters, the variable handler and its value
 //! slot) and `prober.rs` (timers and probe connections); variable registration is in
-//! `conf.rs`. `log.rs`, `plus.rs`, `counters.rs`, `variables.rs` and `peers/write.rs` hold no
-//! `unsafe`.
+//! `conf.rs`. `log.rs`, `plus.rs`, `counters.rs`, `variables.rs`, `zone.rs`, `health.rs` and
+//! `peers/write.rs` hold no `unsafe {}` (`zone.rs` and `health.rs` one `unsafe impl ZoneShared`
+//! each: the block type's own promise).
 
 pub mod balancer;
 pub mod conf;
@@ -53,6 +56,7 @@ pub mod pool;
 pub mod probe;
 pub mod prober;
 pub mod request;
+pub mod shm;
 pub mod upstream;
 pub mod variables;
 pub mod zone;

@@ -98,14 +98,15 @@
 //! the retired chain's head, the unlinked mark and freeing); `write.rs` the write guard
 //! ([`ListsWrite`]) and its changes in safe code, and the retired chain; `peer.rs` the peer
 //! handle ([`Peer`]: raw place reads, its id and counters); `slab.rs` the zone's slab pool
-//! ([`Slab`], [`SlabLocked`]), the layout of the peers it allocates, the counters' slots, and
-//! the write-lock primitive of every `ngx_rwlock` in a zone ([`wlock_until`]).
+//! ([`Slab`], [`SlabLocked`]), the layout of the peers it allocates and the counters' slots. The
+//! write side of every rwlock in a zone is `ffi/shm.rs`'s [`wlock_until`].
 
 mod peer;
 mod slab;
 mod write;
 
 use core::ptr::{self, NonNull};
+use core::sync::atomic::Ordering;
 use std::time::Instant;
 
 use ngx::ffi::{
@@ -115,7 +116,9 @@ use upstrand_core::live::plan::ListTotals;
 use upstrand_core::live::render::RetiredView;
 
 pub use peer::Peer;
-pub use slab::{peer_layout, wlock_until, Slab, SlabLocked};
+pub use slab::{peer_layout, Slab, SlabLocked};
+
+use super::shm::wlock_until;
 pub use write::{ListsWrite, Retired, RetiredChain};
 
 /// `AF_INET`, `AF_INET6`, `AF_UNIX` as the socket structures store them.
@@ -235,7 +238,7 @@ impl ListsRead {
         // every non-null link is a retired peer of this zone (live until freed under the write
         // locks); its `max_conns` holds its retirement time (see the module comment).
         unsafe {
-            let mut p = (*chain.0.as_ptr()).0;
+            let mut p = (*chain.0.as_ptr()).0.load(Ordering::Relaxed);
             while let Some(peer) = NonNull::new(p).map(Peer) {
                 let (address, st) = peer.name_and_state();
                 let since = (*peer.raw()).max_conns as u64;
@@ -373,13 +376,14 @@ impl ListsWrite {
     pub(in crate::ffi) fn retired_head(&self, chain: RetiredChain) -> Option<Peer> {
         // SAFETY: the chain's head lives in the zone (handle) and changes only with these locks
         // held.
-        NonNull::new(unsafe { (*chain.0.as_ptr()).0 }).map(Peer)
+        NonNull::new(unsafe { chain.0.as_ref() }.0.load(Ordering::Relaxed)).map(Peer)
     }
 
     /// Makes `p` the newest peer of the retired chain `chain` (its `next` link is the caller's).
     pub(in crate::ffi) fn set_retired_head(&self, chain: RetiredChain, p: Option<Peer>) {
+        let head = p.map_or(ptr::null_mut(), Peer::raw);
         // SAFETY: as in `retired_head`.
-        unsafe { (*chain.0.as_ptr()).0 = p.map_or(ptr::null_mut(), Peer::raw) };
+        unsafe { chain.0.as_ref() }.0.store(head, Ordering::Relaxed);
     }
 
     /// Marks every peer of `list` unlinked (see [`Self::is_unlinked`]); the list is empty

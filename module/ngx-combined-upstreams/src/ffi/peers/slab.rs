@@ -1,17 +1,14 @@
 //! A zone's slab pool ([`Slab`]) and its held mutex ([`SlabLocked`]): allocations, the pool's
 //! figures, and the peers, lists and counters' slots a `PUT` makes and frees, laid out like the
-//! zone module's copies ([`peer_layout`]); and [`wlock_until`], the write side of every
-//! `ngx_rwlock` in a zone (lists, gate, health table).
+//! zone module's copies ([`peer_layout`]).
 
 use core::mem::size_of;
 use core::ptr::{self, NonNull};
-use core::sync::atomic::{AtomicU64, Ordering};
 use std::net::SocketAddr;
-use std::time::Instant;
 
 use ngx::ffi::{
-    ngx_atomic_t, ngx_http_upstream_rr_peer_t, ngx_http_upstream_rr_peers_t, ngx_pagesize,
-    ngx_pagesize_shift, ngx_shmtx_lock, ngx_shmtx_unlock, ngx_slab_calloc, ngx_slab_calloc_locked,
+    ngx_http_upstream_rr_peer_t, ngx_http_upstream_rr_peers_t, ngx_pagesize, ngx_pagesize_shift,
+    ngx_shmtx_lock, ngx_shmtx_unlock, ngx_slab_calloc, ngx_slab_calloc_locked,
     ngx_slab_free_locked, ngx_slab_page_t, ngx_slab_pool_t, ngx_slab_stat_t, ngx_sockaddr_t,
     sockaddr_in, sockaddr_in6, sockaddr_un,
 };
@@ -30,57 +27,6 @@ const NGX_SOCKADDR_STRLEN: usize = 5 + 108;
 /// nginx's `NGX_HTTP_UPSTREAM_SID_LEN` (an md5 in hex; a macro, not in the bindings).
 #[cfg(ngx_upstream_sid)]
 const NGX_HTTP_UPSTREAM_SID_LEN: usize = 32;
-
-/// nginx's `NGX_RWLOCK_WLOCK`: the lock word of a write-held `ngx_rwlock` (0: free; otherwise
-/// the number of readers).
-const RWLOCK_WLOCK: u64 = u64::MAX;
-
-/// Takes the write side of the nginx rwlock at `lock` like `ngx_rwlock_wlock` (the same lock
-/// word transitions: 0 → `NGX_RWLOCK_WLOCK` by compare-and-swap, spinning with the CPU's pause
-/// hint in rounds of growing length, yielding the CPU between rounds), but gives up once
-/// `deadline` has passed (after at least one round): false, nothing held. Released with
-/// nginx's `ngx_rwlock_unlock`.
-///
-/// # Safety
-/// `lock` is an `ngx_rwlock` word in memory shared by the workers, live for the call.
-#[deny(
-    clippy::indexing_slicing,
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::arithmetic_side_effects
-)]
-pub unsafe fn wlock_until(lock: *mut ngx_atomic_t, deadline: Instant) -> bool {
-    // SAFETY: caller; the word is only ever used atomically (nginx's functions use the CPU's
-    // atomic instructions on it, as `AtomicU64` does) and is suitably aligned (ngx_atomic_t).
-    let word = unsafe { AtomicU64::from_ptr(lock) };
-    let try_take = || {
-        word.load(Ordering::Relaxed) == 0
-            && word
-                .compare_exchange(0, RWLOCK_WLOCK, Ordering::AcqRel, Ordering::Relaxed)
-                .is_ok()
-    };
-    loop {
-        // nginx's NGX_RWLOCK_SPIN rounds: 1, 2, 4, ... 1024 pauses between attempts.
-        let mut n: u32 = 1;
-        while n < 2048 {
-            if try_take() {
-                return true;
-            }
-            for _ in 0..n {
-                core::hint::spin_loop();
-            }
-            n = n.wrapping_shl(1);
-        }
-        if try_take() {
-            return true;
-        }
-        if Instant::now() >= deadline {
-            return false;
-        }
-        std::thread::yield_now();
-    }
-}
 
 /// The slab pool of a zone.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -115,6 +61,13 @@ impl Slab {
     /// The pool, for `ngx_slab_free` of what [`Self::alloc_bytes`] returned.
     pub(crate) fn raw_pool(self) -> *mut ngx_slab_pool_t {
         self.raw()
+    }
+
+    /// True when `addr` is inside the zone (the pool is at its start, `end` at its end).
+    pub(in crate::ffi) fn contains(self, addr: usize) -> bool {
+        // SAFETY: the pool is live (handle); `end` is set once by ngx_slab_init.
+        let end = unsafe { (*self.raw()).end } as usize;
+        (self.raw() as usize..end).contains(&addr)
     }
 
     /// Takes the pool's mutex, released by the guard.

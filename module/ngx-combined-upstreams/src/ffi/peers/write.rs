@@ -4,6 +4,7 @@
 //! Safe code on the write side's primitives in `peers/mod.rs` (`ListsWrite::peer_mut`, ...).
 
 use core::ptr::{self, NonNull};
+use core::sync::atomic::AtomicPtr;
 
 use ngx::ffi::ngx_http_upstream_rr_peer_t;
 use upstrand_core::live::plan::ListTotals;
@@ -168,7 +169,7 @@ impl ListsWrite {
 /// only with both list write locks of that upstream held ([`ListsWrite::retire`],
 /// [`ListsWrite::free_idle_retired`]). Zeroed memory is an empty chain.
 #[repr(transparent)]
-pub struct Retired(pub(super) *mut ngx_http_upstream_rr_peer_t);
+pub struct Retired(pub(super) AtomicPtr<ngx_http_upstream_rr_peer_t>);
 
 /// A handle on the [`Retired`] head in an upstream's live state.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
