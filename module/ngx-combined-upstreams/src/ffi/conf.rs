@@ -17,8 +17,9 @@ use core::slice;
 
 use ngx::core::{NGX_CONF_ERROR, NGX_CONF_OK};
 use ngx::ffi::{
-    ngx_command_t, ngx_conf_parse, ngx_conf_t, ngx_http_module_t, ngx_int_t, ngx_module_t,
-    ngx_regex_compile, ngx_regex_compile_t, ngx_regex_exec, ngx_regex_t, ngx_str_t, NGX_LOG_EMERG,
+    ngx_command_t, ngx_conf_parse, ngx_conf_t, ngx_http_add_variable, ngx_http_get_variable_index,
+    ngx_http_module_t, ngx_http_variable_t, ngx_int_t, ngx_module_t, ngx_regex_compile,
+    ngx_regex_compile_t, ngx_regex_exec, ngx_regex_t, ngx_str_t, ngx_uint_t, NGX_LOG_EMERG,
     NGX_MAX_CONF_ERRSTR,
 };
 use ngx::http::{
@@ -29,7 +30,8 @@ use super::log::{conf_log, log_str};
 use super::pool::{self, add_cleanup, alloc, alloc_box, copy_str, Cleanup};
 use super::request::Req;
 use super::upstream::Upstream;
-use super::{bytes, ConfFail, Status};
+use super::variables::Variable;
+use super::{borrowed, bytes, ConfFail, Status};
 
 /// A directive's handler (the entry is made with [`super::command`]).
 pub trait Directive {
@@ -368,4 +370,37 @@ impl Regex {
         let n = unsafe { ngx_regex_exec(self.0.as_ptr(), &mut s, ptr::null_mut(), 0) };
         n >= 0
     }
+}
+
+// ---- variables ----------------------------------------------------------------------------
+
+/// A variable registered with [`add_variable`] (it lives in the cycle).
+pub struct VarDef(NonNull<ngx_http_variable_t>);
+
+impl VarDef {
+    /// Makes `V` the variable's handler, called with `data`.
+    pub fn set_handler<V: Variable>(self, data: usize) {
+        // SAFETY: the variable nginx returned lives in the cycle; configuration parsing is
+        // single-threaded and nothing else refers to it during the call.
+        let v = unsafe { &mut *self.0.as_ptr() };
+        v.get_handler = Some(super::content::get_variable::<V>);
+        v.data = data;
+    }
+}
+
+/// Registers variable `name` (without `$`) with nginx's `NGX_HTTP_VAR_*` `flags`; `None` when
+/// nginx refuses it (nginx logged why).
+pub fn add_variable(cf: &mut ngx_conf_t, name: &[u8], flags: u32) -> Option<VarDef> {
+    let mut s = borrowed(name);
+    // SAFETY: cf is the configuration being parsed; nginx copies the name.
+    let v = unsafe { ngx_http_add_variable(cf, &mut s, flags as ngx_uint_t) };
+    NonNull::new(v).map(VarDef)
+}
+
+/// The index of variable `name` (without `$`), registering it as used (indexed).
+pub fn variable_index(cf: &mut ngx_conf_t, name: &[u8]) -> Option<ngx_uint_t> {
+    let mut s = borrowed(name);
+    // SAFETY: cf is the configuration being parsed; nginx copies the name.
+    let i = unsafe { ngx_http_get_variable_index(cf, &mut s) };
+    ngx_uint_t::try_from(i).ok()
 }

@@ -1,15 +1,21 @@
-//! Content handlers (a location's `handler`): the trampoline ([`ContentHandler`],
-//! [`set_content_handler`]), the request-body callback ([`BodyReader`]) and the [`Req`]
-//! methods a handler answers with (method, URI, host, listener, arguments, body, a sent answer).
-//! The live API's `upstreams_api` location is the one user.
+//! The request's handlers besides variables: content handlers (a location's `handler`): the
+//! trampoline ([`ContentHandler`], [`set_content_handler`]), the request-body callback
+//! ([`BodyReader`]) and the [`Req`] methods a handler answers with (method, URI, host,
+//! listener, arguments, body, a sent answer; the live API's `upstreams_api` location is the
+//! one user); the output filters (upstrand's): their trampolines ([`Filters`],
+//! [`install_filters`]) and the body chain they pass on ([`Chain`]); and the variable handler
+//! trampoline with the value slot it fills ([`VarSlot`]'s raw store; its setters and the
+//! [`super::variables::Variable`] trait are `variables.rs`).
 
-use core::ptr;
+use core::ptr::{self, NonNull};
 
 use ngx::ffi::{
     ngx_buf_t, ngx_chain_t, ngx_conf_t, ngx_connection_local_sockaddr,
-    ngx_http_discard_request_body, ngx_http_finalize_request, ngx_http_output_filter,
-    ngx_http_read_client_request_body, ngx_http_request_t, ngx_http_send_header,
-    ngx_http_upstream_srv_conf_t, ngx_int_t, ngx_pcalloc, ngx_read_file, sockaddr_in, sockaddr_in6,
+    ngx_http_discard_request_body, ngx_http_finalize_request, ngx_http_output_body_filter_pt,
+    ngx_http_output_filter, ngx_http_output_header_filter_pt, ngx_http_read_client_request_body,
+    ngx_http_request_t, ngx_http_send_header, ngx_http_top_body_filter, ngx_http_top_header_filter,
+    ngx_http_upstream_srv_conf_t, ngx_int_t, ngx_pcalloc, ngx_read_file, ngx_variable_value_t,
+    sockaddr_in, sockaddr_in6,
 };
 use ngx::http::{
     HttpModuleLocationConf, HttpModuleMainConf, NgxHttpCoreModule, NgxHttpUpstreamModule,
@@ -19,6 +25,7 @@ use upstrand_core::live::Listener;
 use super::pool::copy_str;
 use super::request::Req;
 use super::upstream::Upstream;
+use super::variables::Variable;
 use super::{borrowed, bytes, ConfFail, Status};
 
 /// A location's content handler.
@@ -269,5 +276,169 @@ impl Req {
             };
             Status(ngx_http_output_filter(r, ptr::addr_of_mut!(out)))
         }
+    }
+}
+
+// ---- filters ----------------------------------------------------------------------------
+
+/// The module's header and body filters.
+pub trait Filters {
+    /// A response header is being sent for `r`; pass it on with [`next_header`] (or not).
+    fn header(r: Req) -> Status;
+    /// Body buffers of `r` are being sent; pass them on with [`next_body`] (or not).
+    fn body(r: Req, chain: Chain) -> Status;
+}
+
+static mut NEXT_HEADER: ngx_http_output_header_filter_pt = None;
+static mut NEXT_BODY: ngx_http_output_body_filter_pt = None;
+
+/// Puts `F`'s filters on top of both chains (module order places the module just above the
+/// copy filter). Called from postconfiguration (single-threaded, before any request: the time
+/// nginx configures filters); once per configuration.
+pub fn install_filters<F: Filters>() {
+    // SAFETY: nginx configures filters single-threaded in postconfiguration, before any request
+    // reads them; the chain heads are plain globals of nginx.
+    unsafe {
+        NEXT_HEADER = ngx_http_top_header_filter;
+        ngx_http_top_header_filter = Some(header_filter::<F>);
+        NEXT_BODY = ngx_http_top_body_filter;
+        ngx_http_top_body_filter = Some(body_filter::<F>);
+    }
+}
+
+extern "C" fn header_filter<F: Filters>(r: *mut ngx_http_request_t) -> ngx_int_t {
+    // SAFETY: nginx calls the filter with the live request whose header is being sent.
+    match unsafe { Req::from_ptr(r) } {
+        Some(r) => F::header(r).0,
+        None => Status::NGX_ERROR.0,
+    }
+}
+
+extern "C" fn body_filter<F: Filters>(
+    r: *mut ngx_http_request_t,
+    chain: *mut ngx_chain_t,
+) -> ngx_int_t {
+    // SAFETY: nginx calls the filter with the live request whose body is being sent and the
+    // chain it passes down.
+    match unsafe { Req::from_ptr(r) } {
+        Some(r) => F::body(r, Chain(chain)).0,
+        None => Status::NGX_ERROR.0,
+    }
+}
+
+/// Calls the next header filter with `r`.
+#[inline]
+pub fn next_header(r: Req) -> Status {
+    // SAFETY: NEXT_HEADER was set in postconfiguration before any request (and is only read
+    // since); the next filter takes the live request.
+    unsafe {
+        match *ptr::addr_of!(NEXT_HEADER) {
+            Some(f) => Status(f(r.as_ptr())),
+            None => Status::NGX_ERROR,
+        }
+    }
+}
+
+/// Calls the next body filter with `r` and `chain`.
+#[inline]
+pub fn next_body(r: Req, chain: Chain) -> Status {
+    // SAFETY: as for next_header; the chain is the one nginx passed to the body filter.
+    unsafe {
+        match *ptr::addr_of!(NEXT_BODY) {
+            Some(f) => Status(f(r.as_ptr(), chain.0)),
+            None => Status::NGX_ERROR,
+        }
+    }
+}
+
+/// The chain of body buffers nginx passed to the body filter (made only by the trampoline).
+#[derive(Clone, Copy, Debug)]
+pub struct Chain(*mut ngx_chain_t);
+
+impl Chain {
+    /// Runs `f` on every buffer of the chain; `f` calls no nginx code.
+    fn each_buf(self, mut f: impl FnMut(&mut ngx::ffi::ngx_buf_t)) {
+        let mut cl = self.0;
+        // SAFETY: the chain nginx passes down: its links and buffers are valid during the
+        // filter call, and nothing else refers to them while `f` runs.
+        unsafe {
+            while !cl.is_null() {
+                if let Some(b) = (*cl).buf.as_mut() {
+                    f(b);
+                }
+                cl = (*cl).next;
+            }
+        }
+    }
+
+    /// Marks every buffer consumed (`pos = last`, `file_pos = file_last` for file buffers).
+    pub fn consume(self) {
+        self.each_buf(|b| {
+            b.pos = b.last;
+            if b.in_file() != 0 {
+                b.file_pos = b.file_last;
+            }
+        });
+    }
+
+    /// Promotes `last_in_chain` to `last_buf` (a subrequest's last buffer becomes the end of
+    /// the response).
+    pub fn promote_last_in_chain(self) {
+        self.each_buf(|b| {
+            if b.last_in_chain() != 0 {
+                b.set_last_buf(1);
+            }
+        });
+    }
+}
+
+// ---- variables ----------------------------------------------------------------------------
+
+pub(in crate::ffi) extern "C" fn get_variable<V: Variable>(
+    r: *mut ngx_http_request_t,
+    v: *mut ngx_variable_value_t,
+    data: usize,
+) -> ngx_int_t {
+    // SAFETY: nginx calls a variable handler with the live request and the value slot to fill.
+    match unsafe { (Req::from_ptr(r), VarSlot::from_ptr(v)) } {
+        (Some(r), Some(mut v)) => V::get(r, &mut v, data).0,
+        _ => Status::NGX_ERROR.0,
+    }
+}
+
+/// The value slot nginx passed to a variable handler.
+pub struct VarSlot(NonNull<ngx_variable_value_t>);
+
+impl VarSlot {
+    /// # Safety
+    /// `v` is null or the value slot nginx passed to the running variable handler.
+    unsafe fn from_ptr(v: *mut ngx_variable_value_t) -> Option<VarSlot> {
+        NonNull::new(v).map(VarSlot)
+    }
+
+    pub(in crate::ffi) fn set(&mut self, data: *mut u8, len: usize, found: bool) {
+        // SAFETY: see `from_ptr`; nginx reads the slot after the handler returns.
+        let v = unsafe { self.0.as_mut() };
+        // nginx's `len:28, valid:1, no_cacheable:1, not_found:1, escape:1` share one 32-bit unit.
+        // One store of the whole unit: bindgen's setters go bit by bit, and the 28-bit `len`
+        // alone cost about 450 instructions per value (callgrind.sh, `upstrand_value`).
+        #[cfg(target_endian = "little")]
+        {
+            let bits: u32 = (len as u32 & 0x0fff_ffff)
+                | (found as u32) << 28
+                | 1 << 29
+                | ((!found) as u32) << 30;
+            v._bitfield_1 = ngx::ffi::__BindgenBitfieldUnit::new(bits.to_le_bytes());
+            debug_assert!(v.len() as usize == len && v.no_cacheable() == 1 && v.escape() == 0);
+        }
+        #[cfg(not(target_endian = "little"))]
+        {
+            v.set_len(len as u32);
+            v.set_valid(found as u32);
+            v.set_no_cacheable(1);
+            v.set_not_found((!found) as u32);
+            v.set_escape(0);
+        }
+        v.data = data;
     }
 }

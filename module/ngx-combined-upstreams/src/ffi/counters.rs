@@ -6,7 +6,7 @@
 //! never reads or writes it) holds the slot's address (`ffi/peers/`: `Peer::counters`). The
 //! slot is made with the peer — by [`super::peers::SlabLocked::alloc_peer`] for a server a `PUT`
 //! adds, by [`super::peers::ListsWrite::attach_counters`] for the configured servers when the
-//! zone is made — and freed with it (`SlabLocked::free_peer`), so a server kept by a `PUT` keeps
+//! zone is made — and freed with it (`ListsWrite::free_unlinked`), so a server kept by a `PUT` keeps
 //! its counters and a removed one's go when its peer goes. The balancer wrapper
 //! (`live/balancer.rs`) takes the chosen peer from the peer connection right after the
 //! balancer's `get` (nginx's round robin and least_conn point `pc->name` at the chosen peer's
@@ -26,13 +26,9 @@ use core::mem::size_of;
 use core::ptr::NonNull;
 use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-use ngx::ffi::{
-    ngx_http_upstream_rr_peer_t, ngx_msec_t, ngx_slab_calloc_locked, ngx_str_t, sockaddr,
-};
 use upstrand_core::live::stats::{status_class, RawCounters};
 
-use super::peers::{ListsWrite, Peer, Peers, SlabLocked};
-use super::request::Req;
+use super::peers::{ListsWrite, SlabLocked};
 
 /// One server's counters in the zone (zeroed memory is a fresh slot). See
 /// `upstrand_core::live::stats::RawCounters` for each one's meaning.
@@ -70,34 +66,9 @@ pub struct TryEnd {
     pub received: u64,
 }
 
-impl TryEnd {
-    /// The figures of `r`'s current try (zeros without an upstream state).
-    pub fn of(r: Req) -> TryEnd {
-        r.get(|r| {
-            // SAFETY: r->upstream is null or the request's live upstream; its `state` is null
-            // or the entry of the current try in `r->upstream_states` (request pool).
-            let Some(u) = (unsafe { r.upstream.as_ref() }) else {
-                return TryEnd::default();
-            };
-            // SAFETY: as above.
-            let Some(st) = (unsafe { u.state.as_ref() }) else {
-                return TryEnd::default();
-            };
-            let now = super::current_msec();
-            TryEnd {
-                status: st.status as u64,
-                header_ms: (st.header_time != ngx_msec_t::MAX).then_some(st.header_time as u64),
-                response_ms: now.saturating_sub(u.start_time as u64),
-                sent: st.bytes_sent.max(0) as u64,
-                received: st.bytes_received.max(0) as u64,
-            }
-        })
-    }
-}
-
 /// A handle on one peer's [`Slot`] (valid while the peer is: see the module comment).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub struct Counters(NonNull<Slot>);
+pub struct Counters(pub(in crate::ffi) NonNull<Slot>);
 
 #[deny(
     clippy::indexing_slicing,
@@ -107,18 +78,6 @@ pub struct Counters(NonNull<Slot>);
     clippy::arithmetic_side_effects
 )]
 impl Counters {
-    /// # Safety
-    /// `p` is null or a [`Slot`] in a zone, alive while the handle is used.
-    pub(crate) unsafe fn from_ptr(p: *mut Slot) -> Option<Counters> {
-        NonNull::new(p).map(Counters)
-    }
-
-    fn s(&self) -> &Slot {
-        // SAFETY: the slot is live (handle); every field is an atomic, so a shared reference is
-        // sound while other workers add to it.
-        unsafe { self.0.as_ref() }
-    }
-
     /// The server was chosen for a try at `now_ms` (epoch ms).
     #[inline]
     pub fn selected(self, now_ms: u64) {
@@ -204,62 +163,6 @@ impl Counters {
     }
 }
 
-/// The peer's id and counters fields (`slow_start`, `start_time`; see `ffi/peers/`).
-impl Peer {
-    /// The peer whose `name` field is at `name`, when the peer's `sockaddr` is `sockaddr`.
-    ///
-    /// # Safety
-    /// `name` is null or `pc->name` right after a successful `get` of nginx's round robin or
-    /// least_conn (with or without keepalive) on a list of a zone: those set `pc->name` to the
-    /// chosen peer's `&peer->name` and `pc->sockaddr` to its `sockaddr`, and hold the peer
-    /// (`conns`) until their `free`.
-    pub(crate) unsafe fn chosen(name: *const ngx_str_t, sockaddr: *const sockaddr) -> Option<Peer> {
-        if name.is_null() || sockaddr.is_null() {
-            return None;
-        }
-        let off = core::mem::offset_of!(ngx_http_upstream_rr_peer_t, name);
-        // SAFETY: caller: `name` is the `name` field of a live peer, so stepping back by its
-        // offset gives the peer; its `sockaddr` is read to confirm.
-        unsafe {
-            let p = name.cast::<u8>().sub(off) as *mut ngx_http_upstream_rr_peer_t;
-            if (*p).sockaddr.cast_const() != sockaddr {
-                return None;
-            }
-            NonNull::new(p).map(Peer)
-        }
-    }
-
-    /// The peer's statistics counters (`start_time` holds their address, see
-    /// `ffi/counters.rs`); None for a peer without (the zone was too full to make them).
-    #[inline]
-    pub fn counters(self) -> Option<Counters> {
-        // SAFETY: p is live (handle); the field is written only before the peer is linked (or
-        // when the zone is made); it is 0 or a slot of this zone, freed only with the peer.
-        unsafe { Counters::from_ptr((*self.raw()).start_time as *mut _) }
-    }
-
-    /// `(fails, max_fails)` now (a snapshot: a balancer may be changing `fails`), and whether
-    /// its list is `single` (nginx counts no failure then); read while the peer is held.
-    pub fn passive(self, list: Peers) -> (u64, u64, bool) {
-        // SAFETY: p is live (handle); list is live (handle).
-        unsafe {
-            let p = self.raw();
-            (
-                (*p).fails as u64,
-                (*p).max_fails as u64,
-                (*list.raw()).single() != 0,
-            )
-        }
-    }
-
-    /// The server's id in its zone (kept in the peer's `slow_start`, see the module comment).
-    /// Set once, before the peer is in a list.
-    pub fn id(self) -> u64 {
-        // SAFETY: p is live (handle); the field is written only before the peer is linked.
-        unsafe { (*self.raw()).slow_start as u64 }
-    }
-}
-
 #[deny(
     clippy::indexing_slicing,
     clippy::unwrap_used,
@@ -271,17 +174,10 @@ impl ListsWrite {
     /// Gives the peers of these lists ids from `next` on, in list order (primary first), and
     /// returns the next free id: the servers of a zone nginx just made (ids start at 0).
     pub fn assign_ids(&self, mut next: u64) -> u64 {
-        for list in [Some(self.primary), self.backup] {
-            let Some(list) = list else { continue };
-            // SAFETY: the list's write lock is held (guard); its chain of live peers ends with
-            // null.
-            unsafe {
-                let mut p = (*list.raw()).peer;
-                while !p.is_null() {
-                    (*p).slow_start = next as _;
-                    next = next.wrapping_add(1);
-                    p = (*p).next;
-                }
+        for list in [Some(self.primary), self.backup].into_iter().flatten() {
+            for p in self.members(list) {
+                self.peer_mut(p, |q| q.slow_start = next as _);
+                next = next.wrapping_add(1);
             }
         }
         next
@@ -290,21 +186,13 @@ impl ListsWrite {
     /// Gives every peer of these lists that has none its statistics counters (the configured
     /// servers, when the zone is made); false when the zone is full.
     pub fn attach_counters(&self, m: &SlabLocked) -> bool {
-        for list in [Some(self.primary), self.backup] {
-            let Some(list) = list else { continue };
-            // SAFETY: the list's write lock is held (guard) and the slab mutex (m); its chain of
-            // live peers ends with null; a zeroed slot is a fresh one.
-            unsafe {
-                let mut p = (*list.raw()).peer;
-                while !p.is_null() {
-                    if (*p).start_time == 0 {
-                        let ct = ngx_slab_calloc_locked(m.0.raw(), SLOT_BYTES);
-                        if ct.is_null() {
-                            return false;
-                        }
-                        (*p).start_time = ct as usize as _;
-                    }
-                    p = (*p).next;
+        for list in [Some(self.primary), self.backup].into_iter().flatten() {
+            for p in self.members(list) {
+                if self.peer_mut(p, |q| q.start_time) == 0 {
+                    let Some(ct) = m.calloc_slot() else {
+                        return false;
+                    };
+                    self.peer_mut(p, |q| q.start_time = ct.0.as_ptr() as usize as _);
                 }
             }
         }

@@ -5,7 +5,8 @@
 //! by the peer's name (`10.0.0.1:8080`, the same for a server kept across a `PUT`), holding its
 //! health (`upstrand_core::live::probe::HealthState`) and the probe's counters (`ProbeCounts`,
 //! the `health_checks` of the server's statistics; the other counters and the ids are
-//! per peer, `ffi/counters.rs`). It is a slab array with its own rwlock (`lock`), used
+//! per peer, `ffi/counters.rs`). It is a slab array with its own rwlock (a
+//! `ffi/shm.rs` [`ZoneTable`]: this file is safe code on the zone primitives there), used
 //! only by the probe code and `GET` (never by a peer selection): read-held to copy it out,
 //! write-held (with a deadline, like every write side in the zone) to change a record in place
 //! or to swap in a rebuilt array. Only the prober that holds the lease rebuilds it (once per
@@ -18,17 +19,13 @@
 //! both hold it. A worker that exits gives its leases back.
 
 use core::mem::size_of;
-use core::ptr::{self, NonNull};
 use core::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-use ngx::ffi::{ngx_atomic_t, ngx_rwlock_unlock, ngx_slab_free};
 use upstrand_core::live::probe::HealthState;
 
-use super::peers::{wlock_until, Slab};
-
-/// nginx's `NGX_RWLOCK_WLOCK` (the lock word of a write-held rwlock).
-const WLOCK: u64 = u64::MAX;
+use super::peers::Slab;
+use super::shm::{ZoneLink, ZoneRef, ZoneShared, ZoneTable};
 
 /// How long a reader waits for the table's lock.
 const READ_WAIT: core::time::Duration = core::time::Duration::from_millis(50);
@@ -94,23 +91,24 @@ impl Rec {
 /// The block in the zone.
 #[repr(C)]
 pub struct HealthShared {
-    lock: ngx_atomic_t,
     owner_pid: AtomicU64,
     heartbeat_ms: AtomicU64,
     /// Probes started over all workers since the zone was made.
     probes: AtomicU64,
     /// Rounds started.
     rounds: AtomicU64,
-    /// The array (slab), its capacity and length: only under `lock`.
-    table: *mut Rec,
-    cap: usize,
-    len: usize,
+    /// The records, behind their own rwlock.
+    table: ZoneTable<Rec>,
 }
+
+// SAFETY: zeroed memory is an empty table, unlocked, without owner; every field is an atomic
+// or a `ZoneTable`.
+unsafe impl ZoneShared for HealthShared {}
 
 /// A handle on an upstream's [`HealthShared`] (valid as long as its zone).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub struct Health {
-    block: NonNull<HealthShared>,
+    block: ZoneRef<HealthShared>,
     slab: Slab,
 }
 
@@ -118,33 +116,20 @@ pub struct Health {
 unsafe impl Send for Health {}
 
 impl Health {
-    /// Allocates the block in the zone (while nginx makes it); None when it is full.
-    pub fn create(slab: Slab) -> Option<Health> {
-        // Zeroed memory is an empty table, unlocked, without owner.
-        let block = slab.calloc::<HealthShared>()?;
-        Some(Health { block, slab })
+    /// Allocates the block in the zone (while nginx makes it) and links it from `link` (a field
+    /// of a block in the same zone); None when the zone is full.
+    pub fn create(slab: Slab, link: &ZoneLink<HealthShared>) -> Option<Health> {
+        let block = ZoneRef::calloc(slab)?;
+        link.set(slab, block).then_some(Health { block, slab })
     }
 
-    /// The block's address (for [`Self::from_addr`]).
-    pub(crate) fn addr(self) -> u64 {
-        self.block.as_ptr() as u64
-    }
-
-    /// # Safety
-    /// `addr` is 0 or the address of a block [`Self::create`] made in the zone of `slab`.
-    pub(crate) unsafe fn from_addr(addr: u64, slab: Slab) -> Option<Health> {
-        NonNull::new(addr as usize as *mut HealthShared).map(|block| Health { block, slab })
+    /// The block `link` points at (made by [`Self::create`] in the zone of `slab`).
+    pub fn linked(link: &ZoneLink<HealthShared>, slab: Slab) -> Option<Health> {
+        link.get().map(|block| Health { block, slab })
     }
 
     fn sh(&self) -> &HealthShared {
-        // SAFETY: the block lives as long as the zone (handle); the fields read through this
-        // reference without the lock are atomics.
-        unsafe { self.block.as_ref() }
-    }
-
-    fn lock_word(self) -> *mut ngx_atomic_t {
-        // SAFETY: the block is live (handle); no reference is made.
-        unsafe { ptr::addr_of_mut!((*self.block.as_ptr()).lock) }
+        self.block.get()
     }
 
     /// Renews (owner `pid`) or takes the lease when its heartbeat is older than `stale_ms` at
@@ -202,47 +187,7 @@ impl Health {
     /// stays write-held, e.g. a worker died holding it: the caller goes on without the records
     /// rather than stalling its worker).
     pub fn read(self) -> Option<Vec<Rec>> {
-        if !self.rlock_until(Instant::now() + READ_WAIT) {
-            return None;
-        }
-        // SAFETY: table/len change only under the write lock, excluded now; the array holds
-        // `len` initialised records.
-        let out = unsafe {
-            let b = self.block.as_ptr();
-            if (*b).table.is_null() {
-                Vec::new()
-            } else {
-                core::slice::from_raw_parts((*b).table, (*b).len).to_vec()
-            }
-        };
-        // SAFETY: taken above by this process.
-        unsafe { ngx_rwlock_unlock(self.lock_word()) };
-        Some(out)
-    }
-
-    /// Takes the read side of the table's lock like `ngx_rwlock_rlock` (one more reader unless
-    /// it is write-held) but gives up at `deadline`; released with `ngx_rwlock_unlock`.
-    fn rlock_until(self, deadline: Instant) -> bool {
-        // SAFETY: the word lives in the zone (handle) and is only used atomically (nginx's
-        // functions and `wlock_until` use the CPU's atomic instructions on it).
-        let word = unsafe { AtomicU64::from_ptr(self.lock_word()) };
-        loop {
-            for _ in 0..64 {
-                let v = word.load(Ordering::Relaxed);
-                if v != WLOCK
-                    && word
-                        .compare_exchange(v, v.wrapping_add(1), Ordering::AcqRel, Ordering::Relaxed)
-                        .is_ok()
-                {
-                    return true;
-                }
-                core::hint::spin_loop();
-            }
-            if Instant::now() >= deadline {
-                return false;
-            }
-            std::thread::yield_now();
-        }
+        self.sh().table.read_until(Instant::now() + READ_WAIT)
     }
 
     /// Runs `f` on the record of `name` (looked for at `hint` first) under the write lock taken
@@ -255,31 +200,21 @@ impl Health {
         deadline: Instant,
         f: impl FnOnce(&mut Rec),
     ) -> bool {
-        // SAFETY: as in `read`.
-        if !unsafe { wlock_until(self.lock_word(), deadline) } {
-            return false;
-        }
-        // SAFETY: the write lock is held: nobody else reads or writes the array.
-        let found = unsafe {
-            let b = self.block.as_ptr();
-            if (*b).table.is_null() {
-                None
-            } else {
-                let all = core::slice::from_raw_parts_mut((*b).table, (*b).len);
-                if all.get(hint).is_some_and(|r| r.name() == name) {
+        self.sh()
+            .table
+            .modify_until(deadline, |all| {
+                let found = if all.get(hint).is_some_and(|r| r.name() == name) {
                     all.get_mut(hint)
                 } else {
                     all.iter_mut().find(|r| r.name() == name)
+                };
+                let hit = found.is_some();
+                if let Some(r) = found {
+                    f(r);
                 }
-            }
-        };
-        let hit = found.is_some();
-        if let Some(r) = found {
-            f(r);
-        }
-        // SAFETY: taken above by this process.
-        unsafe { ngx_rwlock_unlock(self.lock_word()) };
-        hit
+                hit
+            })
+            .unwrap_or(false)
     }
 
     /// Makes the table `recs`, where `from[i]` is the index in the table read earlier
@@ -287,28 +222,9 @@ impl Health {
     /// the table under the lock, so a result recorded meanwhile is kept), None for a new one.
     /// False (nothing changed) when the zone is full or the lock stayed taken.
     pub fn rebuild(self, recs: &[Rec], from: &[Option<usize>], deadline: Instant) -> bool {
-        let bytes = size_of::<Rec>() * recs.len().max(1);
-        // Allocated before the lock is taken (the slab mutex is not held with it).
-        let Some(new) = self.slab.alloc_bytes(bytes) else {
-            return false;
-        };
-        let new = new.cast::<Rec>();
-        // SAFETY: `new` has room for recs.len() records and overlaps nothing.
-        unsafe { ptr::copy_nonoverlapping(recs.as_ptr(), new.as_ptr(), recs.len()) };
-        // SAFETY: as in `read`.
-        if !unsafe { wlock_until(self.lock_word(), deadline) } {
-            // SAFETY: allocated above from this zone's pool, never shared.
-            unsafe { ngx_slab_free(self.slab.raw_pool(), new.as_ptr().cast()) };
-            return false;
-        }
-        // SAFETY: the write lock is held; the old array holds `len` records; `new` holds
-        // recs.len(); indexes are checked.
-        let old = unsafe {
-            let b = self.block.as_ptr();
-            let old_table = (*b).table;
-            if !old_table.is_null() {
-                let old = core::slice::from_raw_parts(old_table, (*b).len);
-                let fresh = core::slice::from_raw_parts_mut(new.as_ptr(), recs.len());
+        self.sh()
+            .table
+            .replace_until(self.slab, recs, deadline, |old, fresh| {
                 for (r, i) in fresh.iter_mut().zip(from) {
                     if let Some(o) = i.and_then(|i| old.get(i)) {
                         if o.name() == r.name() {
@@ -317,19 +233,6 @@ impl Health {
                         }
                     }
                 }
-            }
-            (*b).table = new.as_ptr();
-            (*b).cap = recs.len();
-            (*b).len = recs.len();
-            old_table
-        };
-        // SAFETY: taken above by this process.
-        unsafe { ngx_rwlock_unlock(self.lock_word()) };
-        if !old.is_null() {
-            // SAFETY: the old array is no longer reachable (swapped under the write lock; every
-            // reader copies under the read lock); allocated from this pool.
-            unsafe { ngx_slab_free(self.slab.raw_pool(), old.cast()) };
-        }
-        true
+            })
     }
 }

@@ -30,9 +30,5 @@ pub(crate) fn conf_log(cf: &ngx_conf_t, level: u32, msg: &str) {
 
 /// Logs `msg` at `level` on the running cycle's log (for work outside any request: the probes).
 pub fn log_cycle(level: u32, msg: &str) {
-    // SAFETY: ngx_cycle and its log live as long as the process runs this configuration; only
-    // this thread writes through it.
-    if let Some(log) = unsafe { ngx::ffi::ngx_cycle.as_ref().and_then(|c| c.log.as_ref()) } {
-        log_str(log, level, msg);
-    }
+    super::with_cycle_log(|log| log_str(log, level, msg));
 }

@@ -5,11 +5,11 @@
 //! features implement:
 //! - directives: [`conf::Directive`] (entry made with [`command`]),
 //! - configuration hooks: [`conf::HttpHooks`] ([`conf::module_ctx`] builds nginx's table),
-//! - variables: [`variables::Variable`],
+//! - variables: [`variables::Variable`] (trampoline in `content.rs`),
 //! - header/body filters: [`request::Filters`],
 //! - `init_upstream` / `peer.init` wrappers: [`upstream::InitUpstream`], [`upstream::PeerInit`],
 //! - content handlers and request bodies: [`content::ContentHandler`], [`content::BodyReader`],
-//! - balancer wrappers: [`balancer::PeerWrapper`]; zone `init` wrappers: [`zone::ZoneInit`];
+//! - balancer wrappers: [`balancer::PeerWrapper`]; zone `init` wrappers: [`shm::ZoneInit`];
 //!   pool cleanups: [`pool::Cleanup`];
 //! - worker start and exit, the probe timer and probe connections (active health checks):
 //!   [`prober::ProcessHooks`], [`prober::Ticker`], [`prober::ProbeDone`]; the zone's per-server
@@ -17,14 +17,32 @@
 //!
 //! Below the trampolines the features work on handles whose methods are safe: [`conf::ConfExt`]
 //! on `ngx_conf_t`, [`request::Req`], [`variables::VarSlot`], [`upstream::Upstream`],
-//! [`pool::PoolCell`], and for the live API [`zone::ShmZone`], [`zone::LiveUpstream`],
+//! [`pool::PoolCell`], and for the live API [`shm::ShmZone`], [`zone::LiveUpstream`],
 //! [`peers::Peers`] and their lock guards, [`balancer::Wrap`] / [`balancer::PeerConn`]. A feature reaches its part of the module's configuration through
 //! [`conf::ConfPart`], which the composition root (`crate::conf`) implements, so no feature names
 //! the module's configuration types and the layers have no import cycle:
 //! `lib` → `conf` → features → `ffi` → `ngx`/`upstrand_core`.
 //!
 //! Invariant: outside `ffi/` the module defines no `extern "C" fn` and has no `unsafe {}` block
-//! but the two `SlabLocked::free_peer` calls of `live/zone.rs` (`scripts/module-layers.py`).
+//! (`scripts/module-layers.py`).
+//!
+//! Inside `ffi/`, `unsafe` sits where a primitive of nginx is wrapped, each stating its safety
+//! argument once (the invariant in the handle type's doc, `// SAFETY:` at the block): this file
+//! (nginx's process globals — clocks, the running cycle and its log, the process kind, flags and
+//! pid, `random()`, global counters looked up by name — and `ngx_str_t` bytes); `request.rs`
+//! (the request); `pool.rs` (pools and their cleanups); `conf.rs`, `upstream.rs` and
+//! `probe.rs` (configuration structures, upstream blocks, the balancer classification that
+//! makes reading `peer.data` sound); `peers/` (the zone's lists, peers and slab pool: the
+//! write side hands out a peer as `&mut` only under both list write locks, so `peers/write.rs`
+//! and `counters.rs` are safe code on it); `shm.rs` (the zone, [`shm::ShmZone`], with its
+//! `init` trampoline, and the primitives of the module's own blocks in a zone: `ZoneRef`,
+//! `RwWord`, `ZoneTable`, `ZoneLink`, on which `zone.rs` and `health.rs` are safe code); the
+//! trampolines and the handles they make in `balancer.rs`, `content.rs`
+//! (content handlers, request bodies, output filters, the variable handler and its value
+//! slot) and `prober.rs` (timers and probe connections); variable registration is in
+//! `conf.rs`. `log.rs`, `plus.rs`, `counters.rs`, `variables.rs`, `zone.rs`, `health.rs` and
+//! `peers/write.rs` hold no `unsafe {}` (`zone.rs` and `health.rs` one `unsafe impl ZoneShared`
+//! each: the block type's own promise).
 
 pub mod balancer;
 pub mod conf;
@@ -38,6 +56,7 @@ pub mod pool;
 pub mod probe;
 pub mod prober;
 pub mod request;
+pub mod shm;
 pub mod upstream;
 pub mod variables;
 pub mod zone;
@@ -134,6 +153,56 @@ pub fn wall_msec() -> u64 {
 pub fn running_cycle() -> usize {
     // SAFETY: a plain pointer global nginx sets on its own thread, which this is.
     unsafe { ngx::ffi::ngx_cycle as usize }
+}
+
+/// Runs `f` with the running cycle's log (None before nginx set up its cycle).
+pub(crate) fn with_cycle_log<T>(f: impl FnOnce(&ngx::ffi::ngx_log_t) -> T) -> Option<T> {
+    // SAFETY: ngx_cycle and its log live as long as the process runs this configuration; only
+    // this thread writes through it, and the reference lives only during `f`.
+    unsafe { ngx::ffi::ngx_cycle.as_ref().and_then(|c| c.log.as_ref()) }.map(f)
+}
+
+/// A worker (or nginx without a master): not the master, cache manager or loader.
+pub fn is_worker() -> bool {
+    // SAFETY: a plain integer global nginx sets before it calls `init_process`.
+    let p = unsafe { ngx::ffi::ngx_process } as u32;
+    p == ngx::ffi::NGX_PROCESS_WORKER || p == ngx::ffi::NGX_PROCESS_SINGLE
+}
+
+/// The worker is shutting down (graceful `QUIT` after a reload, or `TERM`).
+pub fn exiting() -> bool {
+    // SAFETY: plain integer globals nginx sets on its own thread, which this is.
+    unsafe { ngx::ffi::ngx_exiting != 0 || ngx::ffi::ngx_terminate != 0 || ngx::ffi::ngx_quit != 0 }
+}
+
+/// This process's pid.
+pub fn pid() -> u64 {
+    // SAFETY: a plain integer global nginx sets at start.
+    unsafe { ngx::ffi::ngx_pid as u64 }
+}
+
+/// The value of nginx's global counter `name` (a `ngx_atomic_t *` global, such as the stub
+/// status module's `ngx_stat_*`), looked up at run time so the module still loads into an nginx
+/// built without the module that defines it; None when nginx has no such symbol (or has not
+/// set it yet).
+pub fn global_counter(name: &CStr) -> Option<u64> {
+    // SAFETY: dlsym with RTLD_DEFAULT (null) looks the symbol up in the process (nginx exports
+    // its symbols for dynamic modules); the `ngx_stat_*`-style symbols this is called with are
+    // nginx's pointer variables, which point at a counter in the shared zone nginx made at
+    // start (or are null before that); the counter is read as a plain word, as stub_status
+    // reads it.
+    unsafe {
+        let sym =
+            ngx::ffi::dlsym(ptr::null_mut(), name.as_ptr()).cast::<*mut ngx::ffi::ngx_atomic_t>();
+        if sym.is_null() {
+            return None;
+        }
+        let p = ptr::read_volatile(sym);
+        if p.is_null() {
+            return None;
+        }
+        Some(ptr::read_volatile(p) as u64)
+    }
 }
 
 /// libc's `random()` (nginx seeds it per worker), for choices nginx's balancers would make the

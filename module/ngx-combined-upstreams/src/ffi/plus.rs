@@ -4,36 +4,17 @@
 //! size classes, a request's `$request_id`, and how often and when a configuration was loaded
 //! (the module's `init_module`, which nginx's master runs once per configuration it loads).
 
-use core::ffi::c_void;
-use core::ptr;
 use core::sync::atomic::{AtomicU64, Ordering};
 
-use ngx::ffi::{
-    dlsym, ngx_atomic_t, ngx_cycle_t, ngx_hash_key, ngx_http_get_variable, ngx_int_t,
-    ngx_pagesize_shift, ngx_slab_stat_t, ngx_str_t,
-};
+use ngx::ffi::{ngx_cycle_t, ngx_int_t};
 use upstrand_core::plus::view::{SlabFigures, SlotFigures, StubCounters};
 
 use super::peers::Slab;
 use super::request::Req;
 
-/// nginx's counter `name` (a `ngx_atomic_t *` global of the stub status module), read once.
+/// nginx's counter `name`.
 fn counter(name: &core::ffi::CStr) -> Option<u64> {
-    // SAFETY: dlsym with RTLD_DEFAULT (null) looks the symbol up in the process (nginx exports
-    // its symbols for dynamic modules); when found, it is the address of nginx's pointer
-    // variable, which points at a counter in the shared zone nginx made at start (or is null
-    // before that); the counter is read as a plain word, as stub_status reads it.
-    unsafe {
-        let sym = dlsym(ptr::null_mut::<c_void>(), name.as_ptr()).cast::<*mut ngx_atomic_t>();
-        if sym.is_null() {
-            return None;
-        }
-        let p = ptr::read_volatile(sym);
-        if p.is_null() {
-            return None;
-        }
-        Some(ptr::read_volatile(p) as u64)
-    }
+    super::global_counter(name)
 }
 
 /// nginx's stub status counters, or None when nginx was built without the stub status module
@@ -54,14 +35,8 @@ impl Slab {
     /// The pool's pages and size classes (`ngx_slab_stat_t`), read under its mutex.
     pub fn slot_figures(self) -> SlabFigures {
         let f = self.figures("");
-        let _m = self.lock();
-        let pool = self.raw_pool();
-        // SAFETY: the pool is live and locked; `stats` has one entry per size class,
-        // `ngx_pagesize_shift - min_shift` of them (as ngx_slab_init makes it).
-        let slots = unsafe {
-            let shift = (*pool).min_shift;
-            let classes = ngx_pagesize_shift.saturating_sub(shift);
-            core::slice::from_raw_parts((*pool).stats as *const ngx_slab_stat_t, classes)
+        let slots = self.lock().size_classes(|shift, stats| {
+            stats
                 .iter()
                 .enumerate()
                 .map(|(i, s)| SlotFigures {
@@ -72,7 +47,7 @@ impl Slab {
                     fails: s.fails as u64,
                 })
                 .collect()
-        };
+        });
         SlabFigures {
             pages_total: f.pages_total,
             pages_free: f.pages_free,
@@ -84,22 +59,8 @@ impl Slab {
 impl Req {
     /// The request's `$request_id` (empty when nginx has no such variable: before 1.11.0).
     pub fn request_id(self) -> String {
-        let mut name = *b"request_id";
-        let s = ngx_str_t {
-            len: name.len(),
-            data: name.as_mut_ptr(),
-        };
-        // SAFETY: the request is live (handle); `name` is a lower-case variable name that
-        // outlives the call; the value nginx returns is copied at once.
-        unsafe {
-            let key = ngx_hash_key(name.as_mut_ptr(), name.len());
-            let vv = ngx_http_get_variable(self.as_ptr(), ptr::addr_of!(s).cast_mut(), key);
-            if vv.is_null() || (*vv).not_found() != 0 || (*vv).data.is_null() {
-                return String::new();
-            }
-            let v = core::slice::from_raw_parts((*vv).data, (*vv).len() as usize);
-            String::from_utf8_lossy(v).into_owned()
-        }
+        let v = self.variable_by_name(b"request_id").unwrap_or_default();
+        String::from_utf8_lossy(&v).into_owned()
     }
 }
 

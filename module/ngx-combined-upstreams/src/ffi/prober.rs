@@ -17,7 +17,6 @@ use ngx::ffi::{
     ngx_add_timer, ngx_close_connection, ngx_connection_t, ngx_cycle_t, ngx_del_timer,
     ngx_event_connect_peer, ngx_event_get_peer, ngx_event_t, ngx_handle_read_event,
     ngx_handle_write_event, ngx_int_t, ngx_msec_t, ngx_peer_connection_t, ngx_str_t,
-    NGX_PROCESS_SINGLE, NGX_PROCESS_WORKER,
 };
 use upstrand_core::live::probe::{Failure, Outcome};
 
@@ -46,24 +45,7 @@ pub extern "C" fn exit_process<P: ProcessHooks>(_cycle: *mut ngx_cycle_t) {
     }
 }
 
-/// A worker (or nginx without a master): not the master, cache manager or loader.
-fn is_worker() -> bool {
-    // SAFETY: a plain integer global nginx sets before it calls `init_process`.
-    let p = unsafe { ngx::ffi::ngx_process } as u32;
-    p == NGX_PROCESS_WORKER || p == NGX_PROCESS_SINGLE
-}
-
-/// The worker is shutting down (graceful `QUIT` after a reload, or `TERM`).
-pub fn exiting() -> bool {
-    // SAFETY: plain integer globals nginx sets on its own thread, which this is.
-    unsafe { ngx::ffi::ngx_exiting != 0 || ngx::ffi::ngx_terminate != 0 || ngx::ffi::ngx_quit != 0 }
-}
-
-/// This process's pid.
-pub fn pid() -> u64 {
-    // SAFETY: a plain integer global nginx sets at start.
-    unsafe { ngx::ffi::ngx_pid as u64 }
-}
+pub use super::{exiting, is_worker, pid};
 
 /// What the tick timer runs.
 pub trait Ticker {

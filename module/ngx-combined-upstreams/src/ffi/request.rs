@@ -1,15 +1,9 @@
 //! The request-time side of the seam: [`Req`], the handle on the requests nginx passes to the
-//! module's callbacks (variable handlers, filters, `peer.init`), the header/body filter
-//! trampolines ([`Filters`], [`install_filters`]), subrequests and the body chain ([`Chain`]).
-//!
-//! `Req` is a copyable pointer, deliberately not the `ngx` crate's `&mut Request`: a filter
-//! starts a subrequest or calls the next filter, and nginx then runs this module's variable
-//! handlers and filters again on requests of the same tree (`add_header X $upstrand_NAME;`
-//! evaluates the variable from inside the header filter chain). A `&mut` held across such a
-//! call would alias the one the re-entered handler makes. `Req`'s methods touch nginx's
-//! structure for the duration of one call and hand out no reference into it, so no borrow is
-//! ever alive across a call back into nginx. [`Req::from_ptr`] is the only `unsafe` step: a
-//! trampoline turns nginx's pointer into a handle once.
+//! module's callbacks (variable handlers, filters, `peer.init`, content handlers): its
+//! context slot, configuration, log, pool, variables, upstream ([`UpstreamConf`], the figures
+//! of a try: [`TryEnd::of`]) and subrequests. The filter trampolines are in `content.rs`.
+//! Why `Req` is a copyable pointer and not a `&mut`: its type doc. [`Req::from_ptr`] is the
+//! only `unsafe` step: a trampoline turns nginx's pointer into a handle once.
 
 use core::ffi::c_void;
 use core::ptr::{self, NonNull};
@@ -17,16 +11,15 @@ use core::slice;
 
 use ngx::core::Pool;
 use ngx::ffi::{
-    ngx_chain_t, ngx_http_get_flushed_variable, ngx_http_output_body_filter_pt,
-    ngx_http_output_header_filter_pt, ngx_http_request_t, ngx_http_subrequest,
-    ngx_http_top_body_filter, ngx_http_top_header_filter, ngx_http_upstream_conf_t, ngx_int_t,
-    ngx_list_t, ngx_str_t, ngx_uint_t, NGX_HTTP_LOCK, NGX_HTTP_PATCH, NGX_HTTP_POST,
-    NGX_HTTP_SUBREQUEST_CLONE,
+    ngx_http_get_flushed_variable, ngx_http_request_t, ngx_http_subrequest,
+    ngx_http_upstream_conf_t, ngx_list_t, ngx_msec_t, ngx_str_t, ngx_uint_t, NGX_HTTP_LOCK,
+    NGX_HTTP_PATCH, NGX_HTTP_POST, NGX_HTTP_SUBREQUEST_CLONE,
 };
 use ngx::http::{HttpModuleLocationConf, HttpModuleMainConf};
 use upstrand_core::upstrand::status::Origin;
 
 use super::conf::RequestCtx;
+use super::counters::TryEnd;
 use super::log::{debug_http, log_str};
 use super::pool::{self, PoolCell};
 use super::{bytes, Status};
@@ -211,14 +204,21 @@ impl Req {
     pub fn variable(self, index: ngx_uint_t) -> Option<Vec<u8>> {
         // SAFETY: index is a variable index registered at configuration time; the returned
         // value (possibly a slot shared with the parent request) is copied at once.
+        unsafe { value_copy(ngx_http_get_flushed_variable(self.as_ptr(), index)) }
+    }
+
+    /// The value of the variable `name` (lower case; not indexed) for this request.
+    pub fn variable_by_name(self, name: &[u8]) -> Option<Vec<u8>> {
+        let mut name = name.to_vec();
+        let mut s = ngx::ffi::ngx_str_t {
+            len: name.len(),
+            data: name.as_mut_ptr(),
+        };
+        // SAFETY: the request is live (handle); `name` outlives the call; the value is copied
+        // at once.
         unsafe {
-            let vv = ngx_http_get_flushed_variable(self.as_ptr(), index);
-            // Like nginx itself, trust `not_found` only: handlers that report "not found" may
-            // leave the other fields unset.
-            if vv.is_null() || (*vv).not_found() != 0 || (*vv).data.is_null() {
-                return None;
-            }
-            Some(slice::from_raw_parts((*vv).data, (*vv).len() as usize).to_vec())
+            let key = ngx::ffi::ngx_hash_key(name.as_mut_ptr(), name.len());
+            value_copy(ngx::ffi::ngx_http_get_variable(self.as_ptr(), &mut s, key))
         }
     }
 
@@ -318,6 +318,21 @@ impl Req {
     }
 }
 
+/// A copy of a variable's value as nginx returned it (`None` for null or not found).
+///
+/// # Safety
+/// `vv` is null or a value nginx just returned for a live request.
+unsafe fn value_copy(vv: *mut ngx::ffi::ngx_variable_value_t) -> Option<Vec<u8>> {
+    // SAFETY: caller. Like nginx itself, trust `not_found` only: handlers that report "not
+    // found" may leave the other fields unset.
+    unsafe {
+        if vv.is_null() || (*vv).not_found() != 0 || (*vv).data.is_null() {
+            return None;
+        }
+        Some(slice::from_raw_parts((*vv).data, (*vv).len() as usize).to_vec())
+    }
+}
+
 /// Re-points `dst.last` when it still points at `src`'s embedded first part (after a struct
 /// copy of an `ngx_list_t`).
 ///
@@ -376,115 +391,27 @@ fn error_page_bit() -> usize {
     })
 }
 
-// ---- filters ----------------------------------------------------------------------------
-
-/// The module's header and body filters.
-pub trait Filters {
-    /// A response header is being sent for `r`; pass it on with [`next_header`] (or not).
-    fn header(r: Req) -> Status;
-    /// Body buffers of `r` are being sent; pass them on with [`next_body`] (or not).
-    fn body(r: Req, chain: Chain) -> Status;
-}
-
-static mut NEXT_HEADER: ngx_http_output_header_filter_pt = None;
-static mut NEXT_BODY: ngx_http_output_body_filter_pt = None;
-
-/// Puts `F`'s filters on top of both chains (module order places the module just above the
-/// copy filter). Called from postconfiguration (single-threaded, before any request: the time
-/// nginx configures filters); once per configuration.
-pub fn install_filters<F: Filters>() {
-    // SAFETY: nginx configures filters single-threaded in postconfiguration, before any request
-    // reads them; the chain heads are plain globals of nginx.
-    unsafe {
-        NEXT_HEADER = ngx_http_top_header_filter;
-        ngx_http_top_header_filter = Some(header_filter::<F>);
-        NEXT_BODY = ngx_http_top_body_filter;
-        ngx_http_top_body_filter = Some(body_filter::<F>);
-    }
-}
-
-extern "C" fn header_filter<F: Filters>(r: *mut ngx_http_request_t) -> ngx_int_t {
-    // SAFETY: nginx calls the filter with the live request whose header is being sent.
-    match unsafe { Req::from_ptr(r) } {
-        Some(r) => F::header(r).0,
-        None => Status::NGX_ERROR.0,
-    }
-}
-
-extern "C" fn body_filter<F: Filters>(
-    r: *mut ngx_http_request_t,
-    chain: *mut ngx_chain_t,
-) -> ngx_int_t {
-    // SAFETY: nginx calls the filter with the live request whose body is being sent and the
-    // chain it passes down.
-    match unsafe { Req::from_ptr(r) } {
-        Some(r) => F::body(r, Chain(chain)).0,
-        None => Status::NGX_ERROR.0,
-    }
-}
-
-/// Calls the next header filter with `r`.
-#[inline]
-pub fn next_header(r: Req) -> Status {
-    // SAFETY: NEXT_HEADER was set in postconfiguration before any request (and is only read
-    // since); the next filter takes the live request.
-    unsafe {
-        match *ptr::addr_of!(NEXT_HEADER) {
-            Some(f) => Status(f(r.as_ptr())),
-            None => Status::NGX_ERROR,
-        }
-    }
-}
-
-/// Calls the next body filter with `r` and `chain`.
-#[inline]
-pub fn next_body(r: Req, chain: Chain) -> Status {
-    // SAFETY: as for next_header; the chain is the one nginx passed to the body filter.
-    unsafe {
-        match *ptr::addr_of!(NEXT_BODY) {
-            Some(f) => Status(f(r.as_ptr(), chain.0)),
-            None => Status::NGX_ERROR,
-        }
-    }
-}
-
-/// The chain of body buffers nginx passed to the body filter (made only by the trampoline).
-#[derive(Clone, Copy, Debug)]
-pub struct Chain(*mut ngx_chain_t);
-
-impl Chain {
-    /// Runs `f` on every buffer of the chain; `f` calls no nginx code.
-    fn each_buf(self, mut f: impl FnMut(&mut ngx::ffi::ngx_buf_t)) {
-        let mut cl = self.0;
-        // SAFETY: the chain nginx passes down: its links and buffers are valid during the
-        // filter call, and nothing else refers to them while `f` runs.
-        unsafe {
-            while !cl.is_null() {
-                if let Some(b) = (*cl).buf.as_mut() {
-                    f(b);
-                }
-                cl = (*cl).next;
+impl TryEnd {
+    /// The figures of `r`'s current try (zeros without an upstream state).
+    pub fn of(r: Req) -> TryEnd {
+        r.get(|r| {
+            // SAFETY: r->upstream is null or the request's live upstream; its `state` is null
+            // or the entry of the current try in `r->upstream_states` (request pool).
+            let Some(u) = (unsafe { r.upstream.as_ref() }) else {
+                return TryEnd::default();
+            };
+            // SAFETY: as above.
+            let Some(st) = (unsafe { u.state.as_ref() }) else {
+                return TryEnd::default();
+            };
+            let now = super::current_msec();
+            TryEnd {
+                status: st.status as u64,
+                header_ms: (st.header_time != ngx_msec_t::MAX).then_some(st.header_time as u64),
+                response_ms: now.saturating_sub(u.start_time as u64),
+                sent: st.bytes_sent.max(0) as u64,
+                received: st.bytes_received.max(0) as u64,
             }
-        }
-    }
-
-    /// Marks every buffer consumed (`pos = last`, `file_pos = file_last` for file buffers).
-    pub fn consume(self) {
-        self.each_buf(|b| {
-            b.pos = b.last;
-            if b.in_file() != 0 {
-                b.file_pos = b.file_last;
-            }
-        });
-    }
-
-    /// Promotes `last_in_chain` to `last_buf` (a subrequest's last buffer becomes the end of
-    /// the response).
-    pub fn promote_last_in_chain(self) {
-        self.each_buf(|b| {
-            if b.last_in_chain() != 0 {
-                b.set_last_buf(1);
-            }
-        });
+        })
     }
 }

@@ -328,8 +328,8 @@ impl LiveUpstream {
             if failed {
                 for slot in c.slots.iter() {
                     if let (Some(np), Some(_)) = (slot.peer, &slot.name) {
-                        // SAFETY: allocated just above and never linked anywhere.
-                        unsafe { m.free_peer(np) };
+                        // Allocated just above, never linked: carries the unlinked mark.
+                        lists.free_unlinked(&m, np);
                     }
                 }
                 return Swapped::Full;
@@ -355,22 +355,23 @@ impl LiveUpstream {
                 .filter(move |(_, s)| s.backup == backup)
                 .filter_map(|(slot, _)| slot.peer)
         };
-        lists.set_list(self.primary, members(false), primary_totals);
-        if let Some(b) = self.primary.backup() {
-            lists.set_list(b, members(true), backup_totals);
-        }
+        lists.set_lists(
+            (members(false), primary_totals),
+            (members(true), backup_totals),
+        );
         let mut retired = 0u64;
         {
             let m = self.slab.lock();
             let chain = self.retired();
             for &old in c.removed {
+                // Out of every list since `set_lists` (it carries the unlinked mark, which both
+                // calls check); `old` is not used again.
                 if old.in_use() {
-                    lists.retire(chain, old, now);
-                    retired = retired.wrapping_add(1);
+                    if lists.retire(chain, old, now) {
+                        retired = retired.wrapping_add(1);
+                    }
                 } else {
-                    // SAFETY: removed from every list above (the lists were rebuilt without
-                    // it), not in use, both list write locks held; `old` is not used again.
-                    unsafe { m.free_peer(old) };
+                    lists.free_unlinked(&m, old);
                 }
             }
         }

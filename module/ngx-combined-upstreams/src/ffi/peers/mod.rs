@@ -57,8 +57,17 @@
 //! method needs held is a guard it takes as an argument: [`ListRead`] (a list's read lock),
 //! [`ListsWrite`] (both lists' write locks), [`SlabLocked`] (the slab mutex). A [`Peer`] is used
 //! only while it cannot be freed: under its list's lock, under the gate's write side (`PUT`), or,
-//! for retired peers, under [`ListsWrite`]. [`SlabLocked::free_peer`] is the one method here that
-//! stays `unsafe`: only its caller knows that nobody uses the peer any more.
+//! for retired peers, under [`ListsWrite`]. Under both list write locks a peer of the lists, of
+//! the retired chain or just allocated is this process's alone, so [`ListsWrite`]'s primitives
+//! here hand it out as `&mut` for one call (`ListsWrite::peer_mut`) and the write side
+//! (`write.rs`, the counters' part in `ffi/counters.rs`) is safe code on them.
+//!
+//! Freeing: a peer leaves the zone only through [`ListsWrite::free_unlinked`], which checks the
+//! unlinked mark (the peer's `next` points at itself: set when [`SlabLocked::alloc_peer`] makes
+//! it, when [`ListsWrite::set_lists`] takes it out of the lists and when the sweep takes it off
+//! the retired chain; overwritten whenever it is linked) and that it is not in use. So no safe
+//! call frees a peer that a list or the chain still holds; [`SlabLocked::free_peer`] itself
+//! stays `unsafe` and private to `peers/`.
 //!
 //! Write locks: nginx's rwlocks have no owner and no recovery (a worker that dies holding one
 //! leaves it held), so the API never takes a write side with `ngx_rwlock_wlock`, which spins
@@ -80,85 +89,42 @@
 //! `ngx_sockaddr_t`), `name.data` (`NGX_SOCKADDR_STRLEN` bytes), `server.data` and, once an SSL
 //! session was saved, `ssl_session` (and in nginx builds with sticky sessions, 1.29.6+ by
 //! default, cfg `ngx_upstream_sid`: a `sid` buffer of 32 bytes) as separate slab allocations — the layout
-//! `ngx_http_upstream_zone_module` gives the peers it copies, so one [`SlabLocked::free_peer`]
+//! `ngx_http_upstream_zone_module` gives the peers it copies, so one `SlabLocked::free_peer`
 //! frees both kinds — and the module's own statistics slot (`start_time`, 120 bytes), given to
 //! the copied peers when the zone is made ([`ListsWrite::attach_counters`]).
 //!
-//! Files: this one holds the write-lock primitive ([`wlock_until`]) and the list handle
-//! ([`Peers`]) with its read guards; `write.rs` the write guard ([`ListsWrite`]) and the retired
-//! chain; `peer.rs` the peer handle ([`Peer`]); `slab.rs` the zone's slab pool ([`Slab`],
-//! [`SlabLocked`]) and the layout of the peers it allocates.
+//! Files: this one holds the list handle
+//! ([`Peers`]) with its read guards, and the write side's primitives (peer access, list heads,
+//! the retired chain's head, the unlinked mark and freeing); `write.rs` the write guard
+//! ([`ListsWrite`]) and its changes in safe code, and the retired chain; `peer.rs` the peer
+//! handle ([`Peer`]: raw place reads, its id and counters); `slab.rs` the zone's slab pool
+//! ([`Slab`], [`SlabLocked`]), the layout of the peers it allocates and the counters' slots. The
+//! write side of every rwlock in a zone is `ffi/shm.rs`'s [`wlock_until`].
 
 mod peer;
 mod slab;
 mod write;
 
 use core::ptr::{self, NonNull};
-use core::sync::atomic::{AtomicU64, Ordering};
+use core::sync::atomic::Ordering;
 use std::time::Instant;
 
-use ngx::ffi::{ngx_atomic_t, ngx_http_upstream_rr_peers_t, ngx_rwlock_rlock, ngx_rwlock_unlock};
+use ngx::ffi::{
+    ngx_http_upstream_rr_peer_t, ngx_http_upstream_rr_peers_t, ngx_rwlock_rlock, ngx_rwlock_unlock,
+};
+use upstrand_core::live::plan::ListTotals;
 use upstrand_core::live::render::RetiredView;
 
 pub use peer::Peer;
 pub use slab::{peer_layout, Slab, SlabLocked};
+
+use super::shm::wlock_until;
 pub use write::{ListsWrite, Retired, RetiredChain};
 
 /// `AF_INET`, `AF_INET6`, `AF_UNIX` as the socket structures store them.
 const AF_INET: u16 = 2;
 const AF_INET6: u16 = 10;
 const AF_UNIX: u16 = 1;
-
-/// nginx's `NGX_RWLOCK_WLOCK`: the lock word of a write-held `ngx_rwlock` (0: free; otherwise
-/// the number of readers).
-const RWLOCK_WLOCK: u64 = u64::MAX;
-
-/// Takes the write side of the nginx rwlock at `lock` like `ngx_rwlock_wlock` (the same lock
-/// word transitions: 0 → `NGX_RWLOCK_WLOCK` by compare-and-swap, spinning with the CPU's pause
-/// hint in rounds of growing length, yielding the CPU between rounds), but gives up once
-/// `deadline` has passed (after at least one round): false, nothing held. Released with
-/// nginx's `ngx_rwlock_unlock`.
-///
-/// # Safety
-/// `lock` is an `ngx_rwlock` word in memory shared by the workers, live for the call.
-#[deny(
-    clippy::indexing_slicing,
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::arithmetic_side_effects
-)]
-pub unsafe fn wlock_until(lock: *mut ngx_atomic_t, deadline: Instant) -> bool {
-    // SAFETY: caller; the word is only ever used atomically (nginx's functions use the CPU's
-    // atomic instructions on it, as `AtomicU64` does) and is suitably aligned (ngx_atomic_t).
-    let word = unsafe { AtomicU64::from_ptr(lock) };
-    let try_take = || {
-        word.load(Ordering::Relaxed) == 0
-            && word
-                .compare_exchange(0, RWLOCK_WLOCK, Ordering::AcqRel, Ordering::Relaxed)
-                .is_ok()
-    };
-    loop {
-        // nginx's NGX_RWLOCK_SPIN rounds: 1, 2, 4, ... 1024 pauses between attempts.
-        let mut n: u32 = 1;
-        while n < 2048 {
-            if try_take() {
-                return true;
-            }
-            for _ in 0..n {
-                core::hint::spin_loop();
-            }
-            n = n.wrapping_shl(1);
-        }
-        if try_take() {
-            return true;
-        }
-        if Instant::now() >= deadline {
-            return false;
-        }
-        std::thread::yield_now();
-    }
-}
 
 /// A round-robin peer list (`ngx_http_upstream_rr_peers_t`) of a round-robin or least_conn
 /// upstream: its primary list or its backup list.
@@ -272,7 +238,7 @@ impl ListsRead {
         // every non-null link is a retired peer of this zone (live until freed under the write
         // locks); its `max_conns` holds its retirement time (see the module comment).
         unsafe {
-            let mut p = (*chain.0.as_ptr()).0;
+            let mut p = (*chain.0.as_ptr()).0.load(Ordering::Relaxed);
             while let Some(peer) = NonNull::new(p).map(Peer) {
                 let (address, st) = peer.name_and_state();
                 let since = (*peer.raw()).max_conns as u64;
@@ -341,5 +307,156 @@ impl Drop for ListRead {
     fn drop(&mut self) {
         // SAFETY: taken in `Peers::read` by this process.
         unsafe { ngx_rwlock_unlock(ptr::addr_of_mut!((*self.0.raw()).rwlock)) };
+    }
+}
+
+/// The write side's primitives: with both write locks held, every peer of these lists, of their
+/// retired chain and every peer this process allocated and has not linked yet is this process's
+/// alone (a balancer of any worker reads or writes a peer only inside its list's read lock, and
+/// every other writer holds these write locks), so a `&mut` to it is sound for the duration of
+/// a call. The lists themselves are written as raw places: other workers spin on their lock
+/// words meanwhile. The methods of `write.rs` and `counters.rs` are safe code on these.
+#[deny(
+    clippy::indexing_slicing,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::arithmetic_side_effects
+)]
+impl ListsWrite {
+    /// Runs `f` on peer `p` (of these lists, of their retired chain, or allocated and not yet
+    /// linked), which calls no nginx code.
+    pub(in crate::ffi) fn peer_mut<T>(
+        &self,
+        p: Peer,
+        f: impl FnOnce(&mut ngx_http_upstream_rr_peer_t) -> T,
+    ) -> T {
+        // SAFETY: p is live (handle); both write locks are held (guard), so nothing else reads
+        // or writes the peer while `f` runs (see the impl's doc).
+        f(unsafe { &mut *p.raw() })
+    }
+
+    /// The peer after `p` in its list or chain.
+    pub(in crate::ffi) fn next(&self, p: Peer) -> Option<Peer> {
+        NonNull::new(self.peer_mut(p, |q| q.next)).map(Peer)
+    }
+
+    /// The peers of `list` (the primary or its backup list), in order.
+    pub(in crate::ffi) fn members(&self, list: Peers) -> impl Iterator<Item = Peer> + '_ {
+        // SAFETY: the list is live (handle) and its write lock held (guard; or the gate's write
+        // side for a backup list made after it was taken).
+        let first = NonNull::new(unsafe { (*list.raw()).peer }).map(Peer);
+        core::iter::successors(first, move |p| self.next(*p))
+    }
+
+    /// Links `b` as the primary list's backup list (a list made while these locks are held is not
+    /// locked by them: the caller keeps every selection out by holding the gate's write side).
+    pub fn set_backup(&self, b: Peers) {
+        // SAFETY: the primary's write lock is held (guard).
+        unsafe { (*self.primary.raw()).next = b.raw() };
+    }
+
+    /// Sets `list`'s first peer and its totals, as `ngx_http_upstream_init_round_robin`
+    /// computes them.
+    pub(in crate::ffi) fn set_head(&self, list: Peers, first: Option<Peer>, t: ListTotals) {
+        // SAFETY: the list's write lock is held (guard; or the gate's write side for a backup
+        // list made after it was taken), so no selection reads these fields meanwhile.
+        unsafe {
+            let l = list.raw();
+            (*l).peer = first.map_or(ptr::null_mut(), Peer::raw);
+            (*l).number = t.number;
+            (*l).total_weight = t.total_weight as usize;
+            (*l).tries = t.tries;
+            (*l).set_single(u32::from(t.single));
+            (*l).set_weighted(u32::from(t.weighted));
+        }
+    }
+
+    /// The newest peer of the retired chain `chain` (these lists' upstream's).
+    pub(in crate::ffi) fn retired_head(&self, chain: RetiredChain) -> Option<Peer> {
+        // SAFETY: the chain's head lives in the zone (handle) and changes only with these locks
+        // held.
+        NonNull::new(unsafe { chain.0.as_ref() }.0.load(Ordering::Relaxed)).map(Peer)
+    }
+
+    /// Makes `p` the newest peer of the retired chain `chain` (its `next` link is the caller's).
+    pub(in crate::ffi) fn set_retired_head(&self, chain: RetiredChain, p: Option<Peer>) {
+        let head = p.map_or(ptr::null_mut(), Peer::raw);
+        // SAFETY: as in `retired_head`.
+        unsafe { chain.0.as_ref() }.0.store(head, Ordering::Relaxed);
+    }
+
+    /// Marks every peer of `list` unlinked (see [`Self::is_unlinked`]); the list is empty
+    /// until it is linked again.
+    pub(in crate::ffi) fn mark_unlinked(&self, list: Peers) {
+        // SAFETY: the list is live (handle) and its write lock held (guard; or the gate's write
+        // side for a backup list made after it was taken).
+        let mut cur = NonNull::new(unsafe { (*list.raw()).peer }).map(Peer);
+        while let Some(p) = cur {
+            cur = self.next(p);
+            self.peer_mut(p, |q| q.next = p.raw());
+        }
+        self.set_head(list, None, ListTotals::default());
+    }
+
+    /// True when `p` carries the unlinked mark: its `next` is itself. A peer's `next` is
+    /// written when it is linked into a list ([`Self::set_lists`]) or onto the retired chain
+    /// ([`Self::retire`]), and set to the mark when it leaves them
+    /// ([`Self::set_lists`], [`Self::free_idle_retired`]) or is made
+    /// ([`SlabLocked::alloc_peer`]); no list or chain holds a peer that points at itself (nginx
+    /// never makes one), so a marked peer is in none of them.
+    pub(in crate::ffi) fn is_unlinked(&self, p: Peer) -> bool {
+        self.peer_mut(p, |q| q.next) == p.raw()
+    }
+
+    /// Frees `p` and its slab allocations when it is marked unlinked (in no list and no chain,
+    /// see [`Self::is_unlinked`]) and not in use ([`Peer::in_use`]); whether it did. The caller
+    /// uses no copy of the handle afterwards (the rule of every handle here: used only while it
+    /// cannot be freed).
+    pub fn free_unlinked(&self, m: &SlabLocked, p: Peer) -> bool {
+        if !self.is_unlinked(p) || p.in_use() {
+            return false;
+        }
+        // SAFETY: in no list and no chain (mark), not in use, both write locks held, so no
+        // balancer's `free` is inside its locked section and no request refers to the peer any
+        // more (the balancer wrapper copied the peer's name and address into the request).
+        unsafe { m.free_peer(p) };
+        true
+    }
+
+    /// Frees the retired peers of `chain` (these lists' upstream's) that are no longer in use;
+    /// returns how many.
+    pub fn free_idle_retired(&self, chain: RetiredChain, m: &SlabLocked) -> u64 {
+        let mut freed: u64 = 0;
+        let mut prev: Option<Peer> = None;
+        let mut cur = self.retired_head(chain);
+        while let Some(p) = cur {
+            cur = self.next(p);
+            if p.in_use() {
+                prev = Some(p);
+                continue;
+            }
+            match prev {
+                None => self.set_retired_head(chain, cur),
+                Some(q) => self.peer_mut(q, |q| q.next = cur.map_or(ptr::null_mut(), Peer::raw)),
+            }
+            self.peer_mut(p, |q| q.next = p.raw());
+            if self.free_unlinked(m, p) {
+                freed = freed.wrapping_add(1);
+            }
+        }
+        freed
+    }
+}
+
+impl Drop for ListsWrite {
+    fn drop(&mut self) {
+        // SAFETY: both taken in `Peers::write_both` by this process; the backup first released.
+        unsafe {
+            if let Some(b) = self.backup {
+                ngx_rwlock_unlock(ptr::addr_of_mut!((*b.raw()).rwlock));
+            }
+            ngx_rwlock_unlock(ptr::addr_of_mut!((*self.primary.raw()).rwlock));
+        }
     }
 }

@@ -1,14 +1,19 @@
 //! One peer of a zone ([`Peer`]): its address, settings and run-time figures as the live API
-//! reads them, and the `down` bits a `PUT` sets.
+//! reads them (raw place reads: other workers' balancers write a peer under their list's read
+//! lock), its id and statistics slot (`slow_start`, `start_time`: `ffi/counters.rs`), and the
+//! `down` bits a `PUT` sets. Writes go through `ListsWrite::peer_mut` (`peers/mod.rs`).
 
 use core::mem::size_of;
 use core::ptr::{self, NonNull};
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 
-use ngx::ffi::{ngx_http_upstream_rr_peer_t, sockaddr_in, sockaddr_in6, sockaddr_un};
+use ngx::ffi::{
+    ngx_http_upstream_rr_peer_t, ngx_str_t, sockaddr, sockaddr_in, sockaddr_in6, sockaddr_un,
+};
 use upstrand_core::live::{down, Addr, Current, Server};
 
-use super::{AF_INET, AF_INET6, AF_UNIX};
+use super::{Peers, AF_INET, AF_INET6, AF_UNIX};
+use crate::ffi::counters::Counters;
 
 /// One peer (`ngx_http_upstream_rr_peer_t`) of a zone: a member of a list or a retired peer.
 /// Made only from a list under its lock or by [`SlabLocked::alloc_peer`]; used only while it
@@ -27,6 +32,12 @@ pub struct PeerState {
 impl Peer {
     pub(in crate::ffi) fn raw(self) -> *mut ngx_http_upstream_rr_peer_t {
         self.0.as_ptr()
+    }
+
+    /// True when the peer's name (as nginx wrote it) is `n`.
+    pub(in crate::ffi) fn has_name(self, n: &[u8]) -> bool {
+        // SAFETY: p is live (handle); name.data holds name.len bytes in the zone (set once).
+        unsafe { crate::ffi::bytes(&(*self.raw()).name) == n }
     }
 
     /// The peer's address; `None` for an address family the API cannot express.
@@ -152,6 +163,62 @@ impl Peer {
             }
             (*self.raw()).conns > 0
         }
+    }
+}
+
+/// The peer's id and counters fields (`slow_start`, `start_time`; see `ffi/peers/`).
+impl Peer {
+    /// The peer whose `name` field is at `name`, when the peer's `sockaddr` is `sockaddr`.
+    ///
+    /// # Safety
+    /// `name` is null or `pc->name` right after a successful `get` of nginx's round robin or
+    /// least_conn (with or without keepalive) on a list of a zone: those set `pc->name` to the
+    /// chosen peer's `&peer->name` and `pc->sockaddr` to its `sockaddr`, and hold the peer
+    /// (`conns`) until their `free`.
+    pub(crate) unsafe fn chosen(name: *const ngx_str_t, sockaddr: *const sockaddr) -> Option<Peer> {
+        if name.is_null() || sockaddr.is_null() {
+            return None;
+        }
+        let off = core::mem::offset_of!(ngx_http_upstream_rr_peer_t, name);
+        // SAFETY: caller: `name` is the `name` field of a live peer, so stepping back by its
+        // offset gives the peer; its `sockaddr` is read to confirm.
+        unsafe {
+            let p = name.cast::<u8>().sub(off) as *mut ngx_http_upstream_rr_peer_t;
+            if (*p).sockaddr.cast_const() != sockaddr {
+                return None;
+            }
+            NonNull::new(p).map(Peer)
+        }
+    }
+
+    /// The peer's statistics counters (`start_time` holds their address, see
+    /// `ffi/counters.rs`); None for a peer without (the zone was too full to make them).
+    #[inline]
+    pub fn counters(self) -> Option<Counters> {
+        // SAFETY: p is live (handle); the field is written only before the peer is linked (or
+        // when the zone is made); it is 0 or a slot of this zone, freed only with the peer.
+        unsafe { Counters::from_ptr((*self.raw()).start_time as *mut _) }
+    }
+
+    /// `(fails, max_fails)` now (a snapshot: a balancer may be changing `fails`), and whether
+    /// its list is `single` (nginx counts no failure then); read while the peer is held.
+    pub fn passive(self, list: Peers) -> (u64, u64, bool) {
+        // SAFETY: p is live (handle); list is live (handle).
+        unsafe {
+            let p = self.raw();
+            (
+                (*p).fails as u64,
+                (*p).max_fails as u64,
+                (*list.raw()).single() != 0,
+            )
+        }
+    }
+
+    /// The server's id in its zone (kept in the peer's `slow_start`, see the module comment).
+    /// Set once, before the peer is in a list.
+    pub fn id(self) -> u64 {
+        // SAFETY: p is live (handle); the field is written only before the peer is linked.
+        unsafe { (*self.raw()).slow_start as u64 }
     }
 }
 

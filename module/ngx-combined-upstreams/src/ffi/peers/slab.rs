@@ -1,6 +1,6 @@
 //! A zone's slab pool ([`Slab`]) and its held mutex ([`SlabLocked`]): allocations, the pool's
-//! figures, and the peers and lists a `PUT` makes and frees, laid out like the zone module's
-//! copies ([`peer_layout`]).
+//! figures, and the peers, lists and counters' slots a `PUT` makes and frees, laid out like the
+//! zone module's copies ([`peer_layout`]).
 
 use core::mem::size_of;
 use core::ptr::{self, NonNull};
@@ -18,7 +18,7 @@ use upstrand_core::live::{down, Addr, Server};
 
 use super::peer::put_down_bits;
 use super::{Peer, Peers, AF_INET, AF_INET6, AF_UNIX};
-use crate::ffi::counters::SLOT_BYTES;
+use crate::ffi::counters::{Counters, Slot, SLOT_BYTES};
 
 /// nginx's `NGX_SOCKADDR_STRLEN` with unix sockets (a macro, not in the bindings):
 /// `sizeof("unix:") - 1` + `NGX_UNIX_ADDRSTRLEN` (108 on Linux).
@@ -63,6 +63,13 @@ impl Slab {
         self.raw()
     }
 
+    /// True when `addr` is inside the zone (the pool is at its start, `end` at its end).
+    pub(in crate::ffi) fn contains(self, addr: usize) -> bool {
+        // SAFETY: the pool is live (handle); `end` is set once by ngx_slab_init.
+        let end = unsafe { (*self.raw()).end } as usize;
+        (self.raw() as usize..end).contains(&addr)
+    }
+
     /// Takes the pool's mutex, released by the guard.
     pub fn lock(self) -> SlabLocked {
         // SAFETY: the mutex lives in the pool (handle).
@@ -84,26 +91,29 @@ impl Slab {
 
     /// The pool's figures, read under its mutex.
     pub fn figures(self, zone: &str) -> SlabView {
-        let _m = self.lock();
-        // SAFETY: the pool is live and locked; `stats` has one entry per size class,
-        // `ngx_pagesize_shift - min_shift` of them (as ngx_slab_init makes it).
-        unsafe {
+        let m = self.lock();
+        let (chunks_used, alloc_failures) = m.size_classes(|_, stats| {
+            (
+                stats.iter().map(|x| x.used as u64).sum(),
+                stats.iter().map(|x| x.fails as u64).sum(),
+            )
+        });
+        // SAFETY: the pool is live and locked (m); `start`, `end`, `pfree` are plain words;
+        // `ngx_pagesize` is a plain global nginx sets at start.
+        let (start, end, pfree, page) = unsafe {
             let pool = self.raw();
-            let classes = ngx_pagesize_shift.saturating_sub((*pool).min_shift);
-            let stats =
-                core::slice::from_raw_parts((*pool).stats as *const ngx_slab_stat_t, classes);
-            let page = ngx_pagesize as u64;
-            let total = ((*pool).end as usize - (*pool).start as usize) as u64 / page.max(1);
-            SlabView {
-                zone: zone.to_string(),
-                // The pool is at the start of the zone, `end` at its end.
-                zone_bytes: ((*pool).end as usize).saturating_sub(pool as usize) as u64,
-                page_size: page,
-                pages_total: total,
-                pages_free: (*pool).pfree as u64,
-                chunks_used: stats.iter().map(|x| x.used as u64).sum(),
-                alloc_failures: stats.iter().map(|x| x.fails as u64).sum(),
-            }
+            let (start, end) = ((*pool).start as usize, (*pool).end as usize);
+            (start, end, (*pool).pfree as u64, ngx_pagesize as u64)
+        };
+        SlabView {
+            zone: zone.to_string(),
+            // The pool is at the start of the zone, `end` at its end.
+            zone_bytes: end.saturating_sub(self.raw() as usize) as u64,
+            page_size: page,
+            pages_total: end.saturating_sub(start) as u64 / page.max(1),
+            pages_free: pfree,
+            chunks_used,
+            alloc_failures,
         }
     }
 }
@@ -119,6 +129,23 @@ pub struct SlabLocked(pub(in crate::ffi) Slab);
     clippy::arithmetic_side_effects
 )]
 impl SlabLocked {
+    /// Runs `f` with the pool's `min_shift` and its statistics per size class (nginx updates
+    /// them under the mutex, which is held).
+    pub fn size_classes<T>(&self, f: impl FnOnce(usize, &[ngx_slab_stat_t]) -> T) -> T {
+        let pool = self.0.raw();
+        // SAFETY: the pool is live (handle) and its mutex held (guard), so nothing writes the
+        // statistics while `f` reads them; `stats` has one entry per size class,
+        // `ngx_pagesize_shift - min_shift` of them (as ngx_slab_init makes it).
+        unsafe {
+            let shift = (*pool).min_shift;
+            let classes = ngx_pagesize_shift.saturating_sub(shift);
+            f(
+                shift,
+                core::slice::from_raw_parts((*pool).stats as *const ngx_slab_stat_t, classes),
+            )
+        }
+    }
+
     /// Turns nginx's `[crit] ngx_slab_alloc() failed: no memory` line on or off; returns the
     /// previous setting.
     pub fn set_log_nomem(&self, on: bool) -> bool {
@@ -195,6 +222,8 @@ impl SlabLocked {
                 (*p).sid.data = sid;
                 (*p).sid.len = 0;
             }
+            // The unlinked mark (`ListsWrite::is_unlinked`): in no list yet.
+            (*p).next = p;
             Some(Peer(NonNull::new_unchecked(p)))
         }
     }
@@ -216,13 +245,21 @@ impl SlabLocked {
         }
     }
 
-    /// Frees a peer and the slab allocations it owns.
+    /// A fresh statistics slot (`ffi/counters.rs`) in the zone; None when it is full.
+    pub(in crate::ffi) fn calloc_slot(&self) -> Option<Counters> {
+        // SAFETY: the mutex is held (guard); zeroed memory is a fresh slot (all atomics).
+        let p = unsafe { ngx_slab_calloc_locked(self.0.raw(), SLOT_BYTES) };
+        NonNull::new(p.cast::<Slot>()).map(Counters)
+    }
+
+    /// Frees a peer and the slab allocations it owns (through [`super::ListsWrite::free_unlinked`],
+    /// which checks what it can of the contract).
     ///
     /// # Safety
     /// `p` belongs to this zone and nobody uses it any more: it is in no list, not in use
     /// ([`Peer::in_use`] false), the write locks of every list it was in are held by this
     /// process, and the caller drops every copy of the handle.
-    pub unsafe fn free_peer(&self, p: Peer) {
+    pub(super) unsafe fn free_peer(&self, p: Peer) {
         let pool = self.0.raw();
         // SAFETY: caller; each pointer is a slab allocation of this pool or null.
         unsafe {
@@ -254,6 +291,21 @@ impl Drop for SlabLocked {
     fn drop(&mut self) {
         // SAFETY: taken in `Slab::lock` by this process.
         unsafe { ngx_shmtx_unlock(ptr::addr_of_mut!((*self.0.raw()).mutex)) };
+    }
+}
+
+impl Counters {
+    /// # Safety
+    /// `p` is null or a [`Slot`] in a zone (a slab allocation, [`SlabLocked::calloc_slot`] or
+    /// [`SlabLocked::alloc_peer`]), alive while the handle is used (it is freed with its peer).
+    pub(crate) unsafe fn from_ptr(p: *mut Slot) -> Option<Counters> {
+        NonNull::new(p).map(Counters)
+    }
+
+    pub(in crate::ffi) fn s(&self) -> &Slot {
+        // SAFETY: the slot is live (handle); every field is an atomic, so a shared reference is
+        // sound while other workers add to it.
+        unsafe { self.0.as_ref() }
     }
 }
 

@@ -1,15 +1,17 @@
 //! The write side of a zone's lists: [`ListsWrite`] (both lists' write locks held; every change
 //! of a `PUT`, a health or slow start change and the retired chain's upkeep) and the retired
 //! chain's head ([`Retired`], [`RetiredChain`]). Panic-free under the locks (see `peers/mod.rs`).
+//! Safe code on the write side's primitives in `peers/mod.rs` (`ListsWrite::peer_mut`, ...).
 
 use core::ptr::{self, NonNull};
+use core::sync::atomic::AtomicPtr;
 
-use ngx::ffi::{ngx_http_upstream_rr_peer_t, ngx_rwlock_unlock};
+use ngx::ffi::ngx_http_upstream_rr_peer_t;
 use upstrand_core::live::plan::ListTotals;
 use upstrand_core::live::{down, Server};
 
 use super::peer::put_down_bits;
-use super::{Peer, Peers, SlabLocked};
+use super::{Peer, Peers};
 
 /// The held write locks of a primary list and of the backup list it had when they were taken.
 /// Its methods run with the write locks held: panic-free (see the module comment).
@@ -26,42 +28,42 @@ pub struct ListsWrite {
     clippy::arithmetic_side_effects
 )]
 impl ListsWrite {
-    /// Links `b` as the primary list's backup list (a list made while these locks are held is not
-    /// locked by them: the caller keeps every selection out by holding the gate's write side).
-    pub fn set_backup(&self, b: Peers) {
-        // SAFETY: the primary's write lock is held (guard).
-        unsafe { (*self.primary.raw()).next = b.raw() };
+    /// Replaces the peers of the primary list and of its backup list (when it has one, which
+    /// may be a list linked by [`Self::set_backup`] under these locks) by `primary` and `backup`,
+    /// in order, with their totals, as `ngx_http_upstream_init_round_robin` computes them; each
+    /// peer is a member of at most one of them. Every peer of the old lists is marked unlinked
+    /// first (`peers/mod.rs`), so afterwards exactly the peers of neither new list carry the
+    /// mark and may be retired or freed ([`Self::retire`], [`Self::free_unlinked`]).
+    pub fn set_lists(
+        &self,
+        primary: (impl Iterator<Item = Peer>, ListTotals),
+        backup: (impl Iterator<Item = Peer>, ListTotals),
+    ) {
+        let backup_list = self.primary.backup();
+        for list in [Some(self.primary), backup_list].into_iter().flatten() {
+            self.mark_unlinked(list);
+        }
+        self.link(self.primary, primary.0, primary.1);
+        if let Some(b) = backup_list {
+            self.link(b, backup.0, backup.1);
+        }
     }
 
-    /// Replaces the peers of `list` (the primary or its backup list) by `members`, in order, and
-    /// its totals, as `ngx_http_upstream_init_round_robin` computes them; each member is in no
-    /// other list.
-    pub fn set_list(&self, list: Peers, members: impl Iterator<Item = Peer>, t: ListTotals) {
-        // SAFETY: the list's write lock is held (guard; or the gate's write side for a backup
-        // list made after it was taken); the members are live peers of this zone, so writing
-        // their `next` links and the list's fields races with no reader.
-        unsafe {
-            let mut first: *mut ngx_http_upstream_rr_peer_t = ptr::null_mut();
-            let mut last: *mut ngx_http_upstream_rr_peer_t = ptr::null_mut();
-            for m in members {
-                if last.is_null() {
-                    first = m.raw();
-                } else {
-                    (*last).next = m.raw();
-                }
-                last = m.raw();
+    /// Links `members` in order as the peers of `list` and sets its totals.
+    fn link(&self, list: Peers, members: impl Iterator<Item = Peer>, t: ListTotals) {
+        let mut first = None;
+        let mut last: Option<Peer> = None;
+        for m in members {
+            match last {
+                None => first = Some(m),
+                Some(l) => self.peer_mut(l, |l| l.next = m.raw()),
             }
-            if !last.is_null() {
-                (*last).next = ptr::null_mut();
-            }
-            let l = list.raw();
-            (*l).peer = first;
-            (*l).number = t.number;
-            (*l).total_weight = t.total_weight as usize;
-            (*l).tries = t.tries;
-            (*l).set_single(u32::from(t.single));
-            (*l).set_weighted(u32::from(t.weighted));
+            last = Some(m);
         }
+        if let Some(l) = last {
+            self.peer_mut(l, |l| l.next = ptr::null_mut());
+        }
+        self.set_head(list, first, t);
     }
 
     /// Sets the run-time health bits (`down::UNHEALTHY | down::CHECKING`) of the peers named
@@ -74,38 +76,30 @@ impl ListsWrite {
         let now = crate::ffi::wall_msec();
         for list in [Some(self.primary), self.backup] {
             let Some(list) = list else { continue };
-            // SAFETY: the list's write lock is held (guard); its chain of live peers ends with
-            // null; each peer's `name` holds `name.len` bytes in the zone.
-            unsafe {
-                let mut p = (*list.raw()).peer;
-                while !p.is_null() {
-                    let hit = match name {
-                        None => true,
-                        Some(n) => crate::ffi::bytes(&(*p).name) == n,
-                    };
-                    if hit {
-                        let new = ((*p).down & !MASK) | (bits & MASK);
-                        if new != (*p).down {
-                            // Back from unhealthy: the probes saw it answer, so the passive
-                            // failures the outage left (`max_fails` within `fail_timeout`) do not
-                            // keep it out of rotation any longer.
-                            if (*p).down & down::UNHEALTHY != 0 && new & down::UNHEALTHY == 0 {
-                                (*p).fails = 0;
-                            }
-                            // Unhealthy or checking is a down spell of its statistics.
-                            if let Some(c) = Peer(NonNull::new_unchecked(p)).counters() {
-                                if new & MASK != 0 {
-                                    c.down_begins(now);
-                                } else {
-                                    c.down_ends(now);
-                                }
-                            }
-                            (*p).down = new;
-                            changed = changed.wrapping_add(1);
-                        }
-                    }
-                    p = (*p).next;
+            for p in self.members(list) {
+                let hit = name.is_none_or(|n| p.has_name(n));
+                let (old, new) = self.peer_mut(p, |q| (q.down, (q.down & !MASK) | (bits & MASK)));
+                if !hit || new == old {
+                    continue;
                 }
+                // Unhealthy or checking is a down spell of its statistics.
+                if let Some(c) = p.counters() {
+                    if new & MASK != 0 {
+                        c.down_begins(now);
+                    } else {
+                        c.down_ends(now);
+                    }
+                }
+                self.peer_mut(p, |q| {
+                    // Back from unhealthy: the probes saw it answer, so the passive failures
+                    // the outage left (`max_fails` within `fail_timeout`) do not keep it out of
+                    // rotation any longer.
+                    if old & down::UNHEALTHY != 0 && new & down::UNHEALTHY == 0 {
+                        q.fails = 0;
+                    }
+                    q.down = new;
+                });
+                changed = changed.wrapping_add(1);
             }
         }
         changed
@@ -118,102 +112,55 @@ impl ListsWrite {
         let mut set = false;
         for list in [Some(self.primary), self.backup] {
             let Some(list) = list else { continue };
-            // SAFETY: as in `set_health_bits`.
-            unsafe {
-                let mut others_up = false;
-                let mut p = (*list.raw()).peer;
-                while !p.is_null() {
-                    if crate::ffi::bytes(&(*p).name) != name && (*p).down == 0 {
-                        others_up = true;
+            let others_up = self
+                .members(list)
+                .any(|p| !p.has_name(name) && self.peer_mut(p, |q| q.down == 0));
+            for p in self.members(list).filter(|p| p.has_name(name)) {
+                self.peer_mut(p, |q| {
+                    if sit_out && others_up {
+                        q.down |= down::SLOW_START;
+                        set = true;
+                    } else {
+                        q.down &= !down::SLOW_START;
                     }
-                    p = (*p).next;
-                }
-                let mut p = (*list.raw()).peer;
-                while !p.is_null() {
-                    if crate::ffi::bytes(&(*p).name) == name {
-                        if sit_out && others_up {
-                            (*p).down |= down::SLOW_START;
-                            set = true;
-                        } else {
-                            (*p).down &= !down::SLOW_START;
-                        }
-                    }
-                    p = (*p).next;
-                }
+                });
             }
         }
         set
     }
 
-    /// Puts `p` (just removed from these lists, still in use) on the retired chain `chain` of
-    /// these lists' upstream, retired at `now_ms` (`ngx_current_msec`; kept in its `max_conns`).
-    pub fn retire(&self, chain: RetiredChain, p: Peer, now_ms: u64) {
-        // SAFETY: the chain's head lives in the zone (handle) and, like the `next` links of
-        // retired peers, changes only with these locks held; p is live (handle) and in no list,
-        // so no selection reads its `max_conns` any more.
-        unsafe {
-            (*p.raw()).max_conns = now_ms as usize;
-            let head = ptr::addr_of_mut!((*chain.0.as_ptr()).0);
-            (*p.raw()).next = *head;
-            *head = p.raw();
+    /// Puts `p` (just removed from these lists by [`Self::set_lists`], still in use) on the
+    /// retired chain `chain` of these lists' upstream, retired at `now_ms` (`ngx_current_msec`;
+    /// kept in its `max_conns`): `p` is in no list, so no selection reads its `max_conns` any
+    /// more. False (nothing done) when `p` is not marked unlinked (it is in a list or a chain).
+    pub fn retire(&self, chain: RetiredChain, p: Peer, now_ms: u64) -> bool {
+        if !self.is_unlinked(p) {
+            return false;
         }
-    }
-
-    /// Frees the retired peers of `chain` (these lists' upstream's) that are no longer in use;
-    /// returns how many.
-    pub fn free_idle_retired(&self, chain: RetiredChain, m: &SlabLocked) -> u64 {
-        let mut freed: u64 = 0;
-        // SAFETY: `link` is the chain's head or the `next` field of a retired peer; every
-        // non-null link is a retired peer of this zone; the chain changes only with these
-        // locks held. With them held no balancer's `free` is inside its locked section, so a
-        // peer not in use is referenced by no request any more (the balancer wrapper copied
-        // the peer's name and address into the request).
-        unsafe {
-            let mut link = ptr::addr_of_mut!((*chain.0.as_ptr()).0);
-            while let Some(p) = NonNull::new(*link).map(Peer) {
-                if p.in_use() {
-                    link = ptr::addr_of_mut!((*p.raw()).next);
-                } else {
-                    *link = (*p.raw()).next;
-                    // Unlinked from the chain (and in no list), not in use, locks held.
-                    m.free_peer(p);
-                    freed = freed.wrapping_add(1);
-                }
-            }
-        }
-        freed
+        let head = self.retired_head(chain);
+        self.peer_mut(p, |q| {
+            q.max_conns = now_ms as usize;
+            q.next = head.map_or(ptr::null_mut(), Peer::raw);
+        });
+        self.set_retired_head(chain, Some(p));
+        true
     }
 
     /// Applies the settings of `s` to a peer of these lists (weights restart when the weight
     /// changes).
     pub fn set_settings(&self, p: Peer, s: &Server) {
-        // SAFETY: p is live (handle); its list's write lock is held, so no balancer reads or
-        // writes these fields meanwhile.
-        unsafe {
-            let p = p.raw();
+        self.peer_mut(p, |p| {
             let w = s.weight as isize;
-            if (*p).weight != w {
-                (*p).weight = w;
-                (*p).effective_weight = w;
-                (*p).current_weight = 0;
+            if p.weight != w {
+                p.weight = w;
+                p.effective_weight = w;
+                p.current_weight = 0;
             }
-            (*p).max_fails = s.max_fails as usize;
-            (*p).fail_timeout = s.fail_timeout_s as _;
-            (*p).max_conns = s.max_conns as usize;
-            (*p).down = down::merge((*p).down, put_down_bits(s));
-        }
-    }
-}
-
-impl Drop for ListsWrite {
-    fn drop(&mut self) {
-        // SAFETY: both taken in `Peers::write_both` by this process; the backup first released.
-        unsafe {
-            if let Some(b) = self.backup {
-                ngx_rwlock_unlock(ptr::addr_of_mut!((*b.raw()).rwlock));
-            }
-            ngx_rwlock_unlock(ptr::addr_of_mut!((*self.primary.raw()).rwlock));
-        }
+            p.max_fails = s.max_fails as usize;
+            p.fail_timeout = s.fail_timeout_s as _;
+            p.max_conns = s.max_conns as usize;
+            p.down = down::merge(p.down, put_down_bits(s));
+        });
     }
 }
 
@@ -222,7 +169,7 @@ impl Drop for ListsWrite {
 /// only with both list write locks of that upstream held ([`ListsWrite::retire`],
 /// [`ListsWrite::free_idle_retired`]). Zeroed memory is an empty chain.
 #[repr(transparent)]
-pub struct Retired(pub(super) *mut ngx_http_upstream_rr_peer_t);
+pub struct Retired(pub(super) AtomicPtr<ngx_http_upstream_rr_peer_t>);
 
 /// A handle on the [`Retired`] head in an upstream's live state.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
