@@ -6,13 +6,16 @@
 //!
 //! Files: this one holds the directive's parameters ([`ProbeConf`], [`ProbeView`]); `judge.rs`
 //! how an answer is judged ([`judge_answer`], [`Failure`], [`Outcome`]); `health.rs` the
-//! per-server state machine ([`HealthState`], [`HealthView`]) and slow start's [`ramp_slot`].
+//! per-server state machine ([`HealthState`], [`HealthView`]) and slow start's [`ramp_slot`];
+//! `ramp.rs` a worker's book of its ramps ([`RampBook`]).
 
 mod health;
 mod judge;
+mod ramp;
 
 pub use health::{ramp_slot, Health, HealthState, HealthView, Transition};
 pub use judge::{judge_answer, judge_status_line, Failure, Outcome};
+pub use ramp::{BitChange, RampBook, SlotPlan};
 
 use serde::{Deserialize, Serialize};
 
