@@ -311,6 +311,7 @@ async fn session_inner(
     if let Err(e) = super::integrity::require_integrity(shared, &mut client).await {
         tracing::warn!(store = %shared.location, error = %e, "putting the fleet's integrity key failed; values without a MAC are still applied by hosts without --etcd-require-integrity");
     }
+    super::own_keys::after_sync(shared, &mut client).await?;
     super::outcomes::flush_pending(shared, &mut client).await?;
     // Outcome flushes: at most one per FLUSH_GAP (the outcomes published meanwhile go together).
     let mut next_flush = Instant::now() + FLUSH_GAP;
