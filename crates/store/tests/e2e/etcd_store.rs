@@ -220,7 +220,7 @@ async fn a_binding_written_on_one_host_reaches_the_others_and_secrets_never_reac
         "hosts/host-a",
         "resolvers/api",
         "targets/api",
-        "outcomes/api/host-a",
+        "outcomes-by-host/host-a/api",
     ] {
         assert!(
             keys.iter().any(|k| k.ends_with(kind)),
