@@ -400,13 +400,6 @@ async fn forget_host_without_the_operator_role_names_the_user_not_unreachable() 
         b.get_binding("api").unwrap().is_some()
     })
     .await;
-    b.publish_host_outcome("api", &outcome(HostState::Applied, 1))
-        .await
-        .unwrap();
-    until(Duration::from_secs(10), "host-b's outcome", || {
-        view(&a, "api", false).contains(&("host-b".to_string(), HostState::Applied))
-    })
-    .await;
     let denied = |e: StoreError, what: &str| {
         let text = e.to_string();
         assert!(
@@ -426,6 +419,13 @@ async fn forget_host_without_the_operator_role_names_the_user_not_unreachable() 
         "--force on a live host",
     );
     assert!(b.status().connected, "{:?}", b.status());
+    b.publish_host_outcome("api", &outcome(HostState::Applied, 1))
+        .await
+        .unwrap();
+    until(Duration::from_secs(10), "host-b's outcome", || {
+        view(&a, "api", false).contains(&("host-b".to_string(), HostState::Applied))
+    })
+    .await;
     b.close().await;
     until(Duration::from_secs(10), "host-b gone", || {
         a.fleet_hosts()
