@@ -1,11 +1,12 @@
 //! The hosts' outcomes read on demand (`BindingStore::refresh_fleet`; `docs/fleet.md`, "What a
-//! host watches"): a host does not watch `P/outcomes/` (every host's state of every binding: the
-//! events of every host's outcome to every host would grow with the square of the host count), so
-//! the API, the UI and the metrics ask for them when people ask: for one binding a key per host
-//! (`P/outcomes-by-host/HOST/NAME`, one transaction of gets), for all `P/outcomes-by-host/` (a
-//! key per host and binding; at most one such read a second, concurrent callers share it), each
-//! with the old layout's keys (`P/outcomes/NAME/HOST`, daemons of before; `keys.rs`). The garbage collection of gone hosts reads them
-//! too (`gc.rs`). This host's own outcomes are in the mirror as it writes them.
+//! host watches"): a host does not watch `P/outcomes-by-host/` (every host's state of every
+//! binding: the events of every host's outcome to every host would grow with the square of the
+//! host count), so the API, the UI and the metrics ask for them when people ask: for one binding
+//! a key per host (`P/outcomes-by-host/HOST/NAME`, one transaction of gets), for all
+//! `P/outcomes-by-host/` (a key per host and binding; at most one such read a second, concurrent
+//! callers share it), each with the old layout's keys (`P/outcomes/NAME/HOST`, daemons of before;
+//! `keys.rs`). The garbage collection of gone hosts reads them too (`gc.rs`). This host's own
+//! outcomes are in the mirror as it writes them.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
