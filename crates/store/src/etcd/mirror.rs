@@ -403,6 +403,8 @@ impl Mirror {
     /// of a later revision stays: the watch's two ranges (`sync.rs`) may deliver the set of a
     /// binding created again before the removal of the one before it.
     fn forget_binding(&mut self, name: &str, keys: &Keys, rev: i64) {
+        // Also on this host's own removal (`Update::Binding`), whose echo is then not newer.
+        self.meta.remove(&keys.binding(name));
         self.needs.remove(name);
         self.unreadable.remove(name);
         self.decoded_rev.remove(name);

@@ -17,9 +17,15 @@ use std::sync::Arc;
 use etcd_client::{Client, GetOptions, Txn, TxnOp};
 use tokio::time::timeout;
 
-use super::keys::Kind;
-use super::mirror::Update;
+use super::keys::{Keys, Kind};
+use super::mirror::{Mirror, Update};
 use super::{lock, EtcdStore, Shared};
+
+/// Whether binding `name` exists: held, or its key is in etcd with a value this host refused
+/// (its outcome says so: not an orphan).
+fn exists(m: &Mirror, keys: &Keys, name: &str) -> bool {
+    m.binding_exists(name) || m.meta_of(&keys.binding(name)).version > 0
+}
 
 /// Records the bindings that `updates` remove (applied or read), whose keys of this host
 /// [`delete_orphans`] deletes at the next flush.
@@ -53,11 +59,13 @@ pub(crate) async fn delete_orphans(
     shared: &Arc<Shared>,
     client: &mut Client,
 ) -> Result<(), String> {
+    let me = &shared.opts.host_id;
+    let keys = &shared.keys;
     // Not both locks at once: the mirror's holder takes `orphans` (`note_removals`).
     let all: Vec<String> = lock(&shared.orphans).iter().cloned().collect();
     let (back, names): (Vec<String>, Vec<String>) = {
         let m = lock(&shared.mirror);
-        all.into_iter().partition(|n| m.binding_exists(n))
+        all.into_iter().partition(|n| exists(&m, keys, n))
     };
     {
         let mut orphans = lock(&shared.orphans);
@@ -65,8 +73,6 @@ pub(crate) async fn delete_orphans(
             orphans.remove(n);
         });
     }
-    let me = &shared.opts.host_id;
-    let keys = &shared.keys;
     for chunk in names.chunks(super::TXN_CHUNK / 2) {
         let ops: Vec<TxnOp> = chunk
             .iter()
@@ -127,7 +133,7 @@ pub(crate) async fn after_sync(shared: &Arc<Shared>, client: &mut Client) -> Res
     }
     let (gone, names): (Vec<String>, Vec<String>) = {
         let m = lock(&shared.mirror);
-        let gone = own.into_iter().filter(|n| !m.binding_exists(n)).collect();
+        let gone = own.into_iter().filter(|n| !exists(&m, keys, n)).collect();
         let names = m
             .file
             .list_bindings()
