@@ -63,6 +63,7 @@ impl EtcdStore {
         for prefix in [k.outcomes_of_host(host), k.unable_of_host(host)] {
             keys.extend(self.keys_under(&prefix).await?);
         }
+        let new_layout = keys.len();
         for prefix in k.old_layout() {
             keys.extend(self.keys_under(&prefix).await?.into_iter().filter(|key| {
                 matches!(k.parse(key.as_bytes()),
@@ -70,6 +71,15 @@ impl EtcdStore {
                             if h == host)
             }));
         }
+        let old_layout = if keys.len() > new_layout {
+            format!(
+                ", its keys under {} and {}",
+                k.old_layout()[0],
+                k.old_layout()[1]
+            )
+        } else {
+            String::new()
+        };
         let keys: Vec<TxnOp> = keys
             .into_iter()
             .map(|key| TxnOp::delete(key, None))
@@ -81,11 +91,9 @@ impl EtcdStore {
             });
         }
         let what = format!(
-            "the outcomes and markers of host {host:?} ({}, {}, its keys under {} and {}) and its writes' markers {}",
+            "the outcomes and markers of host {host:?} ({}, {}{old_layout}) and its writes' markers {}",
             k.outcomes_of_host(host),
             k.unable_of_host(host),
-            k.old_layout()[0],
-            k.old_layout()[1],
             k.write_marker(host, "")
         );
         let mut deleted = 0;
