@@ -104,12 +104,34 @@ pub(crate) async fn delete_orphans(
     Ok(())
 }
 
+/// A read of [`after_sync`]. `Ok(None)`: etcd refused it (this host's user may not read there:
+/// logged, and the sweep not tried again); `Err`: the member did not answer.
+async fn read(
+    shared: &Shared,
+    client: &mut Client,
+    prefix: String,
+    opts: GetOptions,
+) -> Result<Option<etcd_client::GetResponse>, String> {
+    let op_timeout = shared.opts.op_timeout;
+    match timeout(op_timeout, client.get(prefix.as_str(), Some(opts))).await {
+        Err(_) => Err(format!("sweep own keys: no answer within {op_timeout:?}")),
+        Ok(Err(e)) if super::write::retryable(&e) => Err(format!("sweep own keys: {e}")),
+        Ok(Err(e)) => {
+            tracing::warn!(store = %shared.location, prefix, error = %e, "etcd refused reading this host's keys to delete (of removed bindings, of the old key layout); not tried again by this process");
+            shared.swept.store(true, Ordering::Relaxed);
+            Ok(None)
+        }
+        Ok(Ok(r)) => Ok(Some(r)),
+    }
+}
+
 /// Once per process, after the session's first full read: this host's own keys of bindings
 /// that no longer exist (removed while it was down) become orphans, and while etcd holds any
 /// key of the old layout (daemons of before, or this host's own from before its upgrade), this
 /// host deletes its own old-layout outcome and marker of every binding. A refusal (a user
 /// limited to its new prefixes, with old keys left) is logged once and not tried again: the new
-/// layout's keys win in every read. `Err`: the member did not answer (tried again next session).
+/// layout's keys win in every read; so is a refused read. `Err`: the member did not answer
+/// (tried again next session).
 pub(crate) async fn after_sync(shared: &Arc<Shared>, client: &mut Client) -> Result<(), String> {
     if shared.swept.load(Ordering::Relaxed) {
         return Ok(());
@@ -122,10 +144,9 @@ pub(crate) async fn after_sync(shared: &Arc<Shared>, client: &mut Client) -> Res
     let mut own = Vec::new();
     for prefix in [keys.outcomes_of_host(me), keys.unable_of_host(me)] {
         let opts = GetOptions::new().with_prefix().with_keys_only();
-        let r = timeout(op_timeout, client.get(prefix, Some(opts)))
-            .await
-            .map_err(|_| no_answer())?
-            .map_err(|e| format!("sweep own keys: {e}"))?;
+        let Some(r) = read(shared, client, prefix, opts).await? else {
+            return Ok(());
+        };
         own.extend(r.kvs().iter().filter_map(|kv| match keys.parse(kv.key()) {
             Some(Kind::Outcome { binding, .. } | Kind::Unable { binding, .. }) => Some(binding),
             _ => None,
@@ -151,10 +172,9 @@ pub(crate) async fn after_sync(shared: &Arc<Shared>, client: &mut Client) -> Res
     let mut old = 0;
     for prefix in keys.old_layout() {
         let opts = GetOptions::new().with_prefix().with_count_only();
-        let r = timeout(op_timeout, client.get(prefix, Some(opts)))
-            .await
-            .map_err(|_| no_answer())?
-            .map_err(|e| format!("count old-layout keys: {e}"))?;
+        let Some(r) = read(shared, client, prefix, opts).await? else {
+            return Ok(());
+        };
         old += r.count();
     }
     if old > 0 {
