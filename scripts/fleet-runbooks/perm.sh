@@ -17,15 +17,19 @@ set -x
 etcdctl user add root --new-user-password=rootpw
 etcdctl auth enable
 R="etcdctl --user root:rootpw"
-# Every host: reads the whole prefix; writes its own heartbeat and its writes' markers; writes the
-# fleet-wide keys no layout can scope (claims, sets, outcomes, unable markers).
+# Every host: reads the whole prefix; writes its own heartbeat, writes' markers, outcomes and unable
+# markers (each prefix ends with /: host-b's must not hold host-b2's keys); writes the fleet-wide
+# keys no layout can scope (claims, sets).
 for h in host-a host-b; do
   $R role add tributary-$h
   $R role grant-permission --prefix=true tributary-$h read /tributary/
   $R role grant-permission tributary-$h readwrite /tributary/hosts/$h
   $R role grant-permission --prefix=true tributary-$h readwrite /tributary/writes/$h/
-  for k in resolvers targets outcomes unable; do
+  for k in resolvers targets; do
     $R role grant-permission --prefix=true tributary-$h readwrite /tributary/$k/
+  done
+  for k in outcomes-by-host unable-by-host; do
+    $R role grant-permission --prefix=true tributary-$h readwrite /tributary/$k/$h/
   done
   $R user add $h --new-user-password=pw-$h
   $R user grant-role $h tributary-$h
@@ -58,19 +62,25 @@ echo "== fleet view on host-b:"; $B fleet hosts --api http://127.0.0.1:$PB --dat
 echo "== saving through host-b (no editor role):"
 $B binding add other --plugin static --provider static --service web --config targets=127.0.0.1:8082 --interval 10 \
   --api http://127.0.0.1:$PB --data-dir $D/data-b --no-wait; echo "exit $?"
-echo "== host-b's etcd user writing host-a's heartbeat, a binding, a marker of host-a:"
+echo "== the outcomes in etcd (host first):"; $R get --prefix --keys-only /tributary/outcomes-by-host/
+echo "== host-b's etcd user writing host-a's heartbeat, a binding, markers and outcome of host-a:"
 etcdctl --user host-b:pw-host-b put /tributary/hosts/host-a forged; echo "exit $?"
 etcdctl --user host-b:pw-host-b put /tributary/bindings/evil forged; echo "exit $?"
 etcdctl --user host-b:pw-host-b put /tributary/writes/host-a/x forged; echo "exit $?"
-echo "== what host-b's user can still write (not host-scoped: outcomes of other hosts, sets):"
-etcdctl --user host-b:pw-host-b put /tributary/outcomes/api/host-a '{}' ; echo "exit $?"
+etcdctl --user host-b:pw-host-b put /tributary/unable-by-host/host-a/api forged; echo "exit $?"
+etcdctl --user host-b:pw-host-b put /tributary/outcomes-by-host/host-a/api '{}' ; echo "exit $?"
+echo "== what host-b's user can still write (not host-scoped: any binding's target set):"
+etcdctl --user host-b:pw-host-b put /tributary/targets/zz-scratch '{}' ; echo "exit $?"
+$R del /tributary/targets/zz-scratch
 echo "== permission errors in the daemons' logs:"; grep -ci "permission denied" $D/log-a $D/log-b
 echo "== host-b stops; forgotten through host-a (host and editor roles only):"
 kill $(cat $D/pid-b); sleep 2
 $B fleet forget-host host-b --api http://127.0.0.1:$PA --data-dir $D/data-a; echo "exit $?"
 set -x
 $R role add tributary-operator
-$R role grant-permission --prefix=true tributary-operator readwrite /tributary/writes/
+for k in outcomes-by-host unable-by-host writes; do
+  $R role grant-permission --prefix=true tributary-operator readwrite /tributary/$k/
+done
 $R user grant-role host-a tributary-operator
 set +x
 $B fleet forget-host host-b --api http://127.0.0.1:$PA --data-dir $D/data-a; echo "exit $?"

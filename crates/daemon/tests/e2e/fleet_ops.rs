@@ -38,10 +38,9 @@ fn view_hosts(h: &Host, name: &str) -> Vec<String> {
 
 fn outcome_keys_of(f: &Fleet, host: &str) -> Vec<String> {
     f.cluster
-        .dump(&format!("{PREFIX}outcomes/"))
+        .dump(&format!("{PREFIX}outcomes-by-host/{host}/"))
         .into_iter()
         .map(|(k, _)| k)
-        .filter(|k| k.ends_with(&format!("/{host}")))
         .collect()
 }
 

@@ -426,12 +426,33 @@ impl EtcdStore {
         Ok(out)
     }
 
+    /// Removes binding `name` with its name claim, target set and resolver claim. The hosts'
+    /// outcomes and `unable` markers are each host's to delete (`own_keys.rs`: a host's etcd user
+    /// may be limited to its own keys); the old layout's keys of the binding (daemons of before,
+    /// `keys.rs`) go in the same transaction while etcd holds any, and only then (a user
+    /// without the old prefixes can remove bindings once they are gone).
     pub(crate) async fn remove(&self, name: &str) -> Result<bool, StoreError> {
         let k = &self.shared.keys;
         let bkey = k.binding(name);
-        let written = format!(
-            "binding {bkey} with its name claim, target set, resolver claim, outcomes and step-out markers"
-        );
+        let old = self.old_layout_keys_of(name).await;
+        let mut ops = vec![
+            TxnOp::delete(bkey.clone(), None),
+            TxnOp::delete(k.targets(name), None),
+            TxnOp::delete(k.resolver(name), None),
+            self.release_name(name),
+        ];
+        let mut written =
+            format!("binding {bkey} with its name claim, target set and resolver claim");
+        if old {
+            let prefix = Some(DeleteOptions::new().with_prefix());
+            ops.push(TxnOp::delete(k.old_outcomes_of(name), prefix.clone()));
+            ops.push(TxnOp::delete(k.old_unable_of(name), prefix));
+            written.push_str(&format!(
+                ", and the old layout's outcomes {} and markers {}",
+                k.old_outcomes_of(name),
+                k.old_unable_of(name)
+            ));
+        }
         let w = self
             .write_to(
                 Guarded {
@@ -440,17 +461,7 @@ impl EtcdStore {
                         CompareOp::Greater,
                         0,
                     )],
-                    ops: vec![
-                        TxnOp::delete(bkey, None),
-                        TxnOp::delete(k.targets(name), None),
-                        TxnOp::delete(k.resolver(name), None),
-                        TxnOp::delete(
-                            k.outcomes_of(name),
-                            Some(DeleteOptions::new().with_prefix()),
-                        ),
-                        TxnOp::delete(k.unable_of(name), Some(DeleteOptions::new().with_prefix())),
-                        self.release_name(name),
-                    ],
+                    ops,
                 },
                 &written,
             )

@@ -1,7 +1,8 @@
 //! The resolver protocol of the fleet store (`docs/fleet.md`, "Resolving once for the fleet"):
 //! taking and handing over a binding's claim, publishing the set resolved under it (guarded by
 //! the claim's holder *and* lease, and by the revision of the binding it was resolved from), and
-//! a host stepping out of a binding it cannot resolve.
+//! a host stepping out of a binding it cannot resolve (its marker `P/unable-by-host/HOST/NAME`,
+//! `keys.rs`). A refusal of etcd names the key it was about (`write_to`, `refusal.rs`).
 
 use etcd_client::{Compare, CompareOp, PutOptions, TxnOp};
 
@@ -26,14 +27,18 @@ impl EtcdStore {
     async fn release(&self, name: &str, lease: i64) -> Result<(), StoreError> {
         let me = &self.shared.opts.host_id;
         let key = self.shared.keys.resolver(name);
+        let what = format!("the resolver claim {key}");
         let w = self
-            .write(Guarded {
-                compares: vec![
-                    Compare::value(key.clone(), CompareOp::Equal, me.as_bytes()),
-                    Compare::lease(key.clone(), CompareOp::Equal, lease),
-                ],
-                ops: vec![TxnOp::delete(key, None)],
-            })
+            .write_to(
+                Guarded {
+                    compares: vec![
+                        Compare::value(key.clone(), CompareOp::Equal, me.as_bytes()),
+                        Compare::lease(key.clone(), CompareOp::Equal, lease),
+                    ],
+                    ops: vec![TxnOp::delete(key, None)],
+                },
+                &what,
+            )
             .await?;
         if let Written::Applied(rev) = w {
             self.apply_own(vec![Update::Resolver {
@@ -62,15 +67,23 @@ impl EtcdStore {
                 Ok(false)
             }
             mirror::Claim::Take => {
+                let what = format!("the resolver claim {key}");
                 let w = self
-                    .write(Guarded {
-                        compares: vec![Compare::create_revision(key.clone(), CompareOp::Equal, 0)],
-                        ops: vec![TxnOp::put(
-                            key,
-                            me.as_bytes(),
-                            Some(PutOptions::new().with_lease(lease)),
-                        )],
-                    })
+                    .write_to(
+                        Guarded {
+                            compares: vec![Compare::create_revision(
+                                key.clone(),
+                                CompareOp::Equal,
+                                0,
+                            )],
+                            ops: vec![TxnOp::put(
+                                key,
+                                me.as_bytes(),
+                                Some(PutOptions::new().with_lease(lease)),
+                            )],
+                        },
+                        &what,
+                    )
                     .await?;
                 let Written::Applied(rev) = w else {
                     return Ok(false);
@@ -140,18 +153,22 @@ impl EtcdStore {
         // Only the holder of the claim under this session's lease publishes (not a daemon of
         // the same host id under another lease, nor this host after its claim was lost), and
         // only while the binding is the version it resolved.
+        let what = format!("the target set {}", k.targets(name));
         let w = self
-            .write(Guarded {
-                compares: vec![
-                    Compare::value(k.resolver(name), CompareOp::Equal, me.as_bytes()),
-                    Compare::lease(k.resolver(name), CompareOp::Equal, lease),
-                    Compare::mod_revision(k.binding(name), CompareOp::Equal, binding_rev),
-                ]
-                .into_iter()
-                .chain(key_guard)
-                .collect(),
-                ops: vec![TxnOp::put(k.targets(name), value, None)],
-            })
+            .write_to(
+                Guarded {
+                    compares: vec![
+                        Compare::value(k.resolver(name), CompareOp::Equal, me.as_bytes()),
+                        Compare::lease(k.resolver(name), CompareOp::Equal, lease),
+                        Compare::mod_revision(k.binding(name), CompareOp::Equal, binding_rev),
+                    ]
+                    .into_iter()
+                    .chain(key_guard)
+                    .collect(),
+                    ops: vec![TxnOp::put(k.targets(name), value, None)],
+                },
+                &what,
+            )
             .await?;
         let Written::Applied(rev) = w else {
             return Err(StoreError::Conflict(name.to_string()));
@@ -173,19 +190,23 @@ impl EtcdStore {
         let lease = self.session_lease()?;
         let key = self.shared.keys.unable(name, me);
         let value = serde_json::to_vec(&serde_json::json!({ "why": why })).unwrap_or_default();
+        let what = format!("this host's step-out marker {key}");
         let w = self
-            .write(Guarded {
-                compares: vec![Compare::create_revision(
-                    self.shared.keys.binding(name),
-                    CompareOp::Greater,
-                    0,
-                )],
-                ops: vec![TxnOp::put(
-                    key.clone(),
-                    value.clone(),
-                    Some(PutOptions::new().with_lease(lease)),
-                )],
-            })
+            .write_to(
+                Guarded {
+                    compares: vec![Compare::create_revision(
+                        self.shared.keys.binding(name),
+                        CompareOp::Greater,
+                        0,
+                    )],
+                    ops: vec![TxnOp::put(
+                        key.clone(),
+                        value.clone(),
+                        Some(PutOptions::new().with_lease(lease)),
+                    )],
+                },
+                &what,
+            )
             .await?;
         if let Written::Applied(rev) = w {
             self.apply_own(vec![Update::Raw {
@@ -204,11 +225,15 @@ impl EtcdStore {
     pub(crate) async fn stand_in(&self, name: &str) -> Result<(), StoreError> {
         lock(&self.shared.stood_aside).remove(name);
         let key = self.shared.keys.unable(name, &self.shared.opts.host_id);
+        let what = format!("this host's step-out marker {key}");
         let w = self
-            .write(Guarded {
-                compares: vec![Compare::create_revision(key.clone(), CompareOp::Greater, 0)],
-                ops: vec![TxnOp::delete(key.clone(), None)],
-            })
+            .write_to(
+                Guarded {
+                    compares: vec![Compare::create_revision(key.clone(), CompareOp::Greater, 0)],
+                    ops: vec![TxnOp::delete(key.clone(), None)],
+                },
+                &what,
+            )
             .await?;
         if let Written::Applied(rev) = w {
             self.apply_own(vec![Update::Raw {

@@ -1,6 +1,9 @@
 //! What a host that is gone leaves under the prefix (`docs/fleet.md`, "A host that is gone"):
 //! its outcomes (no lease: the fleet view shows them with `alive: false`), and until their leases
-//! end its `unable` markers and its writes' markers.
+//! end its `unable` markers and its writes' markers; of both key layouts (`keys.rs`: its own
+//! prefixes `P/outcomes-by-host/HOST/`, `P/unable-by-host/HOST/`, and its keys among the old
+//! layout's `P/outcomes/NAME/HOST`, `P/unable/NAME/HOST`). A permission refusal of any of its
+//! reads and writes is said as such, naming the etcd user (`refusal.rs`), not as unreachable.
 //!
 //! - `forget_host` (`BindingStore::forget_host`, the `fleet forget-host` command) deletes all of
 //!   it at once, guarded by the host's heartbeat not existing: a host that is alive (its daemon
@@ -54,25 +57,45 @@ impl EtcdStore {
             session_ended = true;
             tracing::warn!(store = %self.shared.location, host, lease, "forget-host --force: the host's session lease was revoked (its heartbeat and resolver claims are gone)");
         }
+        // Both layouts (`keys.rs`): the host's own prefixes, and its keys among every host's of
+        // the old one.
         let mut keys = Vec::new();
-        for kind in ["outcomes/", "unable/"] {
-            for key in self.keys_under(&format!("{}{kind}", k.prefix)).await? {
-                match k.parse(key.as_bytes()) {
-                    Some(Kind::Outcome { host: h, .. } | Kind::Unable { host: h, .. })
-                        if h == host =>
-                    {
-                        keys.push(TxnOp::delete(key, None))
-                    }
-                    _ => {}
-                }
-            }
+        for prefix in [k.outcomes_of_host(host), k.unable_of_host(host)] {
+            keys.extend(self.keys_under(&prefix).await?);
         }
+        let new_layout = keys.len();
+        for prefix in k.old_layout() {
+            keys.extend(self.keys_under(&prefix).await?.into_iter().filter(|key| {
+                matches!(k.parse(key.as_bytes()),
+                            Some(Kind::Outcome { host: h, .. } | Kind::Unable { host: h, .. })
+                            if h == host)
+            }));
+        }
+        let old_layout = if keys.len() > new_layout {
+            format!(
+                ", its keys under {} and {}",
+                k.old_layout()[0],
+                k.old_layout()[1]
+            )
+        } else {
+            String::new()
+        };
+        let keys: Vec<TxnOp> = keys
+            .into_iter()
+            .map(|key| TxnOp::delete(key, None))
+            .collect();
         if keys.is_empty() && !session_ended {
             return Err(StoreError::NoSuchHost {
                 host: host.to_string(),
                 prefix: k.prefix.clone(),
             });
         }
+        let what = format!(
+            "the outcomes and markers of host {host:?} ({}, {}{old_layout}) and its writes' markers {}",
+            k.outcomes_of_host(host),
+            k.unable_of_host(host),
+            k.write_marker(host, "")
+        );
         let mut deleted = 0;
         // The writes' markers (on leases of their own, gone within seconds anyway) go with the
         // first transaction; an empty list still checks that the host is not alive.
@@ -91,10 +114,13 @@ impl EtcdStore {
             // Not counted: the markers' prefix deletion of the first.
             let n = ops.len() - usize::from(i == 0);
             let w = self
-                .write(Guarded {
-                    compares: vec![Compare::create_revision(beat.clone(), CompareOp::Equal, 0)],
-                    ops,
-                })
+                .write_to(
+                    Guarded {
+                        compares: vec![Compare::create_revision(beat.clone(), CompareOp::Equal, 0)],
+                        ops,
+                    },
+                    &what,
+                )
                 .await?;
             match w {
                 Written::Applied(_) => deleted += n,
@@ -116,7 +142,7 @@ impl EtcdStore {
         let r = tokio::time::timeout(self.shared.opts.op_timeout, client.get(key, None))
             .await
             .map_err(|_| self.no_answer())?
-            .map_err(|e| self.unavailable(e.to_string()))?;
+            .map_err(|e| self.answered(&e, &format!("reading {key}")))?;
         Ok(r.kvs().first().map(|kv| kv.lease()))
     }
 
@@ -127,7 +153,10 @@ impl EtcdStore {
             Err(_) => Err(self.no_answer()),
             // Expired meanwhile: the same result.
             Ok(Err(e)) if e.to_string().contains("lease not found") => Ok(()),
-            Ok(Err(e)) => Err(self.unavailable(e.to_string())),
+            Ok(Err(e)) => Err(self.answered(
+                &e,
+                &format!("revoking lease {lease:x} (every key under it: a heartbeat, resolver claims, markers)"),
+            )),
             Ok(Ok(_)) => Ok(()),
         }
     }
@@ -135,6 +164,16 @@ impl EtcdStore {
     fn client(&self) -> Result<etcd_client::Client, StoreError> {
         let client = lock(&self.shared.conn).client.clone();
         client.ok_or_else(|| self.unavailable("not connected"))
+    }
+
+    /// The error of a request the session's member answered with `e`: a permission or auth
+    /// refusal is said as such (`refusal.rs`), naming `keys`; anything else is unavailable.
+    fn answered(&self, e: &etcd_client::Error, keys: &str) -> StoreError {
+        if super::write::retryable(e) {
+            return self.unavailable(e.to_string());
+        }
+        let member = lock(&self.shared.conn).member.clone().unwrap_or_default();
+        self.refusal_error(&member, e, keys)
     }
 
     fn no_answer(&self) -> StoreError {
@@ -156,7 +195,7 @@ impl EtcdStore {
         )
         .await
         .map_err(|_| self.no_answer())?
-        .map_err(|e| self.unavailable(e.to_string()))?;
+        .map_err(|e| self.answered(&e, &format!("reading the keys under {prefix}")))?;
         Ok(r.kvs()
             .iter()
             .map(|kv| String::from_utf8_lossy(kv.key()).into_owned())

@@ -111,8 +111,9 @@ pub struct Mirror {
     /// The etcd revision of the version of each binding the file holds (the set resolved from
     /// it is published only while the binding key still has this revision).
     decoded_rev: HashMap<String, i64>,
-    /// Hosts that stepped out of resolving a binding (`PREFIX/unable/NAME/HOST`).
-    unable: HashMap<String, BTreeSet<String>>,
+    /// Hosts that stepped out of resolving a binding (`keys.rs`): host, and whether the marker
+    /// is of the old layout (a host may have one of each while it upgrades).
+    unable: HashMap<String, BTreeSet<(String, bool)>>,
     /// What this host can resolve (`None`: anything; the SQLite-era default of tests).
     can: Option<Can>,
 }
@@ -333,7 +334,7 @@ impl Mirror {
                             }
                         }
                         Kind::Integrity => self.integrity_value(&skey, value, meta, keys, secrets),
-                        Kind::Outcome { binding, host } => {
+                        Kind::Outcome { binding, host, .. } => {
                             let entry = self.outcomes.entry(binding.clone()).or_default();
                             match value.and_then(|v| serde_json::from_slice::<HostOutcome>(&v).ok())
                             {
@@ -347,12 +348,12 @@ impl Mirror {
                             }
                             events.push(StoreEvent::Fleet(binding));
                         }
-                        Kind::Unable { binding, host } => {
+                        Kind::Unable { binding, host, old } => {
                             let entry = self.unable.entry(binding.clone()).or_default();
                             if value.is_some() {
-                                entry.insert(host);
+                                entry.insert((host, old));
                             } else {
-                                entry.remove(&host);
+                                entry.remove(&(host, old));
                             }
                             // The choice of resolver may change: hosts that schedule the binding
                             // ask for the claim again.
@@ -412,6 +413,8 @@ impl Mirror {
     /// of a later revision stays: the watch's two ranges (`sync.rs`) may deliver the set of a
     /// binding created again before the removal of the one before it.
     fn forget_binding(&mut self, name: &str, keys: &Keys, rev: i64) {
+        // Also on this host's own removal (`Update::Binding`), whose echo is then not newer.
+        self.meta.remove(&keys.binding(name));
         self.needs.remove(name);
         self.unreadable.remove(name);
         self.decoded_rev.remove(name);
@@ -458,7 +461,10 @@ impl Mirror {
         // by each read of them (`fleet_read.rs`).
         known.extend(self.hosts.keys().map(|h| keys.host(h)));
         for (name, hosts) in &self.unable {
-            known.extend(hosts.iter().map(|h| keys.unable(name, h)));
+            known.extend(hosts.iter().map(|(h, old)| match old {
+                true => keys.old_unable(name, h),
+                false => keys.unable(name, h),
+            }));
         }
         known.sort();
         known.dedup();

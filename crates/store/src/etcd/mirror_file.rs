@@ -101,7 +101,9 @@ pub fn apply(
     snapshot: Option<Snapshot>,
 ) -> Result<Vec<StoreEvent>, StoreError> {
     let ids = (&shared.keys, &shared.secrets, shared.opts.host_id.as_str());
-    apply_to(&shared.mirror, &shared.file, ids, updates, snapshot)
+    // This host deletes its own outcome and marker of a removed binding (`own_keys.rs`).
+    let note = |u: &[Update]| crate::etcd::own_keys::note_removals(shared, u);
+    apply_to(&shared.mirror, &shared.file, ids, updates, snapshot, note)
 }
 
 /// [`apply`] on a mirror and its file.
@@ -111,6 +113,7 @@ fn apply_to(
     (keys, secrets, me): (&Keys, &SecretKeys, &str),
     mut updates: Vec<Update>,
     snapshot: Option<Snapshot>,
+    note_removals: impl FnOnce(&[Update]),
 ) -> Result<Vec<StoreEvent>, StoreError> {
     let bindings = snapshot.is_some() || updates.iter().any(|u| u.is_binding(keys));
     if !bindings {
@@ -129,6 +132,7 @@ fn apply_to(
             let gone = m.missing_from(&seen, rev, keys);
             updates.extend(gone);
         }
+        note_removals(&updates);
         m.stage(updates, keys, secrets, me)
     };
     let written = if batch.ops.is_empty() {
@@ -236,8 +240,16 @@ mod tests {
         let mirror = Mutex::new(Mirror::new(FileView::load(&file).unwrap(), None));
         let file = Mutex::new(file);
         let ids = (&keys, &secrets, "host-a");
-        apply_to(&mirror, &file, ids, vec![put("api", "web1", 2)], None).unwrap();
-        apply_to(&mirror, &file, ids, vec![put("old", "x", 3)], None).unwrap();
+        apply_to(
+            &mirror,
+            &file,
+            ids,
+            vec![put("api", "web1", 2)],
+            None,
+            |_| {},
+        )
+        .unwrap();
+        apply_to(&mirror, &file, ids, vec![put("old", "x", 3)], None, |_| {}).unwrap();
         let events = apply_to(
             &mirror,
             &file,
@@ -249,6 +261,7 @@ mod tests {
                 remove("old", 7),
             ],
             None,
+            |_| {},
         )
         .unwrap();
         assert!(

@@ -136,7 +136,11 @@ impl Mirror {
     /// host's own, or the other host's heartbeat) cover the binding's newest value. This host
     /// also cannot when it could not decode that value.
     pub fn able(&self, host: &str, name: &str, me: &str) -> bool {
-        if self.unable.get(name).is_some_and(|s| s.contains(host)) {
+        if self
+            .unable
+            .get(name)
+            .is_some_and(|s| s.iter().any(|(h, _)| h == host))
+        {
             return false;
         }
         let can = if host == me {

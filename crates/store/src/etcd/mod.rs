@@ -28,6 +28,7 @@ mod lease;
 mod mirror;
 mod options;
 mod outcomes;
+mod own_keys;
 mod refusal;
 mod reseal;
 mod session;
@@ -121,6 +122,12 @@ pub(crate) struct Shared {
     pub watched: std::sync::atomic::AtomicU64,
     /// When the outcomes of every binding were last read (`fleet_read.rs`).
     pub fleet_read: tokio::sync::Mutex<Option<Instant>>,
+    /// Bindings removed whose outcome and `unable` marker of this host are still to be deleted
+    /// (`own_keys.rs`: each host deletes its own keys, the only ones its etcd user may write).
+    pub orphans: Mutex<std::collections::BTreeSet<String>>,
+    /// This process looked for its own keys to delete (`own_keys.rs`, `after_sync`): its
+    /// outcomes of bindings removed while it was down, and its keys of the old layout.
+    pub swept: std::sync::atomic::AtomicBool,
 }
 
 pub(crate) use crate::lock;
@@ -225,6 +232,8 @@ impl EtcdStore {
             stood_aside: Mutex::new(Default::default()),
             watched: Default::default(),
             fleet_read: Default::default(),
+            orphans: Default::default(),
+            swept: Default::default(),
             location,
             keys,
             secrets,

@@ -1,6 +1,7 @@
-//! This host's outcomes in etcd (`PREFIX/outcomes/NAME/HOST`): written by the session task in
-//! batches, each guarded by its bindings still existing; a batch etcd refuses is split and a
-//! refused outcome dropped, so a refusal never ends the session (`docs/fleet.md`).
+//! This host's outcomes in etcd (`PREFIX/outcomes-by-host/HOST/NAME`): written by the session task
+//! in batches, each guarded by its bindings still existing; a batch etcd refuses is split and a
+//! refused outcome dropped, so a refusal never ends the session (`docs/fleet.md`). Before each
+//! flush, this host's keys of removed bindings are deleted (`own_keys.rs`).
 
 use std::sync::Arc;
 
@@ -37,6 +38,7 @@ pub(crate) fn bounded_message(mut m: String, max: usize) -> String {
 /// refusal never ends the session (it would be refused again at every reconnection). No nested
 /// transaction: etcd 3.4 does not check the permissions of the operations inside one.
 pub(crate) async fn flush_pending(shared: &Arc<Shared>, client: &mut Client) -> Result<(), String> {
+    super::own_keys::delete_orphans(shared, client).await?;
     let pending: Vec<(String, crate::HostOutcome)> = lock(&shared.pending)
         .iter()
         .map(|(k, v)| (k.clone(), v.clone()))

@@ -313,6 +313,7 @@ async fn session_inner(
     tracing::info!(store = %shared.location, host_id = %o.host_id, keys = count, revision = snapshot, "etcd session: mirror synced, watching");
     let _ = shared.events.send(StoreEvent::Resync);
     let _ = shared.events.send(StoreEvent::Status);
+    super::own_keys::after_sync(shared, &mut client).await?;
     super::outcomes::flush_pending(shared, &mut client).await?;
     // Outcome flushes: at most one per FLUSH_GAP (the outcomes published meanwhile go together).
     let mut next_flush = Instant::now() + FLUSH_GAP;

@@ -1,6 +1,7 @@
 //! What a host reads and watches of the prefix (`docs/fleet.md`, "What a host watches"): two key
 //! ranges, `[P/bindings/, P/names/)` (bindings, heartbeats, the integrity key) and
-//! `[P/resolvers/, P/writes/)` (resolver claims, target sets, `unable` markers). Not
+//! `[P/resolvers/, P/writes/)` (resolver claims, target sets, `unable` markers of both layouts,
+//! `P/unable-by-host/` and `P/unable/`). Not `P/outcomes-by-host/` nor the old layout's
 //! `P/outcomes/` (every host's state of every binding: read on demand, `fleet_read.rs`), not
 //! `P/writes/` (the writes' markers, `write.rs`), not `P/names/` (the name claims, read by the
 //! writes' guards): what a host receives per binding change does not grow with the host count.
@@ -29,8 +30,9 @@ const PAGE: i64 = 1000;
 const PAGE_BYTES: usize = 2 << 20;
 
 /// The ranges `[start, end)` a host reads and watches (see the module docs). The kinds under the
-/// prefix sort as `bindings/ hosts/ integrity names/ outcomes/ resolvers/ targets/ unable/
-/// writes/`.
+/// prefix sort as `bindings/ hosts/ integrity names/ outcomes-by-host/ outcomes/ resolvers/
+/// targets/ unable-by-host/ unable/ writes/` (`keys.rs` test: outcomes are outside, markers
+/// inside).
 pub(crate) fn watched_ranges(keys: &Keys) -> [(Vec<u8>, Vec<u8>); 2] {
     let k = |s: &str| format!("{}{s}", keys.prefix).into_bytes();
     [

@@ -60,7 +60,7 @@ async fn reported(
     what: &str,
     since_ms: i64,
 ) -> Value {
-    let key = format!("{prefix}outcomes/{name}/{host}");
+    let key = format!("{prefix}outcomes-by-host/{host}/{name}");
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
         let v = get(c, &key)

@@ -186,7 +186,7 @@ async fn a_host_that_stepped_out_is_left_out_until_it_steps_back_in() {
         .await
         .unwrap();
     let marker = raw
-        .get(format!("{PREFIX}unable/{name}/host-a"), None)
+        .get(format!("{PREFIX}unable-by-host/host-a/{name}"), None)
         .await
         .unwrap();
     assert_eq!(marker.kvs().len(), 1);
@@ -240,7 +240,7 @@ async fn a_host_that_stepped_out_stays_out_when_its_lease_is_lost() {
         .step_out(&name, "3 failed resolutions in a row")
         .await
         .unwrap();
-    let key = format!("{PREFIX}unable/{name}/host-a");
+    let key = format!("{PREFIX}unable-by-host/host-a/{name}");
     let first = raw.get(key.as_str(), None).await.unwrap().kvs()[0].lease();
 
     // A's lease is lost (revoked here; an overloaded host misses its keep-alives the same way):

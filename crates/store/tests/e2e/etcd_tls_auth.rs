@@ -149,7 +149,7 @@ async fn a_refused_outcome_write_is_dropped_and_does_not_end_the_session() {
             "hosts",
             "resolvers",
             "targets",
-            "unable",
+            "unable-by-host",
             "writes",
             "names",
         ]

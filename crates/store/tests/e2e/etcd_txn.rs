@@ -291,8 +291,8 @@ async fn a_permission_refusal_is_said_as_such_not_as_unreachable() {
                 ("/t/writes/host-b/", "READWRITE"),
                 ("/t/resolvers/", "READWRITE"),
                 ("/t/targets/", "READWRITE"),
-                ("/t/outcomes/", "READWRITE"),
-                ("/t/unable/", "READWRITE"),
+                ("/t/outcomes-by-host/host-b/", "READWRITE"),
+                ("/t/unable-by-host/host-b/", "READWRITE"),
             ],
         );
     });

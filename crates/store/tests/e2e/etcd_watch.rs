@@ -72,7 +72,7 @@ async fn a_hosts_watch_gets_no_event_for_other_hosts_outcomes_or_write_markers()
     }
     let mut raw = raw_client(&cluster).await;
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while count(&mut raw, "outcomes/").await < 2 * BINDINGS {
+    while count(&mut raw, "outcomes-by-host/").await < 2 * BINDINGS {
         assert!(std::time::Instant::now() < deadline, "outcomes not in etcd");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -85,7 +85,7 @@ async fn a_hosts_watch_gets_no_event_for_other_hosts_outcomes_or_write_markers()
         delta,
         vec![0, 0, 0],
         "10 outcomes of host-a and host-c (in etcd: {} outcome keys) reached the hosts' watches",
-        count(&mut raw, "outcomes/").await
+        count(&mut raw, "outcomes-by-host/").await
     );
 
     // Read on demand, the fleet view of host-b holds them.

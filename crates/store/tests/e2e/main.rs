@@ -9,6 +9,7 @@ mod etcd_auth;
 mod etcd_auth_upgrade;
 mod etcd_claims;
 mod etcd_gc;
+mod etcd_host_scoped;
 mod etcd_integrity;
 mod etcd_keepalive;
 mod etcd_mirror;
