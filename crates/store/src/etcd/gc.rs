@@ -110,13 +110,21 @@ impl EtcdStore {
             k.write_marker(host, ""),
             Some(DeleteOptions::new().with_prefix()),
         ));
+        // Guarded by the heartbeat's absence, except after `--force`: the host's daemon, still
+        // running, takes a new session at once, and its new heartbeat must not turn the forced
+        // deletion into "alive" half-way (it publishes its outcomes again).
+        let guard: Vec<Compare> = if session_ended {
+            Vec::new()
+        } else {
+            vec![Compare::create_revision(beat.clone(), CompareOp::Equal, 0)]
+        };
         for (i, ops) in parts.into_iter().enumerate() {
             // Not counted: the markers' prefix deletion of the first.
             let n = ops.len() - usize::from(i == 0);
             let w = self
                 .write_to(
                     Guarded {
-                        compares: vec![Compare::create_revision(beat.clone(), CompareOp::Equal, 0)],
+                        compares: guard.clone(),
                         ops,
                     },
                     &what,
