@@ -10,35 +10,20 @@
 //! these tests: the harness's `Nginx` runs one process, and they need a master, its workers' PIDs
 //! and reloads (`live_api/helpers.rs`: configurations, bodies, shared checks).
 
-#[path = "live_api/access.rs"]
 mod access;
-#[path = "live_api/churn.rs"]
 mod churn;
-#[path = "live_api/drain.rs"]
 mod drain;
-#[path = "live_api/health.rs"]
 mod health;
-#[path = "live_api/helpers.rs"]
-mod helpers;
-#[path = "live_api/liveness.rs"]
+pub(crate) mod helpers;
 mod liveness;
-#[path = "live_api/master.rs"]
-mod master;
-#[path = "live_api/plus.rs"]
+pub(crate) mod master;
 mod plus;
-#[path = "live_api/plus_writes.rs"]
 mod plus_writes;
-#[path = "live_api/reload_race.rs"]
 mod reload_race;
-#[path = "live_api/retired.rs"]
 mod retired;
-#[path = "live_api/scale.rs"]
 mod scale;
-#[path = "live_api/stats.rs"]
 mod stats;
-#[path = "live_api/sticky.rs"]
 mod sticky;
-#[path = "live_api/zone_size.rs"]
 mod zone_size;
 
 use std::collections::BTreeMap;
@@ -47,12 +32,11 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::case::Case;
 use helpers::*;
 use master::{Master, SlowBackend};
 use ngx_harness::procfs::{self, Sig};
-use ngx_harness::{
-    check, check_eq, emerg_trial, http_request, run_tests, CaseResult, Completion, Failed, Trial,
-};
+use ngx_harness::{check, check_eq, http_request, CaseResult, Completion, Failed};
 
 /// `(major, minor, patch)` of the nginx under test (`nginx -v`).
 fn nginx_version() -> Result<(u32, u32, u32), String> {
@@ -1160,127 +1144,128 @@ fn set_changes_under_traffic_with_retries(up: &str) -> CaseResult {
     m.check_workers_unchanged()
 }
 
-fn main() {
+/// The cases of this area, named without the area (`main.rs` adds it).
+pub fn cases() -> Vec<Case> {
     let mut trials = vec![
-        emerg_trial(
+        Case::emerg(
             "directive_takes_only_write_and_host",
             "server { listen 127.0.0.1:{P0}; location /api/ { upstreams_api on; } }",
             "invalid parameter \"on\" in \"upstreams_api\" directive: the parameters are write=on|off, host=NAME and retired_warn=TIME|off",
         ),
-        emerg_trial(
+        Case::emerg(
             "directive_retired_warn_takes_a_time_or_off",
             "server { listen 127.0.0.1:{P0}; location /api/ { upstreams_api retired_warn=1d; } }",
             "invalid parameter \"retired_warn=1d\" in \"upstreams_api\" directive: retired_warn takes a time",
         ),
-        emerg_trial(
+        Case::emerg(
             "directive_write_takes_on_or_off",
             "server { listen 127.0.0.1:{P0}; location /api/ { upstreams_api write=yes; } }",
             "invalid parameter \"write=yes\" in \"upstreams_api\" directive: write takes on or off",
         ),
-        emerg_trial(
+        Case::emerg(
             "directive_host_takes_no_port",
             "server { listen 127.0.0.1:{P0}; location /api/ { upstreams_api write=on host=api:80; } }",
             "invalid parameter \"host=api:80\" in \"upstreams_api\" directive: host takes a host name",
         ),
-        emerg_trial(
+        Case::emerg(
             "directive_once_per_location",
             "server { listen 127.0.0.1:{P0}; location /api/ { upstreams_api; upstreams_api write=on; } }",
             "\"upstreams_api\" directive is duplicate",
         ),
-        emerg_trial(
+        Case::emerg(
             "directive_only_in_a_location",
             "server { listen 127.0.0.1:{P0}; upstreams_api; }",
             "\"upstreams_api\" directive is not allowed here",
         ),
-        Trial::test(
+        Case::test(
             "lists_upstreams_and_names_balancers",
             case_lists_upstreams_and_names_balancers,
         ),
-        Trial::test(
+        Case::test(
             "put_reaches_every_worker_without_reload",
             case_put_reaches_every_worker_without_reload,
         ),
-        Trial::test("identical_set_is_a_no_op", case_identical_set_is_a_no_op),
-        Trial::test(
+        Case::test("identical_set_is_a_no_op", case_identical_set_is_a_no_op),
+        Case::test(
             "servers_that_stay_keep_their_state",
             case_servers_that_stay_keep_their_state,
         ),
-        Trial::test(
+        Case::test(
             "busy_server_is_retired_then_freed",
             case_busy_server_is_retired_then_freed,
         ),
-        Trial::test("compare_and_set_conflict", case_compare_and_set_conflict),
-        Trial::test(
+        Case::test("compare_and_set_conflict", case_compare_and_set_conflict),
+        Case::test(
             "request_keeps_its_tries_when_the_set_shrinks_to_one",
             case_request_keeps_its_tries_when_the_set_shrinks_to_one,
         ),
-        Trial::test(
+        Case::test(
             "round_robin_position_is_kept",
             case_round_robin_position_is_kept,
         ),
-        Trial::test(
+        Case::test(
             "workers_killed_under_traffic_and_puts",
             case_workers_killed_under_traffic_and_puts,
         ),
-        Trial::test(
+        Case::test(
             "concurrent_compare_and_set_has_one_winner",
             case_concurrent_compare_and_set_has_one_winner,
         ),
-        Trial::test(
+        Case::test(
             "large_set_from_a_body_in_a_temp_file",
             case_large_set_from_a_body_in_a_temp_file,
         ),
-        Trial::test(
+        Case::test(
             "request_gets_the_tries_of_a_grown_set",
             case_request_gets_the_tries_of_a_grown_set,
         ),
-        Trial::test(
+        Case::test(
             "request_between_tries_continues_in_a_grown_set",
             case_request_between_tries_continues_in_a_grown_set,
         ),
-        Trial::test("bad_inputs_change_nothing", case_bad_inputs_change_nothing),
-        Trial::test(
+        Case::test("bad_inputs_change_nothing", case_bad_inputs_change_nothing),
+        Case::test(
             "reload_restores_the_configured_set",
             case_reload_restores_the_configured_set,
         ),
-        Trial::test("zone_memory_does_not_grow", case_zone_memory_does_not_grow),
-        Trial::test(
+        Case::test("zone_memory_does_not_grow", case_zone_memory_does_not_grow),
+        Case::test(
             "servers_from_the_api_take_the_memory_of_configured_ones",
             case_servers_from_the_api_take_the_memory_of_configured_ones,
         ),
-        Trial::test(
+        Case::test(
             "least_conn_and_keepalive_take_live_changes",
             case_least_conn_and_keepalive_take_live_changes,
         ),
-        Trial::ignorable_test(
+        Case::ignorable_test(
             "resolve_servers_are_refused",
             case_resolve_servers_are_refused,
         ),
-        Trial::test(
+        Case::test(
             "set_changes_under_traffic_with_retries",
             case_set_changes_under_traffic_with_retries,
         ),
-        Trial::test(
+        Case::test(
             "retries_stay_bounded_while_sets_keep_changing",
             liveness::case_retries_stay_bounded_while_sets_keep_changing,
         ),
-        Trial::test(
+        Case::test(
             "worker_killed_holding_the_gate_leaves_puts_busy_not_stuck",
             liveness::case_worker_killed_holding_the_gate_leaves_puts_busy_not_stuck,
         ),
-        Trial::test(
+        Case::test(
             "no_request_fails_while_sets_change_every_10ms",
             liveness::case_no_request_fails_while_sets_change_every_10ms,
         ),
-        Trial::test(
+        Case::test(
             "a_long_request_on_a_removed_server_costs_other_requests_nothing",
             liveness::case_a_long_request_on_a_removed_server_costs_other_requests_nothing,
         ),
-        Trial::test(
+        Case::test(
             "a_retired_server_whose_worker_died_shows_its_age_until_a_reload",
             retired::case_a_retired_server_whose_worker_died_shows_its_age_until_a_reload,
         ),
-        Trial::test(
+        Case::test(
             "a_retired_server_whose_worker_died_is_named_once_in_a_warn_line",
             retired::case_a_retired_server_whose_worker_died_is_named_once_in_a_warn_line,
         ),
@@ -1289,7 +1274,7 @@ fn main() {
     trials.extend(health::trials());
     trials.extend(zone_size::trials());
     trials.extend(reload_race::trials());
-    trials.push(Trial::ignorable_test(
+    trials.push(Case::ignorable_test(
         "sticky_upstreams_are_refused_and_keep_learning",
         sticky::case_sticky_upstreams_are_refused_and_keep_learning,
     ));
@@ -1297,5 +1282,5 @@ fn main() {
     trials.extend(drain::trials());
     trials.extend(stats::trials());
     trials.extend(plus::trials());
-    run_tests(trials);
+    trials
 }
