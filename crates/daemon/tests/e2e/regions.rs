@@ -183,6 +183,10 @@ fn run(probe: Option<&str>, statuses: &str) -> Run {
         .workers(2)
         .live_api("")
         .http_snippet("include regions/*.conf;")
+        // Region A's outage on purpose: requests to its hanging servers time out, and once both
+        // are marked down the walk finds no live server there before it moves on to region B.
+        .expect_log("upstream timed out (110: Connection timed out) while reading response header")
+        .expect_log("no live upstreams while connecting to upstream")
         .start();
     let api = nginx.live_api_address();
     let mut args: Vec<&str> = FAST.to_vec();
