@@ -66,7 +66,7 @@ if [ "$MODE" = test ]; then
   # only in Debian's prometheus package. Its service is enabled but not started by the install where
   # no init runs (containers, chroots); on a booted machine `systemctl disable --now prometheus` stops it.
   APT_PACKAGES+=(prometheus)
-  # The NGINX Plus API's own clients, for the Plus-compatible API's proof (module/t/tests/plus_clients.rs):
+  # The NGINX Plus API's own clients, for the Plus-compatible API's proof (module/t/tests/e2e/plus_clients/):
   # the official exporter (`prometheus-nginx-exporter -nginx.plus`), and Go with the Go client library
   # nginx-plus-go-client (GOPATH sources in /usr/share/gocode) that module/t/plus-go is built against.
   # bookworm ships exporter 0.11.0, client 0.10.0, go 1.19.

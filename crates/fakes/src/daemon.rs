@@ -5,7 +5,6 @@
 //! managing a [`TestNginx`]. Stopped on drop (also on panic).
 
 use std::ffi::OsString;
-use std::net::TcpStream;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -13,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use tributary_testkit::client::http_request_within;
-use tributary_testkit::{free_port, TestNginx};
+use tributary_testkit::{free_port, listening, wait_ready, NotReady, TestNginx};
 
 /// Writes `<plugins>/<name>/plugin.json` (`name` from the manifest): the real manifest of the plugin
 /// whose source folder is `plugin_src`, with `executable` set to the built binary `bin`, and
@@ -266,24 +265,16 @@ impl Daemon {
             .stderr(Stdio::from(logf))
             .spawn()
             .expect("spawn tributary serve");
-        self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
+        let port = self.port;
+        let child = self.child.insert(child);
+        let ready = wait_ready(child, Duration::from_secs(30), || {
+            listening(port) && http(port, "GET", "/api/v1/health", None, None).0 == 200
+        });
+        if let Err(why) = ready {
+            if matches!(why, NotReady::Exited(_)) {
                 self.child = None;
-                panic!("tributary serve exited with {status}: {}", self.log_text());
             }
-            if TcpStream::connect(("127.0.0.1", self.port)).is_ok()
-                && http(self.port, "GET", "/api/v1/health", None, None).0 == 200
-            {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "tributary serve did not answer: {}",
-                self.log_text()
-            );
-            std::thread::sleep(Duration::from_millis(50));
+            panic!("tributary serve {why}: {}", self.log_text());
         }
     }
 

@@ -1,10 +1,11 @@
 //! A real `dnsmasq` (Debian's package) answering only its command-line records on a free
 //! 127.0.0.1 port, for the `dns` plugin's tests and benchmark. Stopped on drop.
 
-use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+use tributary_testkit::{listening, wait_ready, NotReady};
 
 /// The dnsmasq binary: `dnsmasq` on PATH, else /usr/sbin/dnsmasq. Panics with the install hint.
 pub fn binary() -> PathBuf {
@@ -78,19 +79,15 @@ impl Dnsmasq {
             port,
             log,
         };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            if let Some(status) = d.child.as_mut().unwrap().try_wait().unwrap() {
-                d.child = None;
-                return Err(format!("dnsmasq exited with {status}: {}", d.log_text()));
+        let child = d.child.as_mut().expect("just spawned");
+        match wait_ready(child, Duration::from_secs(10), || listening(port)) {
+            Ok(()) => Ok(d),
+            Err(why) => {
+                if matches!(why, NotReady::Exited(_)) {
+                    d.child = None;
+                }
+                Err(format!("dnsmasq {why}: {}", d.log_text()))
             }
-            if TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                return Ok(d);
-            }
-            if Instant::now() > deadline {
-                return Err(format!("dnsmasq did not listen: {}", d.log_text()));
-            }
-            std::thread::sleep(Duration::from_millis(20));
         }
     }
 

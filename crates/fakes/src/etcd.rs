@@ -3,7 +3,6 @@
 //! For an HTTPS client URL, give it the server certificate of a [`crate::tls::TestCa`]
 //! ([`crate::tls::TestCa::write_pem_files`]).
 
-use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -12,6 +11,7 @@ use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine as _;
 use serde_json::{json, Value};
 use tributary_testkit::client::http_request_within;
+use tributary_testkit::{listening, wait_ready, NotReady};
 
 /// The etcd binary: `etcd` on PATH, else /usr/bin/etcd. Panics with the install hint.
 pub fn binary() -> PathBuf {
@@ -103,26 +103,19 @@ impl Etcd {
             .stderr(Stdio::from(log))
             .spawn()
             .map_err(|e| format!("spawn etcd: {e}"))?;
-        self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
+        let (port, tls) = (self.client_port, self.tls.is_some());
+        let child = self.child.insert(child);
+        // With TLS the test client cannot ask, so listening is the sign.
+        let ready = wait_ready(child, Duration::from_secs(30), || {
+            listening(port)
+                && (tls || post_json(port, "/v3/kv/range", &json!({"key": "AA=="}), None).is_ok())
+        });
+        ready.map_err(|why| {
+            if matches!(why, NotReady::Exited(_)) {
                 self.child = None;
-                return Err(format!("etcd exited with {status}: {}", self.log_text()));
             }
-            if TcpStream::connect(("127.0.0.1", self.client_port)).is_ok()
-                && (self.tls.is_some()
-                    || self
-                        .try_post("/v3/kv/range", &json!({"key": "AA=="}), None)
-                        .is_ok())
-            {
-                return Ok(());
-            }
-            if Instant::now() > deadline {
-                return Err(format!("etcd did not answer: {}", self.log_text()));
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+            format!("etcd {why}: {}", self.log_text())
+        })
     }
 
     /// Stops etcd (the data dir stays, for [`Etcd::restart`]). Idempotent.

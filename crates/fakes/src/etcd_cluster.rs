@@ -7,11 +7,12 @@
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine as _;
 use serde_json::json;
+use tributary_testkit::{wait_ready, NotReady};
 
 struct Member {
     name: String,
@@ -134,29 +135,21 @@ impl EtcdCluster {
     }
 
     fn try_wait_ready(&mut self, i: usize, limit: Duration) -> Result<(), String> {
-        let deadline = Instant::now() + limit;
-        loop {
-            if let Some(status) = self.members[i].child.as_mut().unwrap().try_wait().unwrap() {
-                self.members[i].child = None;
-                return Err(format!(
-                    "etcd member {i} exited with {status}: {}",
-                    self.log_text(i)
-                ));
-            }
-            let port = self.members[i].client_port;
-            if crate::etcd::post_json(port, "/v3/kv/range", &json!({"key": "AA=="}), None)
+        let port = self.members[i].client_port;
+        let child = self.members[i]
+            .child
+            .as_mut()
+            .ok_or_else(|| format!("etcd member {i} is not running"))?;
+        let ready = wait_ready(child, limit, || {
+            crate::etcd::post_json(port, "/v3/kv/range", &json!({"key": "AA=="}), None)
                 .is_ok_and(|v| v.get("header").is_some())
-            {
-                return Ok(());
+        });
+        ready.map_err(|why| {
+            if matches!(why, NotReady::Exited(_)) {
+                self.members[i].child = None;
             }
-            if Instant::now() > deadline {
-                return Err(format!(
-                    "etcd member {i} did not answer: {}",
-                    self.log_text(i)
-                ));
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+            format!("etcd member {i} {why}: {}", self.log_text(i))
+        })
     }
 
     pub fn log_text(&self, i: usize) -> String {

@@ -9,10 +9,10 @@
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{json, Value};
-use tributary_testkit::free_port;
+use tributary_testkit::{free_port, listening, wait_ready};
 
 /// The virtualenv: `$TRIBUTARY_VENV`, else `<workspace>/target/venv`.
 pub fn venv() -> PathBuf {
@@ -122,17 +122,9 @@ impl Moto {
             subnet_id: String::new(),
             log,
         };
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            if let Some(status) = m.child.as_mut().unwrap().try_wait().unwrap() {
-                panic!("moto_server exited with {status}: {}", m.log_text());
-            }
-            assert!(
-                Instant::now() < deadline,
-                "moto_server did not listen on {port}: {}",
-                m.log_text()
-            );
-            std::thread::sleep(Duration::from_millis(100));
+        let child = m.child.as_mut().expect("just spawned");
+        if let Err(why) = wait_ready(child, Duration::from_secs(60), || listening(port)) {
+            panic!("moto_server on {port} {why}: {}", m.log_text());
         }
         let out = m.python(SETUP, json!({"endpoint": m.endpoint(), "region": REGION}));
         m.access_key_id = out["key"].as_str().unwrap().to_string();

@@ -105,8 +105,3 @@ pub fn run_tests(trials: Vec<Trial>) -> ! {
     }
     conclusion.exit()
 }
-
-/// One `nginx -t` failure case: configuration and expected `[emerg]` text.
-pub fn emerg_trial(name: &str, http: &'static str, expected: &'static str) -> Trial {
-    Trial::test(name, move || expect_emerg(http, expected))
-}

@@ -7,9 +7,11 @@
 //!   signal") unless the case declared the line ([`Options::expect_log`]);
 //! - [`TestNginx`] ([`TestNginxBuilder`]): the daemon's fixture (described below): an nginx with
 //!   backends, an `upstreams/` include folder for the applier, and optionally the module's API;
+//!   its error log is checked when it is dropped (`[error]` too; [`TestNginx::expect_log`]);
 //! - [`client`]: one blocking HTTP/1.1 client (one request per connection, or a [`KeepAlive`]
 //!   connection served by one worker, over TCP or a unix socket); [`http_get`] is its shortest form;
-//! - ports ([`free_port`], [`free_ports`], [`free_tcp_udp_port`], [`dead_port`]), [`procfs`]
+//! - ports ([`free_port`], [`free_ports`], [`free_tcp_udp_port`], [`dead_port`]), waiting for a
+//!   server a test started ([`wait_ready`], [`listening`]), [`procfs`]
 //!   (children, titles, memory, CPU ticks, signals by pid), [`Wrk`] (constant load from `wrk`);
 //! - [`run_tests`] and the checks of `libtest-mimic` cases ([`check`], [`check_eq`],
 //!   [`expect_emerg`]);
@@ -47,12 +49,14 @@
 mod builder;
 mod cases;
 pub mod client;
+mod errlog;
 mod http;
 mod nginx;
 mod plugin;
 mod ports;
 pub mod procfs;
 mod programs;
+mod ready;
 mod runner;
 mod runner_conf;
 mod tmpfs;
@@ -60,13 +64,14 @@ mod wrk;
 
 pub use builder::TestNginxBuilder;
 pub use cases::{
-    check, check_eq, config_test, config_test_with, emerg_trial, expect_emerg, expect_ok,
-    run_tests, CaseResult, ConfigTest,
+    check, check_eq, config_test, config_test_with, expect_emerg, expect_ok, run_tests, CaseResult,
+    ConfigTest,
 };
 pub use client::{KeepAlive, Response};
+pub use errlog::{lines_with_markers, unexpected_log_lines, BAD_LOG_MARKERS, FIXTURE_LOG_MARKERS};
 pub use http::http_get;
 pub use libtest_mimic::{Completion, Failed, Trial};
-pub use nginx::TestNginx;
+pub use nginx::{TestNginx, FIXTURE_EXPECTED};
 pub use plugin::PluginPackage;
 pub use ports::{dead_port, free_port, free_ports, free_tcp_udp_port};
 pub(crate) use programs::running_as_root;
@@ -74,7 +79,8 @@ pub use programs::{
     combined_upstreams_module, network_isolation_available, nginx_binary, try_nginx_binary,
     MODULE_ENV,
 };
-pub use runner::{unexpected_log_lines, Nginx, BAD_LOG_MARKERS};
+pub use ready::{listening, wait_ready, NotReady};
+pub use runner::Nginx;
 pub use runner_conf::{
     fill, module_path, nginx_bin, workspace_root, Options, DEFAULT_WORKERS, NGINX_ENV, PORTS,
 };

@@ -1,17 +1,31 @@
 //! [`TestNginx`]: a running nginx, its prefix and commands, requests to it, waiting for a reload
-//! to settle, its workers and logs; stopped on drop.
+//! to settle, its workers and logs; stopped on drop, which then checks its error log: a line
+//! with one of [`FIXTURE_LOG_MARKERS`] (`[emerg]`, `[alert]`, `[crit]`, `[error]`, a worker that
+//! "exited on signal") that the test did not declare ([`TestNginx::expect_log`],
+//! [`TestNginxBuilder::expect_log`]) fails the test (a panic in `drop`; skipped when the test is
+//! already panicking, and for an nginx that never started). One line is the fixture's own and
+//! always expected ([`FIXTURE_EXPECTED`]): its answer for an upstream that does not exist.
 
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::process::Child;
+use std::sync::Mutex;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use crate::errlog::{lines_with_markers, FIXTURE_LOG_MARKERS};
 use crate::procfs::{self, Sig};
 use crate::{http_get, network_isolation_available, TestNginxBuilder};
 
-/// A running nginx with its own temporary prefix on a free 127.0.0.1 port. Stopped on drop.
+/// The error-log line of the fixture's `/u/<name>/` route for an upstream that does not exist
+/// (`proxy_pass http://$tk_upstream` with no resolver: a 502 and `[error] no resolver defined to
+/// resolve <name>`). Tests poll that route until an upstream they apply exists, so this line is
+/// how the fixture answers "not there yet", not a fault of the code under test.
+pub const FIXTURE_EXPECTED: &str = "no resolver defined to resolve ";
+
+/// A running nginx with its own temporary prefix on a free 127.0.0.1 port. Stopped on drop,
+/// which then checks the error log (see the module docs).
 #[derive(Debug)]
 pub struct TestNginx {
     pub(crate) dir: tempfile::TempDir,
@@ -21,6 +35,12 @@ pub struct TestNginx {
     pub(crate) child: Option<Child>,
     pub(crate) binary: PathBuf,
     pub(crate) workers: usize,
+    /// Needles of the error-log lines the test causes on purpose (behind a lock so that a test
+    /// holding `&TestNginx`, or sharing it with threads, can still declare one).
+    pub(crate) expected: Mutex<Vec<String>>,
+    /// Whether drop checks the error log: off for an nginx that failed to start (its
+    /// `bind() failed` is the start's error, already returned).
+    pub(crate) check_log: bool,
 }
 
 impl TestNginx {
@@ -252,6 +272,23 @@ impl TestNginx {
             .count()
     }
 
+    /// Declares error-log lines containing `needle` as caused by the test on purpose: they do not
+    /// fail it when nginx is dropped. Name the message, not only its level (`"no live upstreams"`,
+    /// not `"[error]"`).
+    pub fn expect_log(&self, needle: &str) {
+        self.expected
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(needle.to_string());
+    }
+
+    /// Error-log lines so far that would fail the test on drop ([`FIXTURE_LOG_MARKERS`], less the
+    /// declared ones).
+    pub fn log_problems(&self) -> Vec<String> {
+        let expected = self.expected.lock().unwrap_or_else(|p| p.into_inner());
+        lines_with_markers(&FIXTURE_LOG_MARKERS, &self.error_log(), &expected)
+    }
+
     /// The master's pid.
     pub fn master_pid(&self) -> Option<u32> {
         self.child.as_ref().map(Child::id)
@@ -263,12 +300,6 @@ impl TestNginx {
             Some(c) => matches!(c.try_wait(), Ok(None)),
             None => false,
         }
-    }
-
-    pub(crate) fn pid_file_written(&self) -> bool {
-        fs::read_to_string(self.prefix().join("logs/nginx.pid"))
-            .map(|s| !s.trim().is_empty())
-            .unwrap_or(false)
     }
 
     /// Stops nginx (fast shutdown, then SIGKILL of the master and its workers after 5 s) and
@@ -290,5 +321,17 @@ impl TestNginx {
 impl Drop for TestNginx {
     fn drop(&mut self) {
         self.stop();
+        if !self.check_log || thread::panicking() {
+            return;
+        }
+        let problems = self.log_problems();
+        if !problems.is_empty() {
+            panic!(
+                "nginx in {}: unexpected error-log lines (a test declares the ones it causes with \
+                 expect_log):\n{}",
+                self.prefix().display(),
+                problems.join("\n")
+            );
+        }
     }
 }

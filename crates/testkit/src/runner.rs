@@ -9,27 +9,16 @@
 //! case that already panicked only stops nginx).
 
 use std::fs;
-use std::net::TcpStream;
 use std::path::Path;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::client::{http_get, http_request, KeepAlive, Response};
+use crate::errlog::unexpected_log_lines;
 use crate::procfs::{self, Sig, Stopped};
+use crate::ready::{listening, wait_ready, NotReady};
 use crate::runner_conf::{nginx_bin, nginx_command, temp_prefix, write_config, Options, PORTS};
 use crate::{dead_port, CaseResult, Failed};
-
-/// Markers of error-log lines that fail a case unless it declared them.
-pub const BAD_LOG_MARKERS: [&str; 4] = ["[alert]", "[crit]", "[emerg]", "exited on signal"];
-
-/// Error-log lines with a [`BAD_LOG_MARKERS`] marker that contain none of `expected`.
-pub fn unexpected_log_lines(log: &str, expected: &[String]) -> Vec<String> {
-    log.lines()
-        .filter(|l| BAD_LOG_MARKERS.iter().any(|m| l.contains(m)))
-        .filter(|l| !expected.iter().any(|e| l.contains(e.as_str())))
-        .map(str::to_string)
-        .collect()
-}
 
 /// A running nginx; stopped with `SIGQUIT` (see the module docs) and its prefix removed on drop.
 pub struct Nginx {
@@ -88,35 +77,30 @@ impl Nginx {
             .filter(|i| http.contains(&format!("listen 127.0.0.1:{{P{i}}}")))
             .map(|i| n.ports[i])
             .collect();
-        let deadline = Instant::now() + n.opts.start_timeout;
-        loop {
-            if let Some(child) = n.child.as_mut() {
-                if let Ok(Some(status)) = child.try_wait() {
-                    let err = fs::read_to_string(&stderr_path).unwrap_or_default();
-                    n.child = None;
-                    return Err(format!(
-                        "nginx exited ({status}):\n{err}\n{}",
-                        n.error_log()
-                    ));
-                }
+        let (master, workers) = (n.opts.master, n.opts.workers);
+        let child = n.child.as_mut().expect("just spawned");
+        let pid = child.id();
+        let ready = wait_ready(child, n.opts.start_timeout, || {
+            (!master || procfs::children(pid).len() >= workers)
+                && listen.iter().all(|p| listening(*p))
+        });
+        match ready {
+            Ok(()) => Ok(n),
+            Err(NotReady::Exited(status)) => {
+                let err = fs::read_to_string(&stderr_path).unwrap_or_default();
+                n.child = None;
+                Err(format!(
+                    "nginx exited ({status}):\n{err}\n{}",
+                    n.error_log()
+                ))
             }
-            let workers_up = !n.opts.master || n.workers().len() >= n.opts.workers;
-            if workers_up
-                && listen
-                    .iter()
-                    .all(|p| TcpStream::connect(("127.0.0.1", *p)).is_ok())
-            {
-                return Ok(n);
-            }
-            if Instant::now() > deadline {
+            Err(why @ NotReady::TimedOut(_)) => {
                 let log = n.error_log();
                 n.shutdown();
-                return Err(format!(
-                    "nginx did not listen with its workers within {:?}:\n{log}",
-                    n.opts.start_timeout
-                ));
+                Err(format!(
+                    "nginx with its workers and listening: {why}:\n{log}"
+                ))
             }
-            std::thread::sleep(Duration::from_millis(20));
         }
     }
 
@@ -351,27 +335,5 @@ impl Drop for Nginx {
                 self.http
             );
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn unexpected_lines_are_bad_markers_not_declared() {
-        let log = "2026/01/01 [notice] 1#1: start worker process 7\n\
-                   2026/01/01 [alert] 1#1: worker process 7 exited on signal 11\n\
-                   2026/01/01 [crit] 7#7: *1 open() failed\n\
-                   2026/01/01 [emerg] 1#1: bind() failed\n\
-                   2026/01/01 [error] 7#7: *2 connect() failed\n\
-                   2026/01/01 [notice] 1#1: worker process 8 exited on signal 9\n";
-        let all = unexpected_log_lines(log, &[]);
-        assert_eq!(all.len(), 4, "{all:?}");
-        assert!(all[0].contains("exited on signal 11"));
-        assert!(all[3].contains("exited on signal 9"));
-        let left = unexpected_log_lines(log, &["bind() failed".into(), "open()".into()]);
-        assert_eq!(left.len(), 2, "{left:?}");
-        assert!(left.iter().all(|l| l.contains("exited on signal")));
     }
 }

@@ -116,6 +116,7 @@ fn snippets_and_conf_files() {
     assert!(conf.contains("include upstreams/api.conf;"));
     assert!(!conf.contains("upstreams/*.conf"));
     // The upstream exists (port 9 refuses): a 502 from the proxy, not a resolver error page.
+    nginx.expect_log("connect() failed (111: Connection refused) while connecting to upstream");
     assert_eq!(nginx.get("/u/api/").0, 502);
 }
 
@@ -168,4 +169,52 @@ fn test_cmd_reports_an_unresolvable_host_without_leaving_the_machine() {
         stderr.contains("host not found in upstream \"nonexistent.invalid:80\""),
         "{stderr}"
     );
+}
+
+/// The fixture with an upstream whose server refuses (port 9), for the error-log check.
+fn refusing_upstream() -> tributary_testkit::TestNginxBuilder {
+    TestNginx::builder().conf_file(
+        "upstreams/api.conf",
+        "upstream api {\n    server 127.0.0.1:9 weight=1;\n}\n",
+    )
+}
+
+const REFUSED: &str = "connect() failed (111: Connection refused) while connecting to upstream";
+
+/// A request to an upstream whose server refuses: nginx logs `[error] connect() failed`.
+/// Undeclared, it fails the test when nginx is dropped.
+#[test]
+#[should_panic(expected = "unexpected error-log lines")]
+fn an_undeclared_error_line_fails_the_test_on_drop() {
+    let nginx = refusing_upstream().start();
+    assert_eq!(nginx.get(&TestNginx::upstream_path("api")).0, 502);
+    nginx
+        .wait_until("/", WAIT, |_, _| nginx.error_log().contains("[error]"))
+        .unwrap();
+}
+
+/// The same line declared (on the running nginx or in the builder) does not fail the test;
+/// another one still would. The fixture's own line for an upstream that does not exist is
+/// always expected.
+#[test]
+fn declared_error_lines_do_not_fail_the_test() {
+    let nginx = refusing_upstream().start();
+    assert_eq!(nginx.get(&TestNginx::upstream_path("api")).0, 502);
+    assert_eq!(nginx.get(&TestNginx::upstream_path("missing")).0, 502);
+    let problems = nginx.log_problems();
+    assert!(
+        problems.len() == 1 && problems[0].contains(REFUSED),
+        "{problems:?}\n{}",
+        nginx.error_log()
+    );
+    assert!(nginx
+        .error_log()
+        .contains("no resolver defined to resolve missing"));
+    nginx.expect_log(REFUSED);
+    assert_eq!(nginx.log_problems(), Vec::<String>::new());
+    drop(nginx);
+
+    let nginx = refusing_upstream().expect_log(REFUSED).start();
+    assert_eq!(nginx.get(&TestNginx::upstream_path("api")).0, 502);
+    assert_eq!(nginx.log_problems(), Vec::<String>::new());
 }

@@ -24,13 +24,13 @@
 //! again, on the base set. Every `PUT` must answer 200.
 
 #[allow(dead_code)]
-#[path = "../tests/live_api/churn.rs"]
+#[path = "../tests/e2e/live_api/churn.rs"]
 mod churn;
 #[allow(dead_code)]
-#[path = "../tests/live_api/helpers.rs"]
+#[path = "../tests/e2e/live_api/helpers.rs"]
 mod helpers;
 #[allow(dead_code)]
-#[path = "../tests/live_api/master.rs"]
+#[path = "../tests/e2e/live_api/master.rs"]
 mod master;
 
 use std::time::{Duration, Instant};

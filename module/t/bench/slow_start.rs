@@ -21,10 +21,10 @@
 //! bound is missed.
 
 #[allow(dead_code)]
-#[path = "../tests/live_api/helpers.rs"]
+#[path = "../tests/e2e/live_api/helpers.rs"]
 mod helpers;
 #[allow(dead_code)]
-#[path = "../tests/live_api/master.rs"]
+#[path = "../tests/e2e/live_api/master.rs"]
 mod master;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

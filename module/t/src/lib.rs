@@ -26,9 +26,8 @@ pub use tributary_testkit::client::{
 };
 pub use tributary_testkit::procfs;
 pub use tributary_testkit::{
-    check, check_eq, config_test, config_test_with, dead_port, emerg_trial, expect_emerg,
-    expect_ok, fill, free_ports, module_path, nginx_bin, run_tests, unexpected_log_lines,
-    workspace_root, CaseResult, Completion, ConfigTest, Failed, KeepAlive, Nginx, Options,
-    Response, Trial, Wrk, WrkReport, BAD_LOG_MARKERS, DEFAULT_WORKERS, MODULE_ENV, NGINX_ENV,
-    PORTS,
+    check, check_eq, config_test, config_test_with, dead_port, expect_emerg, expect_ok, fill,
+    free_ports, module_path, nginx_bin, run_tests, unexpected_log_lines, workspace_root,
+    CaseResult, Completion, ConfigTest, Failed, KeepAlive, Nginx, Options, Response, Trial, Wrk,
+    WrkReport, BAD_LOG_MARKERS, DEFAULT_WORKERS, MODULE_ENV, NGINX_ENV, PORTS,
 };

@@ -56,6 +56,9 @@ fn reload_rejected_by_the_master_is_a_failure_with_nginx_emerg_text_and_the_file
     // Another socket holds a port the main configuration now wants.
     let holder = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
     let held = holder.local_addr().unwrap().port();
+    // The master's reload fails on purpose on this held port (nginx retries the bind, then gives up).
+    nginx.expect_log(&format!("bind() to 127.0.0.1:{held} failed"));
+    nginx.expect_log("still could not bind()");
     add_listen_to_main_conf(&nginx, held);
     nginx_t(&nginx).expect("nginx -t does not bind ports, so it passes");
 

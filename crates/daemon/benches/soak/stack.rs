@@ -36,7 +36,9 @@ pub fn start_backends() -> (TestNginx, Vec<u16>) {
     let mut b = TestNginx::builder()
         .workers(1)
         .without_upstreams_glob()
-        .conf_file("slow/slow.bin", vec![b'x'; SLOW_BYTES]);
+        .conf_file("slow/slow.bin", vec![b'x'; SLOW_BYTES])
+        // The soak reports this log's `[alert]`/`[crit]`/`[emerg]` lines (checks::scan_log).
+        .own_log_check();
     for (i, port) in ports.iter().enumerate() {
         b = b.http_snippet(&format!(
             "server {{\n    listen 127.0.0.1:{port};\n    location / {{ return 200 \"b{i}\"; }}\n    \
@@ -48,9 +50,12 @@ pub fn start_backends() -> (TestNginx, Vec<u16>) {
 
 /// The nginx under test: 2 workers, the module, its API with `write=on` on a unix socket, every
 /// answer naming its worker (`X-Worker`), HTTP/1.1 to the upstreams (so `keepalive` works).
+/// The soak checks its error log itself (`checks::scan_log`: a worker's `exited on signal 9` is
+/// explained only by a pid the soak killed; requests cut by the kills log `[error]` lines).
 pub fn start_front() -> TestNginx {
     TestNginx::builder()
         .workers(2)
+        .own_log_check()
         .live_api("")
         .http_snippet(
             "add_header X-Worker $pid always;\nproxy_http_version 1.1;\nproxy_set_header Connection \"\";",

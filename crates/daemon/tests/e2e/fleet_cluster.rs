@@ -285,7 +285,11 @@ fn a_host_whose_nginx_refuses_the_change_shows_failed_with_nginx_message_everywh
             assert!(h["message"].is_null(), "{h}");
         }
     }
-    // Host C's nginx is unchanged: its own upstream (nothing listens on port 9), no file.
+    // Host C's nginx is unchanged: its own upstream (nothing listens on port 9, so the request
+    // below is refused and logged), no file.
+    f.hosts[2]
+        .nginx
+        .expect_log("connect() failed (111: Connection refused) while connecting to upstream");
     assert!(!f.hosts[2].nginx.upstreams_dir().join("bad.conf").exists());
     assert_ne!(f.hosts[2].body("bad").as_deref(), Some("one"));
 }

@@ -194,6 +194,8 @@ fn server_changes_go_live_on_every_worker_without_a_reload_and_the_rest_by_reloa
 fn live_failure_falls_back_to_a_reload_with_the_reason() {
     let root = tempfile::tempdir().unwrap();
     let nginx = live_nginx("limit_except GET { deny all; }", &["a", "b"]);
+    // The API's PUT denied on purpose: the daemon's live apply fails with a 403.
+    nginx.expect_log("access forbidden by rule");
     let d = live_daemon(root.path(), &nginx, &[]);
     let path = TestNginx::upstream_path("web");
     let o = put_wait(&d, "web", &binding(&targets(&nginx, &["a"]), &[]));

@@ -37,6 +37,7 @@ fn binding_show_the_api_the_page_and_metrics_show_each_servers_live_state() {
         }
     });
     // A closed port: connecting fails, nginx counts a fail.
+    nginx.expect_log("connect() failed (111: Connection refused) while connecting to upstream");
     let closed_addr = {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         format!("127.0.0.1:{}", l.local_addr().unwrap().port())

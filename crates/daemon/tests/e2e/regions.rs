@@ -189,6 +189,10 @@ fn run(probe: Option<&str>, statuses: &str) -> Run {
         .http_snippet("include regions/*.conf;")
         .http_snippet("server { listen 127.0.0.1:{port:front}; include regions/front/*.conf; }")
         .conf_file("regions/front/api.conf", "location / { return 503; }\n")
+        // Region A's outage on purpose: requests to its hanging servers time out, and once both
+        // are marked down the walk finds no live server there before it moves on to region B.
+        .expect_log("upstream timed out (110: Connection timed out) while reading response header")
+        .expect_log("no live upstreams while connecting to upstream")
         .start();
     let front = nginx.named_port("front");
     let api = nginx.live_api_address();

@@ -129,6 +129,10 @@ fn reload_rejected_by_the_master_fails_the_binding_with_nginx_emerg_text() {
 
     let holder = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
     let held = holder.local_addr().unwrap().port();
+    // The master's reload fails on purpose: the new configuration listens on a port this test
+    // holds (nginx retries the bind, then gives up).
+    nginx.expect_log(&format!("bind() to 127.0.0.1:{held} failed"));
+    nginx.expect_log("still could not bind()");
     let conf = fs::read_to_string(nginx.conf_path()).unwrap().replacen(
         "http {\n",
         &format!("http {{\n    server {{ listen 127.0.0.1:{held}; return 204; }}\n"),

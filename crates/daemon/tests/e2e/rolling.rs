@@ -73,6 +73,8 @@ fn roll(probe: Option<&str>, drain_secs: u64) -> Roll {
         .workers(2)
         .live_api("")
         .http_snippet("proxy_read_timeout 1s;")
+        // The hung old backend on purpose: each request it takes times out (then goes on).
+        .expect_log("upstream timed out (110: Connection timed out) while reading response header")
         .start();
     let plugins = root.path().join("plugins");
     plugin_folder(

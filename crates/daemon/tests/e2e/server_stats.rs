@@ -140,6 +140,7 @@ fn each_servers_statistics_match_the_requests_sent_in_every_view() {
     let a = format!("127.0.0.1:{}", nginx.backend_port("a"));
     let broken = slow_broken_backend();
     // A closed port: connecting fails, nginx counts a failed try and passes the request on.
+    nginx.expect_log("connect() failed (111: Connection refused) while connecting to upstream");
     let closed = {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         format!("127.0.0.1:{}", l.local_addr().unwrap().port())

@@ -8,7 +8,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::Value;
 
-use ngx_harness::{check, check_eq, http_request, CaseResult, Failed, Trial};
+use crate::case::Case;
+use ngx_harness::{check, check_eq, http_request, CaseResult, Failed};
 
 use super::helpers::*;
 use super::master::Master;
@@ -361,21 +362,21 @@ fn case_reload_starts_a_new_zone() -> CaseResult {
     Ok(())
 }
 
-pub fn trials() -> Vec<Trial> {
+pub fn trials() -> Vec<Case> {
     vec![
-        Trial::test(
+        Case::test(
             "plus_writes_change_traffic_of_both_workers",
             case_writes_change_traffic_of_both_workers,
         ),
-        Trial::test(
+        Case::test(
             "plus_refused_writes_change_nothing",
             case_refused_writes_change_nothing,
         ),
-        Trial::test(
+        Case::test(
             "plus_concurrent_writers_lose_no_server",
             case_concurrent_writers_lose_no_server,
         ),
-        Trial::test(
+        Case::test(
             "plus_reload_starts_a_new_zone",
             case_reload_starts_a_new_zone,
         ),

@@ -8,8 +8,9 @@ use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::case::Case;
 use ngx_harness::procfs::{self, Sig};
-use ngx_harness::{check, config_test, emerg_trial, CaseResult, Failed, Trial};
+use ngx_harness::{check, config_test, CaseResult, Failed};
 
 use super::helpers::both_workers_answer;
 use super::master::Master;
@@ -698,71 +699,71 @@ fn case_refusal_names_the_upstream_file_and_line() -> CaseResult {
     )
 }
 
-pub fn trials() -> Vec<Trial> {
+pub fn trials() -> Vec<Case> {
     vec![
-        Trial::test(
+        Case::test(
             "health_refusal_names_the_upstream_file_and_line",
             case_refusal_names_the_upstream_file_and_line,
         ),
-        emerg_trial(
+        Case::emerg(
             "health_probe_refused_with_ip_hash",
             "upstream u { zone u 64k; ip_hash; server 127.0.0.1:1; probe; }\nserver { listen 127.0.0.1:{P0}; location / { proxy_pass http://u; } }",
             "\"probe\" in upstream \"u\" needs round robin or least_conn (with or without keepalive), not ip_hash",
         ),
-        emerg_trial(
+        Case::emerg(
             "health_probe_refuses_unknown_parameters",
             "upstream u { zone u 64k; server 127.0.0.1:1; probe uri=/h intervall=1s; }",
             "invalid parameter \"intervall=1s\" in \"probe\" directive: the parameters are",
         ),
-        emerg_trial(
+        Case::emerg(
             "health_probe_refuses_bad_values",
             "upstream u { zone u 64k; server 127.0.0.1:1; probe interval=1s timeout=2s; }",
             "invalid \"probe\" directive: timeout is longer than interval",
         ),
-        emerg_trial(
+        Case::emerg(
             "health_probe_once_per_upstream",
             "upstream u { zone u 64k; server 127.0.0.1:1; probe; probe; }",
             "\"probe\" directive is duplicate",
         ),
-        emerg_trial(
+        Case::emerg(
             "health_probe_only_in_an_upstream",
             "server { listen 127.0.0.1:{P0}; probe; }",
             "\"probe\" directive is not allowed here",
         ),
-        Trial::test(
+        Case::test(
             "health_slow_start_ramps_an_added_server",
             case_slow_start_ramps_an_added_server,
         ),
-        Trial::test("health_follows_the_live_set", case_health_follows_the_live_set),
-        Trial::test(
+        Case::test("health_follows_the_live_set", case_health_follows_the_live_set),
+        Case::test(
             "health_port_host_and_body_parameters",
             case_port_host_and_body_parameters,
         ),
-        Trial::test(
+        Case::test(
             "health_backup_serves_when_primaries_are_unhealthy_and_none_gives_502",
             case_backup_serves_when_primaries_are_unhealthy_and_none_gives_502,
         ),
-        Trial::test(
+        Case::test(
             "health_failing_server_leaves_and_comes_back",
             case_failing_server_leaves_and_comes_back,
         ),
-        Trial::test(
+        Case::test(
             "health_recovered_server_is_not_held_out_by_its_passive_fails",
             case_recovered_server_is_not_held_out_by_its_passive_fails,
         ),
-        Trial::test(
+        Case::test(
             "health_hung_server_is_marked_unhealthy_by_the_timeout",
             case_hung_server_is_marked_unhealthy_by_the_timeout,
         ),
-        Trial::test(
+        Case::test(
             "health_closed_port_is_unhealthy_with_type_tcp",
             case_closed_port_is_unhealthy_with_type_tcp,
         ),
-        Trial::test(
+        Case::test(
             "health_one_probe_per_server_per_interval_for_all_workers",
             case_one_probe_per_server_per_interval_for_all_workers,
         ),
-        Trial::test(
+        Case::test(
             "health_mandatory_server_added_by_put_gets_nothing_before_its_first_pass",
             case_mandatory_server_added_by_put_gets_nothing_before_its_first_pass,
         ),

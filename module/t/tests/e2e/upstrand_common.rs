@@ -1,7 +1,5 @@
-//! Helpers shared by the upstrand test targets (`upstrand.rs`, `upstrand_order.rs`): the
+//! Helpers shared by the upstrand areas (`upstrand.rs`, `upstrand_order.rs`): the
 //! configuration layout, the access log with every `$upstrand_*` variable, and answers.
-//! Each target uses a subset, hence `dead_code` is allowed here.
-#![allow(dead_code)]
 
 use std::fs;
 use std::net::TcpListener;
@@ -136,6 +134,6 @@ pub fn config(
 #[macro_export]
 macro_rules! cases {
     ($($case:ident),* $(,)?) => {
-        vec![$(ngx_harness::Trial::test(stringify!($case), $case)),*]
+        vec![$(ngx_harness::Case::test(stringify!($case), $case)),*]
     };
 }

@@ -6,7 +6,8 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-use ngx_harness::{check, check_eq, CaseResult, Failed, Trial};
+use crate::case::Case;
+use ngx_harness::{check, check_eq, CaseResult, Failed};
 
 use super::helpers::*;
 use super::master::{temp_dir, Master};
@@ -251,13 +252,13 @@ fn case_plain_servers_take_at_most_the_bytes_the_estimate_counts() -> CaseResult
     m.check_workers_unchanged()
 }
 
-pub fn trials() -> Vec<Trial> {
+pub fn trials() -> Vec<Case> {
     vec![
-        Trial::test(
+        Case::test(
             "full_zone_names_the_size_a_tls_set_needs",
             case_full_zone_names_the_size_a_tls_set_needs,
         ),
-        Trial::test(
+        Case::test(
             "plain_servers_take_at_most_the_bytes_the_estimate_counts",
             case_plain_servers_take_at_most_the_bytes_the_estimate_counts,
         ),

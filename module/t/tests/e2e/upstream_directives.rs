@@ -12,10 +12,8 @@
 
 use std::collections::BTreeMap;
 
-use ngx_harness::{
-    check, check_eq, emerg_trial, expect_emerg, expect_ok, run_tests, CaseResult, Failed,
-    KeepAlive, Nginx, Trial,
-};
+use crate::case::Case;
+use ngx_harness::{check, check_eq, expect_emerg, expect_ok, CaseResult, Failed, KeepAlive, Nginx};
 
 const BACKENDS: &str = r#"
 server { listen 127.0.0.1:{P1}; return 200 "b1"; }
@@ -612,43 +610,44 @@ fn module_loads() -> CaseResult {
     expect_ok("").map(|_| ())
 }
 
-fn main() {
-    let mut trials: Vec<Trial> = vec![
-        Trial::test("module_loads", module_loads),
-        Trial::test(
+/// The cases of this area, named without the area (`main.rs` adds it).
+pub fn cases() -> Vec<Case> {
+    let mut trials: Vec<Case> = vec![
+        Case::test("module_loads", module_loads),
+        Case::test(
             "add_upstream_weights_like_hand_written",
             add_upstream_weights_like_hand_written,
         ),
-        Trial::test(
+        Case::test(
             "add_upstream_keeps_attributes",
             add_upstream_keeps_attributes,
         ),
-        Trial::test(
+        Case::test(
             "add_upstream_keeps_max_fails_and_fail_timeout",
             add_upstream_keeps_max_fails_and_fail_timeout,
         ),
-        Trial::test(
+        Case::test(
             "add_upstream_backup_only_when_primary_down",
             add_upstream_backup_only_when_primary_down,
         ),
-        Trial::test("add_upstream_chains", add_upstream_chains),
-        Trial::test("add_upstream_is_a_snapshot", add_upstream_is_a_snapshot),
-        Trial::test(
+        Case::test("add_upstream_chains", add_upstream_chains),
+        Case::test("add_upstream_is_a_snapshot", add_upstream_is_a_snapshot),
+        Case::test(
             "add_upstream_from_implicit_upstream",
             add_upstream_from_implicit_upstream,
         ),
-        Trial::test("singlets_all_name_forms", singlets_all_name_forms),
-        Trial::test("singlets_backup_and_nobackup", singlets_backup_and_nobackup),
-        Trial::test("singlets_sticky_sessions", singlets_sticky_sessions),
-        Trial::test(
+        Case::test("singlets_all_name_forms", singlets_all_name_forms),
+        Case::test("singlets_backup_and_nobackup", singlets_backup_and_nobackup),
+        Case::test("singlets_sticky_sessions", singlets_sticky_sessions),
+        Case::test(
             "extend_single_peers_marks_lone_peer_failed",
             extend_single_peers_marks_lone_peer_failed,
         ),
-        Trial::test(
+        Case::test(
             "extend_single_peers_keeps_live_traffic",
             extend_single_peers_keeps_live_traffic,
         ),
-        Trial::test(
+        Case::test(
             "extend_single_peers_warns_when_overridden",
             extend_single_peers_warns_when_overridden,
         ),
@@ -656,7 +655,7 @@ fn main() {
     trials.extend(
         EMERG
             .iter()
-            .map(|(name, http, want)| emerg_trial(&format!("emerg_{name}"), http, want)),
+            .map(|(name, http, want)| Case::emerg(format!("emerg_{name}"), http, want)),
     );
-    run_tests(trials)
+    trials
 }

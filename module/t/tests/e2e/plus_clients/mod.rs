@@ -7,44 +7,36 @@
 //!
 //! A missing Debian tool skips a case with a loud message, except with `CI=true`, where it fails.
 
-#[path = "plus_clients/exporter.rs"]
 mod exporter;
-#[path = "plus_clients/go_client.rs"]
 mod go_client;
-#[allow(dead_code)]
-#[path = "live_api/helpers.rs"]
-mod helpers;
-#[allow(dead_code)]
-#[path = "live_api/master.rs"]
-mod master;
-#[path = "plus_clients/openapi.rs"]
 mod openapi;
-#[path = "plus_clients/tools.rs"]
 mod tools;
 
-use ngx_harness::{run_tests, Trial};
+use crate::case::Case;
+use crate::live_api::{helpers, master};
 
-fn main() {
-    run_tests(vec![
-        Trial::ignorable_test(
+/// The cases (each skips with a message when its Debian tool is missing, see above).
+pub fn cases() -> Vec<Case> {
+    vec![
+        Case::ignorable_test(
             "go_client_reads_upstreams_and_stats",
             go_client::case_reads_upstreams_and_stats,
         ),
-        Trial::ignorable_test(
+        Case::ignorable_test(
             "go_client_writes_are_followed_by_traffic_in_both_workers",
             go_client::case_writes_are_followed_by_traffic,
         ),
-        Trial::ignorable_test(
+        Case::ignorable_test(
             "two_go_clients_updating_at_once_lose_no_server",
             go_client::case_two_writers_lose_no_server,
         ),
-        Trial::ignorable_test(
+        Case::ignorable_test(
             "exporter_per_server_series_match_requests_sent",
             exporter::case_exporter_counts_match_requests,
         ),
-        Trial::ignorable_test(
+        Case::ignorable_test(
             "schemathesis_plus_api_matches_its_openapi_description",
             openapi::case_schemathesis,
         ),
-    ])
+    ]
 }

@@ -6,11 +6,10 @@
 
 use std::time::Duration;
 
-use ngx_harness::{check, check_eq, run_tests, CaseResult, Failed, KeepAlive, Nginx, Options};
+use crate::case::Case;
+use ngx_harness::{check, check_eq, CaseResult, Failed, KeepAlive, Nginx, Options};
 
-#[path = "support/upstrand.rs"]
-mod support;
-use support::*;
+use crate::upstrand_common::*;
 
 // ---- 3. order -----------------------------------------------------------------------------
 
@@ -266,8 +265,9 @@ fn variable_elsewhere_yields_name_and_advances() -> CaseResult {
     check_eq(answered_by(&mut conn)?.as_str(), "u02", "cursor")
 }
 
-fn main() {
-    run_tests(cases![
+/// The cases of this area, named without the area (`main.rs` adds it).
+pub fn cases() -> Vec<Case> {
+    cases![
         order_default_round_robin,
         order_start_random,
         order_start_random_differs_across_workers,
@@ -279,5 +279,5 @@ fn main() {
         blacklist_goes_to_first_healthy_in_cycle_order,
         blacklist_everything_whitelists_with_log,
         variable_elsewhere_yields_name_and_advances,
-    ])
+    ]
 }

@@ -14,9 +14,8 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use ngx_harness::{
-    check, check_eq, expect_emerg, expect_ok, run_tests, CaseResult, Failed, Nginx, Response, Trial,
-};
+use crate::case::Case;
+use ngx_harness::{check, check_eq, expect_emerg, expect_ok, CaseResult, Failed, Nginx, Response};
 
 /// `log_format` with the path and three status variables.
 const LOG_FORMAT: &str =
@@ -486,15 +485,9 @@ fn add_header_reads_walk_variables_while_the_walk_delivers() -> CaseResult {
     check_no_alerts(&n)
 }
 
-/// Trials named like the case functions.
-macro_rules! cases {
-    ($($case:ident),* $(,)?) => {
-        vec![$(Trial::test(stringify!($case), $case)),*]
-    };
-}
-
-fn main() {
-    run_tests(cases![
+/// The cases of this area, named like their functions (`main.rs` adds the area).
+pub fn cases() -> Vec<Case> {
+    cases![
         upstrand_variable_typo_fails_config_test,
         upstrand_variable_exists_once_its_block_exists,
         next_upstream_timeout_counts_from_first_upstream_contact,
@@ -505,5 +498,5 @@ fn main() {
         extend_single_peers_warning_names_upstream_file_and_line,
         walk_decisions_are_in_the_debug_log,
         add_header_reads_walk_variables_while_the_walk_delivers,
-    ])
+    ]
 }

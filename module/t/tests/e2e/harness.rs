@@ -7,8 +7,9 @@ use std::collections::BTreeSet;
 use std::net::TcpListener;
 use std::time::{Duration, Instant};
 
+use crate::case::Case;
 use ngx_harness::procfs::{self, Sig};
-use ngx_harness::{check, check_eq, run_tests, CaseResult, Failed, Nginx, Options, Trial};
+use ngx_harness::{check, check_eq, CaseResult, Failed, Nginx, Options};
 
 const ONE: &str = r#"server { listen 127.0.0.1:{P0}; add_header X-Pid $pid; return 200 "one"; }"#;
 
@@ -197,15 +198,9 @@ fn single_process_has_no_workers() -> CaseResult {
     n.stop()
 }
 
-/// Trials named like the case functions.
-macro_rules! cases {
-    ($($case:ident),* $(,)?) => {
-        vec![$(Trial::test(stringify!($case), $case)),*]
-    };
-}
-
-fn main() {
-    run_tests(cases![
+/// The cases of this area, named like their functions (`main.rs` adds the area).
+pub fn cases() -> Vec<Case> {
+    cases![
         default_is_master_with_two_workers_stopped_gracefully,
         worker_exited_on_signal_fails_stop,
         worker_exited_on_signal_fails_drop,
@@ -215,5 +210,5 @@ fn main() {
         reload_rejected_keeps_serving,
         keep_alive_stays_on_one_worker,
         single_process_has_no_workers,
-    ])
+    ]
 }

@@ -24,7 +24,8 @@ use std::fs;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use ngx_harness::{check, procfs, run_tests, CaseResult, Failed, Options, Trial, Wrk, WrkReport};
+use crate::case::Case;
+use ngx_harness::{check, procfs, CaseResult, Failed, Options, Wrk, WrkReport};
 
 /// Reloads of the CI case.
 const RELOADS: usize = 200;
@@ -640,22 +641,23 @@ fn reload_classifier_rejects_what_the_config_does_not_explain() -> CaseResult {
     )
 }
 
-fn main() {
-    run_tests(vec![
-        Trial::test(
+/// The cases of this area, named without the area (`main.rs` adds it).
+pub fn cases() -> Vec<Case> {
+    vec![
+        Case::test(
             "reload_classifier_rejects_what_the_config_does_not_explain",
             reload_classifier_rejects_what_the_config_does_not_explain,
         ),
-        Trial::test(
+        Case::test(
             "reload_during_walk_finishes_on_the_old_generation",
             reload_during_walk_finishes_on_the_old_generation,
         ),
-        Trial::test(
+        Case::test(
             "workers_killed_mid_walk_are_replaced",
             workers_killed_mid_walk_are_replaced,
         ),
-        Trial::test("reload_under_load", reload_under_load),
-        Trial::test("reload_under_load_memcheck", reload_under_load_memcheck)
+        Case::test("reload_under_load", reload_under_load),
+        Case::test("reload_under_load_memcheck", reload_under_load_memcheck)
             .with_ignored_flag(true),
-    ])
+    ]
 }

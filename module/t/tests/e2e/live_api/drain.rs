@@ -15,7 +15,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use ngx_harness::{check, check_eq, http_request_within, CaseResult, Failed, Trial};
+use crate::case::Case;
+use ngx_harness::{check, check_eq, http_request_within, CaseResult, Failed};
 
 use super::helpers::*;
 use super::master::Master;
@@ -317,13 +318,13 @@ fn drained_server_gets_no_new_requests(keepalive: bool) -> CaseResult {
     m.check_workers_unchanged()
 }
 
-pub fn trials() -> Vec<Trial> {
+pub fn trials() -> Vec<Case> {
     vec![
-        Trial::test(
+        Case::test(
             "drained_server_gets_no_new_requests_and_finishes_its_own",
             || drained_server_gets_no_new_requests(false),
         ),
-        Trial::test(
+        Case::test(
             "drained_server_gets_no_new_requests_through_keepalive_connections",
             || drained_server_gets_no_new_requests(true),
         ),

@@ -5,7 +5,8 @@
 
 use serde_json::Value;
 
-use ngx_harness::{check, check_eq, http_request, CaseResult, Failed, Trial};
+use crate::case::Case;
+use ngx_harness::{check, check_eq, http_request, CaseResult, Failed};
 
 use super::helpers::*;
 use super::master::Master;
@@ -408,22 +409,22 @@ fn case_peer_counters_count_the_requests_sent() -> CaseResult {
     Ok(())
 }
 
-pub fn trials() -> Vec<Trial> {
+pub fn trials() -> Vec<Case> {
     let mut t = vec![
-        ngx_harness::emerg_trial(
+        Case::emerg(
             "plus_mode_word_comes_first",
             "server { listen 127.0.0.1:{P0}; location /api { upstreams_api write=on plus; } }",
             "plus must be the first parameter",
         ),
-        Trial::test(
+        Case::test(
             "plus_versions_nginx_and_counters",
             case_versions_nginx_and_counters,
         ),
-        Trial::test(
+        Case::test(
             "plus_upstreams_peers_and_servers",
             case_upstreams_peers_and_servers,
         ),
-        Trial::test(
+        Case::test(
             "plus_peer_counters_count_the_requests_sent",
             case_peer_counters_count_the_requests_sent,
         ),

@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use crate::case::Case;
 use ngx_harness::{check, check_eq, CaseResult, KeepAlive};
 
 use super::helpers::{addr, addresses, json, set_body, standard};
@@ -330,17 +331,17 @@ pub fn case_a_failed_reload_leaves_the_api_working() -> CaseResult {
     m.check_workers_unchanged()
 }
 
-pub fn trials() -> Vec<ngx_harness::Trial> {
+pub fn trials() -> Vec<Case> {
     vec![
-        ngx_harness::Trial::test(
+        Case::test(
             "a_failed_reload_leaves_the_api_working",
             case_a_failed_reload_leaves_the_api_working,
         ),
-        ngx_harness::Trial::test(
+        Case::test(
             "a_put_racing_a_reload_is_never_200_and_lost",
             case_a_put_racing_a_reload_is_never_200_and_lost,
         ),
-        ngx_harness::Trial::test(
+        Case::test(
             "a_get_racing_a_reload_shows_no_replaced_zone",
             case_a_get_racing_a_reload_shows_no_replaced_zone,
         ),

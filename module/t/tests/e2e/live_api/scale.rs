@@ -2,7 +2,8 @@
 //! the correctness half only — zone slab figures and worker memory after a few hundred change
 //! cycles of a 1,000-server set — never its latency figures.
 
-use ngx_harness::{check, check_eq, CaseResult, Trial};
+use crate::case::Case;
+use ngx_harness::{check, check_eq, CaseResult};
 
 use super::churn::{config, put_ok, slab_figures, worker_memory, Churn};
 use super::master::Master;
@@ -63,8 +64,8 @@ fn case_scale_set_churn_leaves_zone_and_workers_flat() -> CaseResult {
     Ok(())
 }
 
-pub fn trials() -> Vec<Trial> {
-    vec![Trial::test(
+pub fn trials() -> Vec<Case> {
+    vec![Case::test(
         "scale_set_churn_leaves_zone_and_workers_flat",
         case_scale_set_churn_leaves_zone_and_workers_flat,
     )]

@@ -9,7 +9,8 @@ use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use ngx_harness::{check, check_eq, http_request, CaseResult, Failed, Trial};
+use crate::case::Case;
+use ngx_harness::{check, check_eq, http_request, CaseResult, Failed};
 
 use super::helpers::*;
 use super::master::Master;
@@ -476,29 +477,29 @@ fn case_health_checks_are_counted_per_server() -> CaseResult {
     m.check_workers_unchanged()
 }
 
-pub fn trials() -> Vec<Trial> {
+pub fn trials() -> Vec<Case> {
     vec![
-        Trial::test(
+        Case::test(
             "stats_ids_are_kept_and_never_reused",
             case_ids_are_kept_and_never_reused,
         ),
-        Trial::test(
+        Case::test(
             "stats_responses_are_counted_by_class_in_both_workers",
             case_responses_are_counted_by_class_in_both_workers,
         ),
-        Trial::test(
+        Case::test(
             "stats_a_dead_server_fails_and_becomes_unavailable",
             case_a_dead_server_fails_and_becomes_unavailable,
         ),
-        Trial::test(
+        Case::test(
             "stats_counters_follow_the_set_and_a_reload_restarts_them",
             case_counters_follow_the_set_and_a_reload_restarts_them,
         ),
-        Trial::test(
+        Case::test(
             "stats_times_are_means_over_the_responses",
             case_times_are_means_over_the_responses,
         ),
-        Trial::test(
+        Case::test(
             "stats_health_checks_are_counted_per_server",
             case_health_checks_are_counted_per_server,
         ),

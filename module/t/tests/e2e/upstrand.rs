@@ -14,19 +14,16 @@ use std::io::Write;
 use std::net::TcpListener;
 use std::process::{Command, Stdio};
 
-use ngx_harness::{
-    check, check_eq, emerg_trial, expect_ok, run_tests, CaseResult, Failed, KeepAlive, Nginx, Trial,
-};
+use crate::case::Case;
+use ngx_harness::{check, check_eq, expect_ok, CaseResult, Failed, KeepAlive, Nginx};
 
-#[path = "support/upstrand.rs"]
-mod support;
-use support::*;
+use crate::upstrand_common::*;
 
 // ---- 1. parsing ---------------------------------------------------------------------------
 
 const U: &str = "upstream u01 { server 127.0.0.1:{P1}; } upstream u02 { server 127.0.0.1:{P2}; } ";
 
-fn emerg_cases() -> Vec<Trial> {
+fn emerg_cases() -> Vec<Case> {
     let cases: &[(&str, &'static str, &'static str)] = &[
         (
             "conf_bad_inner_directive",
@@ -149,7 +146,7 @@ fn emerg_cases() -> Vec<Trial> {
         .iter()
         .map(|(name, body, want)| {
             let http: &'static str = Box::leak(format!("{U}{body}").into_boxed_str());
-            emerg_trial(name, http, want)
+            Case::emerg(*name, http, want)
         })
         .collect()
 }
@@ -746,7 +743,8 @@ fn dynamic_upstrand_seed_example() -> CaseResult {
     Ok(())
 }
 
-fn main() {
+/// The cases of this area, named without the area (`main.rs` adds it).
+pub fn cases() -> Vec<Case> {
     let mut trials = emerg_cases();
     trials.extend(cases![
         conf_seed_example_accepted,
@@ -775,5 +773,5 @@ fn main() {
         status_variables_outside_upstrand_are_not_found,
         dynamic_upstrand_seed_example,
     ]);
-    run_tests(trials)
+    trials
 }

@@ -6,7 +6,8 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use ngx_harness::{check, check_eq, http_request, http_request_unix, CaseResult, Trial};
+use crate::case::Case;
+use ngx_harness::{check, check_eq, http_request, http_request_unix, CaseResult};
 
 use super::helpers::*;
 use super::master::{Master, SlowBackend};
@@ -283,27 +284,27 @@ fn case_location_without_slash_routes_below_it_only() -> CaseResult {
 }
 
 /// The trials of this file.
-pub fn trials() -> Vec<Trial> {
+pub fn trials() -> Vec<Case> {
     vec![
-        Trial::test("read_only_unless_write_on", case_read_only_unless_write_on),
-        Trial::test(
+        Case::test("read_only_unless_write_on", case_read_only_unless_write_on),
+        Case::test(
             "put_needs_a_host_of_the_listener",
             case_put_needs_a_host_of_the_listener,
         ),
-        Trial::test("applied_put_is_logged", case_applied_put_is_logged),
-        Trial::test(
+        Case::test("applied_put_is_logged", case_applied_put_is_logged),
+        Case::test(
             "get_answer_goes_back_by_put",
             case_get_answer_goes_back_by_put,
         ),
-        Trial::test(
+        Case::test(
             "max_conns_is_carried_and_applied",
             case_max_conns_is_carried_and_applied,
         ),
-        Trial::test(
+        Case::test(
             "unusable_addresses_are_refused",
             case_unusable_addresses_are_refused,
         ),
-        Trial::test(
+        Case::test(
             "location_without_slash_routes_below_it_only",
             case_location_without_slash_routes_below_it_only,
         ),

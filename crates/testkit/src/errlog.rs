@@ -1,0 +1,67 @@
+//! The error-log check both nginx front-ends run when they stop ([`crate::Nginx`],
+//! [`crate::TestNginx`]): lines with a bad marker fail the case unless the case declared them
+//! (`expect_log` on either front-end: a line containing one of the needles is expected).
+//!
+//! The module tests' [`crate::Nginx`] fails on [`BAD_LOG_MARKERS`]; the daemon's fixture
+//! [`crate::TestNginx`] also on `[error]` ([`FIXTURE_LOG_MARKERS`]): there an `[error]` is a
+//! proxied request or a reload that went wrong, while the module tests make backends fail on
+//! purpose in most cases (an upstrand walk moves on after `[error] connect() failed`).
+
+/// Markers of error-log lines that fail a module test case unless it declared them.
+pub const BAD_LOG_MARKERS: [&str; 4] = ["[alert]", "[crit]", "[emerg]", "exited on signal"];
+
+/// Markers of error-log lines that fail a test with a [`crate::TestNginx`] unless it declared them.
+pub const FIXTURE_LOG_MARKERS: [&str; 5] = [
+    "[alert]",
+    "[crit]",
+    "[emerg]",
+    "[error]",
+    "exited on signal",
+];
+
+/// Error-log lines with a [`BAD_LOG_MARKERS`] marker that contain none of `expected`.
+pub fn unexpected_log_lines(log: &str, expected: &[String]) -> Vec<String> {
+    lines_with_markers(&BAD_LOG_MARKERS, log, expected)
+}
+
+/// Error-log lines with one of `markers` that contain none of `expected`.
+pub fn lines_with_markers(markers: &[&str], log: &str, expected: &[String]) -> Vec<String> {
+    log.lines()
+        .filter(|l| markers.iter().any(|m| l.contains(m)))
+        .filter(|l| !expected.iter().any(|e| l.contains(e.as_str())))
+        .map(str::to_string)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LOG: &str = "2026/01/01 [notice] 1#1: start worker process 7\n\
+                       2026/01/01 [alert] 1#1: worker process 7 exited on signal 11\n\
+                       2026/01/01 [crit] 7#7: *1 open() failed\n\
+                       2026/01/01 [emerg] 1#1: bind() failed\n\
+                       2026/01/01 [error] 7#7: *2 connect() failed\n\
+                       2026/01/01 [notice] 1#1: worker process 8 exited on signal 9\n";
+
+    #[test]
+    fn unexpected_lines_are_bad_markers_not_declared() {
+        let all = unexpected_log_lines(LOG, &[]);
+        assert_eq!(all.len(), 4, "{all:?}");
+        assert!(all[0].contains("exited on signal 11"));
+        assert!(all[3].contains("exited on signal 9"));
+        let left = unexpected_log_lines(LOG, &["bind() failed".into(), "open()".into()]);
+        assert_eq!(left.len(), 2, "{left:?}");
+        assert!(left.iter().all(|l| l.contains("exited on signal")));
+    }
+
+    #[test]
+    fn the_fixture_also_fails_on_error_lines() {
+        let all = lines_with_markers(&FIXTURE_LOG_MARKERS, LOG, &[]);
+        assert_eq!(all.len(), 5, "{all:?}");
+        assert!(all[3].contains("[error]"), "{all:?}");
+        let left = lines_with_markers(&FIXTURE_LOG_MARKERS, LOG, &["connect() failed".into()]);
+        assert_eq!(left.len(), 4, "{left:?}");
+        assert!(left.iter().all(|l| !l.contains("[error]")), "{left:?}");
+    }
+}
