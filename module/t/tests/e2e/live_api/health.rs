@@ -586,9 +586,12 @@ fn share(answers: &[(Duration, String)], name: &str, from: Duration, to: Duratio
 fn case_slow_start_ramps_an_added_server() -> CaseResult {
     let b1 = Backend::start("b1")?;
     let b2 = Backend::start("b2")?;
+    // Probes that a loaded machine cannot fail (1 s to answer, three misses): a server marked
+    // unhealthy, or a lease that moves to the other worker when a tick comes late (a heartbeat
+    // older than an interval), would change the shares this case measures, not the ramp.
     let m = Master::start(&conf(
         &[b1.port],
-        "uri=/healthz interval=200ms timeout=100ms slow_start=4s",
+        "uri=/healthz interval=1s timeout=1s fails=3 slow_start=4s",
     ))?;
     until_health(&m, b1.port, "healthy", Duration::from_secs(2))?;
     put_servers(&m, &[(b1.port, 1), (b2.port, 1)])?;

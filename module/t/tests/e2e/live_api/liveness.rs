@@ -353,20 +353,18 @@ pub fn case_no_request_fails_while_sets_change_every_10ms() -> CaseResult {
 
 pub fn case_a_long_request_on_a_removed_server_costs_other_requests_nothing() -> CaseResult {
     // A request holds a server that is then removed (retired while busy, for the whole case).
-    // Two wrk runs at once, over the same time: one through `app` (whose `free`s find a retired
-    // peer), one through `app2` (the same servers, nothing retired). Their requests/s and p99
-    // must be alike (`free` sweeps at most once per 100 ms, not on every request), and `GET`
-    // shows the retired server with its age.
+    // Load through `app` (whose `free`s find a retired peer and sweep the chain at most once per
+    // 100 ms) is served without an error, the held request is answered once released, and `GET`
+    // shows the retired server with its age. What it costs the other requests, as ratios against
+    // an upstream with nothing retired, is the bench `retired_cost` (module/t/bench).
     let secs: u64 = std::env::var("LIVE_RETIRED_SECS")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(5);
+        .unwrap_or(3);
     let conf = format!(
         "upstream app {{ zone app 1m; server 127.0.0.1:{{P1}}; server 127.0.0.1:{{P2}}; }}\n\
-         upstream app2 {{ zone app2 1m; server 127.0.0.1:{{P1}}; server 127.0.0.1:{{P2}}; }}\n\
          server {{ listen 127.0.0.1:{{P0}} reuseport;\n\
          location / {{ proxy_pass http://app; proxy_next_upstream_tries 0; }}\n\
-         location /two/ {{ proxy_pass http://app2/; }}\n\
          location /api/ {{ allow 127.0.0.1; deny all; upstreams_api write=on; }}\n}}\n{}",
         (1..=2).map(backend).collect::<String>()
     );
@@ -387,27 +385,18 @@ pub fn case_a_long_request_on_a_removed_server_costs_other_requests_nothing() ->
         "the slow server retired while busy",
     )?;
     let with = Wrk::start(port, &["/"], 1, 8, Duration::from_secs(secs + 60))?;
-    let without = Wrk::start(port, &["/two/"], 1, 8, Duration::from_secs(secs + 60))?;
     std::thread::sleep(Duration::from_secs(secs));
-    let (with, without) = (with.stop()?, without.stop()?);
+    let with = with.stop()?;
     let v = m.get_json("/app")?;
     slow.release.store(true, Ordering::SeqCst);
     let held = held.join().map_err(|_| "request thread panicked")??;
-    let (rate, p99) = (
-        with.per_second / without.per_second.max(1.0),
-        with.p99_ms.unwrap_or(f64::NAN) / without.p99_ms.unwrap_or(f64::NAN),
-    );
     eprintln!(
-        "{secs} s side by side: with a busy retired server {:.0} req/s, p99 {:?} ms; without \
-         {:.0} req/s, p99 {:?} ms; ratios req/s {rate:.3}, p99 {p99:.3}; GET: {}",
-        with.per_second, with.p99_ms, without.per_second, without.p99_ms, v["retired"]
+        "{secs} s with a busy retired server: {:.0} req/s, p99 {:?} ms; GET: {}",
+        with.per_second, with.p99_ms, v["retired"]
     );
     check_eq(held, 200, "the held request's answer once released")?;
-    check_eq(
-        (with.non_2xx_3xx, without.non_2xx_3xx),
-        (0, 0),
-        "answers other than 2xx",
-    )?;
+    check(with.requests > 0, || "wrk sent no request".into())?;
+    check_eq(with.non_2xx_3xx, 0, "answers other than 2xx")?;
     let retired = v["retired"]
         .as_array()
         .ok_or("GET shows no retired servers")?;
@@ -421,12 +410,6 @@ pub fn case_a_long_request_on_a_removed_server_costs_other_requests_nothing() ->
     let age = retired[0]["age_ms"].as_u64().unwrap_or(0);
     check(age >= secs * 1000 && age < (secs + 30) * 1000, || {
         format!("its age {age} ms (retired about {secs} s before)")
-    })?;
-    // Bounds of this shared machine's noise between two identical concurrent runs (±20 % alone,
-    // up to 1.5× in p99 beside other tests), not of the effect: a sweep on every `free` costs
-    // less than that noise here too; the figures are printed for the record.
-    check(rate > 0.5 && rate < 2.0 && p99 < 2.0, || {
-        format!("requests/s ratio {rate:.3} (want 0.5-2), p99 ratio {p99:.3} (want < 2)")
     })?;
     m.check_workers_unchanged()
 }
