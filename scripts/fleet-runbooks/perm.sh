@@ -78,7 +78,7 @@ kill $(cat $D/pid-b); sleep 2
 $B fleet forget-host host-b --api http://127.0.0.1:$PA --data-dir $D/data-a; echo "exit $?"
 set -x
 $R role add tributary-operator
-for k in outcomes-by-host unable-by-host writes; do
+for k in outcomes-by-host unable-by-host outcomes-gone writes; do
   $R role grant-permission --prefix=true tributary-operator readwrite /tributary/$k/
 done
 $R user grant-role host-a tributary-operator

@@ -10,16 +10,22 @@
 //!   keeps its heartbeat's lease) is refused, unless forced (its session lease is revoked first).
 //! - [`run`], one task per store: the live host that rendezvous hashing picks among the heartbeats
 //!   (one for the fleet; another when it goes) reads every outcome (`fleet_read.rs`: hosts do not
-//!   watch them) and removes the outcomes of a host whose heartbeat it has not seen for
-//!   [`EtcdOptions::forget_gone_hosts_after`] (counted from when that process first saw the host
-//!   gone while collecting), through the same guarded deletion. The guard makes a late or
-//!   repeated deletion (two hosts collecting for a moment) change nothing.
+//!   watch them) and removes the outcomes of a host whose heartbeat has been gone for
+//!   [`EtcdOptions::forget_gone_hosts_after`], through the same guarded deletion. The guard makes
+//!   a late or repeated deletion (two hosts collecting for a moment) change nothing. The count
+//!   lives in etcd, not in the collecting process (`PREFIX/outcomes-gone/HOST`: the wall-clock
+//!   time a collector first saw HOST gone, created once): a restart of the collecting daemon, or
+//!   another host taking the collection over, goes on counting where it was, so a fleet that is
+//!   redeployed more often than the set time still collects. The key goes with the host's
+//!   outcomes, or when the host is back.
 //!
 //! [`EtcdOptions::forget_gone_hosts_after`]: super::EtcdOptions::forget_gone_hosts_after
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
 
 use etcd_client::{Compare, CompareOp, DeleteOptions, GetOptions, TxnOp};
 
@@ -91,10 +97,12 @@ impl EtcdStore {
             });
         }
         let what = format!(
-            "the outcomes and markers of host {host:?} ({}, {}{old_layout}) and its writes' markers {}",
+            "the outcomes and markers of host {host:?} ({}, {}{old_layout}), its writes' markers {} \
+             and {}",
             k.outcomes_of_host(host),
             k.unable_of_host(host),
-            k.write_marker(host, "")
+            k.write_marker(host, ""),
+            k.gone_since(host)
         );
         let mut deleted = 0;
         // The writes' markers (on leases of their own, gone within seconds anyway) go with the
@@ -110,6 +118,7 @@ impl EtcdStore {
             k.write_marker(host, ""),
             Some(DeleteOptions::new().with_prefix()),
         ));
+        parts[0].push(TxnOp::delete(k.gone_since(host), None));
         // Guarded by the heartbeat's absence, except after `--force`: the host's daemon, still
         // running, takes a new session at once, and its new heartbeat must not turn the forced
         // deletion into "alive" half-way (it publishes its outcomes again).
@@ -119,8 +128,8 @@ impl EtcdStore {
             vec![Compare::create_revision(beat.clone(), CompareOp::Equal, 0)]
         };
         for (i, ops) in parts.into_iter().enumerate() {
-            // Not counted: the markers' prefix deletion of the first.
-            let n = ops.len() - usize::from(i == 0);
+            // Not counted: the markers' prefix deletion and the gone-since key of the first.
+            let n = ops.len() - 2 * usize::from(i == 0);
             let w = self
                 .write_to(
                     Guarded {
@@ -167,6 +176,52 @@ impl EtcdStore {
             )),
             Ok(Ok(_)) => Ok(()),
         }
+    }
+
+    /// Every `PREFIX/outcomes-gone/HOST` now: host → when a collector first saw it gone (wall
+    /// clock, ms). A value that does not decode counts as seen now.
+    async fn gone_since_all(&self) -> Result<HashMap<String, i64>, StoreError> {
+        let prefix = self.shared.keys.all_gone_since();
+        let mut client = self.client()?;
+        let r = tokio::time::timeout(
+            self.shared.opts.op_timeout,
+            client.get(prefix.as_str(), Some(GetOptions::new().with_prefix())),
+        )
+        .await
+        .map_err(|_| self.no_answer())?
+        .map_err(|e| self.answered(&e, &format!("reading the keys under {prefix}")))?;
+        let now = tributary_base::now_ms();
+        Ok(r.kvs()
+            .iter()
+            .filter_map(|kv| {
+                let host = std::str::from_utf8(kv.key()).ok()?.strip_prefix(&prefix)?;
+                let since =
+                    serde_json::from_slice::<GoneSince>(kv.value()).map_or(now, |g| g.since_ms);
+                Some((host.to_string(), since))
+            })
+            .collect())
+    }
+
+    /// Starts `host`'s count at `since_ms` unless one runs already (created once: another
+    /// collector's count goes on).
+    async fn start_gone_count(&self, host: &str, since_ms: i64) -> Result<(), StoreError> {
+        let key = self.shared.keys.gone_since(host);
+        let value = serde_json::to_string(&GoneSince { since_ms }).expect("plain struct");
+        let g = Guarded {
+            compares: vec![Compare::create_revision(key.clone(), CompareOp::Equal, 0)],
+            ops: vec![TxnOp::put(key.clone(), value, None)],
+        };
+        self.write_to(g, &key).await.map(|_| ())
+    }
+
+    /// Ends `host`'s count (it is back, or has nothing left to collect).
+    async fn end_gone_count(&self, host: &str) -> Result<(), StoreError> {
+        let key = self.shared.keys.gone_since(host);
+        let g = Guarded {
+            compares: Vec::new(),
+            ops: vec![TxnOp::delete(key.clone(), None)],
+        };
+        self.write_to(g, &key).await.map(|_| ())
     }
 
     fn client(&self) -> Result<etcd_client::Client, StoreError> {
@@ -218,6 +273,12 @@ fn alive(shared: &Shared, host: &str) -> StoreError {
     }
 }
 
+/// The value of `PREFIX/outcomes-gone/HOST`.
+#[derive(Debug, Serialize, Deserialize)]
+struct GoneSince {
+    since_ms: i64,
+}
+
 /// How often the task looks for hosts gone long enough.
 fn period(after: Duration) -> Duration {
     (after / 4).clamp(Duration::from_millis(500), Duration::from_secs(60))
@@ -228,7 +289,7 @@ pub(crate) async fn run(shared: Arc<Shared>) {
     // Writes go through a handle on the same shared state (its own task is a no-op).
     let store = EtcdStore::handle(shared.clone());
     let after = shared.opts.forget_gone_hosts_after;
-    let mut gone_since: HashMap<String, Instant> = HashMap::new();
+    let after_ms = i64::try_from(after.as_millis()).unwrap_or(i64::MAX);
     loop {
         tokio::time::sleep(period(after)).await;
         // Heartbeats are known only once the mirror is synced with etcd.
@@ -237,29 +298,38 @@ pub(crate) async fn run(shared: Arc<Shared>) {
         }
         // One live host collects (rendezvous over the heartbeats): it reads every outcome.
         if !lock(&shared.mirror).collects(&shared.opts.host_id) {
-            gone_since.clear();
             continue;
         }
         if let Err(e) = super::fleet_read::read_outcomes(&shared, None, true).await {
             tracing::debug!(store = %shared.location, error = %e, "reading the hosts' outcomes for the garbage collection failed; tried again later");
             continue;
         }
+        let counts = match store.gone_since_all().await {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::debug!(store = %shared.location, error = %e, "reading when the gone hosts were first seen gone failed; tried again later");
+                continue;
+            }
+        };
         let gone = lock(&shared.mirror).gone_hosts();
-        gone_since.retain(|h, _| gone.contains(h));
-        let now = Instant::now();
-        let due: Vec<String> = gone
-            .into_iter()
-            .filter(|h| *h != shared.opts.host_id)
-            .filter(|h| now.duration_since(*gone_since.entry(h.clone()).or_insert(now)) >= after)
-            .collect();
-        for host in due {
-            match store.forget_gone_host(&host, false).await {
-                Ok(_) => {
-                    gone_since.remove(&host);
+        let now = tributary_base::now_ms();
+        for host in counts.keys().filter(|h| !gone.contains(*h)) {
+            if let Err(e) = store.end_gone_count(host).await {
+                tracing::debug!(store = %shared.location, host, error = %e, "ending a gone host's count failed; tried again later");
+            }
+        }
+        for host in gone.iter().filter(|h| **h != shared.opts.host_id) {
+            let Some(&since) = counts.get(host) else {
+                if let Err(e) = store.start_gone_count(host, now).await {
+                    tracing::debug!(store = %shared.location, host, error = %e, "recording that a host is gone failed; tried again later");
                 }
-                Err(e) => {
-                    tracing::debug!(store = %shared.location, host, error = %e, "forgetting a host that is gone failed; tried again later")
-                }
+                continue;
+            };
+            if now.saturating_sub(since) < after_ms {
+                continue;
+            }
+            if let Err(e) = store.forget_gone_host(host, false).await {
+                tracing::debug!(store = %shared.location, host, error = %e, "forgetting a host that is gone failed; tried again later");
             }
         }
     }

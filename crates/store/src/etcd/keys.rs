@@ -9,6 +9,7 @@
 //! PREFIX/unable-by-host/HOST/NAME    why HOST stepped out of resolving NAME (HOST's lease)
 //! PREFIX/writes/HOST/ID[/refused] empty: the markers of one write (write.rs) (HOST's writes' lease)
 //! PREFIX/names/LOWER              NAME whose lower case is LOWER (names.rs)   (no lease)
+//! PREFIX/outcomes-gone/HOST       when a collector first saw HOST gone (gc.rs) (no lease)
 //! PREFIX/integrity                the fleet requires a MAC on every value (auth.rs) (no lease)
 //! ```
 //!
@@ -99,6 +100,15 @@ impl Keys {
     /// The prefix of every "cannot resolve" marker of `host` (ends with `/`).
     pub fn unable_of_host(&self, host: &str) -> String {
         format!("{}{UNABLE}{host}/", self.prefix)
+    }
+    /// When the garbage collection first saw `host` gone (`gc.rs`; not watched: it sorts between
+    /// `names/` and `resolvers/`).
+    pub fn gone_since(&self, host: &str) -> String {
+        format!("{}outcomes-gone/{host}", self.prefix)
+    }
+    /// The prefix of every [`Self::gone_since`] key.
+    pub fn all_gone_since(&self) -> String {
+        format!("{}outcomes-gone/", self.prefix)
     }
     /// The prefix of every host's outcomes (new layout).
     pub fn all_outcomes(&self) -> String {
@@ -274,6 +284,9 @@ mod tests {
         }
         assert!(!watched(k.write_marker("h1", "x")));
         assert!(!watched(k.name_claim("api")));
+        assert!(!watched(k.gone_since("h1")));
+        assert!(!k.gone_since("h1").starts_with(&k.old_layout()[0]));
+        assert_eq!(k.parse(k.gone_since("h1").as_bytes()), None);
         // Neither layout's prefix holds the other's keys.
         for [old, new] in [
             [k.old_outcomes_of("api"), k.outcome("api", "h1")],

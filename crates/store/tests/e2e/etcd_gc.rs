@@ -175,3 +175,70 @@ async fn outcomes_of_a_host_gone_longer_than_the_set_time_are_removed_from_etcd_
     )
     .await;
 }
+
+/// The count of a gone host survives a restart of the hosts that collect: the collecting daemon
+/// may restart (a redeploy) or change (another host takes over) more often than the set time, and
+/// each restarted count would then never reach it. C stops; both other hosts restart
+/// `RESTART` after; C's outcomes still go about `GC` after it stopped, not `GC` after the restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gone_hosts_count_goes_on_across_a_restart_of_the_collecting_hosts() {
+    let cluster = tokio::task::block_in_place(|| EtcdCluster::start(3));
+    let dir = tempfile::tempdir().unwrap();
+    const GC: Duration = Duration::from_secs(12);
+    const RESTART: Duration = Duration::from_secs(9);
+    let a = host(&cluster, "host-a", GC, &dir).await;
+    let b = host(&cluster, "host-b", GC, &dir).await;
+    let c = host(&cluster, "host-c", GC, &dir).await;
+    a.insert_binding(&binding("api")).await.unwrap();
+    for s in [&a, &b, &c] {
+        until(Duration::from_secs(10), "the binding everywhere", || {
+            s.get_binding("api").unwrap().is_some()
+        })
+        .await;
+        s.publish_host_outcome("api", &outcome()).await.unwrap();
+    }
+    until(Duration::from_secs(10), "3 outcomes", || {
+        view(&a, "api").len() == 3
+    })
+    .await;
+
+    c.close().await;
+    let stopped = Instant::now();
+    until(Duration::from_secs(10), "host-c shown gone", || {
+        view(&a, "api").contains(&("host-c".to_string(), false))
+    })
+    .await;
+    tokio::time::sleep(RESTART.saturating_sub(stopped.elapsed())).await;
+    a.close().await;
+    b.close().await;
+    drop((a, b));
+    let a = host(&cluster, "host-a", GC, &dir).await;
+    let _b = host(&cluster, "host-b", GC, &dir).await;
+    let restarted = stopped.elapsed();
+    until(GC * 3, "host-c's outcome gone from etcd", || {
+        !outcome_keys(&cluster)
+            .iter()
+            .any(|k| k.contains("/host-c/"))
+    })
+    .await;
+    let gone_after = stopped.elapsed();
+    eprintln!("host-c's outcome removed {gone_after:?} after it stopped (hosts restarted at {restarted:?})");
+    assert!(
+        gone_after >= GC,
+        "removed before the set time: {gone_after:?}"
+    );
+    // A count started again by the restarted collector ends no sooner than RESTART + GC (21 s)
+    // plus a collection period (GC / 4: 3 s); the count kept in etcd ends GC (12 s) plus at most
+    // two periods (when C was first seen gone, and the tick after GC) after C stopped: 18 s.
+    assert!(
+        gone_after < RESTART + GC,
+        "removed {gone_after:?} after host-c stopped: its count began again at the restart ({restarted:?})"
+    );
+    // The count's key goes with the outcomes; the others' outcomes stay.
+    let left = tokio::task::block_in_place(|| cluster.dump(&format!("{PREFIX}outcomes-gone/")));
+    assert!(
+        left.iter().all(|(k, _)| !k.ends_with("/host-c")),
+        "{left:?}"
+    );
+    assert_eq!(view(&a, "api").len(), 2);
+}

@@ -388,6 +388,7 @@ async fn forget_host_without_the_operator_role_names_the_user_not_unreachable() 
             &[
                 ("/t/outcomes-by-host/", "READWRITE"),
                 ("/t/unable-by-host/", "READWRITE"),
+                ("/t/outcomes-gone/", "READWRITE"),
                 ("/t/writes/", "READWRITE"),
             ],
         );
