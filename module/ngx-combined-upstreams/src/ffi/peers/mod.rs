@@ -163,13 +163,6 @@ impl Peers {
         NonNull::new(unsafe { (*self.raw()).next }).map(Peers)
     }
 
-    /// The list's `single` flag (one server: nginx counts no failure then); set when the list
-    /// is built or by a `PUT` under its write lock.
-    pub fn is_single(self) -> bool {
-        // SAFETY: the list is live (handle); a plain bit-field word.
-        unsafe { (*self.raw()).single() != 0 }
-    }
-
     /// True when this list or its backup list has servers with the `resolve` parameter (never
     /// before nginx 1.27.3, which has no such parameter).
     pub fn resolves_names(self) -> bool {
@@ -250,8 +243,19 @@ impl Peer {
     /// `ffi/counters.rs`); None for a peer without (the zone was too full to make them).
     #[inline]
     pub fn counters(self) -> Option<Counters> {
-        // SAFETY: `start_time` is 0 or a slot of this zone, freed only with the peer.
-        unsafe { Counters::from_ptr(self.fields().start_time as *mut _) }
+        // SAFETY: p is live; `start_time` is 0 or a slot of this zone, freed only with the peer.
+        unsafe { Counters::from_ptr((*self.raw()).start_time as *mut _) }
+    }
+
+    /// `(fails, max_fails)` now (a snapshot), and whether `list` is `single`; while held.
+    #[inline]
+    pub fn passive(self, list: Peers) -> (u64, u64, bool) {
+        // SAFETY: p and list are live (handles); plain words read in place (per request).
+        unsafe {
+            let p = self.raw();
+            let single = (*list.raw()).single() != 0;
+            ((*p).fails as u64, (*p).max_fails as u64, single)
+        }
     }
 
     /// The peer whose `name` field is at `name`, when the peer's `sockaddr` is `sockaddr`.

@@ -1,8 +1,8 @@
 //! One peer of a zone ([`Peer`]): its address, settings and run-time figures as the live API
 //! reads them (raw place reads: other workers' balancers write a peer under their list's read
 //! lock), its id (`slow_start`), and the `down` bits a `PUT` sets: safe code on the peer's
-//! reads in `peers/mod.rs` (`Peer::fields`, `with_name`, `with_sockaddr`; also its counters and
-//! the chosen peer). Writes go through `ListsWrite::peer_mut` (`peers/mod.rs`).
+//! reads in `peers/mod.rs` (`Peer::fields`, `with_name`, `with_sockaddr`; also its counters,
+//! `passive` and the chosen peer). Writes go through `ListsWrite::peer_mut` (`peers/mod.rs`).
 
 use core::mem::size_of;
 use core::ptr::NonNull;
@@ -11,7 +11,7 @@ use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use ngx::ffi::{ngx_http_upstream_rr_peer_t, sockaddr_in, sockaddr_in6};
 use upstrand_core::live::{down, Addr, Current, Server};
 
-use super::{Peers, AF_INET, AF_INET6, AF_UNIX};
+use super::{AF_INET, AF_INET6, AF_UNIX};
 
 /// One peer (`ngx_http_upstream_rr_peer_t`) of a zone: a member of a list or a retired peer.
 /// Made only from a list under its lock or by [`SlabLocked::alloc_peer`]; used only while it
@@ -100,13 +100,6 @@ impl Peer {
             return true;
         }
         p.conns > 0
-    }
-
-    /// `(fails, max_fails)` now (a snapshot: a balancer may be changing `fails`), and whether
-    /// its list is `single` (nginx counts no failure then); read while the peer is held.
-    pub fn passive(self, list: Peers) -> (u64, u64, bool) {
-        let p = self.fields();
-        (p.fails as u64, p.max_fails as u64, list.is_single())
     }
 
     /// The server's id in its zone (kept in the peer's `slow_start`, see the module comment).
