@@ -2,8 +2,8 @@
 //! directive handlers and configuration hooks: the directive's words, the configuration pool,
 //! configuration log lines and the handler result), the directive and configuration-hook
 //! trampolines ([`Directive`], [`HttpHooks`], [`module_ctx`]), the module object
-//! ([`ModuleObject`]) and [`ConfPart`], through which a feature reaches its part of the
-//! module's configuration.
+//! ([`ModuleObject`]), [`ConfPart`] (a feature's part of the module's configuration), and a
+//! directive's handler run on scratch configurations for `probe.rs` ([`call_directive`]).
 //!
 //! A `&ngx_conf_t` / `&mut ngx_conf_t` exists only inside a call from nginx (a trampoline turns
 //! its raw pointer into a reference once), so the fields these methods read are nginx's: `args`
@@ -11,16 +11,17 @@
 //! configuration log.
 
 use core::cell::UnsafeCell;
-use core::ffi::{c_char, c_void};
+use core::ffi::{c_char, c_void, CStr};
+use core::mem::{size_of, zeroed};
 use core::ptr::{self, NonNull};
 use core::slice;
 
 use ngx::core::{NGX_CONF_ERROR, NGX_CONF_OK};
 use ngx::ffi::{
-    ngx_command_t, ngx_conf_parse, ngx_conf_t, ngx_http_add_variable, ngx_http_get_variable_index,
-    ngx_http_module_t, ngx_http_variable_t, ngx_int_t, ngx_module_t, ngx_regex_compile,
-    ngx_regex_compile_t, ngx_regex_exec, ngx_regex_t, ngx_str_t, ngx_uint_t, NGX_LOG_EMERG,
-    NGX_MAX_CONF_ERRSTR,
+    ngx_array_t, ngx_command_t, ngx_conf_parse, ngx_conf_t, ngx_http_conf_ctx_t, ngx_http_module_t,
+    ngx_http_upstream_init_pt, ngx_http_upstream_module, ngx_http_upstream_srv_conf_t, ngx_int_t,
+    ngx_module_t, ngx_regex_compile, ngx_regex_compile_t, ngx_regex_exec, ngx_regex_t, ngx_str_t,
+    NGX_LOG_EMERG, NGX_MAX_CONF_ERRSTR,
 };
 use ngx::http::{
     HttpModule, HttpModuleLocationConf, HttpModuleMainConf, HttpModuleServerConf, Merge,
@@ -30,7 +31,6 @@ use super::log::{conf_log, log_str};
 use super::pool::{self, add_cleanup, alloc, alloc_box, copy_str, Cleanup};
 use super::request::Req;
 use super::upstream::Upstream;
-use super::variables::Variable;
 use super::{borrowed, bytes, ConfFail, Status};
 
 /// A directive's handler (the entry is made with [`super::command`]).
@@ -372,35 +372,127 @@ impl Regex {
     }
 }
 
-// ---- variables ----------------------------------------------------------------------------
+// ---- a balancer directive's handler on scratch configurations (`probe.rs`) ----------------
 
-/// A variable registered with [`add_variable`] (it lives in the cycle).
-pub struct VarDef(NonNull<ngx_http_variable_t>);
+/// Bytes of scratch module configuration (more than any balancer module's server configuration).
+const SCRATCH: usize = 512;
 
-impl VarDef {
-    /// Makes `V` the variable's handler, called with `data`.
-    pub fn set_handler<V: Variable>(self, data: usize) {
-        // SAFETY: the variable nginx returned lives in the cycle; configuration parsing is
-        // single-threaded and nothing else refers to it during the call.
-        let v = unsafe { &mut *self.0.as_ptr() };
-        v.get_handler = Some(super::content::get_variable::<V>);
-        v.data = data;
+/// What a directive handler left in [`call_directive`]'s scratch configurations.
+pub struct Scratch {
+    /// The scratch upstream's `peer.init_upstream` after the call (0 for none).
+    pub init: usize,
+    module: &'static ngx_module_t,
+    conf: Vec<u8>,
+    fill: u8,
+}
+
+/// Where a word of a module's server configuration is: the place of a word its directive
+/// handler wrote in a scratch configuration ([`Scratch::written_word`]), so the module's real
+/// configurations (of the same type) hold a word there ([`Upstream::srv_conf_word`]). Only
+/// [`Scratch::written_word`] makes one.
+#[derive(Clone, Copy, Debug)]
+pub struct SrvConfWord {
+    module: &'static ngx_module_t,
+    off: usize,
+}
+
+impl Upstream {
+    /// The machine word of the upstream's server configuration of `at.module` at `at`'s place
+    /// (None when it has none: an implicit upstream).
+    pub fn srv_conf_word(self, at: SrvConfWord) -> Option<usize> {
+        let conf = self.module_srv_conf(at.module).cast::<u8>();
+        // SAFETY: conf is the module's server configuration of this upstream, of the type in
+        // which its directive handler wrote the word at `at.off` (see `SrvConfWord`).
+        (!conf.is_null()).then(|| unsafe { ptr::read_unaligned(conf.add(at.off).cast()) })
     }
 }
 
-/// Registers variable `name` (without `$`) with nginx's `NGX_HTTP_VAR_*` `flags`; `None` when
-/// nginx refuses it (nginx logged why).
-pub fn add_variable(cf: &mut ngx_conf_t, name: &[u8], flags: u32) -> Option<VarDef> {
-    let mut s = borrowed(name);
-    // SAFETY: cf is the configuration being parsed; nginx copies the name.
-    let v = unsafe { ngx_http_add_variable(cf, &mut s, flags as ngx_uint_t) };
-    NonNull::new(v).map(VarDef)
+impl Scratch {
+    /// The scratch module configuration's machine words, in order.
+    pub fn words(&self) -> impl Iterator<Item = usize> + '_ {
+        self.conf
+            .chunks_exact(size_of::<usize>())
+            .map(|w| usize::from_ne_bytes(w.try_into().unwrap_or_default()))
+    }
+
+    /// The place of word `i` of the scratch configuration, when the handler wrote it (it is no
+    /// longer the fill pattern): a field of the module's configuration type.
+    pub fn written_word(&self, i: usize) -> Option<SrvConfWord> {
+        let w = self.words().nth(i)?;
+        (w != usize::from_ne_bytes([self.fill; size_of::<usize>()])).then_some(SrvConfWord {
+            module: self.module,
+            off: i * size_of::<usize>(),
+        })
+    }
 }
 
-/// The index of variable `name` (without `$`), registering it as used (indexed).
-pub fn variable_index(cf: &mut ngx_conf_t, name: &[u8]) -> Option<ngx_uint_t> {
-    let mut s = borrowed(name);
-    // SAFETY: cf is the configuration being parsed; nginx copies the name.
-    let i = unsafe { ngx_http_get_variable_index(cf, &mut s) };
-    ngx_uint_t::try_from(i).ok()
+/// Calls `module`'s directive `cmd` with `args` on a scratch upstream whose `init_upstream` is
+/// `preset` and whose module configuration is `SCRATCH` bytes of `fill`; None when nginx has
+/// no such module or directive, or the handler failed.
+pub fn call_directive(
+    cf: &ngx_conf_t,
+    module: &str,
+    cmd: &CStr,
+    args: &[&CStr],
+    preset: ngx_http_upstream_init_pt,
+    fill: u8,
+) -> Option<Scratch> {
+    let m = super::loaded_module(cf, module)?;
+    // SAFETY: the handler sees a copy of cf whose ctx points at scratch configurations that
+    // live until it returns; the words it reads are in `words`, and the module conf it writes
+    // is `SCRATCH` bytes (larger than any balancer's srv conf). `m.commands` is the module's
+    // table, ended by an entry with an empty name.
+    unsafe {
+        let mut c = m.commands as *const ngx_command_t;
+        if c.is_null() {
+            return None;
+        }
+        while (*c).name.len != 0 {
+            if bytes(&(*c).name) == cmd.to_bytes() {
+                break;
+            }
+            c = c.add(1);
+        }
+        let set = (*c).set?;
+        let mut scratch_uscf: ngx_http_upstream_srv_conf_t = zeroed();
+        scratch_uscf.peer.init_upstream = preset;
+        let up_idx = (*ptr::addr_of!(ngx_http_upstream_module)).ctx_index;
+        let mut srv: Vec<*mut c_void> = vec![ptr::null_mut(); up_idx + 1];
+        srv[up_idx] = ptr::addr_of_mut!(scratch_uscf).cast();
+        let mut ctx = ngx_http_conf_ctx_t {
+            main_conf: (*(cf.ctx as *mut ngx_http_conf_ctx_t)).main_conf,
+            srv_conf: srv.as_mut_ptr(),
+            loc_conf: (*(cf.ctx as *mut ngx_http_conf_ctx_t)).loc_conf,
+        };
+        let mut words: Vec<ngx_str_t> = Vec::with_capacity(args.len() + 1);
+        // C strings: handlers may compare with ngx_strcmp, which needs the terminating zero.
+        words.push(borrowed(cmd.to_bytes()));
+        words.extend(args.iter().map(|a| borrowed(a.to_bytes())));
+        let mut arr = ngx_array_t {
+            elts: words.as_mut_ptr().cast(),
+            nelts: words.len(),
+            size: size_of::<ngx_str_t>(),
+            nalloc: words.len(),
+            pool: cf.pool,
+        };
+        let mut scratch_cf = *cf;
+        scratch_cf.ctx = ptr::addr_of_mut!(ctx).cast();
+        scratch_cf.args = ptr::addr_of_mut!(arr);
+        let mut conf = vec![fill; SCRATCH];
+        let rv: *mut c_char = set(
+            ptr::addr_of_mut!(scratch_cf),
+            c.cast_mut(),
+            conf.as_mut_ptr().cast(),
+        );
+        if !rv.is_null() {
+            return None;
+        }
+        let init = scratch_uscf.peer.init_upstream.map_or(0, |f| f as usize);
+        Some(Scratch {
+            init,
+            module: m,
+            conf,
+            fill,
+        })
+    }
 }

@@ -3,18 +3,20 @@
 //! ([`BodyReader`]) and the [`Req`] methods a handler answers with (method, URI, host,
 //! listener, arguments, body, a sent answer; the live API's `upstreams_api` location is the
 //! one user); the output filters (upstrand's): their trampolines ([`Filters`],
-//! [`install_filters`]) and the body chain they pass on ([`Chain`]); and the variable handler
-//! trampoline with the value slot it fills ([`VarSlot`]'s raw store; its setters and the
+//! [`install_filters`]) and the body chain they pass on ([`Chain`]); and variables: their
+//! registration ([`add_variable`], [`variable_index`], [`VarDef`]), the handler trampoline with
+//! the value slot it fills ([`VarSlot`]'s raw store; its setters and the
 //! [`super::variables::Variable`] trait are `variables.rs`).
 
 use core::ptr::{self, NonNull};
 
 use ngx::ffi::{
-    ngx_buf_t, ngx_chain_t, ngx_conf_t, ngx_connection_local_sockaddr,
-    ngx_http_discard_request_body, ngx_http_finalize_request, ngx_http_output_body_filter_pt,
-    ngx_http_output_filter, ngx_http_output_header_filter_pt, ngx_http_read_client_request_body,
-    ngx_http_request_t, ngx_http_send_header, ngx_http_top_body_filter, ngx_http_top_header_filter,
-    ngx_http_upstream_srv_conf_t, ngx_int_t, ngx_pcalloc, ngx_read_file, ngx_variable_value_t,
+    ngx_buf_t, ngx_chain_t, ngx_conf_t, ngx_connection_local_sockaddr, ngx_http_add_variable,
+    ngx_http_discard_request_body, ngx_http_finalize_request, ngx_http_get_variable_index,
+    ngx_http_output_body_filter_pt, ngx_http_output_filter, ngx_http_output_header_filter_pt,
+    ngx_http_read_client_request_body, ngx_http_request_t, ngx_http_send_header,
+    ngx_http_top_body_filter, ngx_http_top_header_filter, ngx_http_upstream_srv_conf_t,
+    ngx_http_variable_t, ngx_int_t, ngx_pcalloc, ngx_read_file, ngx_uint_t, ngx_variable_value_t,
     sockaddr_in, sockaddr_in6,
 };
 use ngx::http::{
@@ -441,4 +443,37 @@ impl VarSlot {
         }
         v.data = data;
     }
+}
+
+// ---- variables ----------------------------------------------------------------------------
+
+/// A variable registered with [`add_variable`] (it lives in the cycle).
+pub struct VarDef(NonNull<ngx_http_variable_t>);
+
+impl VarDef {
+    /// Makes `V` the variable's handler, called with `data`.
+    pub fn set_handler<V: Variable>(self, data: usize) {
+        // SAFETY: the variable nginx returned lives in the cycle; configuration parsing is
+        // single-threaded and nothing else refers to it during the call.
+        let v = unsafe { &mut *self.0.as_ptr() };
+        v.get_handler = Some(get_variable::<V>);
+        v.data = data;
+    }
+}
+
+/// Registers variable `name` (without `$`) with nginx's `NGX_HTTP_VAR_*` `flags`; `None` when
+/// nginx refuses it (nginx logged why).
+pub fn add_variable(cf: &mut ngx_conf_t, name: &[u8], flags: u32) -> Option<VarDef> {
+    let mut s = borrowed(name);
+    // SAFETY: cf is the configuration being parsed; nginx copies the name.
+    let v = unsafe { ngx_http_add_variable(cf, &mut s, flags as ngx_uint_t) };
+    NonNull::new(v).map(VarDef)
+}
+
+/// The index of variable `name` (without `$`), registering it as used (indexed).
+pub fn variable_index(cf: &mut ngx_conf_t, name: &[u8]) -> Option<ngx_uint_t> {
+    let mut s = borrowed(name);
+    // SAFETY: cf is the configuration being parsed; nginx copies the name.
+    let i = unsafe { ngx_http_get_variable_index(cf, &mut s) };
+    ngx_uint_t::try_from(i).ok()
 }

@@ -29,20 +29,23 @@
 //! Inside `ffi/`, `unsafe` sits where a primitive of nginx is wrapped, each stating its safety
 //! argument once (the invariant in the handle type's doc, `// SAFETY:` at the block): this file
 //! (nginx's process globals — clocks, the running cycle and its log, the process kind, flags and
-//! pid, `random()`, global counters looked up by name — and `ngx_str_t` bytes); `request.rs`
-//! (the request); `pool.rs` (pools and their cleanups); `conf.rs`, `upstream.rs` and
-//! `probe.rs` (configuration structures, upstream blocks, the balancer classification that
-//! makes reading `peer.data` sound); `peers/` (the zone's lists, peers and slab pool: the
-//! write side hands out a peer as `&mut` only under both list write locks, so `peers/write.rs`
-//! and `counters.rs` are safe code on it); `shm.rs` (the zone, [`shm::ShmZone`], with its
-//! `init` trampoline, and the primitives of the module's own blocks in a zone: `ZoneRef`,
-//! `RwWord`, `ZoneTable`, `ZoneLink`, on which `zone.rs` and `health.rs` are safe code); the
-//! trampolines and the handles they make in `balancer.rs`, `content.rs`
-//! (content handlers, request bodies, output filters, the variable handler and its value
-//! slot) and `prober.rs` (timers and probe connections); variable registration is in
-//! `conf.rs`. `log.rs`, `plus.rs`, `counters.rs`, `variables.rs`, `zone.rs`, `health.rs` and
-//! `peers/write.rs` hold no `unsafe {}` (`zone.rs` and `health.rs` one `unsafe impl ZoneShared`
-//! each: the block type's own promise).
+//! pid, `random()`, global counters looked up by name, the loaded modules — and `ngx_str_t`
+//! bytes); `request.rs` (the request); `pool.rs` (pools and their cleanups); `conf.rs` and
+//! `upstream.rs` (configuration structures, a balancer directive's handler run on scratch
+//! configurations and the words it wrote, upstream blocks, and `peer.data` read as the
+//! round-robin list for a [`probe::Balancer`] the classification made, so `probe.rs` is safe
+//! code on them); `peers/mod.rs` and `peers/slab.rs` (the zone's lists, peers and slab pool: a
+//! peer is read as a copy of its fields and its set-once bytes, so `peers/peer.rs` is safe code
+//! on them, and the write side hands out a peer as `&mut` only under both list write locks, so
+//! `peers/write.rs` and `counters.rs` are safe code on it); `shm.rs` (the zone,
+//! [`shm::ShmZone`], with its `init` trampoline, and the primitives of the module's own blocks
+//! in a zone: `ZoneRef`, `RwWord`, `ZoneTable`, `ZoneLink`, on which `zone.rs` and `health.rs`
+//! are safe code); the trampolines and the handles they make in `balancer.rs`, `content.rs`
+//! (content handlers, request bodies, output filters, the variable handler and its value slot,
+//! variable registration) and `prober.rs` (timers and probe connections). `log.rs`,
+//! `probe.rs`, `peers/peer.rs`, `plus.rs`, `counters.rs`, `variables.rs`, `zone.rs`,
+//! `health.rs` and `peers/write.rs` hold no `unsafe {}` (`zone.rs` and `health.rs` one
+//! `unsafe impl ZoneShared` each: the block type's own promise).
 
 pub mod balancer;
 pub mod conf;
@@ -211,4 +214,31 @@ pub fn global_counter(name: &CStr) -> Option<u64> {
 pub fn random() -> i64 {
     // SAFETY: random() has no preconditions.
     unsafe { ngx::ffi::random() as i64 }
+}
+
+/// The module called `name` among those loaded into the configuration being parsed (`cf`).
+pub(crate) fn loaded_module(
+    cf: &ngx::ffi::ngx_conf_t,
+    name: &str,
+) -> Option<&'static ngx::ffi::ngx_module_t> {
+    // SAFETY: cf->cycle->modules is the cycle's null-terminated array of loaded modules (static
+    // module objects, or those of loaded .so files, which stay loaded with the cycle) with
+    // their names.
+    unsafe {
+        let cycle = cf.cycle;
+        if cycle.is_null() || (*cycle).modules.is_null() {
+            return None;
+        }
+        let mut i = 0;
+        loop {
+            let m = *(*cycle).modules.add(i);
+            if m.is_null() {
+                return None;
+            }
+            if !(*m).name.is_null() && CStr::from_ptr((*m).name).to_bytes() == name.as_bytes() {
+                return Some(&*m);
+            }
+            i += 1;
+        }
+    }
 }

@@ -16,26 +16,20 @@
 //! `max_cached` is not 0. The module's own `init_main_conf` runs after the keepalive module's
 //! (dynamic modules come after the static ones), so the value is final when it classifies.
 //!
-//! Part of the FFI layer: [`Balancer::rr_list`] reads `peer.data` as nginx's round-robin list,
-//! which is sound only for the balancers this classification recognises, so only it makes a
-//! [`Balancer`] that says so.
-
-use core::mem::size_of;
-
-use ngx::ffi::{ngx_conf_t, ngx_http_upstream_init_pt, ngx_module_t};
-
-use core::ffi::{c_char, c_void, CStr};
-use core::mem::zeroed;
-use core::ptr;
+//! Safe code on `conf.rs` ([`call_directive`] runs a handler on scratch configurations and
+//! shows the place of the words it wrote) and `upstream.rs`: [`Balancer::rr_list`] reads
+//! `peer.data` as nginx's round-robin list ([`upstream::rr_list`]), which is sound only for the
+//! balancers this classification recognises, so only this file makes a [`Balancer`] (its
+//! fields are private) and sets `live` only for them.
 
 use ngx::ffi::{
-    ngx_array_t, ngx_command_t, ngx_http_conf_ctx_t, ngx_http_upstream_init_round_robin,
-    ngx_http_upstream_module, ngx_http_upstream_srv_conf_t, ngx_int_t, ngx_str_t,
+    ngx_conf_t, ngx_http_upstream_init_pt, ngx_http_upstream_init_round_robin,
+    ngx_http_upstream_srv_conf_t, ngx_int_t,
 };
 
-use super::borrowed;
+use super::conf::{call_directive, SrvConfWord};
 use super::peers::Peers;
-use super::upstream::Upstream;
+use super::upstream::{self, Upstream};
 
 /// A balancer the live API can change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,12 +67,7 @@ impl Balancer {
     /// In the configuration pool until the zone exists, the zone's list after nginx's zone
     /// `init` ran.
     pub fn rr_list(&self) -> Option<Peers> {
-        let up = self.up?;
-        self.live?;
-        // SAFETY: for these balancers peer.data is the round-robin list their init_upstream
-        // made (nginx's zone init re-points it at the zone's copy), alive as long as the
-        // configuration.
-        unsafe { Peers::from_ptr(up.peer_data().cast()) }
+        upstream::rr_list(self)
     }
 }
 
@@ -88,10 +77,10 @@ pub struct Probes {
     known: Vec<(usize, &'static str)>,
     /// (keepalive's `init_upstream`, the keepalive module, byte offset of the wrapped balancer's
     /// `init_upstream` in its srv conf).
-    keepalive: Option<(usize, &'static ngx_module_t, usize)>,
-    /// nginx >= 1.29.7: (the keepalive module, byte offset of `max_cached` in its srv conf).
+    keepalive: Option<(usize, SrvConfWord)>,
+    /// nginx >= 1.29.7: where the keepalive module's srv conf keeps `max_cached`.
     #[cfg(nginx1_29_7)]
-    max_cached: Option<(&'static ngx_module_t, usize)>,
+    max_cached: Option<SrvConfWord>,
 }
 
 fn addr(f: ngx_http_upstream_init_pt) -> usize {
@@ -135,13 +124,13 @@ impl Probes {
                     "hash consistent",
                 ),
             ] {
-                if let Some((init, _)) = call(cf, module, cmd, args, None, 0) {
-                    if init != 0 {
-                        p.known.push((init, label));
+                if let Some(s) = call_directive(cf, module, cmd, args, None, 0) {
+                    if s.init != 0 {
+                        p.known.push((s.init, label));
                     }
                 }
             }
-            if let Some((init, conf)) = call(
+            if let Some(s) = call_directive(
                 cf,
                 "ngx_http_upstream_keepalive_module",
                 c"keepalive",
@@ -149,18 +138,10 @@ impl Probes {
                 Some(probe_marker),
                 0,
             ) {
-                let words = conf.len() / size_of::<usize>();
-                let off = (0..words).find(|i| {
-                    usize::from_ne_bytes(
-                        conf[i * size_of::<usize>()..(i + 1) * size_of::<usize>()]
-                            .try_into()
-                            .unwrap_or_default(),
-                    ) == probe_marker as *const () as usize
-                });
-                if let (Some(off), true) = (off, init != 0) {
-                    if let Some(m) = find_module(cf, "ngx_http_upstream_keepalive_module") {
-                        p.keepalive = Some((init, m, off * size_of::<usize>()));
-                    }
+                let marker = probe_marker as *const () as usize;
+                let at = s.words().position(|w| w == marker);
+                if let (Some(at), true) = (at.and_then(|i| s.written_word(i)), s.init != 0) {
+                    p.keepalive = Some((s.init, at));
                 }
             }
             #[cfg(nginx1_29_7)]
@@ -168,7 +149,7 @@ impl Probes {
                 // A value no other field of the scratch conf holds: they stay NGX_CONF_UNSET
                 // (all bits set), which the directive also needs to see to not say "is duplicate".
                 const PROBE: usize = 7;
-                if let Some((_, conf)) = call(
+                if let Some(s) = call_directive(
                     cf,
                     "ngx_http_upstream_keepalive_module",
                     c"keepalive",
@@ -176,15 +157,9 @@ impl Probes {
                     None,
                     0xff,
                 ) {
-                    let words: Vec<usize> = conf
-                        .chunks_exact(size_of::<usize>())
-                        .map(|w| usize::from_ne_bytes(w.try_into().unwrap_or_default()))
-                        .collect();
-                    let mut hits = words.iter().enumerate().filter(|(_, w)| **w == PROBE);
-                    if let (Some((off, _)), None) = (hits.next(), hits.next()) {
-                        if let Some(m) = find_module(cf, "ngx_http_upstream_keepalive_module") {
-                            p.max_cached = Some((m, off * size_of::<usize>()));
-                        }
+                    let mut hits = s.words().enumerate().filter(|(_, w)| *w == PROBE);
+                    if let (Some((i, _)), None) = (hits.next(), hits.next()) {
+                        p.max_cached = s.written_word(i);
                     }
                 }
             }
@@ -202,8 +177,8 @@ impl Probes {
 
     fn classify_init(&self, up: Upstream) -> Balancer {
         let init = addr(up.init_upstream());
-        if let Some((ka, m, off)) = self.keepalive {
-            if let (true, Some(inner)) = (init == ka, up.srv_conf_word(m, off)) {
+        if let Some((ka, at)) = self.keepalive {
+            if let (true, Some(inner)) = (init == ka, up.srv_conf_word(at)) {
                 let b = self.plain(inner);
                 return Balancer {
                     name: format!("{}+keepalive", b.name),
@@ -212,8 +187,8 @@ impl Probes {
             }
         }
         #[cfg(nginx1_29_7)]
-        if let Some((m, off)) = self.max_cached {
-            if up.srv_conf_word(m, off).is_some_and(|w| w != 0) {
+        if let Some(at) = self.max_cached {
+            if up.srv_conf_word(at).is_some_and(|w| w != 0) {
                 let b = self.plain(init);
                 return Balancer {
                     name: format!("{}+keepalive", b.name),
@@ -265,111 +240,4 @@ extern "C" fn probe_marker(
 /// True when `init` (an `init_upstream` address) is nginx's round robin.
 fn is_round_robin(init: usize) -> bool {
     init == ngx_http_upstream_init_round_robin as *const () as usize
-}
-
-/// Scratch space handed to a balancer handler as its module configuration.
-const SCRATCH: usize = 512;
-
-impl Upstream {
-    /// The machine word at byte `off` of module `m`'s server configuration of the upstream
-    /// (None when it has none). `off` is an offset the probe found in a scratch configuration
-    /// of the same module ([`call`]), less than its `SCRATCH` bytes.
-    pub fn srv_conf_word(self, m: &ngx_module_t, off: usize) -> Option<usize> {
-        let conf = self.module_srv_conf(m).cast::<u8>();
-        if conf.is_null() || off + size_of::<usize>() > SCRATCH {
-            return None;
-        }
-        // SAFETY: conf is m's srv conf of this upstream, which holds a word at `off` (the probe
-        // found its directive's value there in a conf of the same type).
-        Some(unsafe { ptr::read_unaligned(conf.add(off).cast::<usize>()) })
-    }
-}
-
-/// The loaded module called `name`.
-fn find_module(cf: &ngx_conf_t, name: &str) -> Option<&'static ngx_module_t> {
-    // SAFETY: cf->cycle->modules is the cycle's null-terminated array of loaded modules (static
-    // module objects, or those of loaded .so files, which stay loaded with the cycle) with
-    // their names.
-    unsafe {
-        let cycle = cf.cycle;
-        if cycle.is_null() || (*cycle).modules.is_null() {
-            return None;
-        }
-        let mut i = 0;
-        loop {
-            let m = *(*cycle).modules.add(i);
-            if m.is_null() {
-                return None;
-            }
-            if !(*m).name.is_null() && CStr::from_ptr((*m).name).to_bytes() == name.as_bytes() {
-                return Some(&*m);
-            }
-            i += 1;
-        }
-    }
-}
-
-/// Calls `module`'s directive `cmd` with `args` on a scratch upstream whose `init_upstream` is
-/// `preset` and whose module configuration is `SCRATCH` bytes of `fill`; returns the
-/// `init_upstream` it left and the scratch module configuration.
-fn call(
-    cf: &ngx_conf_t,
-    module: &str,
-    cmd: &CStr,
-    args: &[&CStr],
-    preset: ngx_http_upstream_init_pt,
-    fill: u8,
-) -> Option<(usize, Vec<u8>)> {
-    // SAFETY: the handler sees a copy of cf whose ctx points at scratch configurations that
-    // live until it returns; the words it reads are in `words`, and the module conf it writes
-    // is `SCRATCH` bytes (larger than any balancer's srv conf).
-    unsafe {
-        let m = find_module(cf, module)?;
-        let mut c = m.commands as *const ngx_command_t;
-        if c.is_null() {
-            return None;
-        }
-        while (*c).name.len != 0 {
-            if crate::ffi::bytes(&(*c).name) == cmd.to_bytes() {
-                break;
-            }
-            c = c.add(1);
-        }
-        let set = (*c).set?;
-        let mut scratch_uscf: ngx_http_upstream_srv_conf_t = zeroed();
-        scratch_uscf.peer.init_upstream = preset;
-        let up_idx = (*ptr::addr_of!(ngx_http_upstream_module)).ctx_index;
-        let mut srv: Vec<*mut c_void> = vec![ptr::null_mut(); up_idx + 1];
-        srv[up_idx] = ptr::addr_of_mut!(scratch_uscf).cast();
-        let mut ctx = ngx_http_conf_ctx_t {
-            main_conf: (*(cf.ctx as *mut ngx_http_conf_ctx_t)).main_conf,
-            srv_conf: srv.as_mut_ptr(),
-            loc_conf: (*(cf.ctx as *mut ngx_http_conf_ctx_t)).loc_conf,
-        };
-        let mut words: Vec<ngx_str_t> = Vec::with_capacity(args.len() + 1);
-        // C strings: handlers may compare with ngx_strcmp, which needs the terminating zero.
-        words.push(borrowed(cmd.to_bytes()));
-        words.extend(args.iter().map(|a| borrowed(a.to_bytes())));
-        let mut arr = ngx_array_t {
-            elts: words.as_mut_ptr().cast(),
-            nelts: words.len(),
-            size: size_of::<ngx_str_t>(),
-            nalloc: words.len(),
-            pool: cf.pool,
-        };
-        let mut scratch_cf = *cf;
-        scratch_cf.ctx = ptr::addr_of_mut!(ctx).cast();
-        scratch_cf.args = ptr::addr_of_mut!(arr);
-        let mut conf = vec![fill; SCRATCH];
-        let rv: *mut c_char = set(
-            ptr::addr_of_mut!(scratch_cf),
-            c.cast_mut(),
-            conf.as_mut_ptr().cast(),
-        );
-        if !rv.is_null() {
-            return None;
-        }
-        let init = scratch_uscf.peer.init_upstream.map_or(0, |f| f as usize);
-        Some((init, conf))
-    }
 }

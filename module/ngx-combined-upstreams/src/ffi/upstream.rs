@@ -24,6 +24,8 @@ use upstrand_core::upstreams::{find_by_name, UpstreamInfo};
 use upstrand_core::{ConfError, ServerFlags};
 
 use super::conf::ConfExt;
+use super::peers::Peers;
+use super::probe::Balancer;
 use super::request::Req;
 use super::{bytes, ConfFail, Status};
 
@@ -222,6 +224,19 @@ impl Upstream {
             unsafe { *u.srv_conf.add(m.ctx_index) }
         })
     }
+}
+
+/// The round-robin list in `peer.data` of the upstream `b` classified, when its balancer keeps
+/// one there (round robin or least_conn, with or without keepalive: `b.live()` is set); in the
+/// configuration pool until the zone exists, the zone's list after nginx's zone `init` ran.
+pub fn rr_list(b: &Balancer) -> Option<Peers> {
+    let up = b.upstream()?;
+    b.live()?;
+    // SAFETY: a `Balancer` is made only by `Probes::classify` (its fields are private to
+    // probe.rs), which sets `live` only for the balancers whose `init_upstream` puts nginx's
+    // round-robin list in peer.data (nginx's zone init re-points it at the zone's copy),
+    // alive as long as the configuration.
+    unsafe { Peers::from_ptr(up.peer_data().cast()) }
 }
 
 /// The upstream whose block is being parsed (inside `upstream {}`).

@@ -1,16 +1,14 @@
 //! Variables: the handler trait ([`Variable`]) and the value a handler gives ([`VarSlot`]'s
 //! setters), safe code on the primitives: registration at configuration time
-//! ([`add_variable`], [`variable_index`], [`super::conf::VarDef`]) is in `conf.rs`, the
-//! handler trampoline and the raw store into nginx's value slot in `content.rs` with the other
-//! request hooks.
+//! ([`add_variable`], [`variable_index`], [`super::content::VarDef`]), the handler trampoline
+//! and the raw store into nginx's value slot are in `content.rs` with the other request hooks.
 
 use core::ptr::{self, NonNull};
 
 use super::request::Req;
 use super::Status;
 
-pub use super::conf::{add_variable, variable_index};
-pub use super::content::VarSlot;
+pub use super::content::{add_variable, variable_index, VarSlot};
 
 /// A variable's handler.
 pub trait Variable {

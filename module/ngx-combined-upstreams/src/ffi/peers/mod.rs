@@ -94,10 +94,12 @@
 //! the copied peers when the zone is made ([`ListsWrite::attach_counters`]).
 //!
 //! Files: this one holds the list handle
-//! ([`Peers`]) with its read guards, and the write side's primitives (peer access, list heads,
-//! the retired chain's head, the unlinked mark and freeing); `write.rs` the write guard
-//! ([`ListsWrite`]) and its changes in safe code, and the retired chain; `peer.rs` the peer
-//! handle ([`Peer`]: raw place reads, its id and counters); `slab.rs` the zone's slab pool
+//! ([`Peers`]) with its read guards, a peer's reads (a copy of its fields, its name and address
+//! bytes, its counters, the peer chosen by a balancer), and the write side's primitives (peer
+//! access, list heads, the retired chain's head and freeing); `write.rs` the write guard
+//! ([`ListsWrite`]) and its changes in safe code, the unlinked mark and the retired chain;
+//! `peer.rs` the peer handle ([`Peer`]: what the API reads of it, safe code on those reads);
+//! `slab.rs` the zone's slab pool
 //! ([`Slab`], [`SlabLocked`]), the layout of the peers it allocates and the counters' slots. The
 //! write side of every rwlock in a zone is `ffi/shm.rs`'s [`wlock_until`].
 
@@ -111,6 +113,7 @@ use std::time::Instant;
 
 use ngx::ffi::{
     ngx_http_upstream_rr_peer_t, ngx_http_upstream_rr_peers_t, ngx_rwlock_rlock, ngx_rwlock_unlock,
+    ngx_str_t, sockaddr,
 };
 use upstrand_core::live::plan::ListTotals;
 use upstrand_core::live::render::RetiredView;
@@ -118,6 +121,7 @@ use upstrand_core::live::render::RetiredView;
 pub use peer::Peer;
 pub use slab::{peer_layout, Slab, SlabLocked};
 
+use super::counters::Counters;
 use super::shm::wlock_until;
 pub use write::{ListsWrite, Retired, RetiredChain};
 
@@ -202,6 +206,79 @@ impl Peers {
             primary: self,
             backup,
         })
+    }
+}
+
+/// Reads of a peer (raw place reads: other workers' balancers write a peer under their list's
+/// read lock, so these are snapshots). Sound for a [`Peer`] handle: it is used only while the
+/// peer cannot be freed (see the module comment), and `name`, `sockaddr` and `socklen`, the
+/// id (`slow_start`) and the counters' address (`start_time`) are written only before the peer
+/// is linked (by nginx or by [`SlabLocked::alloc_peer`]) or when the zone is made.
+impl Peer {
+    /// A copy of the peer's fields now (its pointers are the zone's; `peer.rs` reads the
+    /// pointed-to bytes through [`Self::with_name`] and [`Self::with_sockaddr`]).
+    #[inline]
+    pub(in crate::ffi) fn fields(self) -> ngx_http_upstream_rr_peer_t {
+        // SAFETY: p is live (handle; see the impl's doc); a by-value copy, no reference.
+        unsafe { self.raw().read() }
+    }
+
+    /// Runs `f` on the peer's name as nginx wrote it (`name.len` bytes at `name.data`).
+    pub(in crate::ffi) fn with_name<T>(self, f: impl FnOnce(&[u8]) -> T) -> T {
+        // SAFETY: p is live; name.data holds name.len bytes in the zone, set once.
+        f(unsafe { crate::ffi::bytes(&(*self.raw()).name) })
+    }
+
+    /// Runs `f` on the peer's socket address (`socklen` bytes at `sockaddr`; empty for none).
+    pub(in crate::ffi) fn with_sockaddr<T>(self, f: impl FnOnce(&[u8]) -> T) -> T {
+        let p = self.fields();
+        if p.sockaddr.is_null() {
+            return f(&[]);
+        }
+        // SAFETY: p is live; `sockaddr` is a socket address of `socklen` bytes, set once.
+        f(unsafe { core::slice::from_raw_parts(p.sockaddr.cast::<u8>(), p.socklen as usize) })
+    }
+
+    /// The peer's statistics counters (`start_time` holds their address, see
+    /// `ffi/counters.rs`); None for a peer without (the zone was too full to make them).
+    #[inline]
+    pub fn counters(self) -> Option<Counters> {
+        // SAFETY: p is live; `start_time` is 0 or a slot of this zone, freed only with the peer.
+        unsafe { Counters::from_ptr((*self.raw()).start_time as *mut _) }
+    }
+
+    /// `(fails, max_fails)` now (a snapshot), and whether `list` is `single`; while held.
+    #[inline]
+    pub fn passive(self, list: Peers) -> (u64, u64, bool) {
+        // SAFETY: p and list are live (handles); plain words read in place (per request).
+        unsafe {
+            let p = self.raw();
+            let single = (*list.raw()).single() != 0;
+            ((*p).fails as u64, (*p).max_fails as u64, single)
+        }
+    }
+
+    /// The peer whose `name` field is at `name`, when the peer's `sockaddr` is `sockaddr`.
+    ///
+    /// # Safety
+    /// `name` is null or `pc->name` right after a successful `get` of nginx's round robin or
+    /// least_conn (with or without keepalive) on a list of a zone: those set `pc->name` to the
+    /// chosen peer's `&peer->name` and `pc->sockaddr` to its `sockaddr`, and hold the peer
+    /// (`conns`) until their `free`.
+    pub(crate) unsafe fn chosen(name: *const ngx_str_t, sockaddr: *const sockaddr) -> Option<Peer> {
+        if name.is_null() || sockaddr.is_null() {
+            return None;
+        }
+        let off = core::mem::offset_of!(ngx_http_upstream_rr_peer_t, name);
+        // SAFETY: caller: `name` is the `name` field of a live peer, so stepping back by its
+        // offset gives the peer; its `sockaddr` is read to confirm.
+        unsafe {
+            let p = name.cast::<u8>().sub(off) as *mut ngx_http_upstream_rr_peer_t;
+            if (*p).sockaddr.cast_const() != sockaddr {
+                return None;
+            }
+            NonNull::new(p).map(Peer)
+        }
     }
 }
 
@@ -336,11 +413,6 @@ impl ListsWrite {
         f(unsafe { &mut *p.raw() })
     }
 
-    /// The peer after `p` in its list or chain.
-    pub(in crate::ffi) fn next(&self, p: Peer) -> Option<Peer> {
-        NonNull::new(self.peer_mut(p, |q| q.next)).map(Peer)
-    }
-
     /// The peers of `list` (the primary or its backup list), in order.
     pub(in crate::ffi) fn members(&self, list: Peers) -> impl Iterator<Item = Peer> + '_ {
         // SAFETY: the list is live (handle) and its write lock held (guard; or the gate's write
@@ -399,16 +471,6 @@ impl ListsWrite {
         self.set_head(list, None, ListTotals::default());
     }
 
-    /// True when `p` carries the unlinked mark: its `next` is itself. A peer's `next` is
-    /// written when it is linked into a list ([`Self::set_lists`]) or onto the retired chain
-    /// ([`Self::retire`]), and set to the mark when it leaves them
-    /// ([`Self::set_lists`], [`Self::free_idle_retired`]) or is made
-    /// ([`SlabLocked::alloc_peer`]); no list or chain holds a peer that points at itself (nginx
-    /// never makes one), so a marked peer is in none of them.
-    pub(in crate::ffi) fn is_unlinked(&self, p: Peer) -> bool {
-        self.peer_mut(p, |q| q.next) == p.raw()
-    }
-
     /// Frees `p` and its slab allocations when it is marked unlinked (in no list and no chain,
     /// see [`Self::is_unlinked`]) and not in use ([`Peer::in_use`]); whether it did. The caller
     /// uses no copy of the handle afterwards (the rule of every handle here: used only while it
@@ -422,30 +484,6 @@ impl ListsWrite {
         // more (the balancer wrapper copied the peer's name and address into the request).
         unsafe { m.free_peer(p) };
         true
-    }
-
-    /// Frees the retired peers of `chain` (these lists' upstream's) that are no longer in use;
-    /// returns how many.
-    pub fn free_idle_retired(&self, chain: RetiredChain, m: &SlabLocked) -> u64 {
-        let mut freed: u64 = 0;
-        let mut prev: Option<Peer> = None;
-        let mut cur = self.retired_head(chain);
-        while let Some(p) = cur {
-            cur = self.next(p);
-            if p.in_use() {
-                prev = Some(p);
-                continue;
-            }
-            match prev {
-                None => self.set_retired_head(chain, cur),
-                Some(q) => self.peer_mut(q, |q| q.next = cur.map_or(ptr::null_mut(), Peer::raw)),
-            }
-            self.peer_mut(p, |q| q.next = p.raw());
-            if self.free_unlinked(m, p) {
-                freed = freed.wrapping_add(1);
-            }
-        }
-        freed
     }
 }
 

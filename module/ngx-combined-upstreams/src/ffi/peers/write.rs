@@ -11,7 +11,7 @@ use upstrand_core::live::plan::ListTotals;
 use upstrand_core::live::{down, Server};
 
 use super::peer::put_down_bits;
-use super::{Peer, Peers};
+use super::{Peer, Peers, SlabLocked};
 
 /// The held write locks of a primary list and of the backup list it had when they were taken.
 /// Its methods run with the write locks held: panic-free (see the module comment).
@@ -161,6 +161,45 @@ impl ListsWrite {
             p.max_conns = s.max_conns as usize;
             p.down = down::merge(p.down, put_down_bits(s));
         });
+    }
+
+    /// Frees the retired peers of `chain` (these lists' upstream's) that are no longer in use;
+    /// returns how many.
+    pub fn free_idle_retired(&self, chain: RetiredChain, m: &SlabLocked) -> u64 {
+        let mut freed: u64 = 0;
+        let mut prev: Option<Peer> = None;
+        let mut cur = self.retired_head(chain);
+        while let Some(p) = cur {
+            cur = self.next(p);
+            if p.in_use() {
+                prev = Some(p);
+                continue;
+            }
+            match prev {
+                None => self.set_retired_head(chain, cur),
+                Some(q) => self.peer_mut(q, |q| q.next = cur.map_or(ptr::null_mut(), Peer::raw)),
+            }
+            self.peer_mut(p, |q| q.next = p.raw());
+            if self.free_unlinked(m, p) {
+                freed = freed.wrapping_add(1);
+            }
+        }
+        freed
+    }
+
+    /// The peer after `p` in its list or chain.
+    pub(in crate::ffi) fn next(&self, p: Peer) -> Option<Peer> {
+        NonNull::new(self.peer_mut(p, |q| q.next)).map(Peer)
+    }
+
+    /// True when `p` carries the unlinked mark: its `next` is itself. A peer's `next` is
+    /// written when it is linked into a list ([`Self::set_lists`]) or onto the retired chain
+    /// ([`Self::retire`]), and set to the mark when it leaves them
+    /// ([`Self::set_lists`], [`Self::free_idle_retired`]) or is made
+    /// ([`SlabLocked::alloc_peer`]); no list or chain holds a peer that points at itself (nginx
+    /// never makes one), so a marked peer is in none of them.
+    pub(in crate::ffi) fn is_unlinked(&self, p: Peer) -> bool {
+        self.peer_mut(p, |q| q.next) == p.raw()
     }
 }
 
