@@ -29,23 +29,26 @@
 //! Inside `ffi/`, `unsafe` sits where a primitive of nginx is wrapped, each stating its safety
 //! argument once (the invariant in the handle type's doc, `// SAFETY:` at the block): this file
 //! (nginx's process globals — clocks, the running cycle and its log, the process kind, flags and
-//! pid, `random()`, global counters looked up by name, the loaded modules — and `ngx_str_t`
-//! bytes); `request.rs` (the request); `pool.rs` (pools and their cleanups); `conf.rs` and
-//! `upstream.rs` (configuration structures, a balancer directive's handler run on scratch
-//! configurations and the words it wrote, upstream blocks, and `peer.data` read as the
-//! round-robin list for a [`probe::Balancer`] the classification made, so `probe.rs` is safe
-//! code on them); `peers/mod.rs` and `peers/slab.rs` (the zone's lists, peers and slab pool: a
-//! peer is read as a copy of its fields and its set-once bytes, so `peers/peer.rs` is safe code
-//! on them, and the write side hands out a peer as `&mut` only under both list write locks, so
-//! `peers/write.rs` and `counters.rs` are safe code on it); `shm.rs` (the zone,
-//! [`shm::ShmZone`], with its `init` trampoline, and the primitives of the module's own blocks
-//! in a zone: `ZoneRef`, `RwWord`, `ZoneTable`, `ZoneLink`, on which `zone.rs` and `health.rs`
-//! are safe code); the trampolines and the handles they make in `balancer.rs`, `content.rs`
-//! (content handlers, request bodies, output filters, the variable handler and its value slot,
-//! variable registration) and `prober.rs` (timers and probe connections). `log.rs`,
-//! `probe.rs`, `peers/peer.rs`, `plus.rs`, `counters.rs`, `variables.rs`, `zone.rs`,
-//! `health.rs` and `peers/write.rs` hold no `unsafe {}` (`zone.rs` and `health.rs` one
-//! `unsafe impl ZoneShared` each: the block type's own promise).
+//! pid, `random()`, global counters looked up by name, the loaded modules — and `ngx_str_t` bytes);
+//! `request.rs` (the request); `pool.rs` (pools and their cleanups, and a zone's slab pool:
+//! [`pool::Slab`], its held mutex [`pool::SlabLocked`] with the pool's words, zeroed allocations
+//! owned until handed to the zone, [`pool::SlabBox`] of a [`pool::Zeroed`] type, and the freeing of
+//! a peer, so `peers/slab.rs` is safe code on them); `conf.rs` and `upstream.rs` (configuration
+//! structures, a balancer directive's handler run on scratch configurations and the words it wrote,
+//! upstream blocks, and `peer.data` read as the round-robin list for a [`probe::Balancer`] the
+//! classification made, so `probe.rs` is safe code on them); `peers/mod.rs` (the zone's lists and
+//! peers: a peer is read as a copy of its fields and its set-once bytes, so `peers/peer.rs` is safe
+//! code on them, and the write side hands out a peer as `&mut` only under both list write locks, so
+//! `peers/write.rs` and `counters.rs` are safe code on it); `shm.rs` (the zone, [`shm::ShmZone`],
+//! with its `init` trampoline, the primitives of the module's own blocks in a zone: `ZoneRef`,
+//! `RwWord`, `ZoneTable`, `ZoneLink`, on which `zone.rs` and `health.rs` are safe code, and a
+//! peer's statistics slot, [`counters::Counters`]); the trampolines and the handles they make in
+//! `balancer.rs`, `content.rs` (content handlers, request bodies, output filters, the variable
+//! handler and its value slot, variable registration) and `prober.rs` (timers and probe
+//! connections). `log.rs`, `probe.rs`, `peers/peer.rs`, `peers/slab.rs`, `plus.rs`, `counters.rs`,
+//! `variables.rs`, `zone.rs`, `health.rs` and `peers/write.rs` hold no `unsafe {}` (`zone.rs` and
+//! `health.rs` one `unsafe impl ZoneShared` each, `peers/slab.rs` an `unsafe impl Zeroed` for each
+//! structure it allocates: the type's own promise).
 
 pub mod balancer;
 pub mod conf;

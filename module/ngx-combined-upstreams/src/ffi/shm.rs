@@ -24,6 +24,7 @@ use ngx::ffi::{
     ngx_shm_zone_t, ngx_slab_free,
 };
 
+use super::counters::{Counters, Slot};
 use super::peers::Slab;
 use super::upstream::Upstream;
 use super::{bytes, Status};
@@ -397,5 +398,22 @@ impl ShmZone {
         // SAFETY: the zone is live (handle); once mapped, `shm.addr` is the slab pool nginx
         // initialised at the start of the zone.
         unsafe { Slab::from_ptr((*self.raw()).shm.addr.cast()) }
+    }
+}
+
+impl Counters {
+    /// # Safety
+    /// `p` is null or a [`Slot`] in a zone (a slab allocation, `SlabLocked::calloc_slot` or
+    /// `SlabLocked::alloc_peer`), alive while the handle is used (it is freed with its peer).
+    #[inline]
+    pub(crate) unsafe fn from_ptr(p: *mut Slot) -> Option<Counters> {
+        NonNull::new(p).map(Counters)
+    }
+
+    #[inline]
+    pub(in crate::ffi) fn s(&self) -> &Slot {
+        // SAFETY: the slot is live (handle); every field is an atomic, so a shared reference is
+        // sound while other workers add to it.
+        unsafe { self.0.as_ref() }
     }
 }

@@ -153,6 +153,7 @@ fn registry() -> std::sync::MutexGuard<'static, BTreeMap<usize, Entry>> {
 }
 
 /// Runs `f` on the entry of `uscf`.
+#[inline]
 pub fn with_entry<T>(
     uscf: *mut ngx_http_upstream_srv_conf_t,
     f: impl FnOnce(&Entry) -> T,

@@ -43,7 +43,7 @@
 //! `resolve` null, which nginx's round robin treats as "no resolver".
 //!
 //! Other nginx structures the live API reads or writes (stable from 1.22 to 1.30): the slab pool
-//! (`mutex`, `min_shift`, `stats`, `pfree`, `start`, `end`, `log_nomem`: [`Slab`] here), the peer
+//! (`mutex`, `min_shift`, `stats`, `pfree`, `start`, `end`, `log_nomem`: `ffi/pool.rs`), the peer
 //! connection (`get`, `free`, `data`, `set_session`, `save_session`, `tries`, `name`, `sockaddr`,
 //! `socklen`: `live/balancer.rs`), the upstream (`peer`, `shm_zone`, `host`, `srv_conf`) and zone
 //! (`init`, `shm.name`, `shm.addr`) configurations (`live/mod.rs`), modules' `name`/`commands`
@@ -63,11 +63,11 @@
 //! (`write.rs`, the counters' part in `ffi/counters.rs`) is safe code on them.
 //!
 //! Freeing: a peer leaves the zone only through [`ListsWrite::free_unlinked`], which checks the
-//! unlinked mark (the peer's `next` points at itself: set when [`SlabLocked::alloc_peer`] makes
-//! it, when [`ListsWrite::set_lists`] takes it out of the lists and when the sweep takes it off
-//! the retired chain; overwritten whenever it is linked) and that it is not in use. So no safe
-//! call frees a peer that a list or the chain still holds; [`SlabLocked::free_peer`] itself
-//! stays `unsafe` and private to `peers/`.
+//! unlinked mark (the peer's `next` points at itself: set when [`SlabLocked::alloc_peer`] makes it,
+//! when [`ListsWrite::set_lists`] takes it out of the lists and when the sweep takes it off the
+//! retired chain; overwritten whenever it is linked) and that it is not in use. So no safe call
+//! frees a peer that a list or the chain still holds; `SlabLocked::free_peer` itself stays `unsafe`
+//! (in `ffi/pool.rs`).
 //!
 //! Write locks: nginx's rwlocks have no owner and no recovery (a worker that dies holding one
 //! leaves it held), so the API never takes a write side with `ngx_rwlock_wlock`, which spins
@@ -76,32 +76,26 @@
 //! the next chance). Read sides are taken with nginx's own `ngx_rwlock_rlock`, which the lock
 //! word format therefore stays compatible with.
 //!
-//! Panic-free write sections: a write side held when the process aborts (the release profile
-//! has `panic = "abort"`) would never be released, stopping every worker's selections for
-//! good. So the code that runs with a write side held — [`ListsWrite`]'s and [`SlabLocked`]'s
-//! methods here, and `LiveUpstream::swap`/`sweep` in `live/zone.rs` — allocates nothing (no `Vec`,
-//! `String`, `format!`: buffers and names are prepared before the locks are taken), indexes
-//! nothing, unwraps nothing and does no overflow-checked arithmetic. `clippy` checks the last
-//! three (`#[deny(...)]` on those items: `indexing_slicing`, `unwrap_used`, `expect_used`,
-//! `panic`, `arithmetic_side_effects`, ...); allocation is a review item of the same list.
+//! Panic-free write sections: a write side held when the process aborts (the release profile has
+//! `panic = "abort"`) would never be released, stopping every worker's selections for good. So the
+//! code that runs with a write side held — [`ListsWrite`]'s and [`SlabLocked`]'s methods (here, in
+//! `slab.rs` and `ffi/pool.rs`) and `LiveUpstream::swap`/`sweep` in `live/zone.rs` — allocates
+//! nothing (no `Vec`, `String`, `format!`: buffers and names are prepared before the locks are
+//! taken), indexes nothing, unwraps nothing and does no overflow-checked arithmetic. `clippy`
+//! checks the last three (`#[deny(...)]` on those items: `indexing_slicing`, `unwrap_used`,
+//! `expect_used`, `panic`, `arithmetic_side_effects`, ...); allocation is a review item.
 //!
-//! Memory: every peer of a zone is a slab allocation with its `sockaddr` (size of
-//! `ngx_sockaddr_t`), `name.data` (`NGX_SOCKADDR_STRLEN` bytes), `server.data` and, once an SSL
-//! session was saved, `ssl_session` (and in nginx builds with sticky sessions, 1.29.6+ by
-//! default, cfg `ngx_upstream_sid`: a `sid` buffer of 32 bytes) as separate slab allocations — the layout
+//! Memory: every peer of a zone is a slab allocation with its `sockaddr` (`ngx_sockaddr_t`),
+//! `name.data` (`NGX_SOCKADDR_STRLEN` bytes), `server.data` and, once an SSL session was saved,
+//! `ssl_session` (in nginx builds with sticky sessions, 1.29.6+ by default, cfg
+//! `ngx_upstream_sid`: a `sid` buffer of 32 bytes) as separate slab allocations — the layout
 //! `ngx_http_upstream_zone_module` gives the peers it copies, so one `SlabLocked::free_peer`
-//! frees both kinds — and the module's own statistics slot (`start_time`, 120 bytes), given to
-//! the copied peers when the zone is made ([`ListsWrite::attach_counters`]).
+//! frees both kinds — and the module's statistics slot (`start_time`, 120 bytes), given to the
+//! copied peers when the zone is made ([`ListsWrite::attach_counters`]).
 //!
-//! Files: this one holds the list handle
-//! ([`Peers`]) with its read guards, a peer's reads (a copy of its fields, its name and address
-//! bytes, its counters, the peer chosen by a balancer), and the write side's primitives (peer
-//! access, list heads, the retired chain's head and freeing); `write.rs` the write guard
-//! ([`ListsWrite`]) and its changes in safe code, the unlinked mark and the retired chain;
-//! `peer.rs` the peer handle ([`Peer`]: what the API reads of it, safe code on those reads);
-//! `slab.rs` the zone's slab pool
-//! ([`Slab`], [`SlabLocked`]), the layout of the peers it allocates and the counters' slots. The
-//! write side of every rwlock in a zone is `ffi/shm.rs`'s [`wlock_until`].
+//! Files: this one holds the list handle ([`Peers`]) with its read guards, a peer's reads and the
+//! write side's primitives; `write.rs` ([`ListsWrite`]'s changes), `peer.rs` ([`Peer`]'s reads) and
+//! `slab.rs` (what a `PUT` allocates) are safe code on it and on `ffi/pool.rs` ([`Slab`]).
 
 mod peer;
 mod slab;
@@ -151,8 +145,14 @@ impl Peers {
 
     /// The zone's slab pool (None for a list outside any zone: before the zone is made).
     pub fn slab(self) -> Option<Slab> {
-        // SAFETY: the list is live (handle); `shpool` is set once by the zone module.
-        NonNull::new(unsafe { (*self.raw()).shpool }).map(Slab)
+        // SAFETY: the list is live (handle); `shpool` is null or the zone's pool, set once.
+        unsafe { Slab::from_ptr((*self.raw()).shpool) }
+    }
+
+    /// The list's name (`name`, set once when nginx builds the list), for its backup list.
+    pub(in crate::ffi) fn name_ptr(self) -> *mut ngx_str_t {
+        // SAFETY: the list is live (handle); a plain word.
+        unsafe { (*self.raw()).name }
     }
 
     /// The backup list, when there is one. Read under the primary list's lock or the gate:
