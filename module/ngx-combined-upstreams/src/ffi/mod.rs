@@ -6,7 +6,7 @@
 //! - directives: [`conf::Directive`] (entry made with [`command`]),
 //! - configuration hooks: [`conf::HttpHooks`] ([`conf::module_ctx`] builds nginx's table),
 //! - variables: [`variables::Variable`] (trampoline in `content.rs`),
-//! - header/body filters: [`request::Filters`],
+//! - header/body filters: [`content::Filters`],
 //! - `init_upstream` / `peer.init` wrappers: [`upstream::InitUpstream`], [`upstream::PeerInit`],
 //! - content handlers and request bodies: [`content::ContentHandler`], [`content::BodyReader`],
 //! - balancer wrappers: [`balancer::PeerWrapper`]; zone `init` wrappers: [`shm::ZoneInit`];

@@ -35,11 +35,11 @@
 //! nginx 1.27.3+ (cfg `nginx1_27_3`): the zone module resolves `server NAME resolve` names
 //! itself and rewrites the lists from a timer in every worker (`peers->resolve` holds those
 //! servers, `peer->host`, `peers->config`), without the live API's gate. An upstream whose
-//! configured lists have a `resolve` server is therefore never made live ([`resolves_names`] at
+//! configured lists have a `resolve` server is therefore never made live ([`Peers::resolves_names`] at
 //! configuration time: no wrappers, no zone state, `PUT` answered 409). Peers also carry `refs`
 //! (taken by every balancer's `get` with `conns`, dropped by its `free`; nginx frees a `zombie`
 //! peer when its last reference goes): a peer is freed by the API only when both `conns` and
-//! `refs` are 0 ([`in_use`]). Lists the API creates (the backup list) leave `config` and
+//! `refs` are 0 ([`Peer::in_use`]). Lists the API creates (the backup list) leave `config` and
 //! `resolve` null, which nginx's round robin treats as "no resolver".
 //!
 //! Other nginx structures the live API reads or writes (stable from 1.22 to 1.30): the slab pool
