@@ -4,17 +4,15 @@
 //! writers' clocks, and a refused outcome write does not end the session in a loop.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
-use crate::common::{blocking, until};
+use crate::common::{self, blocking, service_on, until, Host};
 
 use tributary_fakes::etcd_cluster::EtcdCluster;
 use tributary_store::{
-    BindingRecord, BindingStore, EtcdOptions, EtcdStore, HostOutcome, HostState, SecretKeys,
-    StoreError, TargetSet, MAX_OUTCOME_MESSAGE,
+    BindingRecord, BindingStore, EtcdOptions, HostOutcome, HostState, StoreError, TargetSet,
+    MAX_OUTCOME_MESSAGE,
 };
 
 const PREFIX: &str = "/integrity/";
@@ -39,51 +37,13 @@ fn binding(name: &str, service: &str, token: &str) -> BindingRecord {
     }
 }
 
-struct Host {
-    store: Arc<EtcdStore>,
-    mirror: PathBuf,
-    _dir: tempfile::TempDir,
-}
-
 fn options(cluster: &EtcdCluster, id: &str, dir: &tempfile::TempDir) -> EtcdOptions {
-    let mut opts = EtcdOptions::new(
-        cluster.endpoints(),
-        PREFIX,
-        id,
-        &dir.path().join(format!("{id}.db")),
-    );
-    opts.lease_ttl = Duration::from_secs(2);
-    opts.op_timeout = Duration::from_secs(2);
-    opts
-}
-
-async fn host_with(id: &str, opts: EtcdOptions, dir: tempfile::TempDir) -> Host {
-    let mirror = opts.mirror_path.clone();
-    let keys = SecretKeys::from_bytes(&[&[42u8; 32]]).unwrap();
-    let store = Arc::new(EtcdStore::open(opts, keys).unwrap());
-    assert!(
-        store.wait_connected(Duration::from_secs(15)).await,
-        "{id} did not connect: {:?}",
-        store.status()
-    );
-    Host {
-        store,
-        mirror,
-        _dir: dir,
-    }
+    common::options(cluster, PREFIX, id, dir)
 }
 
 async fn host(cluster: &EtcdCluster, id: &str) -> Host {
     let dir = tempfile::tempdir().unwrap();
-    let opts = options(cluster, id, &dir);
-    host_with(id, opts, dir).await
-}
-
-fn service_on(h: &Host, name: &str) -> Option<String> {
-    h.store
-        .get_binding(name)
-        .unwrap()
-        .map(|sb| sb.binding.service)
+    common::connected(options(cluster, id, &dir), dir).await
 }
 
 /// A's mirror file is locked by another writer (a backup tool, a stuck process: the same failing
@@ -291,7 +251,7 @@ async fn a_writer_whose_clock_is_behind_still_makes_a_newer_version() {
     let dir = tempfile::tempdir().unwrap();
     let mut opts = options(&cluster, "host-b", &dir);
     opts.clock = behind;
-    let b = host_with("host-b", opts, dir).await;
+    let b = common::connected(opts, dir).await;
 
     a.store
         .insert_binding(&binding("api", "web1", "t"))

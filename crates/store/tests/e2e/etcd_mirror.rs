@@ -2,53 +2,22 @@
 //! mirror's SQLite write (it is made outside the mirror's lock), and a host does not write a
 //! binding that it saved the moment it connected to a new fleet a second time.
 
-use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::common::{binding, blocking, until};
+use crate::common::{self, binding, blocking, service_on, until, Host};
 
 use tributary_fakes::etcd_cluster::EtcdCluster;
-use tributary_store::{
-    BindingStore, EtcdOptions, EtcdStore, OutcomeRecord, OutcomeStatus, SecretKeys,
-};
+use tributary_store::{BindingStore, OutcomeRecord, OutcomeStatus};
 
-struct Host {
-    store: Arc<EtcdStore>,
-    mirror: PathBuf,
-    _dir: tempfile::TempDir,
-}
-
-/// A store instance as host `id` under `prefix` (not waited for).
+/// Host `id` under `prefix` (not waited for).
 fn open(cluster: &EtcdCluster, prefix: &str, id: &str) -> Host {
     let dir = tempfile::tempdir().unwrap();
-    let mirror = dir.path().join(format!("{id}.db"));
-    let mut opts = EtcdOptions::new(cluster.endpoints(), prefix, id, &mirror);
-    opts.lease_ttl = Duration::from_secs(2);
-    opts.op_timeout = Duration::from_secs(2);
-    let keys = SecretKeys::from_bytes(&[&[42u8; 32]]).unwrap();
-    Host {
-        store: Arc::new(EtcdStore::open(opts, keys).unwrap()),
-        mirror,
-        _dir: dir,
-    }
+    common::open(common::options(cluster, prefix, id, &dir), dir)
 }
 
 async fn connected(cluster: &EtcdCluster, prefix: &str, id: &str) -> Host {
-    let h = open(cluster, prefix, id);
-    assert!(
-        h.store.wait_connected(Duration::from_secs(15)).await,
-        "{id} did not connect: {:?}",
-        h.store.status()
-    );
-    h
-}
-
-fn service_on(h: &Host, name: &str) -> Option<String> {
-    h.store
-        .get_binding(name)
-        .unwrap()
-        .map(|sb| sb.binding.service)
+    let dir = tempfile::tempdir().unwrap();
+    common::connected(common::options(cluster, prefix, id, &dir), dir).await
 }
 
 fn outcome(at_ms: i64) -> OutcomeRecord {

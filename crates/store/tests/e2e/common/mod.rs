@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -42,7 +43,59 @@ pub fn target_set(updated_at_ms: i64, address: &str) -> TargetSet {
 
 pub struct Host {
     pub store: Arc<EtcdStore>,
+    /// Its mirror's SQLite file.
+    pub mirror: PathBuf,
     _dir: tempfile::TempDir,
+}
+
+/// Options of host `id` under `prefix`, its mirror file in `dir`: lease TTL [`TTL`], 2 s per
+/// operation, nothing else set.
+pub fn options(
+    cluster: &EtcdCluster,
+    prefix: &str,
+    id: &str,
+    dir: &tempfile::TempDir,
+) -> EtcdOptions {
+    let mut opts = EtcdOptions::new(
+        cluster.endpoints(),
+        prefix,
+        id,
+        &dir.path().join(format!("{id}.db")),
+    );
+    opts.lease_ttl = TTL;
+    opts.op_timeout = Duration::from_secs(2);
+    opts
+}
+
+/// A store instance with `opts` and the test key, not waited for (`dir` holds its mirror).
+pub fn open(opts: EtcdOptions, dir: tempfile::TempDir) -> Host {
+    let mirror = opts.mirror_path.clone();
+    let keys = SecretKeys::from_bytes(&[&[42u8; 32]]).unwrap();
+    Host {
+        store: Arc::new(EtcdStore::open(opts, keys).unwrap()),
+        mirror,
+        _dir: dir,
+    }
+}
+
+/// [`open`], connected.
+pub async fn connected(opts: EtcdOptions, dir: tempfile::TempDir) -> Host {
+    let id = opts.host_id.clone();
+    let h = open(opts, dir);
+    assert!(
+        h.store.wait_connected(Duration::from_secs(15)).await,
+        "{id} did not connect: {:?}",
+        h.store.status()
+    );
+    h
+}
+
+/// The service of binding `name` as `h` has it.
+pub fn service_on(h: &Host, name: &str) -> Option<String> {
+    h.store
+        .get_binding(name)
+        .unwrap()
+        .map(|sb| sb.binding.service)
 }
 
 /// A store instance as host `id` under `prefix` with `keys` (the first seals), connected.
@@ -66,23 +119,21 @@ pub async fn host_with(
     require_integrity: bool,
 ) -> Host {
     let dir = tempfile::tempdir().unwrap();
-    let mut opts = EtcdOptions::new(
-        cluster.endpoints(),
-        prefix,
-        id,
-        &dir.path().join(format!("{id}.db")),
-    );
-    opts.lease_ttl = TTL;
-    opts.op_timeout = Duration::from_secs(2);
+    let mut opts = options(cluster, prefix, id, &dir);
     opts.providers = Some(vec!["consul/consul".into()]);
     opts.require_integrity = require_integrity;
+    let mirror = opts.mirror_path.clone();
     let store = Arc::new(EtcdStore::open(opts, secrets).unwrap());
     assert!(
         store.wait_connected(Duration::from_secs(15)).await,
         "{id} did not connect: {:?}",
         store.status()
     );
-    Host { store, _dir: dir }
+    Host {
+        store,
+        mirror,
+        _dir: dir,
+    }
 }
 
 /// Waits until `f` holds, at most `limit`.
