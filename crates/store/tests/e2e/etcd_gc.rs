@@ -242,3 +242,53 @@ async fn a_gone_hosts_count_goes_on_across_a_restart_of_the_collecting_hosts() {
     );
     assert_eq!(view(&a, "api").len(), 2);
 }
+
+/// A gone host's count in etcd (`P/outcomes-gone/HOST`) holds a value that does not decode
+/// (written by hand, or by something else than a collector): the host is still collected within
+/// the bound of one whose count is fine (the bad value is replaced once by a count starting then).
+/// Before, it counted as "seen now" at every pass, so the count began again each time and the host
+/// was never collected.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gone_host_whose_count_does_not_decode_is_still_collected() {
+    let cluster = tokio::task::block_in_place(|| EtcdCluster::start(3));
+    let dir = tempfile::tempdir().unwrap();
+    const GC: Duration = Duration::from_secs(4);
+    let a = host(&cluster, "host-a", GC, &dir).await;
+    let b = host(&cluster, "host-b", GC, &dir).await;
+    a.insert_binding(&binding("api")).await.unwrap();
+    for s in [&a, &b] {
+        until(Duration::from_secs(10), "the binding everywhere", || {
+            s.get_binding("api").unwrap().is_some()
+        })
+        .await;
+        s.publish_host_outcome("api", &outcome()).await.unwrap();
+    }
+    until(Duration::from_secs(10), "2 outcomes", || {
+        view(&a, "api").len() == 2
+    })
+    .await;
+
+    b.close().await;
+    // A knows B is gone (else its collector would end the count as B's being back).
+    until(Duration::from_secs(10), "host-b shown gone", || {
+        view(&a, "api").contains(&("host-b".to_string(), false))
+    })
+    .await;
+    let count = format!("{PREFIX}outcomes-gone/host-b");
+    tokio::task::block_in_place(|| cluster.put(&count, b"not a count"));
+    let junk = Instant::now();
+    // The bound of the first test: GC plus a few collection periods (GC / 4 each).
+    until(GC * 4, "host-b's outcome gone from etcd", || {
+        !outcome_keys(&cluster)
+            .iter()
+            .any(|k| k.contains("/host-b/"))
+    })
+    .await;
+    let took = junk.elapsed();
+    eprintln!("host-b's outcome removed {took:?} after its count was made undecodable");
+    // The count started when the bad value was replaced, not before.
+    assert!(took >= GC, "removed before the set time: {took:?}");
+    let left = tokio::task::block_in_place(|| cluster.dump(&format!("{PREFIX}outcomes-gone/")));
+    assert!(left.iter().all(|(k, _)| k != &count), "{left:?}");
+    assert_eq!(view(&a, "api").len(), 1);
+}
