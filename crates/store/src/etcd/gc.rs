@@ -68,15 +68,16 @@ impl EtcdStore {
         // the old one.
         let mut keys = Vec::new();
         for prefix in [k.outcomes_of_host(host), k.unable_of_host(host)] {
-            keys.extend(self.keys_under(&prefix).await?);
+            keys.extend(self.keys_under(&prefix, |_| true).await?);
         }
         let new_layout = keys.len();
         for prefix in k.old_layout() {
-            keys.extend(self.keys_under(&prefix).await?.into_iter().filter(|key| {
-                matches!(k.parse(key.as_bytes()),
+            let of_host = |key: &[u8]| {
+                matches!(k.parse(key),
                             Some(Kind::Outcome { host: h, .. } | Kind::Unable { host: h, .. })
                             if h == host)
-            }));
+            };
+            keys.extend(self.keys_under(&prefix, of_host).await?);
         }
         let old_layout = if keys.len() > new_layout {
             format!(
@@ -269,23 +270,38 @@ impl EtcdStore {
         ))
     }
 
-    /// The keys under `prefix` in etcd now (keys only).
-    async fn keys_under(&self, prefix: &str) -> Result<Vec<String>, StoreError> {
-        let mut client = self.client()?;
-        let r = tokio::time::timeout(
-            self.shared.opts.op_timeout,
-            client.get(
-                prefix,
-                Some(GetOptions::new().with_prefix().with_keys_only()),
-            ),
+    /// The keys under `prefix` in etcd now (keys only), at one revision, in pages sized by
+    /// bytes (`sync.rs`): the old layout's prefixes hold every host's key of every binding.
+    /// Only those `keep` takes are kept.
+    async fn keys_under(
+        &self,
+        prefix: &str,
+        keep: impl Fn(&[u8]) -> bool,
+    ) -> Result<Vec<String>, StoreError> {
+        let client = self.client()?;
+        let end = super::sync::range_end(prefix.as_bytes());
+        let mut keys = Vec::new();
+        super::sync::read_pages(
+            &self.shared,
+            &client,
+            prefix.as_bytes().to_vec(),
+            &end,
+            0,
+            true,
+            |kv| {
+                if keep(kv.key()) {
+                    keys.push(String::from_utf8_lossy(kv.key()).into_owned());
+                }
+            },
         )
         .await
-        .map_err(|_| self.no_answer())?
-        .map_err(|e| self.answered(&e, &format!("reading the keys under {prefix}")))?;
-        Ok(r.kvs()
-            .iter()
-            .map(|kv| String::from_utf8_lossy(kv.key()).into_owned())
-            .collect())
+        .map_err(|e| match e {
+            super::sync::ReadError::NoAnswer => self.no_answer(),
+            super::sync::ReadError::Etcd(e) => {
+                self.answered(&e, &format!("reading the keys under {prefix}"))
+            }
+        })?;
+        Ok(keys)
     }
 }
 
