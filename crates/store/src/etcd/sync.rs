@@ -212,7 +212,8 @@ pub(crate) fn went_back(shared: &Shared, id: u64, revision: i64) -> bool {
     true
 }
 
-/// Applies watched or read changes to the mirror (on a blocking thread) and emits their events.
+/// Applies watched or read changes to the mirror (on a blocking thread: decoding a full read
+/// takes a while; nothing waits on the file, `mirror_file.rs`) and emits their events.
 /// `snapshot`: a full read (keys seen, revision, whether etcd went back): keys missing from it
 /// are removed; when etcd went back, every revision held is forgotten first.
 pub(crate) async fn apply_and_emit(
@@ -223,8 +224,7 @@ pub(crate) async fn apply_and_emit(
     let s = shared.clone();
     let events = tokio::task::spawn_blocking(move || super::mirror::apply(&s, updates, snapshot))
         .await
-        .map_err(|e| format!("mirror thread: {e}"))?
-        .map_err(|e| format!("mirror: {e}"))?;
+        .map_err(|e| format!("mirror thread: {e}"))?;
     for e in events {
         let _ = shared.events.send(e);
     }
