@@ -242,57 +242,62 @@ mod tests {
         sb.map(|sb| sb.binding.service)
     }
 
-    /// One watch response can carry a binding's removal and its creation again (or the other
-    /// way round): the view at once, and the file once its writer is done, end as etcd did, in a
-    /// real SQLite file; the file's revisions are recorded once it committed them.
-    #[test]
-    fn a_batch_is_written_in_etcds_order() {
-        let dir = tempfile::tempdir().unwrap();
-        let file = SqliteFile::open(&dir.path().join("mirror.db")).unwrap();
-        let keys = Keys::new("/t/").unwrap();
-        let secrets = SecretKeys::from_bytes(&[&[7u8; 32]]).unwrap();
+    struct Fixture {
+        keys: Keys,
+        secrets: SecretKeys,
+        mirror: Arc<Mutex<Mirror>>,
+        file: Arc<Mutex<SqliteFile>>,
+        writer: Writer,
+    }
+
+    impl Fixture {
+        /// [`apply_to`] as host `host-a`.
+        fn apply(&self, updates: Vec<Update>) -> Vec<StoreEvent> {
+            let ids = (&self.keys, &self.secrets, "host-a");
+            apply_to(&self.mirror, &self.writer, ids, updates, None, |_| {})
+        }
+    }
+
+    /// A mirror on a real SQLite file at `path`, with its writer thread.
+    fn fixture(path: &std::path::Path) -> Fixture {
+        let file = SqliteFile::open(path).unwrap();
         let mirror = Arc::new(Mutex::new(Mirror::new(
             FileView::load(&file).unwrap(),
             None,
         )));
         let file = Arc::new(Mutex::new(file));
         let writer = Writer::start(file.clone(), mirror.clone(), "test".into()).unwrap();
-        let ids = (&keys, &secrets, "host-a");
-        apply_to(
-            &mirror,
-            &writer,
-            ids,
-            vec![put("api", "web1", 2)],
-            None,
-            |_| {},
-        );
-        apply_to(
-            &mirror,
-            &writer,
-            ids,
-            vec![put("old", "x", 3)],
-            None,
-            |_| {},
-        );
-        let events = apply_to(
-            &mirror,
-            &writer,
-            ids,
-            vec![
-                remove("api", 4),
-                put("api", "web2", 5),
-                put("old", "y", 6),
-                remove("old", 7),
-            ],
-            None,
-            |_| {},
-        );
+        Fixture {
+            keys: Keys::new("/t/").unwrap(),
+            secrets: SecretKeys::from_bytes(&[&[7u8; 32]]).unwrap(),
+            mirror,
+            file,
+            writer,
+        }
+    }
+
+    /// One watch response can carry a binding's removal and its creation again (or the other
+    /// way round): the view at once, and the file once its writer is done, end as etcd did, in a
+    /// real SQLite file; the file's revisions are recorded once it committed them.
+    #[test]
+    fn a_batch_is_written_in_etcds_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = fixture(&dir.path().join("mirror.db"));
+        let (keys, mirror, file, writer) = (&f.keys, &f.mirror, &f.file, &f.writer);
+        f.apply(vec![put("api", "web1", 2)]);
+        f.apply(vec![put("old", "x", 3)]);
+        let events = f.apply(vec![
+            remove("api", 4),
+            put("api", "web2", 5),
+            put("old", "y", 6),
+            remove("old", 7),
+        ]);
         assert!(
             events.contains(&StoreEvent::Binding("api".into())),
             "{events:?}"
         );
         {
-            let m = lock(&mirror);
+            let m = lock(mirror);
             assert_eq!(
                 service(m.file.get_binding("api").unwrap()).as_deref(),
                 Some("web2")
@@ -302,15 +307,15 @@ mod tests {
             assert_eq!(m.rev_of(&keys.binding("old")), 7);
         }
         assert!(writer.flush(Duration::from_secs(10)));
-        let on_disk = lock(&file).get_binding("api").unwrap();
+        let on_disk = lock(file).get_binding("api").unwrap();
         assert_eq!(service(on_disk).as_deref(), Some("web2"));
-        assert_eq!(lock(&file).get_binding("old").unwrap(), None);
-        let m = lock(&mirror);
+        assert_eq!(lock(file).get_binding("old").unwrap(), None);
+        let m = lock(mirror);
         assert_eq!(m.file_revs.get(&keys.binding("api")), Some(&5));
         assert_eq!(m.file_revs.get(&keys.binding("old")), Some(&7));
         assert!(m.queued.is_empty(), "{:?}", m.queued);
         // The view is what the file holds.
-        let loaded = FileView::load(&lock(&file)).unwrap();
+        let loaded = FileView::load(&lock(file)).unwrap();
         assert_eq!(
             m.file.list_bindings().unwrap(),
             loaded.list_bindings().unwrap()
@@ -325,61 +330,32 @@ mod tests {
     fn a_failed_write_records_no_file_revision() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("mirror.db");
-        let file = SqliteFile::open(&path).unwrap();
-        let keys = Keys::new("/t/").unwrap();
-        let secrets = SecretKeys::from_bytes(&[&[7u8; 32]]).unwrap();
-        let mirror = Arc::new(Mutex::new(Mirror::new(
-            FileView::load(&file).unwrap(),
-            None,
-        )));
-        let file = Arc::new(Mutex::new(file));
-        let writer = Writer::start(file.clone(), mirror.clone(), "test".into()).unwrap();
-        let ids = (&keys, &secrets, "host-a");
+        let f = fixture(&path);
+        let (keys, mirror, file, writer) = (&f.keys, &f.mirror, &f.file, &f.writer);
         let locker = rusqlite::Connection::open(&path).unwrap();
         locker.execute_batch("BEGIN IMMEDIATE").unwrap();
-        apply_to(
-            &mirror,
-            &writer,
-            ids,
-            vec![put("api", "web1", 2)],
-            None,
-            |_| {},
-        );
-        apply_to(&mirror, &writer, ids, vec![put("db", "x", 3)], None, |_| {});
+        f.apply(vec![put("api", "web1", 2)]);
+        f.apply(vec![put("db", "x", 3)]);
         assert_eq!(
-            service(lock(&mirror).file.get_binding("api").unwrap()).as_deref(),
+            service(lock(mirror).file.get_binding("api").unwrap()).as_deref(),
             Some("web1")
         );
         // The same revision again while it is queued: not newer.
-        apply_to(
-            &mirror,
-            &writer,
-            ids,
-            vec![put("api", "web1", 2)],
-            None,
-            |_| {},
-        );
+        f.apply(vec![put("api", "web1", 2)]);
         assert!(writer.flush(Duration::from_secs(20)));
         assert!(writer.failure.take().is_some());
         {
-            let m = lock(&mirror);
+            let m = lock(mirror);
             assert_eq!(m.file_rev_of(&keys.binding("api")), 0);
             assert_eq!(m.file_rev_of(&keys.binding("db")), 0);
             assert_eq!(m.rev_of(&keys.binding("api")), 2);
         }
         locker.execute_batch("ROLLBACK").unwrap();
         // A read of the prefix delivers the same revisions: written this time.
-        apply_to(
-            &mirror,
-            &writer,
-            ids,
-            vec![put("api", "web1", 2), put("db", "x", 3)],
-            None,
-            |_| {},
-        );
+        f.apply(vec![put("api", "web1", 2), put("db", "x", 3)]);
         assert!(writer.flush(Duration::from_secs(10)));
         assert!(writer.failure.take().is_none());
-        assert_eq!(lock(&file).list_bindings().unwrap().len(), 2);
-        assert_eq!(lock(&mirror).file_rev_of(&keys.binding("db")), 3);
+        assert_eq!(lock(file).list_bindings().unwrap().len(), 2);
+        assert_eq!(lock(mirror).file_rev_of(&keys.binding("db")), 3);
     }
 }

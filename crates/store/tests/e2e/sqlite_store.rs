@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use tributary_store::{
     BindingRecord, BindingStore, HostOutcome, HostState, OutcomeRecord, OutcomeStatus, SqliteStore,
-    StoreError, TargetSet, Upsert,
+    StoreError, StoredBinding, TargetSet, Upsert,
 };
 
 fn binding(name: &str) -> BindingRecord {
@@ -34,6 +34,10 @@ fn set(addr: &str) -> TargetSet {
         ttl_seconds: None,
         generation: 0,
     }
+}
+
+fn names(list: Vec<StoredBinding>) -> Vec<String> {
+    list.into_iter().map(|b| b.binding.name).collect()
 }
 
 fn open(dir: &tempfile::TempDir) -> Arc<dyn BindingStore> {
@@ -64,13 +68,7 @@ async fn crud_and_history_through_the_trait_object() {
     assert_eq!(s.last_outcomes().unwrap().len(), 1);
     assert!(s.remove_binding("api").await.unwrap());
     assert!(!s.remove_binding("api").await.unwrap());
-    let names: Vec<String> = s
-        .list_bindings()
-        .unwrap()
-        .into_iter()
-        .map(|b| b.binding.name)
-        .collect();
-    assert_eq!(names, vec!["web"]);
+    assert_eq!(names(s.list_bindings().unwrap()), ["web"]);
 }
 
 #[tokio::test]
@@ -168,17 +166,10 @@ async fn reads_answer_at_once_while_a_write_waits_on_the_files_lock() {
         took <= Duration::from_millis(500),
         "the reads waited {took:?} for a write held up by the file's lock"
     );
-    let names: Vec<String> = list.unwrap().into_iter().map(|b| b.binding.name).collect();
-    assert_eq!(names, ["api"]);
+    assert_eq!(names(list.unwrap()), ["api"]);
     assert!(one.unwrap().is_some());
     assert_eq!(history.unwrap().len(), 1);
     locker.execute_batch("ROLLBACK").unwrap();
     write.await.unwrap().unwrap();
-    let names: Vec<String> = s
-        .list_bindings()
-        .unwrap()
-        .into_iter()
-        .map(|b| b.binding.name)
-        .collect();
-    assert_eq!(names, ["api", "web"]);
+    assert_eq!(names(s.list_bindings().unwrap()), ["api", "web"]);
 }
