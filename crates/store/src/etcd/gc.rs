@@ -14,10 +14,11 @@
 //!   [`EtcdOptions::forget_gone_hosts_after`], through the same guarded deletion. The guard makes
 //!   a late or repeated deletion (two hosts collecting for a moment) change nothing. The count
 //!   lives in etcd, not in the collecting process (`PREFIX/outcomes-gone/HOST`: the wall-clock
-//!   time a collector first saw HOST gone, created once): a restart of the collecting daemon, or
-//!   another host taking the collection over, goes on counting where it was, so a fleet that is
-//!   redeployed more often than the set time still collects. The key goes with the host's
-//!   outcomes, or when the host is back.
+//!   time a collector first saw HOST gone, created once; a value that does not decode is
+//!   replaced once, guarded by its mod revision, and the count starts then): a restart of the
+//!   collecting daemon, or another host taking the collection over, goes on counting where it
+//!   was, so a fleet that is redeployed more often than the set time still collects. The key
+//!   goes with the host's outcomes, or when the host is back.
 //!
 //! [`EtcdOptions::forget_gone_hosts_after`]: super::EtcdOptions::forget_gone_hosts_after
 
@@ -67,15 +68,16 @@ impl EtcdStore {
         // the old one.
         let mut keys = Vec::new();
         for prefix in [k.outcomes_of_host(host), k.unable_of_host(host)] {
-            keys.extend(self.keys_under(&prefix).await?);
+            keys.extend(self.keys_under(&prefix, |_| true).await?);
         }
         let new_layout = keys.len();
         for prefix in k.old_layout() {
-            keys.extend(self.keys_under(&prefix).await?.into_iter().filter(|key| {
-                matches!(k.parse(key.as_bytes()),
+            let of_host = |key: &[u8]| {
+                matches!(k.parse(key),
                             Some(Kind::Outcome { host: h, .. } | Kind::Unable { host: h, .. })
                             if h == host)
-            }));
+            };
+            keys.extend(self.keys_under(&prefix, of_host).await?);
         }
         let old_layout = if keys.len() > new_layout {
             format!(
@@ -179,8 +181,8 @@ impl EtcdStore {
     }
 
     /// Every `PREFIX/outcomes-gone/HOST` now: host → when a collector first saw it gone (wall
-    /// clock, ms). A value that does not decode counts as seen now.
-    async fn gone_since_all(&self) -> Result<HashMap<String, i64>, StoreError> {
+    /// clock, ms), or the mod revision of a value that does not decode ([`Count::Undecodable`]).
+    async fn gone_since_all(&self) -> Result<HashMap<String, Count>, StoreError> {
         let prefix = self.shared.keys.all_gone_since();
         let mut client = self.client()?;
         let r = tokio::time::timeout(
@@ -190,16 +192,38 @@ impl EtcdStore {
         .await
         .map_err(|_| self.no_answer())?
         .map_err(|e| self.answered(&e, &format!("reading the keys under {prefix}")))?;
-        let now = tributary_base::now_ms();
         Ok(r.kvs()
             .iter()
             .filter_map(|kv| {
                 let host = std::str::from_utf8(kv.key()).ok()?.strip_prefix(&prefix)?;
-                let since =
-                    serde_json::from_slice::<GoneSince>(kv.value()).map_or(now, |g| g.since_ms);
-                Some((host.to_string(), since))
+                let count = match serde_json::from_slice::<GoneSince>(kv.value()) {
+                    Ok(g) => Count::Since(g.since_ms),
+                    Err(_) => Count::Undecodable(kv.mod_revision()),
+                };
+                Some((host.to_string(), count))
             })
             .collect())
+    }
+
+    /// Replaces `host`'s count that does not decode (written by hand, or by something else
+    /// than a collector) with one starting at `since_ms`, guarded by the bad value's mod
+    /// revision `rev`: the count starts then, once (a collector that replaced it meanwhile
+    /// wins). Read as "seen now" on every pass instead, the count would start again each time
+    /// and the host would never be collected.
+    async fn restart_gone_count(
+        &self,
+        host: &str,
+        rev: i64,
+        since_ms: i64,
+    ) -> Result<(), StoreError> {
+        let key = self.shared.keys.gone_since(host);
+        tracing::warn!(store = %self.shared.location, host, key = %key, "the count of a host that is gone does not decode: it is replaced by one starting now");
+        let value = serde_json::to_string(&GoneSince { since_ms }).expect("plain struct");
+        let g = Guarded {
+            compares: vec![Compare::mod_revision(key.clone(), CompareOp::Equal, rev)],
+            ops: vec![TxnOp::put(key.clone(), value, None)],
+        };
+        self.write_to(g, &key).await.map(|_| ())
     }
 
     /// Starts `host`'s count at `since_ms` unless one runs already (created once: another
@@ -246,23 +270,38 @@ impl EtcdStore {
         ))
     }
 
-    /// The keys under `prefix` in etcd now (keys only).
-    async fn keys_under(&self, prefix: &str) -> Result<Vec<String>, StoreError> {
-        let mut client = self.client()?;
-        let r = tokio::time::timeout(
-            self.shared.opts.op_timeout,
-            client.get(
-                prefix,
-                Some(GetOptions::new().with_prefix().with_keys_only()),
-            ),
+    /// The keys under `prefix` in etcd now (keys only), at one revision, in pages sized by
+    /// bytes (`sync.rs`): the old layout's prefixes hold every host's key of every binding.
+    /// Only those `keep` takes are kept.
+    async fn keys_under(
+        &self,
+        prefix: &str,
+        keep: impl Fn(&[u8]) -> bool,
+    ) -> Result<Vec<String>, StoreError> {
+        let client = self.client()?;
+        let end = super::sync::range_end(prefix.as_bytes());
+        let mut keys = Vec::new();
+        super::sync::read_pages(
+            &self.shared,
+            &client,
+            prefix.as_bytes().to_vec(),
+            &end,
+            0,
+            true,
+            |kv| {
+                if keep(kv.key()) {
+                    keys.push(String::from_utf8_lossy(kv.key()).into_owned());
+                }
+            },
         )
         .await
-        .map_err(|_| self.no_answer())?
-        .map_err(|e| self.answered(&e, &format!("reading the keys under {prefix}")))?;
-        Ok(r.kvs()
-            .iter()
-            .map(|kv| String::from_utf8_lossy(kv.key()).into_owned())
-            .collect())
+        .map_err(|e| match e {
+            super::sync::ReadError::NoAnswer => self.no_answer(),
+            super::sync::ReadError::Etcd(e) => {
+                self.answered(&e, &format!("reading the keys under {prefix}"))
+            }
+        })?;
+        Ok(keys)
     }
 }
 
@@ -271,6 +310,15 @@ fn alive(shared: &Shared, host: &str) -> StoreError {
         host: host.to_string(),
         key: shared.keys.host(host),
     }
+}
+
+/// What a collector reads of `PREFIX/outcomes-gone/HOST`.
+#[derive(Debug, Clone, Copy)]
+enum Count {
+    /// Seen gone first at this wall-clock time (ms).
+    Since(i64),
+    /// A value that does not decode, at this mod revision.
+    Undecodable(i64),
 }
 
 /// The value of `PREFIX/outcomes-gone/HOST`.
@@ -319,11 +367,20 @@ pub(crate) async fn run(shared: Arc<Shared>) {
             }
         }
         for host in gone.iter().filter(|h| **h != shared.opts.host_id) {
-            let Some(&since) = counts.get(host) else {
-                if let Err(e) = store.start_gone_count(host, now).await {
-                    tracing::debug!(store = %shared.location, host, error = %e, "recording that a host is gone failed; tried again later");
+            let since = match counts.get(host) {
+                Some(&Count::Since(since)) => since,
+                None => {
+                    if let Err(e) = store.start_gone_count(host, now).await {
+                        tracing::debug!(store = %shared.location, host, error = %e, "recording that a host is gone failed; tried again later");
+                    }
+                    continue;
                 }
-                continue;
+                Some(&Count::Undecodable(rev)) => {
+                    if let Err(e) = store.restart_gone_count(host, rev, now).await {
+                        tracing::debug!(store = %shared.location, host, error = %e, "replacing a gone host's count that does not decode failed; tried again later");
+                    }
+                    continue;
+                }
             };
             if now.saturating_sub(since) < after_ms {
                 continue;

@@ -1,7 +1,9 @@
 //! The session's part in the fleet's integrity (`auth.rs`, docs/fleet.md "Integrity"): the
 //! values the mirror refused become this host's outcome of their bindings, and the fleet's
-//! integrity key is put when this host requires it or the fleet is new.
+//! integrity key is put when this host requires it or the fleet is new; the file where a host
+//! remembers the prefixes that require integrity (a deletion of the key does not undo it).
 
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use etcd_client::{Client, Compare, CompareOp, Txn, TxnOp, TxnOpResponse};
@@ -32,7 +34,7 @@ pub(crate) fn report_refusals(shared: &Arc<Shared>) {
         (refusals, std::mem::take(&mut m.newly_required), held)
     };
     if newly_required {
-        super::remember(&shared.integrity_file, &shared.keys.prefix);
+        remember(&shared.integrity_file, &shared.keys.prefix);
     }
     if refusals.is_empty() {
         return;
@@ -129,8 +131,33 @@ pub(crate) async fn require_integrity(
     };
     if let Some(u) = update {
         // Not a binding: in memory only, no SQLite write (`mirror_file.rs`).
-        super::mirror::apply(shared, vec![u], None).map_err(|e| format!("mirror: {e}"))?;
+        super::mirror::apply(shared, vec![u], None);
         report_refusals(shared);
     }
     Ok(())
+}
+
+/// Where a host remembers the prefixes that require integrity: next to its mirror.
+pub(crate) fn integrity_file(mirror: &Path) -> PathBuf {
+    let mut name = mirror.file_name().unwrap_or_default().to_os_string();
+    name.push(".integrity");
+    mirror.with_file_name(name)
+}
+
+/// Whether `file` lists `prefix` (one a line).
+pub(crate) fn remembers(file: &Path, prefix: &str) -> bool {
+    std::fs::read_to_string(file).is_ok_and(|t| t.lines().any(|l| l == prefix))
+}
+
+/// Adds `prefix` to `file`.
+pub(crate) fn remember(file: &Path, prefix: &str) {
+    if remembers(file, prefix) {
+        return;
+    }
+    let mut text = std::fs::read_to_string(file).unwrap_or_default();
+    text.push_str(prefix);
+    text.push('\n');
+    if let Err(e) = std::fs::write(file, text) {
+        tracing::warn!(file = %file.display(), error = %e, "could not remember that this fleet requires integrity");
+    }
 }

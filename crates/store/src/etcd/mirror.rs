@@ -2,9 +2,11 @@
 //! etcd is down; readers see them through [`FileView`], in memory, and never wait on a SQLite
 //! write: `mirror_file.rs`), fleet state in memory. Every applied key remembers the etcd revision it was
 //! applied at, so a change older than (or equal to) what the mirror holds is ignored: the watch's
-//! echo of this host's own writes, and a late event after a newer write. A binding's revision is
+//! echo of this host's own writes, and a late event after a newer write. A binding's change is in
+//! memory at once and written to the file by a thread of its own; the file's revision of it is
 //! recorded only once the file has committed it: when the write fails (disk full, the file
-//! locked), the session ends and its next read of the prefix applies the change again.
+//! locked), the session ends and its next read of the prefix applies the change again
+//! (`mirror_file.rs`).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::time::Instant;
@@ -18,9 +20,12 @@ mod mirror_auth;
 mod mirror_file;
 #[path = "mirror_fleet.rs"]
 mod mirror_fleet;
+#[path = "mirror_writer.rs"]
+mod mirror_writer;
 
 pub use mirror_file::{apply, FileView};
 pub use mirror_fleet::{same_outcome, score, Claim};
+pub use mirror_writer::Writer;
 
 use crate::sqlite::MirrorOp;
 use crate::{HostOutcome, StoreEvent, StoredBinding, TargetSet};
@@ -71,9 +76,17 @@ impl Update {
 }
 
 pub struct Mirror {
-    /// The bindings as the file last committed them.
+    /// The bindings as etcd's changes made them (the file follows: `mirror_file.rs`).
     pub file: FileView,
+    /// The etcd revision of each key as the mirror holds it in memory.
     revs: HashMap<String, i64>,
+    /// The revision of each binding key the file has committed, and the highest one queued to
+    /// its writer and not answered yet (`mirror_file.rs`).
+    file_revs: HashMap<String, i64>,
+    queued: HashMap<String, i64>,
+    /// Counts [`Mirror::forget_revisions`]: the writer's answers for batches queued before the
+    /// last one record nothing (their revisions are of another history).
+    epoch: u64,
     pub targets: HashMap<String, TargetSet>,
     resolvers: HashMap<String, (String, i64)>,
     /// Since when (locally) a binding has had no resolver.
@@ -140,6 +153,9 @@ impl Mirror {
             can,
             file,
             revs: HashMap::new(),
+            file_revs: HashMap::new(),
+            queued: HashMap::new(),
+            epoch: 0,
             targets: HashMap::new(),
             resolvers: HashMap::new(),
             unclaimed_since: HashMap::new(),
@@ -161,19 +177,6 @@ impl Mirror {
         self.revs.get(key).copied().unwrap_or(0)
     }
 
-    /// Whether `rev` of binding key `key` is newer than what the file holds or `staged` (this
-    /// batch's binding writes, recorded only once the file has them) holds; stages it when so.
-    fn staged_newer(&self, staged: &mut HashMap<String, i64>, key: String, rev: i64) -> bool {
-        let held = self
-            .rev_of(&key)
-            .max(staged.get(&key).copied().unwrap_or(0));
-        if rev <= held && rev != 0 {
-            return false;
-        }
-        staged.insert(key, held.max(rev));
-        true
-    }
-
     /// `true` (and the revision recorded) when `rev` is newer than what `key` holds.
     fn newer(&mut self, key: String, rev: i64) -> bool {
         let e = self.revs.entry(key).or_insert(0);
@@ -184,8 +187,8 @@ impl Mirror {
         true
     }
 
-    /// Applies updates in memory, except the bindings' file write and their revisions: those
-    /// are staged in the batch returned, for [`apply`] to write and [`Mirror::commit`] to record.
+    /// Applies updates in memory, except the bindings' view, writes and revisions: those are
+    /// staged in the batch returned, for [`apply`] to take and queue to the file.
     fn stage(
         &mut self,
         updates: Vec<Update>,
@@ -196,9 +199,9 @@ impl Mirror {
         let mut events = Vec::new();
         // The bindings' file writes, in etcd's order.
         let mut ops = Vec::new();
-        // Binding keys' revisions and decoded versions of this batch: recorded only after the
-        // file committed them. A failed write (disk full, the file locked) leaves the mirror at
-        // the revisions it holds, so the next read of the prefix applies the change again.
+        // Binding keys' revisions and decoded versions of this batch: taken by `apply` (the
+        // file's revisions only once it committed them: a failed write, disk full or the file
+        // locked, leaves them as they were, so the next read of the prefix applies it again).
         let mut staged: HashMap<String, i64> = HashMap::new();
         let mut decoded: HashMap<String, i64> = HashMap::new();
         // The fleet's integrity key first: whether a value without a MAC is refused depends on
@@ -395,6 +398,9 @@ impl Mirror {
     /// until then.
     pub fn forget_revisions(&mut self) {
         self.revs.clear();
+        self.file_revs.clear();
+        self.queued.clear();
+        self.epoch += 1;
         self.decoded_rev.clear();
         self.needs.clear();
         self.unreadable.clear();

@@ -1,28 +1,34 @@
-//! The mirror's SQLite file and what readers see of it, so that no reader waits on a SQLite write.
+//! The mirror's SQLite file and what readers see of it, so that neither a reader nor the session
+//! waits on a SQLite write.
 //!
-//! - [`FileView`]: the bindings as the file last **committed** them, in memory. Every read of a
-//!   binding (the engine's, the API's, the writes' guards) answers from it under the mirror's
-//!   lock, which is never held across SQLite.
-//! - [`apply`]: the one way changes reach the mirror. The in-memory state is changed under the
-//!   mirror's lock; the bindings' SQLite write is made outside it, under the file's own lock
-//!   (`Shared::file`, which also orders the writers: a batch with bindings is staged, written
-//!   and committed before the next one is staged; a batch without any is applied in memory at
-//!   once and never waits for the file); then, under the mirror's lock again, the view takes what the
-//!   file committed and the batch's binding revisions are recorded. A write that fails (disk
-//!   full, the file locked past SQLite's busy timeout) records neither: the next read of the
-//!   prefix applies the change again.
-//! - The outcome history is read through a connection of its own (`Shared::reader`): in WAL mode
-//!   a reader is not blocked by a writer holding the write lock.
+//! - [`FileView`]: the bindings in memory, as etcd's changes applied in etcd's order made them
+//!   (with the file's rule: a name that differs only in case from another binding's is refused).
+//!   Every read of a binding (the engine's, the API's, the writes' guards) answers from it under
+//!   the mirror's lock, which is never held across SQLite.
+//! - [`apply`]: the one way changes reach the mirror. Under the mirror's lock the change is
+//!   applied in memory (the view included) and the bindings' part is queued, in the same order,
+//!   to the file's [`Writer`]: a thread of its own that writes each batch in one SQLite
+//!   transaction. So a write that waits (a slow disk, another process holding the file's write
+//!   lock up to SQLite's 5 s busy timeout) pauses no watch event, outcome flush or reader.
+//! - The file's revision of each binding (what the session's next read of the prefix compares
+//!   with: `Mirror::file_rev_of`) is recorded only once the file committed it. A write that fails
+//!   (disk full, the file locked past the busy timeout) records nothing, nor do the batches
+//!   queued behind it; the writer tells the session, which ends, and its next read of the prefix
+//!   applies those changes again.
+//! - This host's outcome history is written by the same thread (after the bindings queued before
+//!   it: an outcome of a binding saved a moment ago is kept) and read through a connection of its
+//!   own (`Shared::reader`): in WAL mode a reader is not blocked by a writer holding the write lock.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Mutex;
 
+use super::mirror_writer::{FileJob, Writer};
 use super::{Keys, Mirror, SecretKeys, Update};
 use crate::etcd::{lock, Shared};
 use crate::sqlite::MirrorOp;
 use crate::{SqliteFile, StoreError, StoreEvent, StoredBinding};
 
-/// The bindings the mirror's file holds, as it last committed them (see the module docs).
+/// The bindings as the mirror holds them (see the module docs).
 #[derive(Debug, Default)]
 pub struct FileView {
     bindings: BTreeMap<String, StoredBinding>,
@@ -59,33 +65,51 @@ impl FileView {
         self.bindings.is_empty()
     }
 
-    /// What [`SqliteFile::mirror_apply`] committed: `ops` in order, except the puts at the
-    /// positions it refused (`clashes`).
-    fn committed(&mut self, ops: Vec<MirrorOp>, clashes: &[usize]) {
-        for (i, op) in ops.into_iter().enumerate() {
+    /// Applies `ops` in order as [`SqliteFile::mirror_apply`] does: returns the names whose
+    /// binding changed, and the positions of the puts refused because another binding's name
+    /// differs from theirs only in (ASCII) case (the file's `COLLATE NOCASE` index).
+    fn apply(&mut self, ops: &[MirrorOp]) -> (Vec<String>, Vec<usize>) {
+        let mut changed = Vec::new();
+        let mut clashes = Vec::new();
+        for (i, op) in ops.iter().enumerate() {
             match op {
-                MirrorOp::Put(sb) if !clashes.contains(&i) => {
-                    self.bindings.insert(sb.binding.name.clone(), sb);
+                MirrorOp::Put(sb) => {
+                    let name = &sb.binding.name;
+                    if self.bindings.get(name) == Some(sb) {
+                        continue;
+                    }
+                    if self
+                        .bindings
+                        .keys()
+                        .any(|n| n != name && n.eq_ignore_ascii_case(name))
+                    {
+                        clashes.push(i);
+                        continue;
+                    }
+                    self.bindings.insert(name.clone(), sb.clone());
+                    changed.push(name.clone());
                 }
-                MirrorOp::Put(_) => {}
                 MirrorOp::Remove(name) => {
-                    self.bindings.remove(&name);
+                    if self.bindings.remove(name).is_some() {
+                        changed.push(name.clone());
+                    }
                 }
             }
         }
+        (changed, clashes)
     }
 }
 
-/// One batch of updates, staged in memory, waiting for the file.
+/// One batch of updates, staged in memory.
 #[derive(Default)]
 pub struct Batch {
     pub events: Vec<StoreEvent>,
     /// The bindings' file writes, in etcd's order.
     pub ops: Vec<MirrorOp>,
-    /// Binding keys' revisions: recorded once the file committed them.
-    pub staged: std::collections::HashMap<String, i64>,
-    /// The etcd revision of each binding version decoded: recorded once the file has it.
-    pub decoded: std::collections::HashMap<String, i64>,
+    /// Binding keys' revisions: the view's at once, the file's once it committed them.
+    pub staged: HashMap<String, i64>,
+    /// The etcd revision of each binding version decoded.
+    pub decoded: HashMap<String, i64>,
 }
 
 /// A full read's part in an [`apply`]: the keys it returned, its revision, and whether etcd went
@@ -93,38 +117,27 @@ pub struct Batch {
 pub type Snapshot = (HashSet<String>, i64, bool);
 
 /// Applies `updates` (and, after a full read, the removal of what it did not return) to the
-/// mirror; returns the events for them (the caller emits them or not). See the module docs for
-/// the locks: readers of the mirror never wait on the SQLite write.
-pub fn apply(
-    shared: &Shared,
-    updates: Vec<Update>,
-    snapshot: Option<Snapshot>,
-) -> Result<Vec<StoreEvent>, StoreError> {
+/// mirror and queues the bindings' file write; returns the events for them (the caller emits
+/// them or not). See the module docs: nothing here waits on SQLite.
+pub fn apply(shared: &Shared, updates: Vec<Update>, snapshot: Option<Snapshot>) -> Vec<StoreEvent> {
     let ids = (&shared.keys, &shared.secrets, shared.opts.host_id.as_str());
     // This host deletes its own outcome and marker of a removed binding (`own_keys.rs`).
     let note = |u: &[Update]| crate::etcd::own_keys::note_removals(shared, u);
-    apply_to(&shared.mirror, &shared.file, ids, updates, snapshot, note)
+    apply_to(&shared.mirror, &shared.writer, ids, updates, snapshot, note)
 }
 
-/// [`apply`] on a mirror and its file.
+/// [`apply`] on a mirror and its file's writer.
 fn apply_to(
     mirror: &Mutex<Mirror>,
-    file: &Mutex<SqliteFile>,
+    writer: &Writer,
     (keys, secrets, me): (&Keys, &SecretKeys, &str),
     mut updates: Vec<Update>,
     snapshot: Option<Snapshot>,
     note_removals: impl FnOnce(&[Update]),
-) -> Result<Vec<StoreEvent>, StoreError> {
+) -> Vec<StoreEvent> {
     let bindings = snapshot.is_some() || updates.iter().any(|u| u.is_binding(keys));
-    if !bindings {
-        // Nothing for the file (claims, target sets, heartbeats, outcomes): in memory at once.
-        let mut m = lock(mirror);
-        let batch = m.stage(updates, keys, secrets, me);
-        return m.commit(batch, Ok(Default::default()));
-    }
-    let mut file = lock(file);
-    let batch = {
-        let mut m = lock(mirror);
+    let mut m = lock(mirror);
+    if bindings {
         if let Some((seen, rev, rebuild)) = snapshot {
             if rebuild {
                 m.forget_revisions();
@@ -133,34 +146,28 @@ fn apply_to(
             updates.extend(gone);
         }
         note_removals(&updates);
-        m.stage(updates, keys, secrets, me)
-    };
-    let written = if batch.ops.is_empty() {
-        Ok(Default::default())
-    } else {
-        file.mirror_apply(&batch.ops)
-    };
-    let mut m = lock(mirror);
-    m.commit(batch, written)
+    }
+    let batch = m.stage(updates, keys, secrets, me);
+    let (events, job) = m.take(batch);
+    // Queued under the mirror's lock: the file is written in the order the view changed.
+    if let Some(job) = job {
+        writer.send(job);
+    }
+    events
 }
 
 impl Mirror {
-    /// Takes what the file committed of `batch` (`written`: the names whose stored binding
-    /// changed, and the positions of the puts refused as clashing in case with another name):
-    /// the view, the binding revisions and decoded versions. On an error nothing of the
-    /// bindings is recorded.
-    pub fn commit(
-        &mut self,
-        batch: Batch,
-        written: Result<(Vec<String>, Vec<usize>), StoreError>,
-    ) -> Result<Vec<StoreEvent>, StoreError> {
-        let (changed, clashes) = written?;
+    /// Takes `batch` into memory (the view, the binding revisions and decoded versions; a put
+    /// whose name clashes in case with another binding's is refused and logged); returns its
+    /// events and what the file is to write, if anything.
+    fn take(&mut self, batch: Batch) -> (Vec<StoreEvent>, Option<FileJob>) {
         let Batch {
             mut events,
             ops,
             staged,
             mut decoded,
         } = batch;
+        let (changed, clashes) = self.file.apply(&ops);
         for &i in &clashes {
             if let Some(MirrorOp::Put(sb)) = ops.get(i) {
                 let c = &sb.binding.name;
@@ -168,20 +175,26 @@ impl Mirror {
                 tracing::error!(binding = %c, "binding from etcd not applied: its name differs only in case from another binding's");
             }
         }
-        self.file.committed(ops, &clashes);
         events.extend(changed.into_iter().map(StoreEvent::Binding));
-        // The file has this batch's bindings: their revisions are the mirror's now.
-        for (key, rev) in staged {
-            let e = self.revs.entry(key).or_insert(0);
-            *e = (*e).max(rev);
-        }
         self.decoded_rev.extend(decoded);
-        Ok(events)
+        let ops: Vec<MirrorOp> = ops
+            .into_iter()
+            .enumerate()
+            .filter(|(i, _)| !clashes.contains(i))
+            .map(|(_, op)| op)
+            .collect();
+        self.view_staged(&staged, !ops.is_empty());
+        let epoch = self.epoch;
+        let job = (!ops.is_empty()).then_some(FileJob { ops, staged, epoch });
+        (events, job)
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
     use super::*;
     use crate::etcd::auth::Meta;
     use crate::BindingRecord;
@@ -229,61 +242,120 @@ mod tests {
         sb.map(|sb| sb.binding.service)
     }
 
+    struct Fixture {
+        keys: Keys,
+        secrets: SecretKeys,
+        mirror: Arc<Mutex<Mirror>>,
+        file: Arc<Mutex<SqliteFile>>,
+        writer: Writer,
+    }
+
+    impl Fixture {
+        /// [`apply_to`] as host `host-a`.
+        fn apply(&self, updates: Vec<Update>) -> Vec<StoreEvent> {
+            let ids = (&self.keys, &self.secrets, "host-a");
+            apply_to(&self.mirror, &self.writer, ids, updates, None, |_| {})
+        }
+    }
+
+    /// A mirror on a real SQLite file at `path`, with its writer thread.
+    fn fixture(path: &std::path::Path) -> Fixture {
+        let file = SqliteFile::open(path).unwrap();
+        let mirror = Arc::new(Mutex::new(Mirror::new(
+            FileView::load(&file).unwrap(),
+            None,
+        )));
+        let file = Arc::new(Mutex::new(file));
+        let writer = Writer::start(file.clone(), mirror.clone(), "test".into()).unwrap();
+        Fixture {
+            keys: Keys::new("/t/").unwrap(),
+            secrets: SecretKeys::from_bytes(&[&[7u8; 32]]).unwrap(),
+            mirror,
+            file,
+            writer,
+        }
+    }
+
     /// One watch response can carry a binding's removal and its creation again (or the other
-    /// way round): the file and the view end as etcd did, in a real SQLite file.
+    /// way round): the view at once, and the file once its writer is done, end as etcd did, in a
+    /// real SQLite file; the file's revisions are recorded once it committed them.
     #[test]
     fn a_batch_is_written_in_etcds_order() {
         let dir = tempfile::tempdir().unwrap();
-        let file = SqliteFile::open(&dir.path().join("mirror.db")).unwrap();
-        let keys = Keys::new("/t/").unwrap();
-        let secrets = SecretKeys::from_bytes(&[&[7u8; 32]]).unwrap();
-        let mirror = Mutex::new(Mirror::new(FileView::load(&file).unwrap(), None));
-        let file = Mutex::new(file);
-        let ids = (&keys, &secrets, "host-a");
-        apply_to(
-            &mirror,
-            &file,
-            ids,
-            vec![put("api", "web1", 2)],
-            None,
-            |_| {},
-        )
-        .unwrap();
-        apply_to(&mirror, &file, ids, vec![put("old", "x", 3)], None, |_| {}).unwrap();
-        let events = apply_to(
-            &mirror,
-            &file,
-            ids,
-            vec![
-                remove("api", 4),
-                put("api", "web2", 5),
-                put("old", "y", 6),
-                remove("old", 7),
-            ],
-            None,
-            |_| {},
-        )
-        .unwrap();
+        let f = fixture(&dir.path().join("mirror.db"));
+        let (keys, mirror, file, writer) = (&f.keys, &f.mirror, &f.file, &f.writer);
+        f.apply(vec![put("api", "web1", 2)]);
+        f.apply(vec![put("old", "x", 3)]);
+        let events = f.apply(vec![
+            remove("api", 4),
+            put("api", "web2", 5),
+            put("old", "y", 6),
+            remove("old", 7),
+        ]);
         assert!(
             events.contains(&StoreEvent::Binding("api".into())),
             "{events:?}"
         );
-        let on_disk = lock(&file).get_binding("api").unwrap();
+        {
+            let m = lock(mirror);
+            assert_eq!(
+                service(m.file.get_binding("api").unwrap()).as_deref(),
+                Some("web2")
+            );
+            assert_eq!(m.file.get_binding("old").unwrap(), None);
+            assert_eq!(m.rev_of(&keys.binding("api")), 5);
+            assert_eq!(m.rev_of(&keys.binding("old")), 7);
+        }
+        assert!(writer.flush(Duration::from_secs(10)));
+        let on_disk = lock(file).get_binding("api").unwrap();
         assert_eq!(service(on_disk).as_deref(), Some("web2"));
-        assert_eq!(lock(&file).get_binding("old").unwrap(), None);
-        let m = lock(&mirror);
-        assert_eq!(
-            service(m.file.get_binding("api").unwrap()).as_deref(),
-            Some("web2")
-        );
-        assert_eq!(m.file.get_binding("old").unwrap(), None);
-        assert_eq!(m.rev_of(&keys.binding("api")), 5);
-        assert_eq!(m.rev_of(&keys.binding("old")), 7);
+        assert_eq!(lock(file).get_binding("old").unwrap(), None);
+        let m = lock(mirror);
+        assert_eq!(m.file_revs.get(&keys.binding("api")), Some(&5));
+        assert_eq!(m.file_revs.get(&keys.binding("old")), Some(&7));
+        assert!(m.queued.is_empty(), "{:?}", m.queued);
         // The view is what the file holds.
-        let loaded = FileView::load(&lock(&file)).unwrap();
+        let loaded = FileView::load(&lock(file)).unwrap();
         assert_eq!(
             m.file.list_bindings().unwrap(),
             loaded.list_bindings().unwrap()
         );
+    }
+
+    /// The file's write lock is held by another connection past SQLite's busy timeout: the
+    /// change is in the view at once, the write fails, the file's revision is not recorded (nor
+    /// that of the batch queued behind it), the failure is reported for the session to end, and
+    /// the same revisions are applied again.
+    #[test]
+    fn a_failed_write_records_no_file_revision() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("mirror.db");
+        let f = fixture(&path);
+        let (keys, mirror, file, writer) = (&f.keys, &f.mirror, &f.file, &f.writer);
+        let locker = rusqlite::Connection::open(&path).unwrap();
+        locker.execute_batch("BEGIN IMMEDIATE").unwrap();
+        f.apply(vec![put("api", "web1", 2)]);
+        f.apply(vec![put("db", "x", 3)]);
+        assert_eq!(
+            service(lock(mirror).file.get_binding("api").unwrap()).as_deref(),
+            Some("web1")
+        );
+        // The same revision again while it is queued: not newer.
+        f.apply(vec![put("api", "web1", 2)]);
+        assert!(writer.flush(Duration::from_secs(20)));
+        assert!(writer.failure.take().is_some());
+        {
+            let m = lock(mirror);
+            assert_eq!(m.file_rev_of(&keys.binding("api")), 0);
+            assert_eq!(m.file_rev_of(&keys.binding("db")), 0);
+            assert_eq!(m.rev_of(&keys.binding("api")), 2);
+        }
+        locker.execute_batch("ROLLBACK").unwrap();
+        // A read of the prefix delivers the same revisions: written this time.
+        f.apply(vec![put("api", "web1", 2), put("db", "x", 3)]);
+        assert!(writer.flush(Duration::from_secs(10)));
+        assert!(writer.failure.take().is_none());
+        assert_eq!(lock(file).list_bindings().unwrap().len(), 2);
+        assert_eq!(lock(mirror).file_rev_of(&keys.binding("db")), 3);
     }
 }

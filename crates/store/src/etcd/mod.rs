@@ -38,7 +38,7 @@ mod write;
 
 use std::collections::HashMap;
 use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -88,10 +88,10 @@ pub(crate) struct Shared {
     pub secrets: SecretKeys,
     pub location: String,
     /// In-memory state only: never held across a SQLite write (`mirror_file.rs`).
-    pub mirror: Mutex<Mirror>,
-    /// The mirror's SQLite file, for writes: held across them, and taken before `mirror` by
-    /// whoever writes bindings (it orders the mirror's binding writes).
-    pub file: Mutex<SqliteFile>,
+    pub mirror: Arc<Mutex<Mirror>>,
+    /// The thread that writes the mirror's SQLite file (the bindings, in etcd's order, and this
+    /// host's outcome history; it owns the file's connection for writes: `mirror_file.rs`).
+    pub writer: mirror::Writer,
     /// A connection of its own to the same file, for reads of the outcome history (WAL: not
     /// blocked by a write).
     pub reader: Mutex<SqliteFile>,
@@ -131,31 +131,6 @@ pub(crate) struct Shared {
 }
 
 pub(crate) use crate::lock;
-
-/// Where a host remembers the prefixes that require integrity: next to its mirror.
-fn integrity_file(mirror: &Path) -> PathBuf {
-    let mut name = mirror.file_name().unwrap_or_default().to_os_string();
-    name.push(".integrity");
-    mirror.with_file_name(name)
-}
-
-/// Whether `file` lists `prefix` (one a line).
-fn remembers(file: &Path, prefix: &str) -> bool {
-    std::fs::read_to_string(file).is_ok_and(|t| t.lines().any(|l| l == prefix))
-}
-
-/// Adds `prefix` to `file`.
-pub(crate) fn remember(file: &Path, prefix: &str) {
-    if remembers(file, prefix) {
-        return;
-    }
-    let mut text = std::fs::read_to_string(file).unwrap_or_default();
-    text.push_str(prefix);
-    text.push('\n');
-    if let Err(e) = std::fs::write(file, text) {
-        tracing::warn!(file = %file.display(), error = %e, "could not remember that this fleet requires integrity");
-    }
-}
 
 /// The fleet's [`BindingStore`] on etcd. See the module docs.
 pub struct EtcdStore {
@@ -197,7 +172,7 @@ impl EtcdStore {
         let keys = keys::Keys::new(&opts.prefix)?;
         let file = SqliteFile::open_with(&opts.mirror_path, opts.history.clone())?;
         let location = format!("etcd {} prefix {}", opts.endpoints.join(","), keys.prefix);
-        let integrity_file = integrity_file(&opts.mirror_path);
+        let integrity_file = integrity::integrity_file(&opts.mirror_path);
         let view = mirror::FileView::load(&file)?;
         let reader = file.reader()?;
         let mut mirror = Mirror::new(
@@ -208,13 +183,17 @@ impl EtcdStore {
                 auth: true,
             }),
         );
-        mirror.require = opts.require_integrity || remembers(&integrity_file, &keys.prefix);
+        mirror.require =
+            opts.require_integrity || integrity::remembers(&integrity_file, &keys.prefix);
         if !mirror.require {
             tracing::warn!(store = %location, "this host does not require a MAC on every value yet (until it reads the fleet's integrity key, which a new fleet puts at once): a value without one (written by a daemon of before, or by anyone who can write the prefix) is applied; see docs/fleet.md \"Integrity\" for the step that turns this off");
         }
+        let mirror = Arc::new(Mutex::new(mirror));
+        let file = Arc::new(Mutex::new(file));
+        let writer = mirror::Writer::start(file, mirror.clone(), location.clone())?;
         let shared = Arc::new(Shared {
-            mirror: Mutex::new(mirror),
-            file: Mutex::new(file),
+            mirror,
+            writer,
             reader: Mutex::new(reader),
             reseal: tokio::sync::Notify::new(),
             integrity_file,
@@ -299,13 +278,16 @@ impl EtcdStore {
         }
     }
 
-    /// Applies confirmed writes to the mirror (on a blocking thread: the mirror is a SQLite file).
+    /// Applies confirmed writes to the mirror (on a blocking thread: decoding many bindings
+    /// takes a while; the file is written by the mirror's writer).
     async fn apply_own(&self, updates: Vec<Update>) -> Result<(), StoreError> {
         let shared = self.shared.clone();
         // Our own writes: no events.
-        tokio::task::spawn_blocking(move || mirror::apply(&shared, updates, None).map(|_| ()))
-            .await
-            .map_err(|e| self.unavailable(format!("mirror thread: {e}")))?
+        tokio::task::spawn_blocking(move || {
+            mirror::apply(&shared, updates, None);
+        })
+        .await
+        .map_err(|e| self.unavailable(format!("mirror thread: {e}")))
     }
 
     /// The stored form of `sb` once put at `meta` (`v2`: the fleet requires integrity, every
@@ -374,11 +356,13 @@ impl BindingStore for EtcdStore {
     }
 
     async fn record_outcomes(&self, list: &[(String, OutcomeRecord)]) -> Result<(), StoreError> {
-        let shared = self.shared.clone();
-        let list = list.to_vec();
-        tokio::task::spawn_blocking(move || lock(&shared.file).record_outcomes(&list))
+        // Through the mirror's writer: after the bindings it has to write (a binding saved a
+        // moment ago is in the file by then).
+        self.shared
+            .writer
+            .record_outcomes(list.to_vec())
             .await
-            .map_err(|e| self.unavailable(format!("mirror thread: {e}")))?
+            .map_err(|_| self.unavailable("the mirror's writer ended"))?
     }
 
     fn recent_outcomes(&self, name: &str, limit: usize) -> Result<Vec<OutcomeRecord>, StoreError> {
@@ -462,9 +446,19 @@ impl BindingStore for EtcdStore {
             let _ =
                 tokio::time::timeout(self.shared.opts.op_timeout, client.lease_revoke(lease)).await;
         }
-        let mut c = lock(&self.shared.conn);
-        c.unreachable_since_ms.get_or_insert_with(now_ms);
-        c.last_error = Some("the store was closed".into());
+        {
+            let mut c = lock(&self.shared.conn);
+            c.unreachable_since_ms.get_or_insert_with(now_ms);
+            c.last_error = Some("the store was closed".into());
+        }
+        // The mirror's file has every change applied (a restart while etcd is down starts from
+        // it), or the write failed: bounded by SQLite's busy timeout per batch queued.
+        let shared = self.shared.clone();
+        let limit = Duration::from_secs(30);
+        let flushed = tokio::task::spawn_blocking(move || shared.writer.flush(limit)).await;
+        if !matches!(flushed, Ok(true)) {
+            tracing::warn!(store = %self.shared.location, "closing: the mirror file's writes did not end within {limit:?}");
+        }
     }
 
     fn fleet_view(&self, name: &str) -> FleetView {

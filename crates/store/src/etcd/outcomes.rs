@@ -135,8 +135,7 @@ async fn write_outcomes(
     let s = shared.clone();
     tokio::task::spawn_blocking(move || super::mirror::apply(&s, updates, None))
         .await
-        .map_err(|e| format!("mirror thread: {e}"))?
-        .map_err(|e| format!("mirror: {e}"))?;
+        .map_err(|e| format!("mirror thread: {e}"))?;
     let mut p = lock(&shared.pending);
     for (n, o) in chunk {
         if p.get(n) == Some(o) {

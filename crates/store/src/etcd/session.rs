@@ -2,7 +2,9 @@
 //! (`sync.rs`: bindings, heartbeats, claims, target sets, `unable` markers, not the other hosts'
 //! outcomes nor the writes' markers), keep this host's lease and heartbeat alive (the lease on a
 //! task of its own, `lease.rs`, so a long sync never delays it), write pending host outcomes (at
-//! most one flush per [`FLUSH_GAP`]). Any failure ends the session:
+//! most one flush per [`FLUSH_GAP`]), end when the mirror's file refused a write (its writer
+//! thread says so, `mirror_file.rs`; the next read applies the change again). Any failure ends
+//! the session:
 //! the store says unreachable (the mirror stays as it was) and the task reconnects with a
 //! back-off, reusing its lease when it is still alive (claims survive a short outage). From the
 //! loss of a connected member until the next member is connected, or every member failed once,
@@ -347,6 +349,12 @@ async fn session_inner(
                     }
                     Ok(LeaseEnd::Failed(e)) => return Err(e),
                     Err(e) => return Err(format!("lease keep-alive task: {e}")),
+                }
+            }
+            _ = shared.writer.failure.notify.notified() => {
+                // The mirror's file refused a write: the next session's read applies it again.
+                if let Some(e) = shared.writer.failure.take() {
+                    return Err(format!("mirror file: {e}"));
                 }
             }
             _ = shared.flush.notified(), if !flush_due => flush_due = true,

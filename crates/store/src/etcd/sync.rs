@@ -48,16 +48,43 @@ fn next_page(kvs: &[KeyValue]) -> i64 {
     ((PAGE_BYTES / per_key) as i64).clamp(1, PAGE)
 }
 
+/// Why a paged read failed: no answer within the operation timeout, or the member's error.
+pub(crate) enum ReadError {
+    NoAnswer,
+    Etcd(etcd_client::Error),
+}
+
 /// Reads `[from, end)` in pages at `revision` (0: the newest, then the first page's revision for
 /// the rest), calling `each` on every key; returns the revision read at and the cluster id.
 pub(crate) async fn read_range(
     shared: &Shared,
     client: &Client,
+    from: Vec<u8>,
+    end: &[u8],
+    revision: i64,
+    each: impl FnMut(&KeyValue),
+) -> Result<(i64, u64), String> {
+    read_pages(shared, client, from, end, revision, false, each)
+        .await
+        .map_err(|e| match e {
+            ReadError::NoAnswer => {
+                format!("read prefix: no answer within {:?}", shared.opts.op_timeout)
+            }
+            ReadError::Etcd(e) => format!("read prefix: {e}"),
+        })
+}
+
+/// [`read_range`], of the keys only when `keys_only` (their values are not sent), with the
+/// error as etcd gave it (a caller may tell a permission refusal from an outage).
+pub(crate) async fn read_pages(
+    shared: &Shared,
+    client: &Client,
     mut from: Vec<u8>,
     end: &[u8],
     mut revision: i64,
+    keys_only: bool,
     mut each: impl FnMut(&KeyValue),
-) -> Result<(i64, u64), String> {
+) -> Result<(i64, u64), ReadError> {
     let o = &shared.opts;
     let mut kv = client.kv_client().max_decoding_message_size(MAX_MESSAGE);
     let mut page = PAGE;
@@ -67,6 +94,9 @@ pub(crate) async fn read_range(
         if revision > 0 {
             g = g.with_revision(revision);
         }
+        if keys_only {
+            g = g.with_keys_only();
+        }
         let r = match timeout(o.op_timeout, kv.get(from.clone(), Some(g))).await {
             Ok(Err(etcd_client::Error::GRpcStatus(e)))
                 if e.code() == tonic::Code::OutOfRange && page > 1 =>
@@ -74,8 +104,8 @@ pub(crate) async fn read_range(
                 page = (page / 4).max(1);
                 continue;
             }
-            Ok(r) => r.map_err(|e| format!("read prefix: {e}"))?,
-            Err(_) => return Err(format!("read prefix: no answer within {:?}", o.op_timeout)),
+            Ok(r) => r.map_err(ReadError::Etcd)?,
+            Err(_) => return Err(ReadError::NoAnswer),
         };
         page = next_page(r.kvs());
         if let Some(h) = r.header() {
@@ -182,7 +212,8 @@ pub(crate) fn went_back(shared: &Shared, id: u64, revision: i64) -> bool {
     true
 }
 
-/// Applies watched or read changes to the mirror (on a blocking thread) and emits their events.
+/// Applies watched or read changes to the mirror (on a blocking thread: decoding a full read
+/// takes a while; nothing waits on the file, `mirror_file.rs`) and emits their events.
 /// `snapshot`: a full read (keys seen, revision, whether etcd went back): keys missing from it
 /// are removed; when etcd went back, every revision held is forgotten first.
 pub(crate) async fn apply_and_emit(
@@ -193,8 +224,7 @@ pub(crate) async fn apply_and_emit(
     let s = shared.clone();
     let events = tokio::task::spawn_blocking(move || super::mirror::apply(&s, updates, snapshot))
         .await
-        .map_err(|e| format!("mirror thread: {e}"))?
-        .map_err(|e| format!("mirror: {e}"))?;
+        .map_err(|e| format!("mirror thread: {e}"))?;
     for e in events {
         let _ = shared.events.send(e);
     }

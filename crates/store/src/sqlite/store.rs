@@ -16,9 +16,13 @@ use crate::{
 
 /// The single-host [`BindingStore`]: the SQLite file for bindings and history, fleet state in
 /// memory (this host is the whole fleet: it always resolves, its view lists itself only). Writes
-/// run on a blocking thread.
+/// run on a blocking thread, on the file's connection; reads on a read-only connection of their
+/// own, so a read answers at once (with what is committed) while a write waits on SQLite (a slow
+/// disk, another process holding the file's write lock up to the 5 s busy timeout): in WAL mode
+/// a reader is not blocked by a writer.
 pub struct SqliteStore {
     file: Arc<Mutex<SqliteFile>>,
+    reader: Mutex<SqliteFile>,
     host_id: String,
     location: String,
     fleet: Mutex<LocalFleet>,
@@ -44,21 +48,19 @@ impl fmt::Debug for SqliteStore {
 impl SqliteStore {
     /// Opens (creating if needed) the SQLite file at `path` (see [`SqliteFile::open_with`]).
     pub fn open(path: &Path, opts: StoreOptions, host_id: &str) -> Result<SqliteStore, StoreError> {
-        Ok(SqliteStore::new(
-            SqliteFile::open_with(path, opts)?,
-            host_id,
-        ))
+        SqliteStore::new(SqliteFile::open_with(path, opts)?, host_id)
     }
 
-    /// The store over an open file.
-    pub fn new(file: SqliteFile, host_id: &str) -> SqliteStore {
-        SqliteStore {
+    /// The store over an open file (and a read-only connection of its own to it).
+    pub fn new(file: SqliteFile, host_id: &str) -> Result<SqliteStore, StoreError> {
+        Ok(SqliteStore {
             location: file.path().display().to_string(),
+            reader: Mutex::new(file.reader()?),
             file: Arc::new(Mutex::new(file)),
             host_id: host_id.to_string(),
             fleet: Mutex::new(LocalFleet::default()),
             events: broadcast::channel(16).0,
-        }
+        })
     }
 
     /// Runs `f` on the file on a blocking thread.
@@ -96,11 +98,11 @@ impl BindingStore for SqliteStore {
     }
 
     fn list_bindings(&self) -> Result<Vec<StoredBinding>, StoreError> {
-        lock(&self.file).list_bindings()
+        lock(&self.reader).list_bindings()
     }
 
     fn get_binding(&self, name: &str) -> Result<Option<StoredBinding>, StoreError> {
-        lock(&self.file).get_binding(name)
+        lock(&self.reader).get_binding(name)
     }
 
     async fn insert_binding(&self, b: &BindingRecord) -> Result<(), StoreError> {
@@ -131,11 +133,11 @@ impl BindingStore for SqliteStore {
     }
 
     fn recent_outcomes(&self, name: &str, limit: usize) -> Result<Vec<OutcomeRecord>, StoreError> {
-        lock(&self.file).recent_outcomes(name, limit)
+        lock(&self.reader).recent_outcomes(name, limit)
     }
 
     fn last_outcomes(&self) -> Result<HashMap<String, OutcomeRecord>, StoreError> {
-        lock(&self.file).last_outcomes()
+        lock(&self.reader).last_outcomes()
     }
 
     fn subscribe(&self) -> broadcast::Receiver<StoreEvent> {

@@ -242,3 +242,133 @@ async fn a_gone_hosts_count_goes_on_across_a_restart_of_the_collecting_hosts() {
     );
     assert_eq!(view(&a, "api").len(), 2);
 }
+
+/// A gone host's count in etcd (`P/outcomes-gone/HOST`) holds a value that does not decode
+/// (written by hand, or by something else than a collector): the host is still collected within
+/// the bound of one whose count is fine (the bad value is replaced once by a count starting then).
+/// Before, it counted as "seen now" at every pass, so the count began again each time and the host
+/// was never collected.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gone_host_whose_count_does_not_decode_is_still_collected() {
+    let cluster = tokio::task::block_in_place(|| EtcdCluster::start(3));
+    let dir = tempfile::tempdir().unwrap();
+    const GC: Duration = Duration::from_secs(4);
+    let a = host(&cluster, "host-a", GC, &dir).await;
+    let b = host(&cluster, "host-b", GC, &dir).await;
+    a.insert_binding(&binding("api")).await.unwrap();
+    for s in [&a, &b] {
+        until(Duration::from_secs(10), "the binding everywhere", || {
+            s.get_binding("api").unwrap().is_some()
+        })
+        .await;
+        s.publish_host_outcome("api", &outcome()).await.unwrap();
+    }
+    until(Duration::from_secs(10), "2 outcomes", || {
+        view(&a, "api").len() == 2
+    })
+    .await;
+
+    b.close().await;
+    // A knows B is gone (else its collector would end the count as B's being back).
+    until(Duration::from_secs(10), "host-b shown gone", || {
+        view(&a, "api").contains(&("host-b".to_string(), false))
+    })
+    .await;
+    let count = format!("{PREFIX}outcomes-gone/host-b");
+    tokio::task::block_in_place(|| cluster.put(&count, b"not a count"));
+    let junk = Instant::now();
+    // The bound of the first test: GC plus a few collection periods (GC / 4 each).
+    until(GC * 4, "host-b's outcome gone from etcd", || {
+        !outcome_keys(&cluster)
+            .iter()
+            .any(|k| k.contains("/host-b/"))
+    })
+    .await;
+    let took = junk.elapsed();
+    eprintln!("host-b's outcome removed {took:?} after its count was made undecodable");
+    // The count started when the bad value was replaced, not before.
+    assert!(took >= GC, "removed before the set time: {took:?}");
+    let left = tokio::task::block_in_place(|| cluster.dump(&format!("{PREFIX}outcomes-gone/")));
+    assert!(left.iter().all(|(k, _)| k != &count), "{left:?}");
+    assert_eq!(view(&a, "api").len(), 1);
+}
+
+/// `forget_host` of a host with keys of the old layout (`P/outcomes/NAME/HOST`,
+/// `P/unable/NAME/HOST`: daemons of before) among more keys of other hosts than one read can
+/// carry (the client takes messages of up to 4 MiB; this is ≈ 4.6 MiB of key names alone): every
+/// key of that host is deleted, none of another host's. Before, the old layout's prefixes were
+/// read in one range read, which failed, so the host could not be forgotten at all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forget_host_pages_through_the_old_layouts_keys() {
+    let cluster = tokio::task::block_in_place(|| EtcdCluster::start(3));
+    let dir = tempfile::tempdir().unwrap();
+    let a = host(&cluster, "host-a", Duration::from_secs(3600), &dir).await;
+    // Long binding names (the limit is 128) make the keys large.
+    let name = |i: usize| format!("b{i:06}-{}", "n".repeat(100));
+    const OTHERS: usize = 32_000;
+    const MINE: usize = 150;
+    let mut ops: Vec<(String, String)> = (0..OTHERS)
+        .map(|i| (format!("{PREFIX}outcomes/{}/host-y", name(i)), "{}".into()))
+        .collect();
+    let mine: Vec<String> = (0..MINE)
+        .flat_map(|i| {
+            [
+                format!("{PREFIX}outcomes/{}/host-x", name(i * 200)),
+                format!("{PREFIX}unable/{}/host-x", name(i * 200)),
+            ]
+        })
+        .collect();
+    ops.extend(mine.iter().map(|k| (k.clone(), "{}".to_string())));
+    ops.push((
+        format!("{PREFIX}unable/{}/host-y", name(0)),
+        "{}".to_string(),
+    ));
+    let raw = crate::common::raw_client(&cluster).await;
+    let mut tasks = Vec::new();
+    for part in ops.chunks(ops.len().div_ceil(8)) {
+        let part = part.to_vec();
+        let mut raw = raw.clone();
+        tasks.push(tokio::spawn(async move {
+            for txn in part.chunks(100) {
+                let puts = txn
+                    .iter()
+                    .map(|(k, v)| etcd_client::TxnOp::put(k.as_str(), v.as_str(), None))
+                    .collect::<Vec<_>>();
+                raw.txn(etcd_client::Txn::new().and_then(puts))
+                    .await
+                    .unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let count = |prefix: String| {
+        let mut raw = raw.clone();
+        async move {
+            raw.get(
+                prefix,
+                Some(
+                    etcd_client::GetOptions::new()
+                        .with_prefix()
+                        .with_count_only(),
+                ),
+            )
+            .await
+            .unwrap()
+            .count()
+        }
+    };
+    assert_eq!(
+        count(format!("{PREFIX}outcomes/")).await as usize,
+        OTHERS + MINE
+    );
+
+    let forgot = a.forget_host("host-x", false).await.unwrap();
+    assert_eq!(forgot.keys, 2 * MINE);
+    for key in &mine {
+        assert_eq!(count(key.clone()).await, 0, "{key} left");
+    }
+    assert_eq!(count(format!("{PREFIX}outcomes/")).await as usize, OTHERS);
+    assert_eq!(count(format!("{PREFIX}unable/")).await, 1);
+}

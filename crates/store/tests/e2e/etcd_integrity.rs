@@ -48,7 +48,8 @@ async fn host(cluster: &EtcdCluster, id: &str) -> Host {
 
 /// A's mirror file is locked by another writer (a backup tool, a stuck process: the same failing
 /// SQLite write as a full disk) while B changes a binding: A's mirror must not record the change's
-/// revision, and must apply the change once its file can be written again.
+/// revision as its file's (A's reads have the change from memory at once), and must write the
+/// change once its file can be written again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_mirror_write_that_fails_is_applied_once_the_file_can_be_written() {
     let cluster = blocking(|| EtcdCluster::start(3));
@@ -71,20 +72,35 @@ async fn a_mirror_write_that_fails_is_applied_once_the_file_can_be_written() {
         .upsert_bindings(&[binding("api", "web2", "t1")])
         .await
         .unwrap();
-    // A's watch gets the change at once; its write waits out SQLite's busy timeout (5 s) and
-    // fails.
-    tokio::time::sleep(Duration::from_secs(7)).await;
-    assert_eq!(service_on(&a, "api").as_deref(), Some("web1"));
-    locker.execute_batch("ROLLBACK").unwrap();
-    drop(locker);
-
-    // A's session reconnects and reads the prefix again: the change is applied now.
-    until(
-        Duration::from_secs(20),
-        "B's change on A after the lock",
-        || service_on(&a, "api").as_deref() == Some("web2"),
-    )
+    // A's watch gets the change at once (in A's reads: the mirror's memory); its file's write
+    // waits out SQLite's busy timeout (5 s) and fails.
+    until(Duration::from_secs(5), "B's change in A's reads", || {
+        service_on(&a, "api").as_deref() == Some("web2")
+    })
     .await;
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    let in_file = |locker: &rusqlite::Connection| -> String {
+        locker
+            .query_row("SELECT service FROM bindings WHERE name = 'api'", [], |r| {
+                r.get(0)
+            })
+            .unwrap()
+    };
+    assert_eq!(in_file(&locker), "web1");
+    locker.execute_batch("ROLLBACK").unwrap();
+
+    // A's session reconnects and reads the prefix again: the change is written now (its
+    // revision was not recorded as the file's, else the read would skip it).
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while in_file(&locker) != "web2" {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "B's change never reached A's file after the lock"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    drop(locker);
+    assert_eq!(service_on(&a, "api").as_deref(), Some("web2"));
     // The session applies the read before it opens its watch and says connected.
     until(Duration::from_secs(10), "A connected again", || {
         a.store.status().connected

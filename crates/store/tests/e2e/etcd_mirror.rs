@@ -1,13 +1,14 @@
-//! The etcd store's local mirror against a real 3-member etcd cluster: readers never wait on the
-//! mirror's SQLite write (it is made outside the mirror's lock), and a host does not write a
-//! binding that it saved the moment it connected to a new fleet a second time.
+//! The etcd store's local mirror against a real 3-member etcd cluster: neither readers nor the
+//! session wait on the mirror's SQLite write (made by a writer thread, outside the mirror's lock),
+//! and a host does not write a binding that it saved the moment it connected to a new fleet a
+//! second time.
 
 use std::time::{Duration, Instant};
 
 use crate::common::{self, binding, blocking, service_on, until, Host};
 
 use tributary_fakes::etcd_cluster::EtcdCluster;
-use tributary_store::{BindingStore, OutcomeRecord, OutcomeStatus};
+use tributary_store::{BindingStore, HostOutcome, HostState, OutcomeRecord, OutcomeStatus};
 
 /// Host `id` under `prefix` (not waited for).
 fn open(cluster: &EtcdCluster, prefix: &str, id: &str) -> Host {
@@ -41,14 +42,30 @@ fn outcome(at_ms: i64) -> OutcomeRecord {
     }
 }
 
+/// The service of binding `name` in the mirror file at `path` as committed now (read through a
+/// connection of its own, as another process would).
+fn service_in_file(path: &std::path::Path, name: &str) -> Option<String> {
+    let c = rusqlite::Connection::open(path).unwrap();
+    c.query_row(
+        "SELECT service FROM bindings WHERE name = ?1",
+        [name],
+        |r| r.get(0),
+    )
+    .ok()
+}
+
 /// Another process holds the write lock of A's mirror file (`BEGIN IMMEDIATE`: a backup tool, or
-/// a disk so slow that a write takes seconds) while B changes a binding: A's session applies the
-/// change and its SQLite write waits (up to SQLite's busy timeout, 5 s). Meanwhile every read of
-/// A's store answers at once, with what the file has committed (the old version), and the
-/// outcome history is read; the change is applied once the file can be written.
+/// a disk so slow that a write takes seconds) for 4 s (less than SQLite's busy timeout, 5 s, that
+/// the write waits out) while B changes a binding: A's session applies the change in memory at
+/// once (every read of A's store has it within 1 s) and goes on (A's outcome, published
+/// meanwhile, reaches etcd), while the mirror's writer waits; every read answers at once, the
+/// outcome history is read; the file has the change once the lock is released. Before, the
+/// session waited for the write: A's reads had the old version for the 4 s, and its outcome
+/// waited as long.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readers_answer_at_once_while_the_mirrors_sqlite_write_waits() {
     const PREFIX: &str = "/mirror-lock/";
+    const HELD: Duration = Duration::from_secs(4);
     let cluster = blocking(|| EtcdCluster::start(3));
     let a = connected(&cluster, PREFIX, "host-a").await;
     let b = connected(&cluster, PREFIX, "host-b").await;
@@ -64,22 +81,52 @@ async fn readers_answer_at_once_while_the_mirrors_sqlite_write_waits() {
         service_on(&b, "api").is_some()
     })
     .await;
+    until(Duration::from_secs(5), "api in A's file", || {
+        service_in_file(&a.mirror, "api").as_deref() == Some("web1")
+    })
+    .await;
 
     let locker = rusqlite::Connection::open(&a.mirror).unwrap();
     locker.execute_batch("BEGIN IMMEDIATE").unwrap();
-    let watched = a.store.watch_events();
+    let held = Instant::now();
     b.store
         .upsert_bindings(&[binding("api", "web2")])
         .await
         .unwrap();
-    // A's watch delivered the change: its session is writing it to the locked file from now on.
-    until(Duration::from_secs(5), "the change in A's watch", || {
-        a.store.watch_events() > watched
+    // A's reads have it within 1 s, while its file is locked.
+    until(Duration::from_secs(1), "B's change in A's reads", || {
+        service_on(&a, "api").as_deref() == Some("web2")
     })
     .await;
-    let held = Instant::now();
+    let seen = held.elapsed();
+    // A's session goes on: an outcome A publishes now reaches etcd (B reads it there).
+    a.store
+        .publish_host_outcome(
+            "api",
+            &HostOutcome {
+                host: String::new(),
+                state: HostState::Applied,
+                at_ms: 1,
+                generation: 7,
+                servers: 1,
+                message: None,
+            },
+        )
+        .await
+        .unwrap();
+    let published = Instant::now();
+    let a_on_b = || {
+        blocking(|| tokio::runtime::Handle::current().block_on(b.store.refresh_fleet(Some("api"))));
+        b.store
+            .fleet_view("api")
+            .hosts
+            .iter()
+            .any(|h| h.outcome.host == "host-a" && h.outcome.generation == 7)
+    };
+    until(Duration::from_secs(2), "A's outcome on B", a_on_b).await;
+    let flushed = published.elapsed();
 
-    // Every reader of A's store, for 4 s (less than the busy timeout the write waits out).
+    // Every reader of A's store, while the lock is held.
     let mut slowest = (Duration::ZERO, "");
     let mut timed = |what: &'static str, f: &mut dyn FnMut()| {
         let t = Instant::now();
@@ -90,11 +137,10 @@ async fn readers_answer_at_once_while_the_mirrors_sqlite_write_waits() {
         }
     };
     let mut rounds = 0;
-    while held.elapsed() < Duration::from_secs(4) {
+    while held.elapsed() < HELD {
         rounds += 1;
         timed("get_binding", &mut || {
-            // What the file has committed: the write of web2 is held up.
-            assert_eq!(service_on(&a, "api").as_deref(), Some("web1"));
+            assert_eq!(service_on(&a, "api").as_deref(), Some("web2"));
         });
         timed("list_bindings", &mut || {
             assert_eq!(a.store.list_bindings().unwrap().len(), 1);
@@ -119,8 +165,14 @@ async fn readers_answer_at_once_while_the_mirrors_sqlite_write_waits() {
         });
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    // The write was still held up when the reads ended.
-    assert_eq!(service_on(&a, "api").as_deref(), Some("web1"));
+    // The file's write was still held up when the reads ended (the locker reads what is
+    // committed).
+    let in_file: String = locker
+        .query_row("SELECT service FROM bindings WHERE name = 'api'", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    assert_eq!(in_file, "web1");
     assert!(
         slowest.0 < Duration::from_secs(1),
         "{} waited {:?} for the mirror's SQLite write ({rounds} rounds of reads)",
@@ -128,19 +180,18 @@ async fn readers_answer_at_once_while_the_mirrors_sqlite_write_waits() {
         slowest.0
     );
     eprintln!(
-        "{rounds} rounds of reads while the write waited; slowest: {} {:?}",
+        "change in A's reads {seen:?} after the lock; A's outcome on B {flushed:?} after it was \
+         published; {rounds} rounds of reads while the write waited; slowest: {} {:?}",
         slowest.1, slowest.0
     );
 
     locker.execute_batch("ROLLBACK").unwrap();
     drop(locker);
-    // The revision of the failed write was not recorded: the change is applied again.
-    until(
-        Duration::from_secs(20),
-        "B's change on A after the lock",
-        || service_on(&a, "api").as_deref() == Some("web2"),
-    )
+    until(Duration::from_secs(10), "B's change in A's file", || {
+        service_in_file(&a.mirror, "api").as_deref() == Some("web2")
+    })
     .await;
+    assert_eq!(service_on(&a, "api").as_deref(), Some("web2"));
 }
 
 /// A host joins a new fleet (an empty prefix: it puts the integrity key) and saves a binding the

@@ -3,10 +3,11 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use tributary_store::{
     BindingRecord, BindingStore, HostOutcome, HostState, OutcomeRecord, OutcomeStatus, SqliteStore,
-    StoreError, TargetSet, Upsert,
+    StoreError, StoredBinding, TargetSet, Upsert,
 };
 
 fn binding(name: &str) -> BindingRecord {
@@ -33,6 +34,10 @@ fn set(addr: &str) -> TargetSet {
         ttl_seconds: None,
         generation: 0,
     }
+}
+
+fn names(list: Vec<StoredBinding>) -> Vec<String> {
+    list.into_iter().map(|b| b.binding.name).collect()
 }
 
 fn open(dir: &tempfile::TempDir) -> Arc<dyn BindingStore> {
@@ -63,13 +68,7 @@ async fn crud_and_history_through_the_trait_object() {
     assert_eq!(s.last_outcomes().unwrap().len(), 1);
     assert!(s.remove_binding("api").await.unwrap());
     assert!(!s.remove_binding("api").await.unwrap());
-    let names: Vec<String> = s
-        .list_bindings()
-        .unwrap()
-        .into_iter()
-        .map(|b| b.binding.name)
-        .collect();
-    assert_eq!(names, vec!["web"]);
+    assert_eq!(names(s.list_bindings().unwrap()), ["web"]);
 }
 
 #[tokio::test]
@@ -128,4 +127,49 @@ async fn this_host_is_the_whole_fleet() {
     s.remove_binding("api").await.unwrap();
     assert!(s.published_targets("api").is_none());
     assert!(s.fleet_view("api").hosts.is_empty());
+}
+
+/// A write waits on SQLite (another connection holds the file's write lock: a backup tool, a
+/// slow disk; up to the 5 s busy timeout) while the engine and the API read: the reads answer at
+/// once with what is committed, and the write goes through once the lock is released. Before,
+/// the reads waited behind the write on the store's one connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_answer_at_once_while_a_write_waits_on_the_files_lock() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = open(&dir);
+    s.insert_binding(&binding("api")).await.unwrap();
+    s.record_outcomes(&[("api".into(), OutcomeRecord::new(7, OutcomeStatus::Ok))])
+        .await
+        .unwrap();
+    let locker = rusqlite::Connection::open(dir.path().join("t.db")).unwrap();
+    locker.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let write = {
+        let s = s.clone();
+        tokio::spawn(async move { s.insert_binding(&binding("web")).await })
+    };
+    // Setup, not the assertion: the write has reached SQLite and waits on the lock.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!write.is_finished());
+    let reader = s.clone();
+    let t = Instant::now();
+    let (list, one, history) = tokio::task::spawn_blocking(move || {
+        (
+            reader.list_bindings(),
+            reader.get_binding("api"),
+            reader.recent_outcomes("api", 5),
+        )
+    })
+    .await
+    .unwrap();
+    let took = t.elapsed();
+    assert!(
+        took <= Duration::from_millis(500),
+        "the reads waited {took:?} for a write held up by the file's lock"
+    );
+    assert_eq!(names(list.unwrap()), ["api"]);
+    assert!(one.unwrap().is_some());
+    assert_eq!(history.unwrap().len(), 1);
+    locker.execute_batch("ROLLBACK").unwrap();
+    write.await.unwrap().unwrap();
+    assert_eq!(names(s.list_bindings().unwrap()), ["api", "web"]);
 }
