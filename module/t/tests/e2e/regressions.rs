@@ -198,7 +198,7 @@ fn upstrand_variable_exists_once_its_block_exists() -> CaseResult {
         "location / { proxy_pass http://$UPSTRAND_us1; }",
         &[(1, "u01", 200)],
     ))?;
-    check_answer(&n.get(0, "/")?, 200, "u01 200\n")?;
+    check_answer(&n.get_on(0, "/")?, 200, "u01 200\n")?;
     expect_emerg(
         "upstream u01 { server 127.0.0.1:{P1}; }
          upstrand us1 { upstream u01; }
@@ -220,7 +220,7 @@ fn next_upstream_timeout_counts_from_first_upstream_contact() -> CaseResult {
         "location / { proxy_pass http://$upstrand_us1; }",
         &[(1, "u01", 503), (2, "u02", 200)],
     ))?;
-    let mut s = TcpStream::connect(("127.0.0.1", n.port(0))).map_err(|e| e.to_string())?;
+    let mut s = TcpStream::connect(("127.0.0.1", n.port())).map_err(|e| e.to_string())?;
     s.set_read_timeout(Some(Duration::from_secs(20)))
         .map_err(|e| e.to_string())?;
     s.write_all(
@@ -271,17 +271,25 @@ fn partial_header_case(mode: Partial, word: &str, status: u16) -> CaseResult {
         &[(2, "u02", 200)],
     );
     let n = Nginx::start(&http)?;
-    let a = n.get(0, "/next")?;
+    n.expect_log(match mode {
+        Partial::StatusLineThenClose => {
+            "upstream prematurely closed connection while reading response header from upstream"
+        }
+        Partial::StatusLineThenSilence => {
+            "upstream timed out (110: Connection timed out) while reading response header from upstream"
+        }
+    });
+    let a = n.get_on(0, "/next")?;
     check_answer(&a, 200, "u02 200\n")?;
     check_eq(
         log_fields(&n, 0)?[4].as_str(),
         format!("(part) {status} (u02) 200").as_str(),
         "$upstrand_status",
     )?;
-    let a = n.get(0, "/icpt")?;
+    let a = n.get_on(0, "/icpt")?;
     check_eq(a.status, 200, &format!("{word} is intercepted"))?;
     check_eq(a.text().as_str(), "failover after 200\n", "failover body")?;
-    let a = n.get(0, "/other")?;
+    let a = n.get_on(0, "/other")?;
     check_eq(a.status, status, "the other word does not match")?;
     check_eq(log_fields(&n, 2)?[2].as_str(), "part", "no failover")?;
     check_no_alerts(&n)
@@ -336,8 +344,8 @@ fn status_variables_follow_the_docs_in_every_walk() -> CaseResult {
             (4, "ok", 200),
         ],
     ))?;
-    let (p1, p2, p3, p4) = (n.port(1), n.port(2), n.port(3), n.port(4));
-    check_answer(&n.get(0, "/proxied")?, 200, "fo 200\n")?;
+    let (p1, p2, p3, p4) = (n.ports()[1], n.ports()[2], n.ports()[3], n.ports()[4]);
+    check_answer(&n.get_on(0, "/proxied")?, 200, "fo 200\n")?;
     let f = log_fields(&n, 0)?;
     check_eq(f[2].as_str(), "u01 -> u02", "path of an intercepted walk")?;
     check_eq(
@@ -350,7 +358,7 @@ fn status_variables_follow_the_docs_in_every_walk() -> CaseResult {
         "(u01) 503 (u02) 502 (<intercepted>) 200",
         "status of an intercepted walk",
     )?;
-    check_answer(&n.get(0, "/plain")?, 503, "no luck\n")?;
+    check_answer(&n.get_on(0, "/plain")?, 503, "no luck\n")?;
     let f = log_fields(&n, 1)?;
     check_eq(f[2].as_str(), "u01 -> u02", "path")?;
     check_eq(
@@ -358,7 +366,7 @@ fn status_variables_follow_the_docs_in_every_walk() -> CaseResult {
         "(u01) 503 (u02) 502 (<intercepted>) -",
         "a failover location without upstream shows -",
     )?;
-    check_answer(&n.get(0, "/hit")?, 200, "ok 200\n")?;
+    check_answer(&n.get_on(0, "/hit")?, 200, "ok 200\n")?;
     let f = log_fields(&n, 2)?;
     check_eq(f[2].as_str(), "ok", "path of a hit")?;
     check_eq(
@@ -367,7 +375,7 @@ fn status_variables_follow_the_docs_in_every_walk() -> CaseResult {
         "addr of a hit",
     )?;
     check_eq(f[4].as_str(), "(ok) 200", "status of a hit")?;
-    check_answer(&n.get(0, "/name")?, 200, "ok\n")?;
+    check_answer(&n.get_on(0, "/name")?, 200, "ok\n")?;
     let f = log_fields(&n, 3)?;
     check_eq(f[2].as_str(), "ok", "path when only the name was taken")?;
     check_eq(f[4].as_str(), "(ok) -", "no upstream ran: -")?;
@@ -420,8 +428,8 @@ fn walk_decisions_are_in_the_debug_log() -> CaseResult {
          location /failover { internal; return 200 \"failover\\n\"; }",
         &[(1, "u01", 503), (2, "u02", 502), (3, "b01", 200)],
     ))?;
-    check_answer(&n.get(0, "/us1")?, 200, "b01 200\n")?;
-    check_answer(&n.get(0, "/us2")?, 200, "failover\n")?;
+    check_answer(&n.get_on(0, "/us1")?, 200, "b01 200\n")?;
+    check_answer(&n.get_on(0, "/us2")?, 200, "failover\n")?;
     let want = [
         "upstrand \"us1\": walk starts at upstream \"u01\" (normal cycle)",
         "upstrand \"us1\": upstream \"u01\" answered 503 (sent by the backend), listed in \
@@ -464,7 +472,7 @@ fn add_header_reads_walk_variables_while_the_walk_delivers() -> CaseResult {
         &[(1, "u01", 503), (2, "u02", 502), (3, "b01", 200)],
     ))?;
     for _ in 0..3 {
-        let a = n.get(0, "/walk")?;
+        let a = n.get_on(0, "/walk")?;
         check_answer(&a, 200, "b01 200\n")?;
         check_eq(a.header("X-Us"), Some("u01"), "the root's upstream")?;
         check_eq(a.header("X-Path"), Some("u01 -> u02 -> b01"), "X-Path")?;
@@ -473,7 +481,7 @@ fn add_header_reads_walk_variables_while_the_walk_delivers() -> CaseResult {
             Some("(u01) 503 (u02) 502 (b01) 200"),
             "X-Status",
         )?;
-        let a = n.get(0, "/icpt")?;
+        let a = n.get_on(0, "/icpt")?;
         check_answer(&a, 503, "failover\n")?;
         check_eq(a.header("X-Path"), Some("u01 -> u02"), "X-Path (intercept)")?;
         check_eq(

@@ -178,7 +178,7 @@ fn conf_regex_members_include_singlets() -> CaseResult {
         "location / { proxy_pass http://$upstrand_us1; }",
         &[(1, "s1", 503), (2, "s2", 200)],
     ))?;
-    check_answer(&n.get(0, "/")?, 200, "s2 200\n")?;
+    check_answer(&n.get_on(0, "/")?, 200, "s2 200\n")?;
     check_path(&n, 0, "u1_single_1 -> u1_single_2", "path")
 }
 
@@ -201,7 +201,7 @@ fn three_and_backup(location_extra: &str, statuses: &str, s1: u16, s2: u16, s3: 
 
 fn failover_normal_then_backup_cycle() -> CaseResult {
     let n = Nginx::start(&three_and_backup("", "5xx", 503, 502, 200))?;
-    let a = n.get(0, "/x?q=1")?;
+    let a = n.get_on(0, "/x?q=1")?;
     check_answer(&a, 200, "b01 200\n")?;
     check_eq(a.header("X-From"), Some("b01"), "backend header")?;
     check_eq(
@@ -214,7 +214,7 @@ fn failover_normal_then_backup_cycle() -> CaseResult {
 
 fn failover_last_answer_is_delivered() -> CaseResult {
     let n = Nginx::start(&three_and_backup("", "5xx", 503, 502, 504))?;
-    let a = n.get(0, "/")?;
+    let a = n.get_on(0, "/")?;
     check_eq(a.status, 504, "status of the last upstream")?;
     check_eq(a.text().as_str(), "b01 504\n", "body of the last upstream")?;
     check_eq(
@@ -227,16 +227,16 @@ fn failover_last_answer_is_delivered() -> CaseResult {
 
 fn failover_first_unlisted_answer_stops() -> CaseResult {
     let n = Nginx::start(&three_and_backup("", "5xx", 404, 502, 200))?;
-    check_answer(&n.get(0, "/")?, 404, "u01 404\n")?;
+    check_answer(&n.get_on(0, "/")?, 404, "u01 404\n")?;
     check_path(&n, 0, "u01", "path")
 }
 
 fn failover_4xx_and_exact_codes() -> CaseResult {
     let n = Nginx::start(&three_and_backup("", "4xx 204", 404, 204, 200))?;
-    check_eq(n.get(0, "/")?.status, 200, "status")?;
+    check_eq(n.get_on(0, "/")?.status, 200, "status")?;
     check_path(&n, 0, "u01 -> u02 -> b01", "path")?;
     let n = Nginx::start(&three_and_backup("", "204", 404, 204, 200))?;
-    check_eq(n.get(0, "/")?.status, 404, "404 is not listed")?;
+    check_eq(n.get_on(0, "/")?.status, 404, "404 is not listed")?;
     check_path(&n, 0, "u01", "path")
 }
 
@@ -288,7 +288,7 @@ fn failover_with_proxy_buffering_off() -> CaseResult {
         200,
     ))?;
     for _ in 0..3 {
-        check_answer(&n.get(0, "/")?, 200, "b01 200\n")?;
+        check_answer(&n.get_on(0, "/")?, 200, "b01 200\n")?;
     }
     Ok(())
 }
@@ -324,7 +324,7 @@ fn failover_one_mebibyte_bodies() -> CaseResult {
         .iter()
         .enumerate()
     {
-        let a = n.get(0, path)?;
+        let a = n.get_on(0, path)?;
         check_eq(a.status, 200, "status")?;
         check(a.body == good, || {
             format!("{path}: body of {} bytes differs", a.body.len())
@@ -332,7 +332,7 @@ fn failover_one_mebibyte_bodies() -> CaseResult {
         check_path(&n, i, "u01 -> u02", "path")?;
     }
     // The swallowed 1 MiB error bodies must not stall a keep-alive connection.
-    let mut conn = KeepAlive::open(n.port(0))?;
+    let mut conn = KeepAlive::open(n.port())?;
     for path in ["/b/big.txt", "/u/big.txt", "/b/big.txt", "/u/big.txt"] {
         let a = conn.get(path)?;
         check_eq(a.status, 200, "keep-alive status")?;
@@ -372,11 +372,13 @@ fn failover_error_and_timeout_against_backend_codes() -> CaseResult {
     )
     .replace("HOLE", &hole_port(&hole)?);
     let n = Nginx::start(&http)?;
-    let a = n.get(0, "/e")?;
+    n.expect_log("connect() failed (111: Connection refused) while connecting to upstream");
+    n.expect_log("upstream timed out (110: Connection timed out) while reading response header from upstream");
+    let a = n.get_on(0, "/e")?;
     check_eq(a.status, 502, "a backend's 502 is not `error`")?;
     check_eq(a.text().as_str(), "u02 502\n", "body")?;
     check_path(&n, 0, "dead -> u02", "path")?;
-    let a = n.get(0, "/t")?;
+    let a = n.get_on(0, "/t")?;
     check_eq(a.status, 504, "a backend's 504 is not `timeout`")?;
     check_eq(a.text().as_str(), "u04 504\n", "body")?;
     check_path(&n, 1, "hole -> u04", "path")
@@ -427,7 +429,7 @@ fn failover_non_idempotent_post() -> CaseResult {
     )?;
     // Every upstream the POST was retried on got its body.
     let want: Vec<String> = (1..=3)
-        .map(|i| format!("{} POST k=v2", n.port(i)))
+        .map(|i| format!("{} POST k=v2", n.ports()[i]))
         .collect();
     wait_for_log(&n, "bodies.log", |text| {
         want.iter().all(|w| text.lines().any(|l| l == w))
@@ -435,7 +437,7 @@ fn failover_non_idempotent_post() -> CaseResult {
     .map_err(|text| format!("backend body log lacks {want:?}:\n{text}"))?;
     // GET moves on without non_idempotent.
     check_eq(
-        n.get(0, "/plain")?.text().as_str(),
+        n.get_on(0, "/plain")?.text().as_str(),
         "u03 GET \n",
         "GET body",
     )
@@ -467,12 +469,18 @@ fn timeout_config(timeout: &str, intercept: &str) -> Result<(String, TcpListener
 fn next_upstream_timeout_returns_last_answer() -> CaseResult {
     let (http, _hole) = timeout_config("100ms", "")?;
     let n = Nginx::start(&http)?;
-    check_eq(n.get(0, "/")?.status, 504, "the timed-out answer is final")?;
+    n.expect_log("upstream timed out (110: Connection timed out) while reading response header from upstream");
+    check_eq(
+        n.get_on(0, "/")?.status,
+        504,
+        "the timed-out answer is final",
+    )?;
     check_path(&n, 0, "hole", "path")?;
     let (http, _hole) = timeout_config("10s", "")?;
     let n = Nginx::start(&http)?;
+    n.expect_log("upstream timed out (110: Connection timed out) while reading response header from upstream");
     check_eq(
-        n.get(0, "/")?.status,
+        n.get_on(0, "/")?.status,
         200,
         "within the time the walk goes on",
     )?;
@@ -482,7 +490,8 @@ fn next_upstream_timeout_returns_last_answer() -> CaseResult {
 fn intercept_after_timeout() -> CaseResult {
     let (http, _hole) = timeout_config("100ms", "intercept_statuses 504 /failover;")?;
     let n = Nginx::start(&http)?;
-    let a = n.get(0, "/")?;
+    n.expect_log("upstream timed out (110: Connection timed out) while reading response header from upstream");
+    let a = n.get_on(0, "/")?;
     check_eq(a.status, 200, "failover answer")?;
     check_eq(a.text().as_str(), "failover after 200\n", "failover body")?;
     check_eq(
@@ -510,7 +519,7 @@ fn intercept_config() -> String {
 
 fn intercept_with_try_files_and_error_page() -> CaseResult {
     let n = Nginx::start(&intercept_config())?;
-    let a = n.get(0, "/")?;
+    let a = n.get_on(0, "/")?;
     check_eq(a.status, 503, "failover status")?;
     check_eq(
         a.text().as_str(),
@@ -533,7 +542,7 @@ fn intercept_with_try_files_and_error_page() -> CaseResult {
 fn intercept_first_matching_directive_wins() -> CaseResult {
     let n =
         Nginx::start(&intercept_config().replace("return 503 \"u02 503", "return 502 \"u02 502"))?;
-    let a = n.get(0, "/")?;
+    let a = n.get_on(0, "/")?;
     check_eq(
         a.text().as_str(),
         "first\n",
@@ -556,7 +565,8 @@ fn redirect_error_page_does_not_break_walk() -> CaseResult {
          location /oops { return 200 \"error page\\n\"; }",
         &[(2, "u02", 200)],
     ))?;
-    let a = n.get(0, "/")?;
+    n.expect_log("connect() failed (111: Connection refused) while connecting to upstream");
+    let a = n.get_on(0, "/")?;
     check_eq(a.status, 200, "status")?;
     check_eq(a.text().as_str(), "u02 200\n", "the walk went on")?;
     check_path(&n, 0, "dead -> u02", "path")
@@ -572,7 +582,7 @@ fn redirect_x_accel_redirect_is_ignored() -> CaseResult {
     ) + "server { listen 127.0.0.1:{P1}; location / { add_header X-Accel-Redirect /secret; return 503 \"u01 503\\n\"; } }
          server { listen 127.0.0.1:{P2}; location / { add_header X-Accel-Redirect /secret; return 200 \"u02 200\\n\"; } }";
     let n = Nginx::start(&http)?;
-    let a = n.get(0, "/")?;
+    let a = n.get_on(0, "/")?;
     check_eq(a.status, 200, "status")?;
     check_eq(
         a.text().as_str(),
@@ -591,7 +601,7 @@ fn subrequest_ssi_inside_upstrand_request() -> CaseResult {
         &[],
     ) + "server { listen 127.0.0.1:{P1}; location / { return 200 \"[<!--# include virtual=\\\"/inc\\\" -->]\\n\"; } }";
     let n = Nginx::start(&http)?;
-    check_answer(&n.get(0, "/")?, 200, "[included]\n")
+    check_answer(&n.get_on(0, "/")?, 200, "[included]\n")
 }
 
 /// An upstrand location included by SSI: the walk runs inside the SSI subrequest and its final
@@ -606,7 +616,7 @@ fn subrequest_upstrand_walk_inside_ssi_include() -> CaseResult {
     ) + "server { listen 127.0.0.1:{P4}; location / { return 200 \"[<!--# include virtual=\\\"/us\\\" -->]\\n\"; } }";
     let n = Nginx::start(&http)?;
     for _ in 0..3 {
-        let a = n.get(0, "/")?;
+        let a = n.get_on(0, "/")?;
         check_eq(a.status, 200, "status")?;
         check_eq(a.text().as_str(), "[b01 200\n]\n", "included walk answer")?;
     }
@@ -621,9 +631,11 @@ fn two_upstrands_in_one_request_give_500() -> CaseResult {
          location /both { proxy_pass http://$upstrand_us1$upstrand_us2; }",
         &[(1, "u01", 200), (2, "u02", 200)],
     ))?;
-    check_eq(n.get(0, "/set")?.status, 500, "set + proxy_pass")?;
+    n.expect_log("accessing multiple upstrand variables in a single request is prohibited");
+    n.expect_log("invalid URL prefix in \"http://\"");
+    check_eq(n.get_on(0, "/set")?.status, 500, "set + proxy_pass")?;
     check_eq(
-        n.get(0, "/both")?.status,
+        n.get_on(0, "/both")?.status,
         500,
         "two variables in proxy_pass",
     )?;
@@ -646,7 +658,8 @@ fn walk_longer_than_subrequest_limit() -> CaseResult {
         "location / { proxy_pass http://$upstrand_many; }",
         &[(1, "m", 503)],
     ))?;
-    check_answer(&n.get(0, "/")?, 503, "m 503\n")?;
+    n.expect_log("subrequests cycle while processing \"/\"");
+    check_answer(&n.get_on(0, "/")?, 503, "m 503\n")?;
     let walked = path_of(&n, 0)?.split(" -> ").count();
     check(walked > 40 && walked < 60, || {
         format!("{walked} upstreams walked")
@@ -661,11 +674,11 @@ fn walk_longer_than_subrequest_limit() -> CaseResult {
 
 fn status_variables_format() -> CaseResult {
     let n = Nginx::start(&three_and_backup("", "5xx", 503, 502, 200))?;
-    n.get(0, "/")?;
+    n.get_on(0, "/")?;
     let lines = access_log(&n, 1)?;
     let f: Vec<&str> = lines[0].split('|').collect();
     check_eq(f.len(), 10, "fields")?;
-    let (p1, p2, p3) = (n.port(1), n.port(2), n.port(3));
+    let (p1, p2, p3) = (n.ports()[1], n.ports()[2], n.ports()[3]);
     check_eq(f[2], "u01 -> u02 -> b01", "$upstrand_path")?;
     check_eq(
         f[3].to_string(),
@@ -695,7 +708,7 @@ fn status_variables_format() -> CaseResult {
 
 fn status_variables_outside_upstrand_are_not_found() -> CaseResult {
     let n = Nginx::start(&front("location / { return 200 \"plain\\n\"; }"))?;
-    n.get(0, "/")?;
+    n.get_on(0, "/")?;
     let lines = access_log(&n, 1)?;
     check_eq(lines[0].as_str(), "/|200|-|-|-|-|-|-|-|-", "log line")
 }
@@ -719,6 +732,7 @@ fn dynamic_upstrand_seed_example() -> CaseResult {
          }",
         &[(1, "u01", 503), (2, "u02", 503), (3, "b01", 200), (4, "b02", 200)],
     ))?;
+    n.expect_log("invalid URL prefix in \"http://\"");
     let rows: &[(&str, u16, Option<&str>)] = &[
         ("/", 200, Some("b02")),
         ("/?a=us1", 200, Some("b01")),
@@ -734,7 +748,7 @@ fn dynamic_upstrand_seed_example() -> CaseResult {
         ("/?a=&b=", 200, Some("b02")),
     ];
     for (path, status, from) in rows {
-        let a = n.get(0, path)?;
+        let a = n.get_on(0, path)?;
         check_eq(a.status, *status, &format!("status of {path}"))?;
         if let Some(f) = from {
             check_eq(a.header("X-From"), Some(*f), &format!("answer of {path}"))?;

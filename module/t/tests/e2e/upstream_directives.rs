@@ -265,6 +265,7 @@ fn dead_tries(conn: &mut KeepAlive, u: &str, dead: &str, n: usize) -> Result<usi
 /// original, which differs from nginx's defaults (so a copy that lost them would fail).
 fn add_upstream_keeps_max_fails_and_fail_timeout() -> CaseResult {
     let ng = Nginx::start(&with_backends(FAILING))?;
+    ng.expect_log("connect() failed (111: Connection refused) while connecting to upstream");
     let mut conn = ng.keep_alive(0)?;
     let dead = format!("127.0.0.1:{}", ng.dead_port());
     let ups = ["src", "src_copy", "zero", "zero_copy", "dflt"];
@@ -316,6 +317,7 @@ fn add_upstream_backup_only_when_primary_down() -> CaseResult {
                   location /live { proxy_pass http://live; }
                   location /failover { proxy_pass http://failover; } }",
     ))?;
+    ng.expect_log("connect() failed (111: Connection refused) while connecting to upstream");
     let mut conn = ng.keep_alive(0)?;
     check_eq(
         tally(&mut conn, "/live", 8)?,
@@ -397,7 +399,8 @@ fn singlets_all_name_forms() -> CaseResult {
          server { listen 127.0.0.1:{P0};
                   location / { proxy_pass http://$arg_u; } }",
     ))?;
-    let p = |i: usize| ng.port(i);
+    ng.expect_log("no resolver defined to resolve uhost4");
+    let p = |i: usize| ng.ports()[i];
     let cases = [
         ("uhost1".to_string(), "b1"),
         ("uhost2".to_string(), "b2"),
@@ -411,7 +414,7 @@ fn singlets_all_name_forms() -> CaseResult {
     ];
     for (name, want) in &cases {
         for _ in 0..3 {
-            let r = ng.get(0, &format!("/?u={name}"))?;
+            let r = ng.get_on(0, &format!("/?u={name}"))?;
             check_eq(
                 (r.status, r.text().as_str()),
                 (200, *want),
@@ -420,7 +423,7 @@ fn singlets_all_name_forms() -> CaseResult {
         }
     }
     // the server declared after combine_server_singlets has no singlet
-    let r = ng.get(0, "/?u=uhost4")?;
+    let r = ng.get_on(0, "/?u=uhost4")?;
     check(r.status == 502, || {
         format!("uhost4 must not exist, got {} {:?}", r.status, r.text())
     })?;
@@ -441,17 +444,18 @@ fn singlets_backup_and_nobackup() -> CaseResult {
                   add_header X-Upstream $upstream_addr always;
                   location / { proxy_pass http://$arg_u; } }",
     ))?;
-    let r = ng.get(0, "/?u=d1")?;
+    ng.expect_log("connect() failed (111: Connection refused) while connecting to upstream");
+    let r = ng.get_on(0, "/?u=d1")?;
     check_eq(
         (r.status, r.text().as_str()),
         (200, "b2"),
         "d1: dead primary, backup answers",
     )?;
-    let r = ng.get(0, "/?u=d2")?;
+    let r = ng.get_on(0, "/?u=d2")?;
     check_eq((r.status, r.text().as_str()), (200, "b2"), "d2")?;
-    let r = ng.get(0, "/?u=nb_n_1")?;
+    let r = ng.get_on(0, "/?u=nb_n_1")?;
     check_eq(r.status, 502, "nb_n_1: dead primary, other server down")?;
-    let r = ng.get(0, "/?u=nb_n_2")?;
+    let r = ng.get_on(0, "/?u=nb_n_2")?;
     check_eq((r.status, r.text().as_str()), (200, "b2"), "nb_n_2")
 }
 
@@ -473,7 +477,8 @@ fn singlets_sticky_sessions() -> CaseResult {
                   location / { proxy_pass http://uhost$cookie_rt; } }",
         &ports,
     )?;
-    let first = main.get(0, "/")?;
+    main.expect_log("connect() failed (111: Connection refused) while connecting to upstream");
+    let first = main.get_on(0, "/")?;
     check_eq(first.status, 200, "first request")?;
     let cookie = first
         .header("Set-Cookie")
@@ -536,6 +541,8 @@ const DEAD_SINGLE: &str = "
 /// "no live upstreams" without trying the server; without it, the server is tried every time.
 fn extend_single_peers_marks_lone_peer_failed() -> CaseResult {
     let ng = Nginx::start(&with_backends(DEAD_SINGLE))?;
+    ng.expect_log("connect() failed (111: Connection refused) while connecting to upstream");
+    ng.expect_log("no live upstreams while connecting to upstream");
     // Failed-peer state is per worker: one keep-alive connection, one worker.
     let mut conn = ng.keep_alive(0)?;
     let dead = format!("127.0.0.1:{}", ng.dead_port());

@@ -160,6 +160,7 @@ pub(super) fn case_identical_set_is_a_no_op() -> CaseResult {
 
 pub(super) fn case_servers_that_stay_keep_their_state() -> CaseResult {
     let m = Master::start(&standard())?;
+    m.expect_log("connect() failed (111: Connection refused) while connecting to upstream");
     // A dead primary with max_fails=5 and a live one; requests fail over from the dead one.
     let body = |extra: &str| {
         format!(
@@ -255,9 +256,13 @@ pub(super) fn case_concurrent_compare_and_set_has_one_winner() -> CaseResult {
 pub(super) fn case_workers_killed_under_traffic_and_puts() -> CaseResult {
     // SIGKILL a worker every 50 ms, 20 times, while clients send requests and the set changes
     // every 20 ms; afterwards the master's new workers serve and the API works.
-    let mut m = Master::start(&standard())?;
+    let m = Master::start(&standard())?;
     // The case SIGKILLs workers: the master logs each as "exited on signal 9".
     m.expect_log("exited on signal 9");
+    // A proxied request served by a killed worker's backend server is cut off.
+    m.expect_log(
+        "recv() failed (104: Connection reset by peer) while reading response header from upstream",
+    );
     let stop = Arc::new(AtomicBool::new(false));
     let mut threads = Vec::new();
     for _ in 0..3 {
@@ -425,6 +430,9 @@ pub(super) fn case_request_between_tries_continues_in_a_grown_set() -> CaseResul
     // by 70 servers (69 of them down) without F; F then fails the request, whose next try must
     // be made from the new set with balancer data sized for it.
     let m = Master::start(&standard())?;
+    m.expect_log(
+        "upstream prematurely closed connection while reading response header from upstream",
+    );
     let f = SlowBackend::start_mode(true)?;
     let body = format!(
         r#"{{"servers":[{{"address":"127.0.0.1:{}"}},{{"address":"127.0.0.1:{}"}},{{"address":"127.0.0.1:{}"}}]}}"#,
@@ -485,6 +493,10 @@ pub(super) fn case_request_gets_the_tries_of_a_grown_set() -> CaseResult {
 
 fn request_gets_the_tries_of_a_grown_set(up: &str) -> CaseResult {
     let m = Master::start(&standard_for(up))?;
+    m.expect_log("connect() failed (111: Connection refused) while connecting to upstream");
+    m.expect_log(
+        "upstream prematurely closed connection while reading response header from upstream",
+    );
     let f = SlowBackend::start_mode(true)?;
     let body = format!(
         r#"{{"servers":[{{"address":"127.0.0.1:{}"}},{{"address":"127.0.0.1:{}"}}]}}"#,
@@ -567,6 +579,9 @@ pub(super) fn case_request_keeps_its_tries_when_the_set_shrinks_to_one() -> Case
     // A request holds F in [F, b1]; the set becomes [b2] (a single server); F then fails the
     // request, which must still take its second try (in the new set).
     let m = Master::start(&standard())?;
+    m.expect_log(
+        "upstream prematurely closed connection while reading response header from upstream",
+    );
     let f = SlowBackend::start_mode(true)?;
     let body = format!(
         r#"{{"servers":[{{"address":"127.0.0.1:{}"}},{{"address":"127.0.0.1:{}"}}]}}"#,

@@ -319,6 +319,7 @@ pub(super) fn case_least_conn_and_keepalive_take_live_changes() -> CaseResult {
                 "proxy_http_version 1.1; proxy_set_header Connection \"\";"
             )
         ))?;
+        m.expect_log("connect() failed (111: Connection refused) while connecting to upstream");
         both_workers_answer(&m, &["b1"], 5)?;
         check_eq(
             m.put(up, &set_body(&m, &[2, 3], &[4]))?.status,
@@ -442,6 +443,7 @@ fn set_changes_under_traffic_with_retries(up: &str) -> CaseResult {
         "log_format tries '$status $msec $pid u=$upstream_addr s=$upstream_status t=$upstream_connect_time';\n{conf}"
     );
     let m = Master::start(&conf)?;
+    m.expect_log("connect() failed (111: Connection refused) while connecting to upstream");
     let stop = Arc::new(AtomicBool::new(false));
     let bad = Arc::new(AtomicUsize::new(0));
     let total = Arc::new(AtomicUsize::new(0));

@@ -6,9 +6,9 @@
 //! Layout: the front server listens on `{P0}` (`reuseport`, so both workers accept) and
 //! answers with `X-Worker: <pid>` and the backend's body; the API is `/api/` on `{P0}`;
 //! backends `b1`…`b5` are `server {}` blocks of the same nginx on `{P1}`…`{P5}`; `{DEAD}` is a
-//! port where nothing listens. The nginx runner (`Master`, in `live_api/master.rs`) belongs to
-//! these tests: the harness's `Nginx` runs one process, and they need a master, its workers' PIDs
-//! and reloads (`live_api/helpers.rs`: configurations, bodies, shared checks).
+//! port where nothing listens. `Master` (`live_api/master.rs`) is the harness's `Nginx` plus the
+//! worker PIDs seen at start or at the last reload, which these cases compare (`live_api/helpers.rs`:
+//! configurations, bodies, shared checks).
 
 mod access;
 mod apply;
