@@ -1,6 +1,6 @@
 //! Cases for the per-worker state of `upstrand`: the round-robin cursor (`order`, also moved by
 //! `$upstrand_NAME` outside `proxy_pass`) and the blacklist, against Debian's nginx with the
-//! module loaded (master process, 2 workers). Layout as in `upstrand.rs`. A worker's state is
+//! module loaded (master process, 2 workers). Layout as in `upstrand/mod.rs`. A worker's state is
 //! observed over one keep-alive connection, which that worker serves; `start_random` is observed
 //! over many workers. Run directly it ends with `N passed, N failed`.
 
