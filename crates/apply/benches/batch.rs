@@ -7,9 +7,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tributary_apply::{Applier, ApplyOptions, Change, CommandError, CommandNginx, Nginx};
+use tributary_apply::{
+    Applier, ApplyOptions, Change, CommandError, CommandNginx, Nginx as ApplyNginx,
+};
 use tributary_core::{render, Address, ExtraDirective, Target, UpstreamName};
-use tributary_testkit::TestNginx;
+use tributary_testkit::Nginx;
 
 struct Counting {
     inner: CommandNginx,
@@ -17,7 +19,7 @@ struct Counting {
     reloads: AtomicUsize,
 }
 
-impl Nginx for Counting {
+impl ApplyNginx for Counting {
     fn test(&self) -> Result<(), CommandError> {
         self.tests.fetch_add(1, Ordering::SeqCst);
         self.inner.test()
@@ -57,7 +59,7 @@ fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(1000);
-    let nginx = TestNginx::start();
+    let nginx = Nginx::builder().start();
     let counting = Arc::new(Counting {
         inner: CommandNginx::new(nginx.test_cmd(), nginx.reload_cmd()),
         tests: AtomicUsize::new(0),

@@ -27,7 +27,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use tributary_testkit::TestNginx;
+use tributary_testkit::Nginx;
 
 fn env_num(name: &str, default: u64) -> u64 {
     std::env::var(name)
@@ -64,7 +64,7 @@ fn binding(n: usize, round: usize) -> Value {
            "config": {"targets": targets.join(" ")}, "interval_secs": 3600})
 }
 
-fn reloads(nginx: &TestNginx) -> usize {
+fn reloads(nginx: &Nginx) -> usize {
     nginx
         .error_log()
         .lines()
@@ -99,7 +99,7 @@ struct Row {
 
 fn run(n: usize, secs: u64, rate: u64) -> Row {
     let root = tempfile::tempdir().unwrap();
-    let nginx = TestNginx::builder().workers(2).live_api("").start();
+    let nginx = Nginx::builder().workers(2).live_api("").start();
     let api = nginx.live_api_address();
     let mut daemon = common::Daemon::start_with(
         root.path(),

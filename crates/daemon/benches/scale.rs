@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use tributary_store::now_ms;
-use tributary_testkit::TestNginx;
+use tributary_testkit::Nginx;
 
 fn env_num(name: &str, default: u64) -> u64 {
     std::env::var(name)
@@ -124,7 +124,7 @@ fn wait_all(daemon: &common::Daemon, n: u64, since_ms: i64, marker: &str) -> Dur
 }
 
 /// Reload signals nginx received (one `signal 1 (SIGHUP) received` line each in its error log).
-fn reloads(nginx: &TestNginx) -> usize {
+fn reloads(nginx: &Nginx) -> usize {
     nginx
         .error_log()
         .lines()
@@ -132,7 +132,7 @@ fn reloads(nginx: &TestNginx) -> usize {
         .count()
 }
 
-fn settle_reloads(nginx: &TestNginx) -> usize {
+fn settle_reloads(nginx: &Nginx) -> usize {
     let mut last = reloads(nginx);
     let mut stable_since = Instant::now();
     while stable_since.elapsed() < Duration::from_secs(3) {
@@ -156,7 +156,7 @@ fn main() {
     let idle_secs = env_num("BENCH_IDLE_SECS", 65);
     let live = std::env::var("BENCH_APPLY").is_ok_and(|m| m == "live");
     let root = tempfile::tempdir().unwrap();
-    let mut builder = TestNginx::builder().backend("a").backend("b");
+    let mut builder = Nginx::builder().backend("a").backend("b");
     if live {
         builder = builder.workers(2).live_api("");
     }

@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use tributary_store::now_ms;
-use tributary_testkit::TestNginx;
+use tributary_testkit::Nginx;
 
 fn env_num(name: &str, default: u64) -> u64 {
     std::env::var(name)
@@ -184,7 +184,7 @@ fn wait_calls(daemon: &common::Daemon, n: u64, since: i64, k: usize, limit: Dura
 /// the two daemon processes (KiB).
 fn run(n: u64, interval: u64, jitter_pct: u8) -> (Vec<Round>, u64, u64) {
     let root = tempfile::tempdir().unwrap();
-    let nginx = TestNginx::builder().backend("a").start();
+    let nginx = Nginx::builder().backend("a").start();
     let port = nginx.backend_port("a");
     let pct = jitter_pct.to_string();
     let mut daemon =

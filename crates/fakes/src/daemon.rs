@@ -2,7 +2,7 @@
 //! by the daemon's own end-to-end tests: a plugins directory holding one plugin (its real
 //! `plugin.json`, `executable` pointing at the built binary) and optionally the plugin host's
 //! misbehaving `tributary-testplug`, `tributary plugin check`, and the real `tributary serve`
-//! managing a [`TestNginx`]. Stopped on drop (also on panic).
+//! managing a [`Nginx`]. Stopped on drop (also on panic).
 
 use std::ffi::OsString;
 use std::os::unix::fs::OpenOptionsExt;
@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use tributary_testkit::client::http_request_within;
-use tributary_testkit::{free_port, listening, wait_ready, NotReady, TestNginx};
+use tributary_testkit::{free_port, listening, wait_ready, Nginx, NotReady};
 
 /// Writes `<plugins>/<name>/plugin.json` (`name` from the manifest): the real manifest of the plugin
 /// whose source folder is `plugin_src`, with `executable` set to the built binary `bin`, and
@@ -195,7 +195,7 @@ pub struct Daemon {
 
 impl Daemon {
     /// Starts the daemon with the [`FAST`] arguments (see [`Daemon::start_with`]).
-    pub fn start(bin: &Path, root: &Path, plugins: &Path, nginx: &TestNginx) -> Daemon {
+    pub fn start(bin: &Path, root: &Path, plugins: &Path, nginx: &Nginx) -> Daemon {
         Daemon::start_with(bin, root, plugins, nginx, FAST)
     }
 
@@ -206,7 +206,7 @@ impl Daemon {
         bin: &Path,
         root: &Path,
         plugins: &Path,
-        nginx: &TestNginx,
+        nginx: &Nginx,
         extra: &[&str],
     ) -> Daemon {
         let data_dir = root.join("data");

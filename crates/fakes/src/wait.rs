@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use tributary_testkit::TestNginx;
+use tributary_testkit::Nginx;
 
 /// How long [`poll`] and [`wait_backends`] wait.
 pub const WAIT: Duration = Duration::from_secs(30);
@@ -32,10 +32,10 @@ pub fn poll<T>(what: &str, f: impl FnMut() -> Result<T, String>) -> T {
 
 /// The backend names nginx answers through `/u/<upstream>/` over `rounds` requests (round robin),
 /// sorted, without repeats.
-pub fn backends_seen(nginx: &TestNginx, upstream: &str, rounds: usize) -> Vec<String> {
+pub fn backends_seen(nginx: &Nginx, upstream: &str, rounds: usize) -> Vec<String> {
     let mut seen: Vec<String> = (0..rounds)
         .filter_map(|_| {
-            let (status, body) = nginx.get(&TestNginx::upstream_path(upstream));
+            let (status, body) = nginx.get(&Nginx::upstream_path(upstream));
             (status == 200).then_some(body)
         })
         .collect();
@@ -46,7 +46,7 @@ pub fn backends_seen(nginx: &TestNginx, upstream: &str, rounds: usize) -> Vec<St
 
 /// Polls nginx until the set of backends answering for `upstream` is exactly `want`, also after
 /// the workers of older configurations have gone.
-pub fn wait_backends(nginx: &TestNginx, upstream: &str, want: &[&str]) {
+pub fn wait_backends(nginx: &Nginx, upstream: &str, want: &[&str]) {
     let mut want: Vec<String> = want.iter().map(|s| s.to_string()).collect();
     want.sort();
     let mut check = || {

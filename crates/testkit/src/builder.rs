@@ -1,21 +1,44 @@
-//! [`TestNginxBuilder`]: what a [`TestNginx`] serves, its configuration, and starting it (a new
-//! port when the one picked was taken meanwhile).
+//! [`NginxBuilder`]: the fixture of the daemon's and plugins' tests, an [`Nginx`] with backends,
+//! an `upstreams/` include folder for the applier, and optionally the module's live API. It
+//! renders an `http {}` body and [`Options`] and starts them like any other [`Nginx`] (a new port
+//! when the one picked was taken meanwhile).
+//!
+//! Layout of the prefix `DIR`:
+//! ```text
+//! DIR/conf/nginx.conf        generated main config (see below)
+//! DIR/conf/upstreams/        where tributary-apply writes `<name>.conf` (created empty)
+//! DIR/logs/error.log         nginx's error log (level notice: reloads are visible)
+//! DIR/logs/nginx.pid         pid file
+//! DIR/logs/stderr.log        the master's stderr
+//! ```
+//! The `http {}` body has `include upstreams/*.conf;` (unless disabled with
+//! [`NginxBuilder::without_upstreams_glob`]), the caller's snippets, one `server` per backend
+//! (`return 200 "<name>"`), and the main server on [`Nginx::port`] with
+//! - `GET /` → `200 tributary-testkit`
+//! - `GET /u/<upstream>/...` → `proxy_pass http://<upstream>` (an upstream that does not exist
+//!   gives 502 and the error-log line [`FIXTURE_EXPECTED`], always declared).
+//!
+//! One worker by default ([`NginxBuilder::workers`] for more); the module is loaded only for its
+//! API ([`NginxBuilder::live_api`]).
 
 use std::fmt::Write as _;
-use std::fs;
-use std::io;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::path::PathBuf;
+use std::time::Duration;
 
-use crate::ready::{listening, wait_ready, NotReady};
+use crate::nginx::{Fixture, StartError};
 use crate::{
-    combined_upstreams_module, free_port, running_as_root, try_nginx_binary, TestNginx,
-    STARTUP_TIMEOUT,
+    combined_upstreams_module, free_port, running_as_root, try_nginx_binary, Nginx, Options,
 };
 
-/// Builder for a [`TestNginx`] with backends, extra `http`-level config and pre-created files.
+/// The error-log line of the fixture's `/u/<name>/` route for an upstream that does not exist
+/// (`proxy_pass http://$tk_upstream` with no resolver: a 502 and `[error] no resolver defined to
+/// resolve <name>`). Tests poll that route until an upstream they apply exists, so this line is
+/// how the fixture answers "not there yet", not a fault of the code under test.
+pub const FIXTURE_EXPECTED: &str = "no resolver defined to resolve ";
+
+/// Builder for an [`Nginx`] with backends, extra `http`-level config and pre-created files.
 #[derive(Debug, Clone)]
-pub struct TestNginxBuilder {
+pub struct NginxBuilder {
     backends: Vec<String>,
     /// Ports picked at each start attempt and written into the snippets as `{port:NAME}`.
     named_ports: Vec<String>,
@@ -26,25 +49,25 @@ pub struct TestNginxBuilder {
     /// `Some(extra)`: load the combined-upstreams module and serve its `upstreams_api` on a unix
     /// socket, `extra` being more directives of that location.
     live_api: Option<String>,
-    /// The API location takes `PUT`s (`write=on`; [`TestNginxBuilder::live_api_read_only`] turns
+    /// The API location takes `PUT`s (`write=on`; [`NginxBuilder::live_api_read_only`] turns
     /// it off).
     live_api_write: bool,
-    /// Error-log lines the test causes on purpose ([`TestNginx::expect_log`]).
+    /// Error-log lines the test causes on purpose ([`Nginx::expect_log`]).
     expected: Vec<String>,
-    /// Drop checks the error log (off: [`TestNginxBuilder::own_log_check`]).
+    /// Drop checks the error log (off: [`NginxBuilder::own_log_check`]).
     check_log: bool,
 }
 
-impl Default for TestNginxBuilder {
+impl Default for NginxBuilder {
     fn default() -> Self {
         Self::new()
     }
 }
 
-impl TestNginxBuilder {
+impl NginxBuilder {
     /// No backends, no snippets, `include upstreams/*.conf;` on.
     pub fn new() -> Self {
-        TestNginxBuilder {
+        NginxBuilder {
             backends: Vec::new(),
             named_ports: Vec::new(),
             http_snippets: Vec::new(),
@@ -59,7 +82,7 @@ impl TestNginxBuilder {
     }
 
     /// Loads the combined-upstreams module ([`combined_upstreams_module`]) and serves its live
-    /// upstreams API on a unix socket in the prefix ([`TestNginx::live_api_address`]), location
+    /// upstreams API on a unix socket in the prefix ([`Nginx::live_api_address`]), location
     /// `/api/` with `location_extra` (e.g. `limit_except GET { deny all; }`) before
     /// `upstreams_api write=on;`. Starting fails when the module is not built.
     pub fn live_api(mut self, location_extra: &str) -> Self {
@@ -75,7 +98,7 @@ impl TestNginxBuilder {
     }
 
     /// Declares error-log lines containing `needle` as caused by the test on purpose, from the
-    /// start ([`TestNginx::expect_log`]).
+    /// start ([`Nginx::expect_log`]).
     pub fn expect_log(mut self, needle: &str) -> Self {
         self.expected.push(needle.to_string());
         self
@@ -113,7 +136,7 @@ impl TestNginxBuilder {
     /// Reserves a port for the test's own `server` blocks: `{port:NAME}` in an
     /// [`Self::http_snippet`] becomes a port picked at each start attempt (so a port taken by
     /// another process meanwhile means a new attempt, as for the main port), and
-    /// [`TestNginx::named_port`] tells it. nginx holds the port from its start across reloads,
+    /// [`Nginx::named_port`] tells it. nginx holds the port from its start across reloads,
     /// which a port picked by the test and listened on only at a later reload is not: another
     /// test's nginx can take it in between, and the requests then reach that one.
     pub fn named_port(mut self, name: &str) -> Self {
@@ -152,21 +175,35 @@ impl TestNginxBuilder {
     ///
     /// # Panics
     /// When nginx is missing or does not start; the message carries nginx's own output.
-    pub fn start(self) -> TestNginx {
+    pub fn start(self) -> Nginx {
         self.try_start()
-            .unwrap_or_else(|e| panic!("TestNginx failed to start: {e}"))
+            .unwrap_or_else(|e| panic!("nginx failed to start: {e}"))
     }
 
     /// Starts nginx, returning the reason as text when it cannot. Retries with new ports when a
     /// chosen port was taken in the meantime.
-    pub fn try_start(self) -> Result<TestNginx, String> {
-        let binary = try_nginx_binary()?;
+    pub fn try_start(self) -> Result<Nginx, String> {
+        try_nginx_binary()?;
         if self.live_api.is_some() {
             combined_upstreams_module()?;
         }
         let mut last = String::new();
         for _attempt in 0..5 {
-            match self.start_once(&binary) {
+            let port = free_port();
+            let fixture = Fixture {
+                backends: self
+                    .backends
+                    .iter()
+                    .map(|b| (b.clone(), free_port()))
+                    .collect(),
+                named_ports: self
+                    .named_ports
+                    .iter()
+                    .map(|n| (n.clone(), free_port()))
+                    .collect(),
+            };
+            let http = self.render_http(port, &fixture);
+            match Nginx::launch(self.options(), &http, vec![port], Some(fixture)) {
                 Ok(n) => return Ok(n),
                 Err(StartError::PortTaken(msg)) => last = msg,
                 Err(StartError::Other(msg)) => return Err(msg),
@@ -175,168 +212,66 @@ impl TestNginxBuilder {
         Err(format!("ports kept being taken: {last}"))
     }
 
-    fn start_once(&self, binary: &Path) -> Result<TestNginx, StartError> {
-        let other = |what: &str, e: io::Error| StartError::Other(format!("{what}: {e}"));
-        let dir = tempfile::Builder::new()
-            .prefix("tributary-nginx-")
-            .tempdir()
-            .map_err(|e| other("create temp prefix", e))?;
-        let prefix = dir.path().to_path_buf();
-        for sub in ["conf/upstreams", "logs", "tmp"] {
-            fs::create_dir_all(prefix.join(sub)).map_err(|e| other("create prefix dirs", e))?;
+    /// The [`Options`] the fixture runs with: the module only for its API, the workers asked
+    /// for, `notice` in the error log, the fixture's own expected line and the test's.
+    fn options(&self) -> Options {
+        let mut o = Options::new()
+            .workers(self.workers)
+            .timeouts(Duration::from_secs(15), Duration::from_secs(10));
+        o.module = self.live_api.is_some();
+        o.log_level = "notice";
+        o.files = self.files.clone();
+        o.check_log = self.check_log;
+        if running_as_root() {
+            // Workers keep the fixture's uid so they can use files the test made private.
+            o = o.main("user root;");
         }
-        for (rel, contents) in &self.files {
-            let path = prefix.join("conf").join(rel);
-            if let Some(parent) = path.parent() {
-                fs::create_dir_all(parent).map_err(|e| other("create conf_file dir", e))?;
-            }
-            fs::write(&path, contents).map_err(|e| other("write conf_file", e))?;
+        o = o.expect_log(FIXTURE_EXPECTED);
+        for e in &self.expected {
+            o = o.expect_log(e);
         }
-
-        let port = free_port();
-        let backends: Vec<(String, u16)> = self
-            .backends
-            .iter()
-            .map(|b| (b.clone(), free_port()))
-            .collect();
-        let named_ports: Vec<(String, u16)> = self
-            .named_ports
-            .iter()
-            .map(|n| (n.clone(), free_port()))
-            .collect();
-        let config = self.render_config(&prefix, port, &backends, &named_ports);
-        fs::write(prefix.join("conf/nginx.conf"), config).map_err(|e| other("write conf", e))?;
-        let stderr = fs::File::create(prefix.join("logs/stderr.log"))
-            .map_err(|e| other("create stderr log", e))?;
-        let conf_path = prefix.join("conf/nginx.conf");
-        let child = Command::new(binary)
-            .arg("-p")
-            .arg(&prefix)
-            .arg("-c")
-            .arg(&conf_path)
-            .args(["-e", "stderr"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::from(stderr))
-            .spawn()
-            .map_err(|e| other(&format!("spawn {}", binary.display()), e))?;
-
-        let mut nginx = TestNginx {
-            dir,
-            port,
-            backends,
-            named_ports,
-            child: Some(child),
-            binary: binary.to_path_buf(),
-            workers: self.workers,
-            expected: std::sync::Mutex::new(
-                std::iter::once(crate::nginx::FIXTURE_EXPECTED.to_string())
-                    .chain(self.expected.iter().cloned())
-                    .collect(),
-            ),
-            check_log: self.check_log,
-        };
-        let mut ports = vec![port];
-        ports.extend(nginx.backends.iter().map(|(_, p)| *p));
-        ports.extend(nginx.named_ports.iter().map(|(_, p)| *p));
-        let pid_file = nginx.pid_file();
-        let child = nginx.child.as_mut().expect("just spawned");
-        let ready = wait_ready(child, STARTUP_TIMEOUT, || {
-            ports.iter().all(|p| listening(*p))
-                && fs::read_to_string(&pid_file).is_ok_and(|s| !s.trim().is_empty())
-        });
-        let Err(why) = ready else {
-            return Ok(nginx);
-        };
-        // Its error log holds the start's own failure (returned here), not a test's.
-        nginx.check_log = false;
-        let output = format!(
-            "nginx on {ports:?} {why} at start-up; stderr: {}; error.log: {}",
-            nginx.stderr_log().trim(),
-            nginx.error_log().trim()
-        );
-        if matches!(why, NotReady::Exited(_)) {
-            nginx.child = None;
-            if output.contains("Address already in use") {
-                return Err(StartError::PortTaken(output));
-            }
-        }
-        Err(StartError::Other(output))
+        o
     }
 
-    fn render_config(
-        &self,
-        prefix: &Path,
-        port: u16,
-        backends: &[(String, u16)],
-        named_ports: &[(String, u16)],
-    ) -> String {
-        let p = prefix.display();
-        let workers = self.workers;
-        let mut c = String::new();
-        if self.live_api.is_some() {
-            if let Ok(so) = combined_upstreams_module() {
-                let _ = writeln!(c, "load_module {};", so.display());
-            }
-        }
-        if running_as_root() {
-            // Workers keep the fixture's uid so they can use the private temp prefix.
-            c.push_str("user root;\n");
-        }
-        let _ = write!(
-            c,
-            "daemon off;\nmaster_process on;\nworker_processes {workers};\n\
-             pid {p}/logs/nginx.pid;\nerror_log {p}/logs/error.log notice;\n\
-             events {{\n    worker_connections 256;\n}}\n\
-             http {{\n    access_log off;\n    default_type text/plain;\n\
-             \x20   client_body_temp_path {p}/tmp/client_body;\n\
-             \x20   proxy_temp_path {p}/tmp/proxy;\n\
-             \x20   fastcgi_temp_path {p}/tmp/fastcgi;\n\
-             \x20   uwsgi_temp_path {p}/tmp/uwsgi;\n\
-             \x20   scgi_temp_path {p}/tmp/scgi;\n"
-        );
+    /// The `http {}` body: the snippets, the API's server, one server per backend, the main one.
+    fn render_http(&self, port: u16, fixture: &Fixture) -> String {
+        let mut c = String::from("default_type text/plain;\n");
         if self.upstreams_glob {
-            c.push_str("    include upstreams/*.conf;\n");
+            c.push_str("include upstreams/*.conf;\n");
         }
         for s in &self.http_snippets {
             let mut s = s.clone();
-            for (name, p) in named_ports {
+            for (name, p) in &fixture.named_ports {
                 s = s.replace(&format!("{{port:{name}}}"), &p.to_string());
             }
-            for line in s.lines() {
-                let _ = writeln!(c, "    {line}");
-            }
+            c.push_str(&s);
+            c.push('\n');
         }
         if let Some(extra) = &self.live_api {
             let write = if self.live_api_write { " write=on" } else { "" };
             let _ = writeln!(
                 c,
-                "    server {{\n        listen unix:{p}/logs/api.sock;\n        \
-                 location /api/ {{ {extra} upstreams_api{write}; }}\n    }}"
+                "server {{\n    listen unix:{{PREFIX}}/logs/api.sock;\n    \
+                 location /api/ {{ {extra} upstreams_api{write}; }}\n}}"
             );
         }
-        for (name, bport) in backends {
+        for (name, bport) in &fixture.backends {
             let _ = writeln!(
                 c,
-                "    server {{\n        listen 127.0.0.1:{bport};\n        \
-                 location / {{ return 200 \"{name}\"; }}\n    }}"
+                "server {{\n    listen 127.0.0.1:{bport};\n    \
+                 location / {{ return 200 \"{name}\"; }}\n}}"
             );
         }
         let _ = write!(
             c,
-            "    server {{\n        listen 127.0.0.1:{port};\n\
-             \x20       location = / {{ return 200 \"tributary-testkit\"; }}\n\
-             \x20       location ~ ^/u/([A-Za-z0-9_.-]+)/ {{\n\
-             \x20           set $tk_upstream $1;\n\
-             \x20           proxy_connect_timeout 2s;\n\
-             \x20           proxy_pass http://$tk_upstream;\n\
-             \x20       }}\n    }}\n}}\n"
+            "server {{\n    listen 127.0.0.1:{port};\n\
+             \x20   location = / {{ return 200 \"tributary-testkit\"; }}\n\
+             \x20   location ~ ^/u/([A-Za-z0-9_.-]+)/ {{\n\
+             \x20       set $tk_upstream $1;\n\
+             \x20       proxy_connect_timeout 2s;\n\
+             \x20       proxy_pass http://$tk_upstream;\n\
+             \x20   }}\n}}\n"
         );
         c
     }
-}
-
-pub(crate) enum StartError {
-    PortTaken(String),
-    Other(String),
 }

@@ -5,9 +5,7 @@
 
 use libtest_mimic::{Failed, Trial};
 
-use crate::runner_conf::{
-    check_prerequisites, nginx_bin, nginx_command, temp_prefix, write_config,
-};
+use crate::options::{check_prerequisites, nginx_bin, nginx_command, temp_prefix, write_config};
 use crate::{dead_port, free_ports, Options, PORTS};
 
 /// Result type of a test case.
@@ -29,7 +27,7 @@ pub fn config_test(http: &str) -> Result<ConfigTest, String> {
 
 /// [`config_test`] with extra main-context lines (e.g. `env NAME;`).
 pub fn config_test_with(main_extra: &str, http: &str) -> Result<ConfigTest, String> {
-    check_prerequisites()?;
+    check_prerequisites(true)?;
     let dir = temp_prefix("cu-nginx-")?;
     let ports = free_ports(PORTS);
     let opts = Options::new().main(main_extra);

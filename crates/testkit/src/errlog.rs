@@ -1,17 +1,10 @@
-//! The error-log check both nginx front-ends run when they stop ([`crate::Nginx`],
-//! [`crate::TestNginx`]): lines with a bad marker fail the case unless the case declared them
-//! (`expect_log` on either front-end: a line containing one of the needles is expected).
-//!
-//! The module tests' [`crate::Nginx`] fails on [`BAD_LOG_MARKERS`]; the daemon's fixture
-//! [`crate::TestNginx`] also on `[error]` ([`FIXTURE_LOG_MARKERS`]): there an `[error]` is a
-//! proxied request or a reload that went wrong, while the module tests make backends fail on
-//! purpose in most cases (an upstrand walk moves on after `[error] connect() failed`).
+//! The error-log check [`crate::Nginx`] runs when it stops: lines with a marker of
+//! [`LOG_MARKERS`] fail the test unless it declared them (`expect_log`: a line containing one of
+//! the needles is expected). `[error]` counts: a proxied request, a reload or a peer that went
+//! wrong; a test that makes a backend fail on purpose names the line it causes.
 
-/// Markers of error-log lines that fail a module test case unless it declared them.
-pub const BAD_LOG_MARKERS: [&str; 4] = ["[alert]", "[crit]", "[emerg]", "exited on signal"];
-
-/// Markers of error-log lines that fail a test with a [`crate::TestNginx`] unless it declared them.
-pub const FIXTURE_LOG_MARKERS: [&str; 5] = [
+/// Markers of error-log lines that fail a test unless it declared them.
+pub const LOG_MARKERS: [&str; 5] = [
     "[alert]",
     "[crit]",
     "[emerg]",
@@ -19,9 +12,9 @@ pub const FIXTURE_LOG_MARKERS: [&str; 5] = [
     "exited on signal",
 ];
 
-/// Error-log lines with a [`BAD_LOG_MARKERS`] marker that contain none of `expected`.
+/// Error-log lines with a [`LOG_MARKERS`] marker that contain none of `expected`.
 pub fn unexpected_log_lines(log: &str, expected: &[String]) -> Vec<String> {
-    lines_with_markers(&BAD_LOG_MARKERS, log, expected)
+    lines_with_markers(&LOG_MARKERS, log, expected)
 }
 
 /// Error-log lines with one of `markers` that contain none of `expected`.
@@ -47,20 +40,20 @@ mod tests {
     #[test]
     fn unexpected_lines_are_bad_markers_not_declared() {
         let all = unexpected_log_lines(LOG, &[]);
-        assert_eq!(all.len(), 4, "{all:?}");
+        assert_eq!(all.len(), 5, "{all:?}");
         assert!(all[0].contains("exited on signal 11"));
-        assert!(all[3].contains("exited on signal 9"));
+        assert!(all[4].contains("exited on signal 9"));
         let left = unexpected_log_lines(LOG, &["bind() failed".into(), "open()".into()]);
-        assert_eq!(left.len(), 2, "{left:?}");
-        assert!(left.iter().all(|l| l.contains("exited on signal")));
+        assert_eq!(left.len(), 3, "{left:?}");
+        assert!(left[1].contains("[error]"), "{left:?}");
     }
 
     #[test]
-    fn the_fixture_also_fails_on_error_lines() {
-        let all = lines_with_markers(&FIXTURE_LOG_MARKERS, LOG, &[]);
+    fn error_lines_fail_unless_declared() {
+        let all = lines_with_markers(&LOG_MARKERS, LOG, &[]);
         assert_eq!(all.len(), 5, "{all:?}");
         assert!(all[3].contains("[error]"), "{all:?}");
-        let left = lines_with_markers(&FIXTURE_LOG_MARKERS, LOG, &["connect() failed".into()]);
+        let left = lines_with_markers(&LOG_MARKERS, LOG, &["connect() failed".into()]);
         assert_eq!(left.len(), 4, "{left:?}");
         assert!(left.iter().all(|l| !l.contains("[error]")), "{left:?}");
     }

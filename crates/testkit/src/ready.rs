@@ -1,5 +1,5 @@
 //! Waiting for a child process to be ready ([`wait_ready`]): the start-up loop of every server a
-//! test runs (both nginx front-ends; the fakes: etcd, dnsmasq, moto, the daemon), which polls until the server answers,
+//! test runs (nginx; the fakes: etcd, dnsmasq, moto, the daemon), which polls until the server answers,
 //! fails early when the process exits instead, and gives up after a deadline.
 
 use std::net::{Ipv4Addr, TcpStream};

@@ -2,13 +2,13 @@
 use std::fs;
 use std::process::Command;
 use std::time::Duration;
-use tributary_testkit::{http_get, TestNginx};
+use tributary_testkit::{http_get, Nginx};
 
 const WAIT: Duration = Duration::from_secs(30);
 
 #[test]
 fn serves_root_and_backends() {
-    let nginx = TestNginx::builder().backend("a").backend("b").start();
+    let nginx = Nginx::builder().backend("a").backend("b").start();
     assert_eq!(nginx.get("/"), (200, "tributary-testkit".to_string()));
     assert_eq!(
         http_get(nginx.backend_port("a"), "/x").unwrap(),
@@ -23,7 +23,7 @@ fn serves_root_and_backends() {
 
 #[test]
 fn a_named_port_is_written_into_snippets_and_held_across_a_reload() {
-    let nginx = TestNginx::builder()
+    let nginx = Nginx::builder()
         .named_port("front")
         .http_snippet("server { listen 127.0.0.1:{port:front}; include front/*.conf; }")
         .conf_file("front/a.conf", "location / { return 503; }\n")
@@ -57,8 +57,8 @@ fn a_named_port_is_written_into_snippets_and_held_across_a_reload() {
 
 #[test]
 fn missing_upstream_is_502_then_proxies_after_reload() {
-    let nginx = TestNginx::builder().backend("a").start();
-    let path = TestNginx::upstream_path("api");
+    let nginx = Nginx::builder().backend("a").start();
+    let path = Nginx::upstream_path("api");
     assert_eq!(nginx.get(&path).0, 502);
     let conf = format!(
         "upstream api {{\n    server 127.0.0.1:{} weight=1;\n}}\n",
@@ -85,8 +85,8 @@ fn missing_upstream_is_502_then_proxies_after_reload() {
 
 #[test]
 fn test_cmd_fails_on_broken_include_and_drop_still_stops() {
-    let mut nginx = TestNginx::start();
-    let pid = nginx.master_pid().unwrap();
+    let mut nginx = Nginx::builder().start();
+    let pid = nginx.pid().unwrap();
     fs::write(nginx.upstreams_dir().join("bad.conf"), "upstream bad {\n").unwrap();
     let out = Command::new(&nginx.test_cmd()[0])
         .args(&nginx.test_cmd()[1..])
@@ -104,7 +104,7 @@ fn test_cmd_fails_on_broken_include_and_drop_still_stops() {
 
 #[test]
 fn snippets_and_conf_files() {
-    let nginx = TestNginx::builder()
+    let nginx = Nginx::builder()
         .without_upstreams_glob()
         .conf_file(
             "upstreams/api.conf",
@@ -122,11 +122,12 @@ fn snippets_and_conf_files() {
 
 #[test]
 fn one_worker_after_start_and_settles_after_reload() {
-    let nginx = TestNginx::builder().backend("a").start();
+    let nginx = Nginx::builder().backend("a").start();
     nginx.wait_settled(WAIT).unwrap();
     let before = nginx.workers();
     assert_eq!(before.len(), 1, "{before:?}");
-    assert!(before[0].1.contains("worker process"), "{before:?}");
+    let title = tributary_testkit::procfs::title(before[0]);
+    assert!(title.contains("worker process"), "{title}");
     let conf = format!(
         "upstream api {{\n    server 127.0.0.1:{};\n}}\n",
         nginx.backend_port("a")
@@ -140,10 +141,7 @@ fn one_worker_after_start_and_settles_after_reload() {
     nginx.wait_for_body("/u/api/", "a", WAIT).unwrap();
     let after = nginx.workers();
     assert_eq!(after.len(), 1, "{after:?}");
-    assert_ne!(
-        after[0].0, before[0].0,
-        "a new worker serves after the reload"
-    );
+    assert_ne!(after[0], before[0], "a new worker serves after the reload");
     for _ in 0..20 {
         assert_eq!(nginx.get("/u/api/"), (200, "a".to_string()));
     }
@@ -151,7 +149,7 @@ fn one_worker_after_start_and_settles_after_reload() {
 
 #[test]
 fn test_cmd_reports_an_unresolvable_host_without_leaving_the_machine() {
-    let nginx = TestNginx::start();
+    let nginx = Nginx::builder().start();
     fs::write(
         nginx.upstreams_dir().join("ghost.conf"),
         "upstream ghost {\n    server nonexistent.invalid:80 weight=1;\n}\n",
@@ -172,8 +170,8 @@ fn test_cmd_reports_an_unresolvable_host_without_leaving_the_machine() {
 }
 
 /// The fixture with an upstream whose server refuses (port 9), for the error-log check.
-fn refusing_upstream() -> tributary_testkit::TestNginxBuilder {
-    TestNginx::builder().conf_file(
+fn refusing_upstream() -> tributary_testkit::NginxBuilder {
+    Nginx::builder().conf_file(
         "upstreams/api.conf",
         "upstream api {\n    server 127.0.0.1:9 weight=1;\n}\n",
     )
@@ -187,7 +185,7 @@ const REFUSED: &str = "connect() failed (111: Connection refused) while connecti
 #[should_panic(expected = "unexpected error-log lines")]
 fn an_undeclared_error_line_fails_the_test_on_drop() {
     let nginx = refusing_upstream().start();
-    assert_eq!(nginx.get(&TestNginx::upstream_path("api")).0, 502);
+    assert_eq!(nginx.get(&Nginx::upstream_path("api")).0, 502);
     nginx
         .wait_until("/", WAIT, |_, _| nginx.error_log().contains("[error]"))
         .unwrap();
@@ -199,8 +197,8 @@ fn an_undeclared_error_line_fails_the_test_on_drop() {
 #[test]
 fn declared_error_lines_do_not_fail_the_test() {
     let nginx = refusing_upstream().start();
-    assert_eq!(nginx.get(&TestNginx::upstream_path("api")).0, 502);
-    assert_eq!(nginx.get(&TestNginx::upstream_path("missing")).0, 502);
+    assert_eq!(nginx.get(&Nginx::upstream_path("api")).0, 502);
+    assert_eq!(nginx.get(&Nginx::upstream_path("missing")).0, 502);
     let problems = nginx.log_problems();
     assert!(
         problems.len() == 1 && problems[0].contains(REFUSED),
@@ -215,6 +213,6 @@ fn declared_error_lines_do_not_fail_the_test() {
     drop(nginx);
 
     let nginx = refusing_upstream().expect_log(REFUSED).start();
-    assert_eq!(nginx.get(&TestNginx::upstream_path("api")).0, 502);
+    assert_eq!(nginx.get(&Nginx::upstream_path("api")).0, 502);
     assert_eq!(nginx.log_problems(), Vec::<String>::new());
 }

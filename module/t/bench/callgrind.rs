@@ -161,7 +161,7 @@ impl Run {
             .timeouts(Duration::from_secs(120), Duration::from_secs(60))
             .start(FRONT)?;
         let pid = front.pid().ok_or("front nginx not running")?;
-        let port = front.port(0);
+        let port = front.port();
         for e in ENDPOINTS {
             requests(port, e, 20)?; // warm-up, uninstrumented
         }

@@ -89,7 +89,7 @@ fn sets(p: &[u16], slow: u16, dead: u16, failing: u16) -> Vec<String> {
 fn field(n: &Nginx, name: &str) -> Res<u64> {
     let mut sum = 0;
     for u in UPSTREAMS {
-        let r = n.get(0, &format!("/api/{u}"))?;
+        let r = n.get_on(0, &format!("/api/{u}"))?;
         let v: serde_json::Value = serde_json::from_slice(&r.body)
             .map_err(|e| format!("GET /api/{u}: {e}: {}", r.text()))?;
         sum += v[name]
@@ -120,13 +120,13 @@ fn run() -> Res<()> {
         .timeouts(Duration::from_secs(180), Duration::from_secs(120))
         .start(CONF)?;
     let sets = sets(&ports, slow, n.dead_port(), failing);
-    let loaders = Loaders::start(8, n.port(0), &["/rr", "/lc", "/ka"]);
+    let loaders = Loaders::start(8, n.port(), &["/rr", "/lc", "/ka"]);
     let (mut puts, mut failed, mut retried, mut reloaded) = (0u64, 0u64, 0u32, false);
     let start = Instant::now();
     while start.elapsed() < Duration::from_secs(load) {
         for set in &sets {
             for u in UPSTREAMS {
-                let (code, retries) = memcheck::put_set(n.port(0), u, set);
+                let (code, retries) = memcheck::put_set(n.port(), u, set);
                 puts += 1;
                 retried += retries;
                 if code != 200 {
@@ -144,7 +144,7 @@ fn run() -> Res<()> {
     loaders.stop();
     // Let in-flight requests end, then no retired server may be left.
     for u in UPSTREAMS {
-        memcheck::put_set(n.port(0), u, &srv(ports[1], ""));
+        memcheck::put_set(n.port(), u, &srv(ports[1], ""));
     }
     common::sleep_ms(1000);
     let (retiring, rebalanced) = (field(&n, "retiring")?, field(&n, "rebalanced")?);

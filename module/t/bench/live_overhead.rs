@@ -57,7 +57,7 @@ struct Sample {
 fn measure(n: &Nginx, duration: u64, conns: usize) -> Res<Sample> {
     let workers = n.workers();
     let t0 = common::ticks(&workers);
-    let r = common::wrk(n.port(0), "/", 2, conns, duration, None)?;
+    let r = common::wrk(n.port(), "/", 2, conns, duration, None)?;
     let t = common::ticks(&workers) - t0;
     Ok(Sample {
         rps: r.per_second,

@@ -60,7 +60,7 @@ fn measure(n: &Nginx, idle: u64, duration: u64, conns: usize) -> Res<Sample> {
     let t0 = common::ticks(&workers);
     std::thread::sleep(Duration::from_secs(idle));
     let t1 = common::ticks(&workers);
-    let r = common::wrk(n.port(0), "/", 2, conns, duration, None)?;
+    let r = common::wrk(n.port(), "/", 2, conns, duration, None)?;
     let t2 = common::ticks(&workers);
     Ok(Sample {
         idle_cpu_s: common::ticks_secs(t1 - t0),
@@ -73,7 +73,7 @@ fn measure(n: &Nginx, idle: u64, duration: u64, conns: usize) -> Res<Sample> {
 
 /// `rounds probes owner_pid` of the probe and the number of healthy servers, from the API.
 fn probe_state(n: &Nginx) -> Res<(String, usize)> {
-    let r = n.get(0, "/api/big")?;
+    let r = n.get_on(0, "/api/big")?;
     let v: serde_json::Value =
         serde_json::from_slice(&r.body).map_err(|e| format!("GET /api/big: {e}: {}", r.text()))?;
     let p = &v["probe"];

@@ -149,9 +149,9 @@ fn run() -> Res<()> {
             srv(silent, r#","backup":true"#)
         ),
     ];
-    let loaders = Loaders::start(1, n.port(0), &["/app", "/tcp"]);
+    let loaders = Loaders::start(1, n.port(), &["/app", "/tcp"]);
     let mut run = Run {
-        port: n.port(0),
+        port: n.port(),
         sets,
         puts: 0,
         failed: 0,

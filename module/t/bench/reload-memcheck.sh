@@ -3,7 +3,7 @@
 #
 #   module/t/bench/reload-memcheck.sh            # after: cargo build --release -p ngx-combined-upstreams
 #
-# Runs the ignored case `reload::reload_under_load_memcheck` of module/t/tests/e2e/reload.rs: nginx with
+# Runs the ignored case `reload::reload_under_load_memcheck` of module/t/tests/e2e/reload/: nginx with
 # `master_process on` and 2 workers starts under
 #   valgrind --tool=memcheck --trace-children=yes --child-silent-after-fork=no --num-callers=40
 #            --error-limit=no --leak-check=full --errors-for-leak-kinds=definite

@@ -82,7 +82,7 @@ struct Sample {
 fn measure(n: &Nginx, path: &str, duration: u64, conns: usize) -> Res<Sample> {
     let workers = n.workers();
     let t0 = common::ticks(&workers);
-    let r = common::wrk(n.port(0), path, 1, conns, duration, None)?;
+    let r = common::wrk(n.port(), path, 1, conns, duration, None)?;
     let t = common::ticks(&workers) - t0;
     Ok(Sample {
         rps: r.per_second,
@@ -93,7 +93,7 @@ fn measure(n: &Nginx, path: &str, duration: u64, conns: usize) -> Res<Sample> {
 }
 
 fn put(n: &Nginx, body: &str) -> Res<serde_json::Value> {
-    let r = http_request(n.port(0), "PUT", "/api/app", &[], body.as_bytes())?;
+    let r = http_request(n.port(), "PUT", "/api/app", &[], body.as_bytes())?;
     if r.status != 200 {
         return Err(format!("PUT /api/app answered {}: {}", r.status, r.text()).into());
     }
@@ -112,7 +112,7 @@ fn run() -> Res<()> {
         &n,
         &format!(r#"{{"servers":[{{"address":"127.0.0.1:{}"}}]}}"#, held.port),
     )?;
-    let port = n.port(0);
+    let port = n.port();
     let request =
         std::thread::spawn(move || http_request(port, "GET", "/", &[], b"").map(|r| r.status));
     held.accepted
@@ -120,8 +120,8 @@ fn run() -> Res<()> {
         .map_err(|_| "the held server got no connection")?;
     let set = format!(
         r#"{{"servers":[{{"address":"127.0.0.1:{}"}},{{"address":"127.0.0.1:{}"}}]}}"#,
-        n.port(1),
-        n.port(2)
+        n.ports()[1],
+        n.ports()[2]
     );
     let v = put(&n, &set)?;
     if v["retiring"].as_u64() != Some(1) {
@@ -137,7 +137,7 @@ fn run() -> Res<()> {
             with.push(measure(&n, "/", duration, conns)?);
         }
     }
-    let view = http_request(n.port(0), "GET", "/api/app", &[], b"")?;
+    let view = http_request(n.port(), "GET", "/api/app", &[], b"")?;
     let view: serde_json::Value = serde_json::from_slice(&view.body).unwrap_or_default();
     held.release.store(true, Ordering::SeqCst);
     let status = request

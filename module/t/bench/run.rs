@@ -144,7 +144,7 @@ fn run() -> Res<()> {
 
     // ---- 1. requests per second ----
     let n = Nginx::options().workers(1).start(RPS_CONF)?;
-    let port = n.port(0);
+    let port = n.port();
     let half = conns / 2;
     common::wrk(port, "/hand", 1, half, duration, None)?; // warm-up
     common::wrk(port, "/combined", 1, half, duration, None)?;

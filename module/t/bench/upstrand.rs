@@ -57,7 +57,7 @@ const ENDPOINTS: [&str; 5] = ["plain", "var", "first", "hop", "intercept"];
 /// One wrk run on CPU 1: (req/s, requests per worker CPU-second); fails on a bad answer.
 fn measure(n: &Nginx, worker: u32, e: &str, conns: usize, secs: u64) -> Res<(f64, f64)> {
     let t0 = common::ticks(&[worker]);
-    let r = common::wrk(n.port(0), &format!("/{e}"), 1, conns, secs, Some(1))?;
+    let r = common::wrk(n.port(), &format!("/{e}"), 1, conns, secs, Some(1))?;
     let t = common::ticks(&[worker]) - t0;
     if r.non_2xx_3xx > 0 || r.socket_errors() > 0 {
         return Err(format!("/{e}: {}", r.output).into());
@@ -91,7 +91,7 @@ fn run() -> Res<()> {
         .start(CONF)?;
     let worker = *n.workers().first().ok_or("no nginx worker process")?;
     for e in ENDPOINTS {
-        let r = n.get(0, &format!("/{e}"))?;
+        let r = n.get_on(0, &format!("/{e}"))?;
         if r.status != 200 {
             return Err(format!("/{e} answered {}", r.status).into());
         }

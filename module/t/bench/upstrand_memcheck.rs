@@ -189,7 +189,7 @@ fn valgrind_phase(ports: &[u16], per: usize, logs: &Path) -> Res<bool> {
         .timeouts(Duration::from_secs(180), Duration::from_secs(120))
         .start(&conf(true))?;
     write_html(n.prefix())?;
-    let port = n.port(0);
+    let port = n.port();
     let start = Instant::now();
     for path in [
         "/walk",
@@ -375,9 +375,9 @@ fn run() -> Res<()> {
         .start(&conf(false))?;
     write_html(n.prefix())?;
     let worker = *n.workers().first().ok_or("no nginx worker process")?;
-    let first = wrk_n(n.port(0), requests / 10)?;
+    let first = wrk_n(n.port(), requests / 10)?;
     let r1 = procfs::rss_kib(worker).ok_or("no RSS of the worker")?;
-    let rest = wrk_n(n.port(0), requests.saturating_sub(first))?;
+    let rest = wrk_n(n.port(), requests.saturating_sub(first))?;
     let r2 = procfs::rss_kib(worker).ok_or("no RSS of the worker")?;
     println!(
         "RSS of the worker: {r1} kB after {first} walks, {r2} kB after {} walks \

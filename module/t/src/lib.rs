@@ -10,7 +10,8 @@
 //!   [`Options`] for other process models, expected alerts, a valgrind wrapper) that stays up for
 //!   the whole case; [`Nginx::reload`] reloads it with a new configuration. Stopped with `SIGQUIT`
 //!   and a bounded wait ([`Nginx::stop`], or on `Drop`, also when the case panics); a case fails
-//!   on an unexpected `[alert]`/`[crit]`/`[emerg]` or a worker that "exited on signal".
+//!   on an `[error]`/`[crit]`/`[alert]`/`[emerg]` line or a worker that "exited on signal" it did
+//!   not declare ([`Options::expect_log`], [`Nginx::expect_log`]: the exact text it causes).
 //! - [`Wrk`]: constant load from Debian's `wrk` while a case does something else (reloads).
 //! - [`run_tests`]: runs `libtest_mimic` trials and ends with a `N passed, N failed` line.
 //!
@@ -29,5 +30,5 @@ pub use tributary_testkit::{
     check, check_eq, config_test, config_test_with, dead_port, expect_emerg, expect_ok, fill,
     free_ports, module_path, nginx_bin, run_tests, unexpected_log_lines, workspace_root,
     CaseResult, Completion, ConfigTest, Failed, KeepAlive, Nginx, Options, Response, Trial, Wrk,
-    WrkReport, BAD_LOG_MARKERS, DEFAULT_WORKERS, MODULE_ENV, NGINX_ENV, PORTS,
+    WrkReport, DEFAULT_WORKERS, LOG_MARKERS, MODULE_ENV, NGINX_ENV, PORTS,
 };

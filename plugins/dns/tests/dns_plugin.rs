@@ -12,7 +12,7 @@ use tributary_fakes::host::{assert_conforms, checked_in, params, HostedPlugin};
 use tributary_fakes::wait::{poll, wait_backends};
 use tributary_plugin_host::check::check_plugin;
 use tributary_protocol::{ResolveResult, ERR_CONFIG, ERR_PROVIDER};
-use tributary_testkit::{this_plugin, PluginPackage, TestNginx};
+use tributary_testkit::{this_plugin, Nginx, PluginPackage};
 
 const PLUGIN: PluginPackage = this_plugin!("tributary-plugin-dns");
 
@@ -277,7 +277,7 @@ async fn passes_the_conformance_checker() {
 
 #[test]
 fn end_to_end_nginx_follows_dns_on_its_ttl_and_keeps_servers_when_dns_is_down() {
-    let nginx = TestNginx::builder()
+    let nginx = Nginx::builder()
         .backend("alpha")
         .backend("beta")
         .backend("gamma")

@@ -11,7 +11,7 @@ use tributary_fakes::tls::TestCa;
 use tributary_fakes::wait::{poll, wait_backends};
 use tributary_plugin_host::check::check_plugin;
 use tributary_protocol::{ResolveResult, ERR_CONFIG, ERR_PROVIDER};
-use tributary_testkit::{this_plugin, PluginPackage, TestNginx};
+use tributary_testkit::{this_plugin, Nginx, PluginPackage};
 
 const PLUGIN: PluginPackage = this_plugin!("tributary-plugin-etcd");
 
@@ -264,7 +264,7 @@ async fn passes_the_conformance_checker() {
 
 #[test]
 fn end_to_end_nginx_follows_etcd_and_keeps_servers_when_etcd_is_down() {
-    let nginx = TestNginx::builder()
+    let nginx = Nginx::builder()
         .backend("alpha")
         .backend("beta")
         .backend("gamma")

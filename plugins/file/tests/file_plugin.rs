@@ -10,7 +10,7 @@ use tributary_fakes::host::{assert_conforms, HostedPlugin};
 use tributary_fakes::wait::wait_backends;
 use tributary_plugin_host::check::check_plugin;
 use tributary_protocol::ERR_CONFIG;
-use tributary_testkit::{this_plugin, PluginPackage, TestNginx};
+use tributary_testkit::{this_plugin, Nginx, PluginPackage};
 
 const PLUGIN: PluginPackage = this_plugin!("tributary-plugin-file");
 
@@ -73,7 +73,7 @@ async fn passes_the_conformance_checker() {
 #[test]
 fn end_to_end_nginx_follows_the_file_and_keeps_servers_when_it_breaks() {
     let tmp = tempfile::tempdir().unwrap();
-    let nginx = TestNginx::builder()
+    let nginx = Nginx::builder()
         .backend("alpha")
         .backend("beta")
         .backend("gamma")

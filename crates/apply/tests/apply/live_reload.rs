@@ -8,10 +8,10 @@ use std::time::Duration;
 
 use crate::common::*;
 use tributary_apply::{Applier, ChangeOutcome, ReloadCause, ReloadConfirm};
-use tributary_testkit::TestNginx;
+use tributary_testkit::{procfs, Nginx};
 
-fn two_workers() -> TestNginx {
-    TestNginx::builder()
+fn two_workers() -> Nginx {
+    Nginx::builder()
         .workers(2)
         .backend("a")
         .backend("b")
@@ -20,7 +20,7 @@ fn two_workers() -> TestNginx {
 
 /// Adds a server listening on `port` to the main nginx.conf: `nginx -t` passes (it does not
 /// bind), the master's reload fails when another socket holds the port.
-fn add_listen_to_main_conf(nginx: &TestNginx, port: u16) {
+fn add_listen_to_main_conf(nginx: &Nginx, port: u16) {
     let conf = fs::read_to_string(nginx.conf_path()).unwrap();
     let conf = conf.replacen(
         "http {\n",
@@ -30,12 +30,14 @@ fn add_listen_to_main_conf(nginx: &TestNginx, port: u16) {
     fs::write(nginx.conf_path(), conf).unwrap();
 }
 
-fn serving_workers(nginx: &TestNginx) -> HashSet<u32> {
+fn serving_workers(nginx: &Nginx) -> HashSet<u32> {
     nginx
         .workers()
         .into_iter()
-        .filter(|(_, t)| t.contains("worker process") && !t.contains("shutting down"))
-        .map(|(p, _)| p)
+        .filter(|p| {
+            let t = procfs::title(*p);
+            t.contains("worker process") && !t.contains("shutting down")
+        })
         .collect()
 }
 
@@ -43,7 +45,7 @@ fn serving_workers(nginx: &TestNginx) -> HashSet<u32> {
 fn reload_rejected_by_the_master_is_a_failure_with_nginx_emerg_text_and_the_file_restored() {
     let nginx = two_workers();
     let (pa, pb) = (nginx.backend_port("a"), nginx.backend_port("b"));
-    let path = TestNginx::upstream_path("api");
+    let path = Nginx::upstream_path("api");
     let (count, mut applier) = open(&nginx, confirmed(&nginx));
     let v1 = upstream_bytes("api", &[pa], &[]);
     assert_eq!(
@@ -112,7 +114,7 @@ fn reload_rejected_by_the_master_is_a_failure_with_nginx_emerg_text_and_the_file
 fn file_on_disk_that_nginx_has_not_confirmed_is_never_unchanged() {
     let nginx = two_workers();
     let (pa, pb) = (nginx.backend_port("a"), nginx.backend_port("b"));
-    let path = TestNginx::upstream_path("api");
+    let path = Nginx::upstream_path("api");
     let (count, mut applier) = open(&nginx, confirmed(&nginx));
     let v1 = upstream_bytes("api", &[pa], &[]);
     applier.apply_batch(&[change("api", v1.clone())]);
@@ -139,7 +141,7 @@ fn file_on_disk_that_nginx_has_not_confirmed_is_never_unchanged() {
 fn confirmed_reload_leaves_only_new_workers_accepting_so_every_next_request_sees_it() {
     let nginx = two_workers();
     let (pa, pb) = (nginx.backend_port("a"), nginx.backend_port("b"));
-    let path = TestNginx::upstream_path("api");
+    let path = Nginx::upstream_path("api");
     let (_count, mut applier) = open(&nginx, confirmed(&nginx));
     for (round, (port, body)) in [(pa, "a"), (pb, "b"), (pa, "a"), (pb, "b")]
         .into_iter()
@@ -177,7 +179,7 @@ fn reload_without_a_running_master_is_not_sent_and_the_files_are_restored() {
     assert!(applier.apply_batch(&[change("api", v1.clone())])[0]
         .1
         .is_ok());
-    nginx.stop();
+    nginx.halt();
     let reloads = count.reloads();
     let out = applier.apply_batch(&[change("api", upstream_bytes("api", &[pb], &[]))]);
     let ChangeOutcome::ReloadFailed { cause, error } = &out[0].1 else {
@@ -220,8 +222,8 @@ fn a_master_that_never_starts_new_workers_times_out() {
     assert!(!applier.is_live(&name("api"), &v1));
 }
 
-fn nginx_t(nginx: &TestNginx) -> Result<(), tributary_apply::CommandError> {
-    use tributary_apply::Nginx;
+fn nginx_t(nginx: &Nginx) -> Result<(), tributary_apply::CommandError> {
+    use tributary_apply::Nginx as _;
     tributary_apply::CommandNginx::new(nginx.test_cmd(), nginx.reload_cmd()).test()
 }
 

@@ -6,16 +6,16 @@ use std::time::Duration;
 
 use crate::common::*;
 use tributary_apply::{
-    Applier, ApplyError, ApplyOptions, ChangeOutcome, CommandError, CommandNginx, Nginx,
-    RemoveOutcome,
+    Applier, ApplyError, ApplyOptions, ChangeOutcome, CommandError, CommandNginx,
+    Nginx as ApplyNginx, RemoveOutcome,
 };
-use tributary_testkit::TestNginx;
+use tributary_testkit::Nginx;
 
 #[test]
 fn new_file_is_written_tested_reloaded_and_traffic_moves() {
-    let nginx = TestNginx::builder().backend("a").backend("b").start();
+    let nginx = Nginx::builder().backend("a").backend("b").start();
     let (count, mut applier) = open(&nginx, fast());
-    let path = TestNginx::upstream_path("api");
+    let path = Nginx::upstream_path("api");
     assert_eq!(nginx.get(&path).0, 502, "no upstream yet");
 
     let v1 = upstream_bytes("api", &[nginx.backend_port("a")], &["keepalive 4;"]);
@@ -46,7 +46,7 @@ fn new_file_is_written_tested_reloaded_and_traffic_moves() {
 
 #[test]
 fn unchanged_bytes_mean_no_write_no_test_no_reload() {
-    let nginx = TestNginx::builder().backend("a").start();
+    let nginx = Nginx::builder().backend("a").start();
     let (count, mut applier) = open(&nginx, fast());
     let v1 = upstream_bytes("api", &[nginx.backend_port("a")], &[]);
     applier.apply_batch(&[change("api", v1.clone())]);
@@ -66,9 +66,9 @@ fn unchanged_bytes_mean_no_write_no_test_no_reload() {
 
 #[test]
 fn failing_test_restores_previous_bytes_and_records_nginx_message() {
-    let nginx = TestNginx::builder().backend("a").start();
+    let nginx = Nginx::builder().backend("a").start();
     let (count, mut applier) = open(&nginx, fast());
-    let path = TestNginx::upstream_path("api");
+    let path = Nginx::upstream_path("api");
     let good = upstream_bytes("api", &[nginx.backend_port("a")], &[]);
     applier.apply_batch(&[change("api", good.clone())]);
     nginx.wait_for_body(&path, "a", WAIT).unwrap();
@@ -99,7 +99,7 @@ fn failing_test_restores_previous_bytes_and_records_nginx_message() {
 
 #[test]
 fn failing_test_of_a_new_file_removes_it() {
-    let nginx = TestNginx::start();
+    let nginx = Nginx::builder().start();
     let (count, mut applier) = open(&nginx, fast());
     let bad = upstream_bytes("fresh", &[9], &[BOGUS]);
     let out = applier.apply_batch(&[change("fresh", bad)]);
@@ -114,7 +114,7 @@ fn failing_test_of_a_new_file_removes_it() {
 
 #[test]
 fn reload_failure_restores_and_retests() {
-    let mut nginx = TestNginx::builder().backend("a").backend("b").start();
+    let mut nginx = Nginx::builder().backend("a").backend("b").start();
     let (count, mut applier) = open(&nginx, fast());
     let v1 = upstream_bytes("api", &[nginx.backend_port("a")], &[]);
     assert!(applier.apply_batch(&[change("api", v1.clone())])[0]
@@ -122,7 +122,7 @@ fn reload_failure_restores_and_retests() {
         .is_ok());
 
     // With the master gone, `nginx -s reload` fails with nginx's own message; `nginx -t` still works.
-    nginx.stop();
+    nginx.halt();
     let tests = count.tests();
     let v2 = upstream_bytes("api", &[nginx.backend_port("b")], &[]);
     let fresh = upstream_bytes("fresh", &[nginx.backend_port("b")], &[]);
@@ -153,7 +153,7 @@ fn reload_failure_restores_and_retests() {
 
 #[test]
 fn batch_isolates_the_bad_binding_and_applies_the_rest_with_one_reload() {
-    let nginx = TestNginx::builder()
+    let nginx = Nginx::builder()
         .backend("a")
         .backend("b")
         .backend("c")
@@ -195,10 +195,10 @@ fn batch_isolates_the_bad_binding_and_applies_the_rest_with_one_reload() {
     assert!(!nginx.upstreams_dir().join("bad.conf").exists());
     for (up, body) in [("one", "a"), ("two", "b"), ("four", "c")] {
         nginx
-            .wait_for_body(&TestNginx::upstream_path(up), body, WAIT)
+            .wait_for_body(&Nginx::upstream_path(up), body, WAIT)
             .unwrap();
     }
-    assert_eq!(nginx.get(&TestNginx::upstream_path("bad")).0, 502);
+    assert_eq!(nginx.get(&Nginx::upstream_path("bad")).0, 502);
     assert_eq!(
         listing(&nginx.upstreams_dir()),
         vec![
@@ -213,7 +213,7 @@ fn batch_isolates_the_bad_binding_and_applies_the_rest_with_one_reload() {
 
 #[test]
 fn good_batch_is_one_test_and_one_reload() {
-    let nginx = TestNginx::builder().backend("a").start();
+    let nginx = Nginx::builder().backend("a").start();
     let (count, mut applier) = open(&nginx, fast());
     let pa = nginx.backend_port("a");
     let batch: Vec<_> = (0..20)
@@ -232,13 +232,13 @@ fn good_batch_is_one_test_and_one_reload() {
     );
     assert_eq!((count.tests(), count.reloads()), (1, 1));
     nginx
-        .wait_for_body(&TestNginx::upstream_path("u19"), "a", WAIT)
+        .wait_for_body(&Nginx::upstream_path("u19"), "a", WAIT)
         .unwrap();
 }
 
 #[test]
 fn lock_file_refuses_a_second_applier() {
-    let nginx = TestNginx::start();
+    let nginx = Nginx::builder().start();
     let (_c, first) = open(&nginx, fast());
     let second = Applier::open(
         &nginx.conf_dir(),
@@ -260,7 +260,7 @@ fn lock_file_refuses_a_second_applier() {
 
 /// A "daemon" that dies between writing and testing: its test panics.
 struct CrashBeforeTest;
-impl Nginx for CrashBeforeTest {
+impl ApplyNginx for CrashBeforeTest {
     fn test(&self) -> Result<(), CommandError> {
         panic!("simulated crash between write and test")
     }
@@ -269,7 +269,7 @@ impl Nginx for CrashBeforeTest {
     }
 }
 
-fn crash_while_applying(nginx: &TestNginx, changes: &[tributary_apply::Change]) {
+fn crash_while_applying(nginx: &Nginx, changes: &[tributary_apply::Change]) {
     let mut crashing = Applier::open(&nginx.conf_dir(), Box::new(CrashBeforeTest), fast()).unwrap();
     let r = catch_unwind(AssertUnwindSafe(|| crashing.apply_batch(changes)));
     assert!(r.is_err(), "the fake must crash");
@@ -278,7 +278,7 @@ fn crash_while_applying(nginx: &TestNginx, changes: &[tributary_apply::Change]) 
 
 #[test]
 fn crash_recovery_restores_a_half_applied_file_that_fails_the_test() {
-    let nginx = TestNginx::builder().backend("a").start();
+    let nginx = Nginx::builder().backend("a").start();
     let pa = nginx.backend_port("a");
     let good = upstream_bytes("api", &[pa], &[]);
     {
@@ -324,14 +324,14 @@ fn crash_recovery_restores_a_half_applied_file_that_fails_the_test() {
 
 #[test]
 fn crash_recovery_keeps_and_reloads_a_half_applied_file_that_passes() {
-    let nginx = TestNginx::builder().backend("a").backend("b").start();
+    let nginx = Nginx::builder().backend("a").backend("b").start();
     let (pa, pb) = (nginx.backend_port("a"), nginx.backend_port("b"));
     {
         let (_c, mut applier) = open(&nginx, fast());
         applier.apply_batch(&[change("api", upstream_bytes("api", &[pa], &[]))]);
     }
     nginx
-        .wait_for_body(&TestNginx::upstream_path("api"), "a", WAIT)
+        .wait_for_body(&Nginx::upstream_path("api"), "a", WAIT)
         .unwrap();
     let v2 = upstream_bytes("api", &[pb], &[]);
     crash_while_applying(&nginx, &[change("api", v2.clone())]);
@@ -344,7 +344,7 @@ fn crash_recovery_keeps_and_reloads_a_half_applied_file_that_passes() {
     assert_eq!(count.reloads(), 1);
     assert_eq!(applier.read_current(&name("api")), Some(v2));
     nginx
-        .wait_for_body(&TestNginx::upstream_path("api"), "b", WAIT)
+        .wait_for_body(&Nginx::upstream_path("api"), "b", WAIT)
         .unwrap();
     assert_eq!(
         listing(&nginx.upstreams_dir()),
@@ -354,7 +354,7 @@ fn crash_recovery_keeps_and_reloads_a_half_applied_file_that_passes() {
 
 #[test]
 fn clean_open_recovers_nothing_and_removes_stale_temp_files() {
-    let nginx = TestNginx::start();
+    let nginx = Nginx::builder().start();
     fs::write(nginx.upstreams_dir().join(".api.conf.tmp-1-1"), "half").unwrap();
     let (count, applier) = open(&nginx, fast());
     assert_eq!(
@@ -368,7 +368,7 @@ fn clean_open_recovers_nothing_and_removes_stale_temp_files() {
 #[test]
 fn minimum_gap_between_reloads_is_respected() {
     let gap = Duration::from_millis(700);
-    let nginx = TestNginx::builder().backend("a").backend("b").start();
+    let nginx = Nginx::builder().backend("a").backend("b").start();
     let (count, mut applier) = open(
         &nginx,
         ApplyOptions {
@@ -395,7 +395,7 @@ fn minimum_gap_between_reloads_is_respected() {
 #[test]
 fn remove_refuses_when_nginx_needs_the_file() {
     let content = "upstream api {\n    server 127.0.0.1:9 weight=1;\n}\n";
-    let nginx = TestNginx::builder()
+    let nginx = Nginx::builder()
         .without_upstreams_glob()
         .conf_file("upstreams/api.conf", content)
         .http_snippet("include upstreams/api.conf;")
@@ -426,9 +426,9 @@ fn remove_refuses_when_nginx_needs_the_file() {
 
 #[test]
 fn remove_deletes_and_reloads_when_nginx_passes_without_the_file() {
-    let nginx = TestNginx::builder().backend("a").start();
+    let nginx = Nginx::builder().backend("a").start();
     let (count, mut applier) = open(&nginx, fast());
-    let path = TestNginx::upstream_path("api");
+    let path = Nginx::upstream_path("api");
     applier.apply_batch(&[change(
         "api",
         upstream_bytes("api", &[nginx.backend_port("a")], &[]),
@@ -460,7 +460,7 @@ fn conf_dir_from_the_real_nginx_v() {
 
 #[test]
 fn lock_is_visible_to_other_processes_and_released_on_drop() {
-    let nginx = TestNginx::start();
+    let nginx = Nginx::builder().start();
     let lock = nginx.upstreams_dir().join(tributary_apply::LOCK_FILE);
     let try_lock = || {
         std::process::Command::new("flock")
@@ -496,7 +496,7 @@ fn crash_helper_child_process() {
     let bytes = std::env::var("TRIBUTARY_CRASH_HELPER_BYTES").unwrap();
     let upstream = std::env::var("TRIBUTARY_CRASH_HELPER_NAME").unwrap();
     struct Hang;
-    impl Nginx for Hang {
+    impl ApplyNginx for Hang {
         fn test(&self) -> Result<(), CommandError> {
             loop {
                 std::thread::sleep(Duration::from_secs(1));
@@ -523,7 +523,7 @@ fn kill_9_between_write_and_test_is_recovered_for_a_name_like_svc_tmp_1() {
 }
 
 fn kill_9_between_write_and_test(upstream: &str) {
-    let nginx = TestNginx::builder().backend("a").start();
+    let nginx = Nginx::builder().backend("a").start();
     let pa = nginx.backend_port("a");
     let good = upstream_bytes(upstream, &[pa], &[]);
     {
@@ -583,6 +583,6 @@ fn kill_9_between_write_and_test(upstream: &str) {
     count.inner.test().unwrap();
 }
 
-fn nginx_t(nginx: &TestNginx) -> Result<(), CommandError> {
+fn nginx_t(nginx: &Nginx) -> Result<(), CommandError> {
     CommandNginx::new(nginx.test_cmd(), nginx.reload_cmd()).test()
 }

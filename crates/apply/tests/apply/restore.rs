@@ -6,8 +6,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use crate::common::*;
-use tributary_apply::{Applier, ChangeOutcome, CommandError, CommandNginx, Nginx};
-use tributary_testkit::{TestNginx, TmpfsMount};
+use tributary_apply::{Applier, ChangeOutcome, CommandError, CommandNginx, Nginx as ApplyNginx};
+use tributary_testkit::{Nginx, TmpfsMount};
 
 /// The real `nginx -t`, with something done to the file system first once armed.
 struct Sabotage {
@@ -17,7 +17,7 @@ struct Sabotage {
     fill: bool,
 }
 
-impl Nginx for Sabotage {
+impl ApplyNginx for Sabotage {
     fn test(&self) -> Result<(), CommandError> {
         if self.armed.swap(false, Ordering::SeqCst) {
             if self.fill {
@@ -33,7 +33,7 @@ impl Nginx for Sabotage {
     }
 }
 
-fn mount_upstreams(nginx: &TestNginx) -> Option<Arc<TmpfsMount>> {
+fn mount_upstreams(nginx: &Nginx) -> Option<Arc<TmpfsMount>> {
     match TmpfsMount::mount(&nginx.upstreams_dir(), 512 * 1024) {
         Ok(m) => Some(Arc::new(m)),
         Err(e) => {
@@ -45,7 +45,7 @@ fn mount_upstreams(nginx: &TestNginx) -> Option<Arc<TmpfsMount>> {
 
 #[test]
 fn restore_on_a_full_file_system_renames_the_journal_back() {
-    let nginx = TestNginx::builder().backend("a").start();
+    let nginx = Nginx::builder().backend("a").start();
     let Some(mount) = mount_upstreams(&nginx) else {
         return;
     };
@@ -101,7 +101,7 @@ fn restore_on_a_full_file_system_renames_the_journal_back() {
 
 #[test]
 fn failed_restore_is_an_error_in_the_outcome_keeps_the_journal_and_is_retried() {
-    let nginx = TestNginx::builder().backend("a").start();
+    let nginx = Nginx::builder().backend("a").start();
     let Some(mount) = mount_upstreams(&nginx) else {
         return;
     };
@@ -150,7 +150,7 @@ fn failed_restore_is_an_error_in_the_outcome_keeps_the_journal_and_is_retried() 
 
 #[test]
 fn failed_restore_is_finished_by_recovery_at_the_next_start() {
-    let nginx = TestNginx::builder().backend("a").start();
+    let nginx = Nginx::builder().backend("a").start();
     let Some(mount) = mount_upstreams(&nginx) else {
         return;
     };

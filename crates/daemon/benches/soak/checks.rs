@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use tributary_testkit::TestNginx;
+use tributary_testkit::Nginx;
 
 use crate::client;
 use crate::stack::{self, DaemonProc, BINDINGS};
@@ -100,7 +100,7 @@ fn module_view(sock: &Path, name: &str) -> Result<(u64, Set), String> {
 /// outcome and the same module generation and set before and after reading the file — and checks
 /// that the daemon's servers, the file's and the module's live set are the same. The first stable
 /// snapshot is the verdict.
-pub fn settle(d: &DaemonProc, front: &TestNginx, since_ms: i64, started: Instant) -> Vec<Settle> {
+pub fn settle(d: &DaemonProc, front: &Nginx, since_ms: i64, started: Instant) -> Vec<Settle> {
     let sock = stack::api_socket(front);
     let mut out = Vec::new();
     for (name, _) in BINDINGS {
@@ -135,7 +135,7 @@ pub fn settle(d: &DaemonProc, front: &TestNginx, since_ms: i64, started: Instant
 fn snapshot(
     d: &DaemonProc,
     sock: &Path,
-    front: &TestNginx,
+    front: &Nginx,
     name: &str,
     since_ms: i64,
 ) -> Result<Option<String>, String> {
@@ -204,7 +204,7 @@ pub struct Rss {
     pub daemon: Mutex<Option<(u32, Instant)>>,
 }
 
-pub fn rss_loop(shared: Arc<Shared>, rss: Arc<Rss>, front_master: u32, front: Arc<TestNginx>) {
+pub fn rss_loop(shared: Arc<Shared>, rss: Arc<Rss>, front_master: u32, front: Arc<Nginx>) {
     while !shared.stop.load(Ordering::Relaxed) {
         let now = Instant::now();
         let daemon = rss

@@ -6,7 +6,7 @@
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use tributary_testkit::TestNginx;
+use tributary_testkit::Nginx;
 
 use crate::stack::{self, DaemonProc};
 
@@ -131,7 +131,7 @@ fn is_zombie(pid: u32) -> bool {
 }
 
 /// SIGKILL one accepting worker; recovered when the master runs 2 accepting workers again.
-pub fn kill_worker(front: &TestNginx, rng: &mut fastrand::Rng) -> Done {
+pub fn kill_worker(front: &Nginx, rng: &mut fastrand::Rng) -> Done {
     let workers = stack::live_workers(front);
     if workers.is_empty() {
         return Done {
@@ -156,7 +156,7 @@ pub fn kill_worker(front: &TestNginx, rng: &mut fastrand::Rng) -> Done {
 
 /// `nginx -s reload`; recovered when 2 accepting workers run that were not there before (older
 /// ones may still finish long requests while "shutting down").
-pub fn reload(front: &TestNginx) -> Done {
+pub fn reload(front: &Nginx) -> Done {
     let before = stack::live_workers(front);
     let cmd = front.reload_cmd();
     let out = Command::new(&cmd[0])

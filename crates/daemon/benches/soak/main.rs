@@ -102,7 +102,7 @@ fn run(a: &Args, root: &Path) -> usize {
 
     let (backends, ports) = stack::start_backends();
     let front = Arc::new(stack::start_front());
-    let front_master = front.master_pid().expect("front nginx runs");
+    let front_master = front.pid().expect("front nginx runs");
     let registry = Registry::new(root, ports, rng.u64(..));
     let registry_path = registry.path.clone();
     let mut d = DaemonProc::new(tributary, root, &plugins, &front);

@@ -10,7 +10,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use tributary_testkit::{free_port, TestNginx};
+use tributary_testkit::{free_port, procfs, Nginx};
 
 use crate::client;
 
@@ -31,9 +31,9 @@ const SLOW_RATE: usize = 2_000;
 
 /// The backends: one nginx, not the one under test, never signalled by the soak. Each backend
 /// `bN` answers `bN` to any path, and a 25 s stream of [`SLOW_BYTES`] to a path ending in `/slow`.
-pub fn start_backends() -> (TestNginx, Vec<u16>) {
+pub fn start_backends() -> (Nginx, Vec<u16>) {
     let ports: Vec<u16> = (0..BACKENDS).map(|_| free_port()).collect();
-    let mut b = TestNginx::builder()
+    let mut b = Nginx::builder()
         .workers(1)
         .without_upstreams_glob()
         .conf_file("slow/slow.bin", vec![b'x'; SLOW_BYTES])
@@ -52,8 +52,8 @@ pub fn start_backends() -> (TestNginx, Vec<u16>) {
 /// answer naming its worker (`X-Worker`), HTTP/1.1 to the upstreams (so `keepalive` works).
 /// The soak checks its error log itself (`checks::scan_log`: a worker's `exited on signal 9` is
 /// explained only by a pid the soak killed; requests cut by the kills log `[error]` lines).
-pub fn start_front() -> TestNginx {
-    TestNginx::builder()
+pub fn start_front() -> Nginx {
+    Nginx::builder()
         .workers(2)
         .own_log_check()
         .live_api("")
@@ -64,7 +64,7 @@ pub fn start_front() -> TestNginx {
 }
 
 /// The module API's unix socket of `front`.
-pub fn api_socket(front: &TestNginx) -> PathBuf {
+pub fn api_socket(front: &Nginx) -> PathBuf {
     front.prefix().join("logs/api.sock")
 }
 
@@ -124,7 +124,7 @@ pub struct DaemonProc {
 }
 
 impl DaemonProc {
-    pub fn new(bin: &Path, root: &Path, plugins: &Path, front: &TestNginx) -> DaemonProc {
+    pub fn new(bin: &Path, root: &Path, plugins: &Path, front: &Nginx) -> DaemonProc {
         let data_dir = root.join("data");
         let args = vec![
             "serve".to_string(),
@@ -344,12 +344,14 @@ pub fn rss_kib(pid: u32) -> u64 {
 }
 
 /// The front nginx's workers that accept connections (not "shutting down").
-pub fn live_workers(front: &TestNginx) -> Vec<u32> {
+pub fn live_workers(front: &Nginx) -> Vec<u32> {
     front
         .workers()
         .into_iter()
-        .filter(|(_, cmd)| cmd.contains("worker process") && !cmd.contains("shutting down"))
-        .map(|(p, _)| p)
+        .filter(|p| {
+            let cmd = procfs::title(*p);
+            cmd.contains("worker process") && !cmd.contains("shutting down")
+        })
         .collect()
 }
 

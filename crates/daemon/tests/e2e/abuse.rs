@@ -7,7 +7,7 @@ use std::net::TcpStream;
 use std::time::Duration;
 
 use common::Daemon;
-use tributary_testkit::TestNginx;
+use tributary_testkit::Nginx;
 
 // Raw on purpose, not testkit's client: that one always sends a `Host`, and these cases need none.
 /// A raw HTTP/1.1 request with the given `Host` header (`None`: no Host header, HTTP/1.0);
@@ -45,7 +45,7 @@ fn request(
 
 #[test]
 fn requests_for_another_host_name_are_refused_api_and_ui() {
-    let nginx = TestNginx::builder().start();
+    let nginx = Nginx::builder().start();
     let root = tempfile::tempdir().unwrap();
     let d = Daemon::start(root.path(), &nginx);
     let port = d.port;
@@ -93,7 +93,7 @@ fn requests_for_another_host_name_are_refused_api_and_ui() {
 
 #[test]
 fn allowed_host_names_are_answered() {
-    let nginx = TestNginx::builder().start();
+    let nginx = Nginx::builder().start();
     let root = tempfile::tempdir().unwrap();
     let d = Daemon::start_with(
         root.path(),
@@ -155,7 +155,7 @@ fn allowed_host_names_are_answered() {
 
 #[test]
 fn binding_names_are_unique_regardless_of_case() {
-    let nginx = TestNginx::builder().start();
+    let nginx = Nginx::builder().start();
     let root = tempfile::tempdir().unwrap();
     let d = Daemon::start(root.path(), &nginx);
     let b = |name: &str| {
@@ -205,7 +205,7 @@ fn binding_names_are_unique_regardless_of_case() {
 
 #[test]
 fn wrong_passwords_are_rate_limited_per_client_address() {
-    let nginx = TestNginx::builder().start();
+    let nginx = Nginx::builder().start();
     let root = tempfile::tempdir().unwrap();
     let d = Daemon::start(root.path(), &nginx);
     let port = d.port;

@@ -14,7 +14,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{workspace_root, Daemon};
-use tributary_testkit::TestNginx;
+use tributary_testkit::Nginx;
 
 /// Kills the node process group (node and the chromium it started) on drop.
 struct Group(Child);
@@ -56,10 +56,7 @@ fn web_ui_in_chromium() {
     std::fs::create_dir_all(&artifacts).unwrap();
 
     let root = tempfile::tempdir().unwrap();
-    let nginx = TestNginx::builder()
-        .backend("alpha")
-        .backend("beta")
-        .start();
+    let nginx = Nginx::builder().backend("alpha").backend("beta").start();
     let daemon = Daemon::start_with(
         root.path(),
         &nginx,

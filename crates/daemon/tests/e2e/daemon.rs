@@ -6,15 +6,12 @@ use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
 
 use common::{assert_fails, assert_ok, http, Daemon};
-use tributary_testkit::TestNginx;
+use tributary_testkit::Nginx;
 
 const WAIT: Duration = Duration::from_secs(20);
 
-fn nginx_with_backends() -> TestNginx {
-    TestNginx::builder()
-        .backend("alpha")
-        .backend("beta")
-        .start()
+fn nginx_with_backends() -> Nginx {
+    Nginx::builder().backend("alpha").backend("beta").start()
 }
 
 #[test]
@@ -24,7 +21,7 @@ fn binding_add_writes_file_reloads_and_traffic_flows_then_failure_keeps_servers_
     let alpha = nginx.backend_port("alpha");
     let beta = nginx.backend_port("beta");
     let daemon = Daemon::start(root.path(), &nginx);
-    let path = TestNginx::upstream_path("api");
+    let path = Nginx::upstream_path("api");
 
     // add → file written, nginx reloaded, traffic goes through the generated upstream.
     let out = daemon.cli(&[
@@ -250,7 +247,7 @@ fn bad_input_gets_a_clear_error_and_changes_nothing() {
 #[test]
 fn api_needs_the_token_but_health_is_open() {
     let root = tempfile::tempdir().unwrap();
-    let nginx = TestNginx::start();
+    let nginx = Nginx::builder().start();
     let daemon = Daemon::start(root.path(), &nginx);
     let token = daemon.token();
     let mode = std::fs::metadata(daemon.data_dir.join("token"))
@@ -341,7 +338,7 @@ fn restart_keeps_bindings_and_their_outcomes() {
     ]);
     assert_ok(&out, "binding add");
     nginx
-        .wait_for_body(&TestNginx::upstream_path("web"), "alpha", WAIT)
+        .wait_for_body(&Nginx::upstream_path("web"), "alpha", WAIT)
         .unwrap();
     daemon.stop();
 
@@ -362,7 +359,7 @@ fn restart_keeps_bindings_and_their_outcomes() {
     let text = assert_ok(&out, "refresh after restart");
     assert!(text.contains("unchanged"), "{text}");
     assert_eq!(
-        nginx.get(&TestNginx::upstream_path("web")),
+        nginx.get(&Nginx::upstream_path("web")),
         (200, "alpha".to_string())
     );
 }
@@ -390,7 +387,7 @@ fn at_start_files_of_bindings_the_store_lacks_are_removed_but_never_a_persons_fi
         ]);
         assert_ok(&out, "binding add");
         nginx
-            .wait_for_body(&TestNginx::upstream_path(name), "alpha", WAIT)
+            .wait_for_body(&Nginx::upstream_path(name), "alpha", WAIT)
             .unwrap();
     };
     add(&daemon, "web");
@@ -433,7 +430,7 @@ fn at_start_files_of_bindings_the_store_lacks_are_removed_but_never_a_persons_fi
         std::thread::sleep(Duration::from_millis(50));
     }
     nginx
-        .wait_until(&TestNginx::upstream_path("old"), WAIT, |st, _| st != 200)
+        .wait_until(&Nginx::upstream_path("old"), WAIT, |st, _| st != 200)
         .unwrap();
     assert_eq!(std::fs::read_to_string(dir.join("mine.conf")).unwrap(), own);
     assert_eq!(
@@ -442,7 +439,7 @@ fn at_start_files_of_bindings_the_store_lacks_are_removed_but_never_a_persons_fi
     );
     assert!(dir.join("web.conf").exists());
     assert_eq!(
-        nginx.get(&TestNginx::upstream_path("web")),
+        nginx.get(&Nginx::upstream_path("web")),
         (200, "alpha".to_string())
     );
     let (ok, list) = daemon.cli_json(&["binding", "list"]);
@@ -452,7 +449,7 @@ fn at_start_files_of_bindings_the_store_lacks_are_removed_but_never_a_persons_fi
 #[test]
 fn a_second_daemon_on_the_same_conf_dir_is_refused() {
     let root = tempfile::tempdir().unwrap();
-    let nginx = TestNginx::start();
+    let nginx = Nginx::builder().start();
     let _first = Daemon::start(root.path(), &nginx);
     let second_root = tempfile::tempdir().unwrap();
     let out = std::process::Command::new(common::tributary_bin())

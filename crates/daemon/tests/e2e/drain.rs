@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use common::{workspace_root, Daemon};
 use serde_json::{json, Value};
 use tributary_fakes::daemon::{plugin_folder, sibling_bin, FAST};
-use tributary_testkit::{client, TestNginx};
+use tributary_testkit::{client, Nginx};
 
 /// How long the slow backend holds a `/slow` request.
 const HOLD: Duration = Duration::from_secs(4);
@@ -90,12 +90,9 @@ fn long_get(port: u16, path: &str) -> (u16, String) {
 /// Sends `/slow` through nginx from a thread until one reaches the slow backend (the others are
 /// answered at once by the other server); returns the thread, which ends with that request's
 /// answer and how long it took.
-fn hold_one(
-    nginx: &TestNginx,
-    slow: &SlowBackend,
-) -> std::thread::JoinHandle<(u16, String, Duration)> {
+fn hold_one(nginx: &Nginx, slow: &SlowBackend) -> std::thread::JoinHandle<(u16, String, Duration)> {
     let port = nginx.port();
-    let path = format!("{}slow", TestNginx::upstream_path("web"));
+    let path = format!("{}slow", Nginx::upstream_path("web"));
     let h = std::thread::spawn(move || {
         for _ in 0..50 {
             let t = Instant::now();
@@ -113,12 +110,12 @@ fn hold_one(
 }
 
 /// One request to the live API on its unix socket: the answer's JSON.
-fn live_get(nginx: &TestNginx, name: &str) -> Value {
+fn live_get(nginx: &Nginx, name: &str) -> Value {
     common::live::module(nginx, "GET", name, None)
 }
 
 /// The live API's view of server `addr` of `web` (`None`: not in the set).
-fn live_server(nginx: &TestNginx, addr: &str) -> Option<Value> {
+fn live_server(nginx: &Nginx, addr: &str) -> Option<Value> {
     live_get(nginx, "web")["servers"]
         .as_array()
         .unwrap()
@@ -143,8 +140,8 @@ fn refresh(d: &Daemon) -> Value {
 
 /// Front requests on new connections while `until` is not finished (at least 40): every one
 /// must answer 200 `a`. Returns how many were sent.
-fn only_a_while<T>(nginx: &TestNginx, until: &std::thread::JoinHandle<T>) -> usize {
-    let path = TestNginx::upstream_path("web");
+fn only_a_while<T>(nginx: &Nginx, until: &std::thread::JoinHandle<T>) -> usize {
+    let path = Nginx::upstream_path("web");
     let mut n = 0;
     while n < 40 || !until.is_finished() {
         assert_eq!(nginx.get(&path), (200, "a".to_string()), "request {n}");
@@ -156,7 +153,7 @@ fn only_a_while<T>(nginx: &TestNginx, until: &std::thread::JoinHandle<T>) -> usi
 #[test]
 fn a_deregistered_target_is_drained_first_then_removed_and_no_request_fails() {
     let root = tempfile::tempdir().unwrap();
-    let nginx = TestNginx::builder()
+    let nginx = Nginx::builder()
         .workers(2)
         .live_api("")
         .backend("a")
@@ -270,7 +267,7 @@ fn a_deregistered_target_is_drained_first_then_removed_and_no_request_fails() {
     assert_eq!(s["drain"], false, "undrained: {s}");
     assert!(!std::fs::read_to_string(&conf).unwrap().contains(" down;"));
     let before = slow.requests();
-    let path = TestNginx::upstream_path("web");
+    let path = Nginx::upstream_path("web");
     let mut n = 0;
     while slow.requests() == before {
         let (status, body) = nginx.get(&path);
@@ -326,7 +323,7 @@ fn a_deregistered_target_is_drained_first_then_removed_and_no_request_fails() {
 #[test]
 fn probe_and_drain_secs_are_refused_naming_the_field_when_they_cannot_work() {
     let root = tempfile::tempdir().unwrap();
-    let nginx = TestNginx::builder().backend("a").start();
+    let nginx = Nginx::builder().backend("a").start();
     let d = Daemon::start_with(root.path(), &nginx, &["--apply", "reload"]);
     let target = format!("127.0.0.1:{}", nginx.backend_port("a"));
     let with = |extra: Value| {

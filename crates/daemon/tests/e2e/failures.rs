@@ -5,7 +5,7 @@ use crate::common;
 
 use common::{assert_fails, assert_ok, Daemon};
 use serde_json::{json, Value};
-use tributary_testkit::TestNginx;
+use tributary_testkit::Nginx;
 
 const SECRET: &str = "tok_live_S3CR3T_value_9f8e7d";
 
@@ -24,7 +24,7 @@ fn testplug(service: &str, config: Value) -> Value {
 #[test]
 fn plugin_failures_keep_the_file_and_secrets_never_come_back() {
     let root = tempfile::tempdir().unwrap();
-    let nginx = TestNginx::start();
+    let nginx = Nginx::builder().start();
     let daemon = Daemon::start_with(
         root.path(),
         &nginx,
@@ -109,7 +109,7 @@ fn plugin_failures_keep_the_file_and_secrets_never_come_back() {
 #[test]
 fn batch_applies_good_bindings_and_isolates_the_one_nginx_refuses() {
     let root = tempfile::tempdir().unwrap();
-    let nginx = TestNginx::builder().backend("alpha").start();
+    let nginx = Nginx::builder().backend("alpha").start();
     let alpha = nginx.backend_port("alpha");
     let daemon = Daemon::start(root.path(), &nginx);
     let target = format!("127.0.0.1:{alpha}");
@@ -144,7 +144,7 @@ fn batch_applies_good_bindings_and_isolates_the_one_nginx_refuses() {
         assert_eq!(d["binding"]["last_outcome"]["status"], "ok", "{d}");
         nginx
             .wait_for_body(
-                &TestNginx::upstream_path(name),
+                &Nginx::upstream_path(name),
                 "alpha",
                 std::time::Duration::from_secs(20),
             )
@@ -166,7 +166,7 @@ fn batch_applies_good_bindings_and_isolates_the_one_nginx_refuses() {
         before
     );
     assert_eq!(
-        nginx.get(&TestNginx::upstream_path("good1")),
+        nginx.get(&Nginx::upstream_path("good1")),
         (200, "alpha".to_string())
     );
 }
@@ -174,7 +174,7 @@ fn batch_applies_good_bindings_and_isolates_the_one_nginx_refuses() {
 #[test]
 fn removal_is_refused_while_nginx_still_includes_the_file() {
     let root = tempfile::tempdir().unwrap();
-    let nginx = TestNginx::builder()
+    let nginx = Nginx::builder()
         .backend("alpha")
         .without_upstreams_glob()
         .http_snippet("include upstreams/pinned.conf;")
@@ -243,10 +243,7 @@ fn plugin_list_and_check() {
 #[test]
 fn changes_ready_together_are_applied_in_one_batch_with_one_reload() {
     let root = tempfile::tempdir().unwrap();
-    let nginx = TestNginx::builder()
-        .backend("alpha")
-        .backend("beta")
-        .start();
+    let nginx = Nginx::builder().backend("alpha").backend("beta").start();
     let (alpha, beta) = (nginx.backend_port("alpha"), nginx.backend_port("beta"));
     // A generous collection window: the assertion is about batching, not speed.
     let daemon = Daemon::start_with(
@@ -312,7 +309,7 @@ fn changes_ready_together_are_applied_in_one_batch_with_one_reload() {
     assert_eq!(sighups() - reloads0, 1, "one reload for the whole batch");
     nginx
         .wait_for_body(
-            &TestNginx::upstream_path("b49"),
+            &Nginx::upstream_path("b49"),
             "beta",
             std::time::Duration::from_secs(20),
         )

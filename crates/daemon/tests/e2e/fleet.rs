@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use common::{assert_ok, fleet_args, Daemon};
 use tributary_fakes::etcd_cluster::EtcdCluster;
-use tributary_testkit::TestNginx;
+use tributary_testkit::Nginx;
 
 const WAIT: Duration = Duration::from_secs(20);
 const PREFIX: &str = "/e2e/";
@@ -24,7 +24,7 @@ fn key_file(dir: &Path) -> PathBuf {
     f
 }
 
-fn start(root: &Path, nginx: &TestNginx, args: &[String]) -> Daemon {
+fn start(root: &Path, nginx: &Nginx, args: &[String]) -> Daemon {
     let mut extra: Vec<&str> = tributary_fakes::daemon::FAST.to_vec();
     extra.extend(args.iter().map(String::as_str));
     Daemon::start_with(root, nginx, &extra)
@@ -37,7 +37,7 @@ fn bindings_saved_on_one_host_live_in_etcd_sealed_and_run_on_a_host_started_late
     let key = key_file(shared.path());
 
     let root_a = tempfile::tempdir().unwrap();
-    let nginx_a = TestNginx::builder().backend("alpha").start();
+    let nginx_a = Nginx::builder().backend("alpha").start();
     let alpha = nginx_a.backend_port("alpha");
     let a = start(
         root_a.path(),
@@ -55,7 +55,7 @@ fn bindings_saved_on_one_host_live_in_etcd_sealed_and_run_on_a_host_started_late
     );
     assert_ok(&out, "binding add on A");
     nginx_a
-        .wait_for_body(&TestNginx::upstream_path("api"), "alpha", WAIT)
+        .wait_for_body(&Nginx::upstream_path("api"), "alpha", WAIT)
         .unwrap();
 
     // In etcd: the binding, sealed; no config value or key in any value under the prefix.
@@ -80,7 +80,7 @@ fn bindings_saved_on_one_host_live_in_etcd_sealed_and_run_on_a_host_started_late
 
     // Host B starts later with its own nginx: it runs the binding from etcd.
     let root_b = tempfile::tempdir().unwrap();
-    let nginx_b = TestNginx::builder().backend("alpha").start();
+    let nginx_b = Nginx::builder().backend("alpha").start();
     let b = start(
         root_b.path(),
         &nginx_b,
@@ -109,7 +109,7 @@ fn bindings_saved_on_one_host_live_in_etcd_sealed_and_run_on_a_host_started_late
 fn wrong_fleet_settings_stop_the_daemon_with_a_message() {
     let cluster = EtcdCluster::start(1);
     let root = tempfile::tempdir().unwrap();
-    let nginx = TestNginx::builder().start();
+    let nginx = Nginx::builder().start();
     let open_key = root.path().join("open.key");
     std::fs::write(&open_key, [1u8; 32]).unwrap();
     std::fs::set_permissions(&open_key, std::fs::Permissions::from_mode(0o644)).unwrap();
@@ -202,13 +202,13 @@ fn a_second_daemon_with_a_host_id_in_use_refuses_to_start_but_a_restart_after_a_
     let shared = tempfile::tempdir().unwrap();
     let key = key_file(shared.path());
     let root_a = tempfile::tempdir().unwrap();
-    let nginx_a = TestNginx::builder().start();
+    let nginx_a = Nginx::builder().start();
     let args = fleet_args(&cluster, PREFIX, &key, "host-a", TTL_SECS);
     let mut a = start(root_a.path(), &nginx_a, &args);
 
     // Another daemon (its own data dir and nginx) with A's host id while A runs: refused.
     let root_2 = tempfile::tempdir().unwrap();
-    let nginx_2 = TestNginx::builder().start();
+    let nginx_2 = Nginx::builder().start();
     let t0 = std::time::Instant::now();
     let log = root_2.path().join("second.log");
     let mut second = std::process::Command::new(common::tributary_bin())

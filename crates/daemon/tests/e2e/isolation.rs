@@ -8,11 +8,11 @@ use std::process::{Command, Stdio};
 
 use common::{assert_fails, assert_ok, tributary_bin, Daemon};
 use serde_json::{json, Value};
-use tributary_testkit::TestNginx;
+use tributary_testkit::Nginx;
 
 #[test]
 fn a_plugin_run_by_the_daemon_sees_none_of_the_daemons_settings() {
-    let nginx = TestNginx::builder().start();
+    let nginx = Nginx::builder().start();
     let root = tempfile::tempdir().unwrap();
     let mut d = Daemon::start_with(root.path(), &nginx, &["--with-testplug"]);
     let token = d.token();
@@ -105,7 +105,7 @@ fn add(d: &Daemon, name: &str, config: &[&str], stdin: Option<&str>) -> std::pro
 
 #[test]
 fn secret_config_values_come_from_a_file_or_stdin_never_from_the_command_line() {
-    let nginx = TestNginx::builder().start();
+    let nginx = Nginx::builder().start();
     let root = tempfile::tempdir().unwrap();
     let d = Daemon::start_with(root.path(), &nginx, &["--with-testplug"]);
     // Inline: refused before anything is sent, naming the field and the two ways.
@@ -162,7 +162,7 @@ fn secret_config_values_come_from_a_file_or_stdin_never_from_the_command_line() 
 
 #[test]
 fn a_stored_secret_is_never_sent_to_another_endpoint_save_and_test_resolution() {
-    let nginx = TestNginx::builder().start();
+    let nginx = Nginx::builder().start();
     let root = tempfile::tempdir().unwrap();
     let d = Daemon::start_with(root.path(), &nginx, &["--with-testplug"]);
     let body = |config: Value| {
@@ -235,7 +235,7 @@ fn a_stored_secret_is_never_sent_to_another_endpoint_save_and_test_resolution() 
 
 #[test]
 fn without_an_endpoint_field_a_change_of_any_plain_field_needs_the_secrets_again() {
-    let nginx = TestNginx::builder().start();
+    let nginx = Nginx::builder().start();
     let root = tempfile::tempdir().unwrap();
     let d = Daemon::start_with(root.path(), &nginx, &["--with-testplug"]);
     // Provider `n` marks no field `endpoint` (as a plugin written from the seed manifest).
@@ -329,7 +329,7 @@ fn without_an_endpoint_field_a_change_of_any_plain_field_needs_the_secrets_again
 
 #[test]
 fn a_hundred_thousand_invalid_targets_keep_a_bounded_outcome() {
-    let nginx = TestNginx::builder().start();
+    let nginx = Nginx::builder().start();
     let root = tempfile::tempdir().unwrap();
     let d = Daemon::start_with(root.path(), &nginx, &["--with-testplug"]);
     let body = json!({"plugin": "testplug", "provider": "t", "service": "invalid:100000"});

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use common::Daemon;
 use serde_json::json;
-use tributary_testkit::TestNginx;
+use tributary_testkit::Nginx;
 
 const BINDINGS: usize = 30;
 const INTERVAL_MS: i64 = 10_000;
@@ -17,7 +17,7 @@ const ROUNDS: usize = 3;
 
 #[test]
 fn bindings_saved_together_at_the_minimum_interval_do_not_refresh_in_lockstep() {
-    let nginx = TestNginx::builder().backend("alpha").start();
+    let nginx = Nginx::builder().backend("alpha").start();
     let alpha = nginx.backend_port("alpha");
     let root = tempfile::tempdir().unwrap();
     let d = Daemon::start(root.path(), &nginx);

@@ -12,7 +12,7 @@ use std::fs;
 use common::{http, Daemon};
 use serde_json::{json, Value};
 use tributary_fakes::daemon::FAST;
-use tributary_testkit::TestNginx;
+use tributary_testkit::Nginx;
 
 fn binding(targets: &str, directives: &[&str]) -> Value {
     json!({"plugin": "static", "provider": "static", "service": "web",
@@ -37,29 +37,29 @@ fn metric(d: &Daemon, series: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
-fn live_nginx(location_extra: &str, backends: &[&str]) -> TestNginx {
-    let mut b = TestNginx::builder().workers(2).live_api(location_extra);
+fn live_nginx(location_extra: &str, backends: &[&str]) -> Nginx {
+    let mut b = Nginx::builder().workers(2).live_api(location_extra);
     for name in backends {
         b = b.backend(name);
     }
     b.start()
 }
 
-fn daemon(root: &std::path::Path, nginx: &TestNginx, extra: &[&str]) -> Daemon {
+fn daemon(root: &std::path::Path, nginx: &Nginx, extra: &[&str]) -> Daemon {
     let mut args: Vec<&str> = FAST.to_vec();
     args.extend_from_slice(extra);
     Daemon::start_with(root, nginx, &args)
 }
 
 /// A daemon in live mode on `nginx`'s API, with `extra` options.
-fn live_daemon(root: &std::path::Path, nginx: &TestNginx, extra: &[&str]) -> Daemon {
+fn live_daemon(root: &std::path::Path, nginx: &Nginx, extra: &[&str]) -> Daemon {
     let api = nginx.live_api_address();
     let mut args = vec!["--apply", "live", "--live-api", &api];
     args.extend_from_slice(extra);
     daemon(root, nginx, &args)
 }
 
-fn targets(nginx: &TestNginx, names: &[&str]) -> String {
+fn targets(nginx: &Nginx, names: &[&str]) -> String {
     names
         .iter()
         .map(|n| format!("127.0.0.1:{}", nginx.backend_port(n)))
@@ -67,13 +67,13 @@ fn targets(nginx: &TestNginx, names: &[&str]) -> String {
         .join(" ")
 }
 
-fn worker_pids(nginx: &TestNginx) -> BTreeSet<u32> {
-    nginx.workers().into_iter().map(|(p, _)| p).collect()
+fn worker_pids(nginx: &Nginx) -> BTreeSet<u32> {
+    nginx.workers().into_iter().collect()
 }
 
 /// Many requests on new connections from several threads, right away (no polling): the set of
 /// bodies seen and every non-200.
-fn answers(nginx: &TestNginx, path: &str) -> (BTreeSet<String>, Vec<(u16, String)>) {
+fn answers(nginx: &Nginx, path: &str) -> (BTreeSet<String>, Vec<(u16, String)>) {
     let all: Vec<(u16, String)> = std::thread::scope(|s| {
         let hs: Vec<_> = (0..4)
             .map(|_| s.spawn(|| (0..40).map(|_| nginx.get(path)).collect::<Vec<_>>()))
@@ -96,7 +96,7 @@ fn server_changes_go_live_on_every_worker_without_a_reload_and_the_rest_by_reloa
     let root = tempfile::tempdir().unwrap();
     let nginx = live_nginx("", &["a", "b", "c"]);
     let d = live_daemon(root.path(), &nginx, &[]);
-    let path = TestNginx::upstream_path("web");
+    let path = Nginx::upstream_path("web");
 
     let o = put_wait(&d, "web", &binding(&targets(&nginx, &["a"]), &[]));
     assert_eq!(o["status"], "ok", "{o}");
@@ -197,7 +197,7 @@ fn live_failure_falls_back_to_a_reload_with_the_reason() {
     // The API's PUT denied on purpose: the daemon's live apply fails with a 403.
     nginx.expect_log("access forbidden by rule");
     let d = live_daemon(root.path(), &nginx, &[]);
-    let path = TestNginx::upstream_path("web");
+    let path = Nginx::upstream_path("web");
     let o = put_wait(&d, "web", &binding(&targets(&nginx, &["a"]), &[]));
     assert_eq!(o["applied"], "reload", "{o}");
     assert_eq!(o["reload_reason"], "new_upstream", "{o}");
@@ -262,12 +262,12 @@ fn a_full_zone_reloads_and_the_outcome_says_zone_too_small_with_the_size() {
 }
 
 /// One request to the live API on its unix socket: the answer's JSON body.
-fn live_request(nginx: &TestNginx, method: &str, name: &str, body: Option<&Value>) -> Value {
+fn live_request(nginx: &Nginx, method: &str, name: &str, body: Option<&Value>) -> Value {
     common::live::module(nginx, method, name, body)
 }
 
 /// `GET <loc>/NAME`: (generation, server addresses).
-fn live_set(nginx: &TestNginx, name: &str) -> (u64, BTreeSet<String>) {
+fn live_set(nginx: &Nginx, name: &str) -> (u64, BTreeSet<String>) {
     let v = live_request(nginx, "GET", name, None);
     let servers = v["servers"].as_array().unwrap();
     (
@@ -301,7 +301,7 @@ fn a_crash_after_the_put_is_recovered_from_the_journal() {
     let b = targets(&nginx, &["b"]);
     let put = json!({"servers": [{"address": b, "weight": 1}], "generation": generation});
     live_request(&nginx, "PUT", "web", Some(&put));
-    let path = TestNginx::upstream_path("web");
+    let path = Nginx::upstream_path("web");
     assert_eq!(answers(&nginx, &path), (set(&["b"]), vec![]));
     let reloads = nginx.reloads_seen();
 
@@ -330,7 +330,7 @@ fn a_live_change_nginx_t_refuses_is_taken_back() {
     let root = tempfile::tempdir().unwrap();
     let nginx = live_nginx("", &["a", "b"]);
     let d = live_daemon(root.path(), &nginx, &["--live-test", "every"]);
-    let path = TestNginx::upstream_path("web");
+    let path = Nginx::upstream_path("web");
     let o = put_wait(&d, "web", &binding(&targets(&nginx, &["a"]), &[]));
     assert_eq!(o["applied"], "reload", "{o}");
     assert_eq!(o["reload_reason"], "new_upstream", "{o}");
@@ -378,14 +378,14 @@ fn a_live_change_nginx_t_refuses_is_taken_back() {
 }
 
 /// Saves `web` on the backends `names`: applied live, and every answer comes from them.
-fn goes_live(d: &Daemon, nginx: &TestNginx, names: &[&str]) {
+fn goes_live(d: &Daemon, nginx: &Nginx, names: &[&str]) {
     let o = put_wait(d, "web", &binding(&targets(nginx, names), &[]));
     assert_eq!(
         (&o["status"], &o["applied"]),
         (&json!("ok"), &json!("live")),
         "{o}"
     );
-    let path = TestNginx::upstream_path("web");
+    let path = Nginx::upstream_path("web");
     assert_eq!(answers(nginx, &path), (set(names), vec![]));
 }
 
@@ -397,7 +397,7 @@ fn by_default_only_an_upstreams_first_live_change_after_start_is_tested() {
     let root = tempfile::tempdir().unwrap();
     let nginx = live_nginx("", &["a", "b", "c"]);
     let mut d = live_daemon(root.path(), &nginx, &[]);
-    let path = TestNginx::upstream_path("web");
+    let path = Nginx::upstream_path("web");
     let o = put_wait(&d, "web", &binding(&targets(&nginx, &["a"]), &[]));
     assert_eq!(o["applied"], "reload", "{o}");
     assert_eq!(o["reload_reason"], "new_upstream", "{o}");
@@ -435,7 +435,7 @@ fn by_default_only_an_upstreams_first_live_change_after_start_is_tested() {
 #[test]
 fn auto_mode_without_a_reachable_api_uses_reload() {
     let root = tempfile::tempdir().unwrap();
-    let nginx = TestNginx::builder()
+    let nginx = Nginx::builder()
         .workers(2)
         .backend("a")
         .backend("b")
@@ -443,7 +443,7 @@ fn auto_mode_without_a_reachable_api_uses_reload() {
     let gone = root.path().join("no-such.sock");
     let api = format!("unix:{}:/api/", gone.display());
     let mut d = daemon(root.path(), &nginx, &["--live-api", &api]);
-    let path = TestNginx::upstream_path("web");
+    let path = Nginx::upstream_path("web");
     put_wait(&d, "web", &binding(&targets(&nginx, &["a"]), &[]));
     let o = put_wait(&d, "web", &binding(&targets(&nginx, &["b"]), &[]));
     assert_eq!(o["status"], "ok", "{o}");
@@ -502,7 +502,7 @@ fn live_mode_needs_a_local_api() {
 /// the fix in its error; `auto` starts, and its changes take the reload path with the reason.
 #[test]
 fn a_read_only_api_stops_live_mode_and_auto_reloads() {
-    let nginx = TestNginx::builder()
+    let nginx = Nginx::builder()
         .workers(2)
         .live_api_read_only()
         .backend("a")
@@ -544,7 +544,7 @@ fn a_read_only_api_stops_live_mode_and_auto_reloads() {
         &nginx,
         &["--apply", "auto", "--live-api", &api],
     );
-    let path = TestNginx::upstream_path("web");
+    let path = Nginx::upstream_path("web");
     put_wait(&d, "web", &binding(&targets(&nginx, &["a"]), &[]));
     let o = put_wait(&d, "web", &binding(&targets(&nginx, &["b"]), &[]));
     assert_eq!(o["status"], "ok", "{o}");

@@ -14,7 +14,7 @@ use common::live::{binding_page, counts, metric, module, page_row, promtool, wai
 use common::{http, Daemon};
 use serde_json::{json, Value};
 use tributary_fakes::daemon::FAST;
-use tributary_testkit::TestNginx;
+use tributary_testkit::Nginx;
 
 /// Requests held open at the hanging backend.
 const HELD: u64 = 4;
@@ -22,7 +22,7 @@ const HELD: u64 = 4;
 #[test]
 fn binding_show_the_api_the_page_and_metrics_show_each_servers_live_state() {
     let root = tempfile::tempdir().unwrap();
-    let nginx = TestNginx::builder()
+    let nginx = Nginx::builder()
         .workers(2)
         .live_api("")
         .backend("a")
@@ -81,7 +81,7 @@ fn binding_show_the_api_the_page_and_metrics_show_each_servers_live_state() {
             write!(
                 c,
                 "GET {} HTTP/1.1\r\nHost: x\r\n\r\n",
-                TestNginx::upstream_path("web")
+                Nginx::upstream_path("web")
             )
             .unwrap();
             c
@@ -241,7 +241,7 @@ fn binding_show_the_api_the_page_and_metrics_show_each_servers_live_state() {
 
     // The module cannot be reached: every view says so and still answers.
     let mut nginx = nginx;
-    nginx.stop();
+    nginx.halt();
     let (status, v) = d.api("GET", "/api/v1/bindings/web", None);
     assert_eq!(status, 200, "{v}");
     let why = v["live"]["error"].as_str().unwrap_or_else(|| panic!("{v}"));
@@ -275,7 +275,7 @@ fn binding_show_the_api_the_page_and_metrics_show_each_servers_live_state() {
 #[test]
 fn a_binding_with_a_probe_shows_each_servers_real_health_everywhere() {
     let root = tempfile::tempdir().unwrap();
-    let nginx = TestNginx::builder()
+    let nginx = Nginx::builder()
         .workers(2)
         .live_api("")
         .backend("a")

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use common::Daemon;
 use serde_json::{json, Value};
 use tributary_fakes::daemon::FAST;
-use tributary_testkit::{client, TestNginx};
+use tributary_testkit::{client, Nginx};
 
 /// The bindings' probe: one probe per server every 300 ms, 200 ms to answer, one failure makes
 /// a server unhealthy, one pass makes it healthy again.
@@ -160,7 +160,7 @@ impl Run {
 }
 
 /// The module's `health` of each server of upstream `name` (`GET <loc>/NAME` on its socket).
-fn health(nginx: &TestNginx, name: &str) -> Vec<String> {
+fn health(nginx: &Nginx, name: &str) -> Vec<String> {
     let a = common::live::module_request(nginx, "GET", &format!("/api/{name}"), None);
     let set: Value = serde_json::from_slice(&a.body).unwrap_or(Value::Null);
     set["servers"]
@@ -182,7 +182,7 @@ fn run(probe: Option<&str>, statuses: &str) -> Run {
     // was taken meanwhile) and gets its location at the reload below: a port picked here and
     // listened on only at that reload, seconds later, was once taken by another test's nginx in
     // between, and every request of the run got that nginx's 404.
-    let nginx = TestNginx::builder()
+    let nginx = Nginx::builder()
         .workers(2)
         .live_api("")
         .named_port("front")

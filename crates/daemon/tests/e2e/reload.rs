@@ -9,7 +9,7 @@ use std::net::{Ipv4Addr, TcpListener};
 
 use common::{http, Daemon};
 use serde_json::{json, Value};
-use tributary_testkit::TestNginx;
+use tributary_testkit::Nginx;
 
 fn static_binding(targets: &str) -> Value {
     json!({"plugin": "static", "provider": "static", "service": "web",
@@ -37,8 +37,8 @@ fn metric(text: &str, series: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
-fn nginx_with(backends: &[&str]) -> TestNginx {
-    let mut b = TestNginx::builder().workers(2);
+fn nginx_with(backends: &[&str]) -> Nginx {
+    let mut b = Nginx::builder().workers(2);
     for name in backends {
         b = b.backend(name);
     }
@@ -61,7 +61,7 @@ fn save_with_wait_then_every_request_through_the_front_server_reaches_the_new_se
     };
     let old = set("old1", "old2");
     let new = set("new1", "new2");
-    let path = TestNginx::upstream_path("web");
+    let path = Nginx::upstream_path("web");
     let (status, v) = put_wait(&d, "web", &static_binding(&old));
     assert_eq!(status, 201, "{v}");
 
@@ -117,7 +117,7 @@ fn reload_rejected_by_the_master_fails_the_binding_with_nginx_emerg_text() {
     let nginx = nginx_with(&["a", "b"]);
     let d = Daemon::start(root.path(), &nginx);
     let (pa, pb) = (nginx.backend_port("a"), nginx.backend_port("b"));
-    let path = TestNginx::upstream_path("web");
+    let path = Nginx::upstream_path("web");
     let file = nginx.upstreams_dir().join("web.conf");
     let (status, v) = put_wait(&d, "web", &static_binding(&format!("127.0.0.1:{pa}")));
     assert_eq!(status, 201, "{v}");

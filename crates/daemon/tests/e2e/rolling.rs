@@ -23,7 +23,7 @@ use common::Daemon;
 use load::{Backend, Load, Tally, CLIENTS};
 use serde_json::{json, Value};
 use tributary_fakes::daemon::{plugin_folder, sibling_bin, FAST};
-use tributary_testkit::TestNginx;
+use tributary_testkit::Nginx;
 
 /// How long a new backend answers 503 after it starts.
 const WARM: Duration = Duration::from_millis(1500);
@@ -44,7 +44,7 @@ fn services(path: &Path, backends: &[&Backend]) {
 }
 
 /// The live API's servers of `web`.
-fn live_servers(nginx: &TestNginx) -> Vec<Value> {
+fn live_servers(nginx: &Nginx) -> Vec<Value> {
     let v = common::live::module(nginx, "GET", "web", None);
     v["servers"].as_array().unwrap().clone()
 }
@@ -69,7 +69,7 @@ fn roll(probe: Option<&str>, drain_secs: u64) -> Roll {
     // An answer that never comes is given up after 1 s and the request goes to the next server
     // (nginx's default `proxy_next_upstream error timeout`); the default 60 s would only make
     // the test longer, not different.
-    let nginx = TestNginx::builder()
+    let nginx = Nginx::builder()
         .workers(2)
         .live_api("")
         .http_snippet("proxy_read_timeout 1s;")

@@ -20,7 +20,7 @@ use common::live::{
 use common::{http, Daemon};
 use serde_json::{json, Value};
 use tributary_fakes::daemon::FAST;
-use tributary_testkit::{free_port, http_get, TestNginx};
+use tributary_testkit::{free_port, http_get, Nginx};
 
 /// Requests sent through nginx to the upstream.
 const SENT: usize = 60;
@@ -127,7 +127,7 @@ fn n(v: &Value) -> u64 {
 fn each_servers_statistics_match_the_requests_sent_in_every_view() {
     let root = tempfile::tempdir().unwrap();
     // The module's NGINX Plus-compatible API too, for the official exporter to read.
-    let nginx = TestNginx::builder()
+    let nginx = Nginx::builder()
         .workers(2)
         .live_api("")
         .backend("a")
@@ -170,7 +170,7 @@ fn each_servers_statistics_match_the_requests_sent_in_every_view() {
     // The traffic: what the clients saw, by status.
     let mut seen: HashMap<u16, u64> = HashMap::new();
     for _ in 0..SENT {
-        let (status, _) = nginx.get(&TestNginx::upstream_path("web"));
+        let (status, _) = nginx.get(&Nginx::upstream_path("web"));
         *seen.entry(status).or_default() += 1;
     }
     let ok = seen.get(&200).copied().unwrap_or(0);

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use common::{workspace_root, Daemon};
 use serde_json::{json, Value};
-use tributary_testkit::{client, Response, TestNginx};
+use tributary_testkit::{client, Nginx, Response};
 
 /// One request to the daemon with `tributary_testkit`'s client: `Host: 127.0.0.1:PORT` (the
 /// daemon's host check), a `Content-Length` on every request, answers awaited up to 120 s.
@@ -90,8 +90,8 @@ fn openapi_operations(doc: &Value) -> BTreeSet<(String, String)> {
     out
 }
 
-fn nginx_with_backend() -> TestNginx {
-    TestNginx::builder().backend("alpha").start()
+fn nginx_with_backend() -> Nginx {
+    Nginx::builder().backend("alpha").start()
 }
 
 #[test]

@@ -128,7 +128,7 @@ impl Stack {
         let sets = (0..4)
             .map(|k| {
                 (
-                    format!("127.0.0.1:{}", nginx.port(k + 1)),
+                    format!("127.0.0.1:{}", nginx.ports()[k + 1]),
                     format!("b{}", k + 1),
                 )
             })
@@ -155,7 +155,7 @@ impl Stack {
         if !(st == 200 || st == 201) || v["binding"]["last_outcome"]["status"] != "ok" {
             return Err(format!("first save of mode {mode}: {st} {v}").into());
         }
-        let (front, want) = (s.nginx.port(0), s.sets[0].1.clone());
+        let (front, want) = (s.nginx.port(), s.sets[0].1.clone());
         wait_for(Duration::from_secs(10), "first set", || {
             http_get(front, "/", &[]).is_ok_and(|r| r.text() == want)
         })?;
@@ -355,7 +355,7 @@ pub fn run_segment(
     let probes: Mutex<Vec<Arc<Mutex<Probe>>>> = Mutex::new(Vec::new());
     let (put_errors, sent) = (AtomicU64::new(0), AtomicU64::new(0));
     let hist_path = lua.with_file_name(format!("hist-{}.txt", stack.mode));
-    let front = stack.nginx.port(0);
+    let front = stack.nginx.port();
     let mut i = stack.i;
     let t_start = Instant::now();
     let stack_ref = &*stack;

@@ -54,7 +54,7 @@ fn default_is_master_with_two_workers_stopped_gracefully() -> CaseResult {
     check(procfs::title(master).contains("master process"), || {
         format!("{master} is {:?}", procfs::title(master))
     })?;
-    check_eq(n.get(0, "/")?.text(), "one".to_string(), "answer")?;
+    check_eq(n.get_on(0, "/")?.text(), "one".to_string(), "answer")?;
     n.stop()?;
     for p in workers.iter().chain([&master]) {
         check(!procfs::alive(*p), || format!("{p} still runs after stop"))?;
@@ -94,11 +94,11 @@ fn worker_exited_on_signal_fails_drop() -> CaseResult {
 
 /// ...unless the case declared it.
 fn declared_log_lines_do_not_fail() -> CaseResult {
-    let mut n = Nginx::start(ONE)?;
+    let n = Nginx::start(ONE)?;
     n.expect_log("exited on signal 9");
     kill_a_worker(&n)?;
     // the master starts a new worker in its place
-    check_eq(n.get(0, "/")?.text(), "one".to_string(), "answer")?;
+    check_eq(n.get_on(0, "/")?.text(), "one".to_string(), "answer")?;
     n.stop()
 }
 
@@ -113,7 +113,7 @@ fn stop_is_bounded_then_kills() -> CaseResult {
             "server {{ listen 127.0.0.1:{{P0}}; proxy_read_timeout 60s; \
              location / {{ proxy_pass http://127.0.0.1:{port}; }} }}"
         ))?;
-    let front = n.port(0);
+    let front = n.port();
     let workers = n.workers();
     let client = std::thread::spawn(move || ngx_harness::http_get(front, "/", &[]).is_err());
     std::thread::sleep(Duration::from_millis(300));
@@ -147,7 +147,7 @@ fn reload_replaces_workers() -> CaseResult {
         new.len() == 2 && new.iter().all(|w| !old.contains(w)),
         || format!("workers {new:?} after reload, before {old:?}"),
     )?;
-    check_eq(n.get(0, "/")?.text(), "two".to_string(), "answer")?;
+    check_eq(n.get_on(0, "/")?.text(), "two".to_string(), "answer")?;
     n.stop()
 }
 
@@ -163,7 +163,7 @@ fn reload_rejected_keeps_serving() -> CaseResult {
         || format!("reload of a bad configuration: {r:?}"),
     )?;
     check_eq(n.workers(), before, "workers")?;
-    check_eq(n.get(0, "/")?.text(), "one".to_string(), "answer")?;
+    check_eq(n.get_on(0, "/")?.text(), "one".to_string(), "answer")?;
     n.stop()
 }
 
@@ -179,7 +179,7 @@ fn keep_alive_stays_on_one_worker() -> CaseResult {
     check_eq(pinned.len(), 1, "workers seen on one connection")?;
     let mut all = BTreeSet::new();
     for _ in 0..200 {
-        all.insert(n.get(0, "/")?.header("X-Pid").unwrap_or("").to_string());
+        all.insert(n.get_on(0, "/")?.header("X-Pid").unwrap_or("").to_string());
         if all.len() == 2 {
             break;
         }
@@ -194,7 +194,7 @@ fn single_process_has_no_workers() -> CaseResult {
     let pid = n.pid().ok_or("no pid")?;
     check_eq(n.workers(), vec![pid], "the process serves itself")?;
     check_eq(procfs::children(pid), Vec::<u32>::new(), "children")?;
-    check_eq(n.get(0, "/")?.text(), "one".to_string(), "answer")?;
+    check_eq(n.get_on(0, "/")?.text(), "one".to_string(), "answer")?;
     n.stop()
 }
 

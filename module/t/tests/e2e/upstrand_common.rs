@@ -1,4 +1,4 @@
-//! Helpers shared by the upstrand areas (`upstrand.rs`, `upstrand_order.rs`): the
+//! Helpers shared by the upstrand areas (`upstrand/`, `upstrand_order.rs`): the
 //! configuration layout, the access log with every `$upstrand_*` variable, and answers.
 
 use std::fs;

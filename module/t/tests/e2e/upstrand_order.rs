@@ -1,6 +1,6 @@
 //! Cases for the per-worker state of `upstrand`: the round-robin cursor (`order`, also moved by
 //! `$upstrand_NAME` outside `proxy_pass`) and the blacklist, against Debian's nginx with the
-//! module loaded (master process, 2 workers). Layout as in `upstrand.rs`. A worker's state is
+//! module loaded (master process, 2 workers). Layout as in `upstrand/mod.rs`. A worker's state is
 //! observed over one keep-alive connection, which that worker serves; `start_random` is observed
 //! over many workers. Run directly it ends with `N passed, N failed`.
 
@@ -89,7 +89,7 @@ fn order_start_random_differs_across_workers() -> CaseResult {
         let n = Options::new().workers(RANDOM_WORKERS).start(&http)?;
         let mut seqs: std::collections::BTreeMap<String, Vec<String>> = Default::default();
         for _ in 0..400 {
-            let a = n.get(0, "/")?;
+            let a = n.get_on(0, "/")?;
             check_eq(a.status, 200, "status")?;
             let pid = a.header("X-Pid").ok_or("no X-Pid")?.to_string();
             let from = a.header("X-From").ok_or("no X-From")?.to_string();
@@ -128,7 +128,7 @@ fn order_per_request() -> CaseResult {
     let n = Nginx::start(&ordered("order per_request;", [503, 503, 200]))?;
     for i in 0..3 {
         // new connections: any worker, always the same walk
-        check_eq(n.get(0, "/")?.header("X-From"), Some("u03"), "answer")?;
+        check_eq(n.get_on(0, "/")?.header("X-From"), Some("u03"), "answer")?;
         check_path(&n, i, "u01 -> u02 -> u03", "path")?;
     }
     Ok(())
@@ -138,7 +138,7 @@ fn order_start_random_per_request() -> CaseResult {
     let n = Nginx::start(&ordered("order start_random per_request;", [503, 503, 503]))?;
     let mut starts = std::collections::BTreeSet::new();
     for i in 0..30 {
-        n.get(0, "/")?;
+        n.get_on(0, "/")?;
         let p = path_of(&n, i)?;
         let walked: Vec<String> = p.split(" -> ").map(str::to_string).collect();
         check(walked.len() == 3 && rotation_ok(&walked), || {
@@ -174,10 +174,11 @@ fn order_seed_no_round_robin_with_singlets() -> CaseResult {
     let n = Nginx::start(&body("P1"))?;
     for i in 0..3 {
         // new connections: whichever worker serves it starts at the first server
-        check_eq(n.get(0, "/")?.header("X-From"), Some("s1"), "s1")?;
+        check_eq(n.get_on(0, "/")?.header("X-From"), Some("s1"), "s1")?;
         check_path(&n, i, "u1_single_1", "always the first server")?;
     }
     let n = Nginx::start(&body("P9"))?;
+    n.expect_log("connect() failed (111: Connection refused) while connecting to upstream");
     let mut conn = n.keep_alive(0)?; // the blacklist is per worker
     check_eq(answered_by(&mut conn)?.as_str(), "s2", "s2")?;
     check_path(&n, 0, "u1_single_1 -> u1_single_2", "failover")?;
@@ -194,7 +195,7 @@ fn order_random_with_only_backups() -> CaseResult {
         &[(1, "b01", 503), (2, "b02", 200)],
     ))?;
     for _ in 0..10 {
-        let a = n.get(0, "/")?;
+        let a = n.get_on(0, "/")?;
         check_eq(a.status, 200, "status")?;
         check_eq(a.header("X-From"), Some("b02"), "answer")?;
     }
@@ -239,6 +240,7 @@ fn blacklist_goes_to_first_healthy_in_cycle_order() -> CaseResult {
 
 fn blacklist_everything_whitelists_with_log() -> CaseResult {
     let n = Nginx::start(&blacklisting([503, 503, 503]))?;
+    n.expect_log("all upstreams in upstrand \"us1\" are blacklisted, whitelisting them");
     let mut conn = n.keep_alive(0)?; // the blacklist is per worker
     check_eq(conn.get("/")?.status, 503, "status")?;
     check_path(&n, 0, "u01 -> u02 -> u03", "first walk")?;

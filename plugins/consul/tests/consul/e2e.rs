@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde_json::json;
 use tributary_fakes::consul::{FakeConsul, Health, Instance};
 use tributary_fakes::daemon::{plugins_dir, tributary_bin, Daemon};
-use tributary_testkit::TestNginx;
+use tributary_testkit::Nginx;
 
 use crate::PLUGIN;
 
@@ -19,10 +19,7 @@ const ONE_REFRESH: Duration = Duration::from_secs(10 + 15);
 fn registry_changes_reach_nginx_and_an_outage_keeps_the_servers() {
     let bin = PLUGIN.bin();
     let root = tempfile::tempdir().unwrap();
-    let nginx = TestNginx::builder()
-        .backend("alpha")
-        .backend("beta")
-        .start();
+    let nginx = Nginx::builder().backend("alpha").backend("beta").start();
     let alpha = nginx.backend_port("alpha");
     let beta = nginx.backend_port("beta");
     let fake = FakeConsul::start();
@@ -43,7 +40,7 @@ fn registry_changes_reach_nginx_and_an_outage_keeps_the_servers() {
         text.contains(&format!("server 127.0.0.1:{alpha} weight=3;")),
         "{text}"
     );
-    let path = TestNginx::upstream_path("api");
+    let path = Nginx::upstream_path("api");
     nginx
         .wait_for_body(&path, "alpha", Duration::from_secs(20))
         .unwrap();

@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde_json::json;
 use tributary_fakes::daemon::{plugins_dir, tributary_bin, Daemon};
 use tributary_fakes::kube::{endpoint, slice, FakeKube};
-use tributary_testkit::{free_port, TestNginx};
+use tributary_testkit::{free_port, Nginx};
 
 use crate::PLUGIN;
 
@@ -20,7 +20,7 @@ fn readiness_changes_reach_nginx_and_an_outage_keeps_the_servers() {
     let bin = PLUGIN.bin();
     let root = tempfile::tempdir().unwrap();
     let pod_port = free_port();
-    let nginx = TestNginx::builder()
+    let nginx = Nginx::builder()
         .http_snippet(&format!(
             "server {{ listen 127.0.0.2:{pod_port}; return 200 \"pod-2\"; }}\n\
              server {{ listen 127.0.0.3:{pod_port}; return 200 \"pod-3\"; }}"
@@ -59,7 +59,7 @@ fn readiness_changes_reach_nginx_and_an_outage_keeps_the_servers() {
         )
     };
     assert_eq!(std::fs::read_to_string(&file).unwrap(), only("127.0.0.2"));
-    let path = TestNginx::upstream_path("web");
+    let path = Nginx::upstream_path("web");
     nginx
         .wait_for_body(&path, "pod-2", Duration::from_secs(20))
         .unwrap();

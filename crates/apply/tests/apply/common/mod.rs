@@ -8,10 +8,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tributary_apply::{
-    Applier, ApplyOptions, Change, CommandError, CommandNginx, Nginx, ReloadConfirm,
+    Applier, ApplyOptions, Change, CommandError, CommandNginx, Nginx as ApplyNginx, ReloadConfirm,
 };
 use tributary_core::{render, Address, ExtraDirective, Target, UpstreamName};
-use tributary_testkit::TestNginx;
+use tributary_testkit::Nginx;
 
 pub const WAIT: Duration = Duration::from_secs(30);
 
@@ -23,7 +23,7 @@ pub struct Counting {
 }
 
 impl Counting {
-    pub fn new(nginx: &TestNginx) -> Arc<Counting> {
+    pub fn new(nginx: &Nginx) -> Arc<Counting> {
         Arc::new(Counting {
             inner: CommandNginx::new(nginx.test_cmd(), nginx.reload_cmd()),
             tests: AtomicUsize::new(0),
@@ -38,7 +38,7 @@ impl Counting {
     }
 }
 
-impl Nginx for Counting {
+impl ApplyNginx for Counting {
     fn test(&self) -> Result<(), CommandError> {
         self.tests.fetch_add(1, Ordering::SeqCst);
         self.inner.test()
@@ -62,7 +62,7 @@ pub fn fast() -> ApplyOptions {
 }
 
 /// No reload gap, reloads confirmed by watching this nginx's workers and error log.
-pub fn confirmed(nginx: &TestNginx) -> ApplyOptions {
+pub fn confirmed(nginx: &Nginx) -> ApplyOptions {
     ApplyOptions {
         min_reload_gap: Duration::ZERO,
         confirm: Some(ReloadConfirm::new(
@@ -72,7 +72,7 @@ pub fn confirmed(nginx: &TestNginx) -> ApplyOptions {
     }
 }
 
-pub fn open(nginx: &TestNginx, opts: ApplyOptions) -> (Arc<Counting>, Applier) {
+pub fn open(nginx: &Nginx, opts: ApplyOptions) -> (Arc<Counting>, Applier) {
     let counting = Counting::new(nginx);
     let applier = Applier::open(&nginx.conf_dir(), Box::new(counting.clone()), opts).unwrap();
     (counting, applier)
@@ -123,7 +123,7 @@ pub struct FakeNginx {
     pub reloads: AtomicUsize,
 }
 
-impl Nginx for FakeNginx {
+impl ApplyNginx for FakeNginx {
     fn test(&self) -> Result<(), CommandError> {
         self.tests.fetch_add(1, Ordering::SeqCst);
         for e in fs::read_dir(&self.dir).unwrap() {

@@ -15,7 +15,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use tributary_fakes::etcd_cluster::EtcdCluster;
 use tributary_fakes::wait::poll_for;
-use tributary_testkit::TestNginx;
+use tributary_testkit::Nginx;
 
 use super::{assert_ok, fleet_args, http, Daemon};
 
@@ -29,7 +29,7 @@ pub struct Host {
     pub root: tempfile::TempDir,
     // Field order: the daemon stops before its nginx.
     pub daemon: Daemon,
-    pub nginx: TestNginx,
+    pub nginx: Nginx,
 }
 
 impl Host {
@@ -40,7 +40,7 @@ impl Host {
     }
 
     pub fn body(&self, name: &str) -> Option<String> {
-        match self.nginx.try_get(&TestNginx::upstream_path(name)) {
+        match self.nginx.try_get(&Nginx::upstream_path(name)) {
             Ok((200, b)) => Some(b),
             _ => None,
         }
@@ -104,7 +104,7 @@ pub struct HostSetup<'a> {
 
 pub struct Fleet {
     pub hosts: Vec<Host>,
-    pub backends: TestNginx,
+    pub backends: Nginx,
     pub targets: PathBuf,
     pub cluster: EtcdCluster,
     _shared: tempfile::TempDir,
@@ -149,7 +149,7 @@ impl Fleet {
             })
             .collect();
         let targets = shared.path().join("targets.json");
-        let backends = TestNginx::builder().backend("one").backend("two").start();
+        let backends = Nginx::builder().backend("one").backend("two").start();
         let fleet_targets = |name: &str| {
             json!([{"address": "127.0.0.1", "port": backends.backend_port(name)}]).to_string()
         };
@@ -159,7 +159,7 @@ impl Fleet {
             .zip(setups)
             .map(|(id, setup)| {
                 let root = tempfile::tempdir().unwrap();
-                let mut b = TestNginx::builder();
+                let mut b = Nginx::builder();
                 if !setup.snippet.is_empty() {
                     b = b.http_snippet(setup.snippet);
                 }
@@ -243,7 +243,7 @@ impl Fleet {
         for &i in which {
             let h = &self.hosts[i];
             h.nginx
-                .wait_for_body(&TestNginx::upstream_path(name), body, WAIT)
+                .wait_for_body(&Nginx::upstream_path(name), body, WAIT)
                 .unwrap_or_else(|e| panic!("{}: {e}; log: {}", h.id, h.daemon.log_text()));
         }
     }
@@ -291,7 +291,7 @@ impl Watcher {
         let stop = Arc::new(AtomicBool::new(false));
         let bad = Arc::new(Mutex::new(Vec::new()));
         let (s, b) = (stop.clone(), bad.clone());
-        let path = TestNginx::upstream_path(name);
+        let path = Nginx::upstream_path(name);
         let handle = std::thread::spawn(move || {
             while !s.load(Ordering::SeqCst) {
                 for &p in &ports {

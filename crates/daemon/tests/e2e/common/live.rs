@@ -6,7 +6,7 @@ use std::io::Write;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use tributary_testkit::{client, Response, TestNginx};
+use tributary_testkit::{client, Nginx, Response};
 
 use super::Daemon;
 
@@ -76,7 +76,7 @@ pub fn ui_session(d: &Daemon) -> String {
 }
 
 /// One request to the module's API on its unix socket: the answer's JSON body (asserts a 200).
-pub fn module(nginx: &TestNginx, method: &str, name: &str, body: Option<&Value>) -> Value {
+pub fn module(nginx: &Nginx, method: &str, name: &str, body: Option<&Value>) -> Value {
     let a = module_request(nginx, method, &format!("/api/{name}"), body);
     assert_eq!(a.status, 200, "{method} /api/{name}: {}", a.text());
     serde_json::from_slice(&a.body).unwrap()
@@ -84,12 +84,7 @@ pub fn module(nginx: &TestNginx, method: &str, name: &str, body: Option<&Value>)
 
 /// Any request to the module's API on nginx's `logs/api.sock` (a `Content-Length` on every
 /// request); panics when the socket does not answer.
-pub fn module_request(
-    nginx: &TestNginx,
-    method: &str,
-    path: &str,
-    body: Option<&Value>,
-) -> Response {
+pub fn module_request(nginx: &Nginx, method: &str, path: &str, body: Option<&Value>) -> Response {
     let body = body.map(|b| b.to_string()).unwrap_or_default();
     let length = body.len().to_string();
     let socket = nginx.prefix().join("logs/api.sock");

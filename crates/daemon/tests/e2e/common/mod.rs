@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 use tributary_fakes::daemon as fakes;
 use tributary_fakes::etcd_cluster::EtcdCluster;
-use tributary_testkit::TestNginx;
+use tributary_testkit::Nginx;
 
 pub mod fleet;
 pub mod live;
@@ -75,7 +75,7 @@ pub struct Daemon(fakes::Daemon);
 impl Daemon {
     /// Starts a daemon managing `nginx`'s conf dir with the runner's fast defaults
     /// ([`fakes::FAST`]).
-    pub fn start(root: &Path, nginx: &TestNginx) -> Daemon {
+    pub fn start(root: &Path, nginx: &Nginx) -> Daemon {
         Daemon(fakes::Daemon::start(
             &tributary_bin(),
             root,
@@ -86,7 +86,7 @@ impl Daemon {
 
     /// Starts a daemon with extra `serve` arguments (none: the daemon's defaults); the pseudo
     /// argument `--with-testplug` adds the misbehaving test plugin as `testplug` (provider `t`).
-    pub fn start_with(root: &Path, nginx: &TestNginx, extra: &[&str]) -> Daemon {
+    pub fn start_with(root: &Path, nginx: &Nginx, extra: &[&str]) -> Daemon {
         let plugins = static_plugins_dir(root);
         if extra.contains(&"--with-testplug") {
             let testplug = fakes::sibling_bin(&tributary_bin(), "tributary-testplug");

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tributary_testkit::TestNginx;
+use tributary_testkit::Nginx;
 
 /// Keep-alive client connections of the load.
 pub const CLIENTS: usize = 12;
@@ -213,7 +213,7 @@ impl Load {
     pub fn start(port: u16) -> Load {
         let stop = Arc::new(AtomicBool::new(false));
         let tally = Arc::new(Mutex::new(Tally::default()));
-        let path = TestNginx::upstream_path("web");
+        let path = Nginx::upstream_path("web");
         let threads = (0..CLIENTS)
             .map(|_| {
                 let (stop, tally, path) = (stop.clone(), tally.clone(), path.clone());

@@ -212,6 +212,7 @@ fn case_get_answer_goes_back_by_put() -> CaseResult {
 
 fn case_max_conns_is_carried_and_applied() -> CaseResult {
     let m = Master::start(&standard())?;
+    m.expect_log("no live upstreams while connecting to upstream");
     let slow = SlowBackend::start()?;
     let body = format!(
         r#"{{"servers":[{{"address":"127.0.0.1:{}","max_conns":1}}]}}"#,

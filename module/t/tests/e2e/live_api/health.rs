@@ -269,6 +269,7 @@ fn case_recovered_server_is_not_held_out_by_its_passive_fails() -> CaseResult {
         b2.port
     );
     let m = Master::start(&conf)?;
+    m.expect_log("connect() failed (111: Connection refused) while connecting to upstream");
     until_health(&m, port, "healthy", Duration::from_secs(3))?;
     both_workers_answer(&m, &["b1", "b2"], 5)?;
     // b1's port closes: the requests nginx sends it before the next probe fail (and go on to b2).
@@ -550,6 +551,7 @@ fn case_backup_serves_when_primaries_are_unhealthy_and_none_gives_502() -> CaseR
         ),
     );
     let m = Master::start(&http)?;
+    m.expect_log("no live upstreams while connecting to upstream");
     until_health(&m, b1.port, "healthy", Duration::from_secs(2))?;
     both_workers_answer(&m, &["b1"], 5)?;
     b1.set(FAIL_503);

@@ -78,6 +78,7 @@ pub fn case_retries_stay_bounded_while_sets_keep_changing() -> CaseResult {
         front("app", "proxy_read_timeout 300ms; proxy_connect_timeout 1s;")
     );
     let m = Master::start(&conf)?;
+    m.expect_log("upstream timed out (110: Connection timed out) while reading response header from upstream");
     let (a, b) = (HungBackend::start()?, HungBackend::start()?);
     let body = |w: u32| {
         format!(

@@ -91,7 +91,7 @@ impl Master {
     }
 
     /// Declares error-log lines containing `needle` as expected (see [`Nginx::expect_log`]).
-    pub fn expect_log(&mut self, needle: &str) {
+    pub fn expect_log(&self, needle: &str) {
         self.nginx.expect_log(needle);
     }
 

@@ -6,12 +6,13 @@
 //! Layout: the front server listens on `{P0}` (`reuseport`, so both workers accept) and
 //! answers with `X-Worker: <pid>` and the backend's body; the API is `/api/` on `{P0}`;
 //! backends `b1`…`b5` are `server {}` blocks of the same nginx on `{P1}`…`{P5}`; `{DEAD}` is a
-//! port where nothing listens. The nginx runner (`Master`, in `live_api/master.rs`) belongs to
-//! these tests: the harness's `Nginx` runs one process, and they need a master, its workers' PIDs
-//! and reloads (`live_api/helpers.rs`: configurations, bodies, shared checks).
+//! port where nothing listens. `Master` (`live_api/master.rs`) is the harness's `Nginx` plus the
+//! worker PIDs seen at start or at the last reload, which these cases compare (`live_api/helpers.rs`:
+//! configurations, bodies, shared checks).
 
 mod access;
 mod apply;
+mod apply_tries;
 mod churn;
 mod drain;
 mod edges;
@@ -26,6 +27,7 @@ mod retired;
 mod scale;
 mod stats;
 mod sticky;
+mod zone_memory;
 mod zone_size;
 
 use crate::case::Case;
@@ -97,12 +99,12 @@ pub fn cases() -> Vec<Case> {
         ),
         Case::test(
             "busy_server_is_retired_then_freed",
-            apply::case_busy_server_is_retired_then_freed,
+            apply_tries::case_busy_server_is_retired_then_freed,
         ),
         Case::test("compare_and_set_conflict", edges::case_compare_and_set_conflict),
         Case::test(
             "request_keeps_its_tries_when_the_set_shrinks_to_one",
-            apply::case_request_keeps_its_tries_when_the_set_shrinks_to_one,
+            apply_tries::case_request_keeps_its_tries_when_the_set_shrinks_to_one,
         ),
         Case::test(
             "round_robin_position_is_kept",
@@ -118,25 +120,25 @@ pub fn cases() -> Vec<Case> {
         ),
         Case::test(
             "large_set_from_a_body_in_a_temp_file",
-            apply::case_large_set_from_a_body_in_a_temp_file,
+            apply_tries::case_large_set_from_a_body_in_a_temp_file,
         ),
         Case::test(
             "request_gets_the_tries_of_a_grown_set",
-            apply::case_request_gets_the_tries_of_a_grown_set,
+            apply_tries::case_request_gets_the_tries_of_a_grown_set,
         ),
         Case::test(
             "request_between_tries_continues_in_a_grown_set",
-            apply::case_request_between_tries_continues_in_a_grown_set,
+            apply_tries::case_request_between_tries_continues_in_a_grown_set,
         ),
         Case::test("bad_inputs_change_nothing", edges::case_bad_inputs_change_nothing),
         Case::test(
             "reload_restores_the_configured_set",
             edges::case_reload_restores_the_configured_set,
         ),
-        Case::test("zone_memory_does_not_grow", edges::case_zone_memory_does_not_grow),
+        Case::test("zone_memory_does_not_grow", zone_memory::case_zone_memory_does_not_grow),
         Case::test(
             "servers_from_the_api_take_the_memory_of_configured_ones",
-            edges::case_servers_from_the_api_take_the_memory_of_configured_ones,
+            zone_memory::case_servers_from_the_api_take_the_memory_of_configured_ones,
         ),
         Case::test(
             "least_conn_and_keepalive_take_live_changes",

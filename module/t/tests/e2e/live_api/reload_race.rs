@@ -267,7 +267,7 @@ pub fn case_a_get_racing_a_reload_shows_no_replaced_zone() -> CaseResult {
 /// parses the files) leaves the running configuration, whose workers must keep taking changes:
 /// the marks the failed configuration set when it began are taken back.
 pub fn case_a_failed_reload_leaves_the_api_working() -> CaseResult {
-    let mut m = Master::start(&standard())?;
+    let m = Master::start(&standard())?;
     // The reload fails on purpose: the master logs `[emerg] open() "/nonexistent-…/a.log" failed`.
     m.expect_log("/a.log\" failed");
     let r = m.put("app", &set_body(&m, &[2], &[]))?;

@@ -15,7 +15,7 @@ use super::master::{Master, SlowBackend};
 /// Starts nginx with `conf`, sends a request to a slow server, removes that server while the
 /// request holds it, and SIGKILLs both workers: the server stays retired with one connection.
 fn retired_for_good(conf: &str) -> Result<(Master, SlowBackend), Failed> {
-    let mut m = Master::start(conf)?;
+    let m = Master::start(conf)?;
     // The case SIGKILLs workers: the master logs each as "exited on signal 9".
     m.expect_log("exited on signal 9");
     let slow = SlowBackend::start()?;

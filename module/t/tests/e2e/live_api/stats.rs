@@ -242,6 +242,7 @@ fn case_a_dead_server_fails_and_becomes_unavailable() -> CaseResult {
         "server 127.0.0.1:{P1}; server 127.0.0.1:{DEAD};",
     );
     let m = Master::start(&c)?;
+    m.expect_log("connect() failed (111: Connection refused) while connecting to upstream");
     let dead = format!("127.0.0.1:{}", m.dead);
     let t0 = epoch_ms();
     // max_fails=1, fail_timeout=10s: the first request that reaches the dead server fails (502,

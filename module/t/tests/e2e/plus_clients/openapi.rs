@@ -65,7 +65,7 @@ fn run() -> CaseResult {
     let log = m.error_log();
     let bad: Vec<&str> = log
         .lines()
-        .filter(|l| ngx_harness::BAD_LOG_MARKERS.iter().any(|b| l.contains(b)))
+        .filter(|l| ngx_harness::LOG_MARKERS.iter().any(|b| l.contains(b)))
         .collect();
     check(bad.is_empty(), || {
         format!("nginx logged:\n{}", bad.join("\n"))

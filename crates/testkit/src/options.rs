@@ -1,7 +1,9 @@
 //! How [`Nginx`](crate::Nginx) is started: [`Options`] (process model, main-context lines,
 //! expected log lines, ports, a wrapper such as valgrind, time limits), the `nginx.conf` written
 //! around an `http {}` body with its placeholders filled ([`fill`]), the nginx command line, and
-//! where the nginx binary and the module `.so` are found.
+//! where the nginx binary and the module `.so` are found. The fixture's
+//! [`NginxBuilder`](crate::NginxBuilder) ends in [`Options`] too (its `http {}` body rendered from
+//! backends and snippets), so both start, reload and stop the same way.
 //!
 //! Configurations are the *inside* of `http {}`; `{P0}` … `{P9}` are replaced by free ports,
 //! `{DEAD}` by a port where nothing listens, and `{PREFIX}` by the prefix directory. Environment
@@ -49,9 +51,12 @@ pub fn nginx_bin() -> PathBuf {
     )
 }
 
-/// The module `.so` and the nginx binary exist; the error says how to get the missing one.
-pub(crate) fn check_prerequisites() -> Result<(), String> {
-    combined_upstreams_module()?;
+/// The module `.so` (when loaded) and the nginx binary exist; the error says how to get the
+/// missing one.
+pub(crate) fn check_prerequisites(module: bool) -> Result<(), String> {
+    if module {
+        combined_upstreams_module()?;
+    }
     let bin = nginx_bin();
     if !bin.is_file() {
         return Err(format!(
@@ -62,7 +67,7 @@ pub(crate) fn check_prerequisites() -> Result<(), String> {
     Ok(())
 }
 
-/// A temporary prefix (`conf/`, `logs/`, `tmp/`), removed on drop. Mode 0755 (not the 0700 of a
+/// A temporary prefix (`conf/`, `conf/upstreams/`, `logs/`, `tmp/`), removed on drop. Mode 0755 (not the 0700 of a
 /// private temp dir): nginx's workers run as another user (`nobody`) when the master runs as
 /// root, and read and write in the prefix.
 pub(crate) fn temp_prefix(name: &str) -> Result<tempfile::TempDir, String> {
@@ -71,7 +76,7 @@ pub(crate) fn temp_prefix(name: &str) -> Result<tempfile::TempDir, String> {
         .permissions(fs::Permissions::from_mode(0o755))
         .tempdir()
         .map_err(|e| format!("create a temporary prefix: {e}"))?;
-    for sub in ["conf", "logs", "tmp"] {
+    for sub in ["conf/upstreams", "logs", "tmp"] {
         fs::create_dir_all(dir.path().join(sub))
             .map_err(|e| format!("create {}: {e}", dir.path().display()))?;
     }
@@ -94,7 +99,7 @@ pub const DEFAULT_WORKERS: usize = 2;
 
 /// How nginx is started: process model, extra main-context lines, expected bad log lines, ports,
 /// a wrapper command (valgrind) and time limits. `Options::new()` is production-like:
-/// `master_process on`, [`DEFAULT_WORKERS`] workers.
+/// `master_process on`, [`DEFAULT_WORKERS`] workers, the module loaded.
 #[derive(Debug, Clone)]
 pub struct Options {
     pub(crate) main_extra: String,
@@ -105,6 +110,14 @@ pub struct Options {
     pub(crate) wrapper: Vec<String>,
     pub(crate) start_timeout: Duration,
     pub(crate) stop_timeout: Duration,
+    /// `load_module` of the combined-upstreams module (off for the fixture without its API).
+    pub(crate) module: bool,
+    /// The level of `error_log` (`info`; the fixture's `notice`).
+    pub(crate) log_level: &'static str,
+    /// Files written (relative to `conf/`) before nginx starts.
+    pub(crate) files: Vec<(PathBuf, Vec<u8>)>,
+    /// Drop checks the error log (off: [`crate::NginxBuilder::own_log_check`]).
+    pub(crate) check_log: bool,
 }
 
 impl Default for Options {
@@ -118,6 +131,10 @@ impl Default for Options {
             wrapper: Vec::new(),
             start_timeout: Duration::from_secs(10),
             stop_timeout: Duration::from_secs(10),
+            module: true,
+            log_level: "info",
+            files: Vec::new(),
+            check_log: true,
         }
     }
 }
@@ -151,7 +168,8 @@ impl Options {
     }
 
     /// Declares that error-log lines containing `needle` are expected (they do not fail the case
-    /// even when they are `[alert]`, `[crit]`, `[emerg]` or "exited on signal").
+    /// even when they are `[error]`, `[alert]`, `[crit]`, `[emerg]` or "exited on signal"). Name
+    /// the message, not only its level (`"no live upstreams"`, not `"[error]"`).
     pub fn expect_log(mut self, needle: &str) -> Self {
         self.expected.push(needle.to_string());
         self
@@ -183,15 +201,18 @@ impl Options {
     /// process, every worker runs. Without [`Options::ports`], a start that fails (a port taken
     /// meanwhile) is retried twice with new ports.
     pub fn start(&self, http: &str) -> Result<Nginx, Failed> {
-        check_prerequisites()?;
+        check_prerequisites(self.module)?;
         if let Some(ports) = &self.ports {
-            return Ok(Nginx::try_start(self.clone(), http, ports.clone())?);
+            return Nginx::launch(self.clone(), http, ports.clone(), None)
+                .map_err(|e| e.into_message().into());
         }
+        // Any failure is retried: a port of the case's own (a backend it listens on) may have
+        // collided with one picked here, which nginx reports in other words than a taken port.
         let mut last_err = String::new();
         for _ in 0..3 {
-            match Nginx::try_start(self.clone(), http, free_ports(PORTS)) {
+            match Nginx::launch(self.clone(), http, free_ports(PORTS), None) {
                 Ok(n) => return Ok(n),
-                Err(e) => last_err = e,
+                Err(e) => last_err = e.into_message(),
             }
         }
         Err(last_err.into())
@@ -200,15 +221,19 @@ impl Options {
 
 /// The whole `nginx.conf` around an `http {}` body.
 pub(crate) fn full_config(opts: &Options, http: &str, prefix: &Path) -> String {
-    let so = module_path();
+    let load = if opts.module {
+        format!("load_module {};\n", module_path().display())
+    } else {
+        String::new()
+    };
     let p = prefix.display();
     let master = if opts.master { "on" } else { "off" };
     format!(
-        "load_module {so};\n\
+        "{load}\
          daemon off;\n\
          master_process {master};\n\
          worker_processes {workers};\n\
-         error_log {p}/logs/error.log info;\n\
+         error_log {p}/logs/error.log {level};\n\
          pid {p}/logs/nginx.pid;\n\
          {main_extra}\n\
          events {{ worker_connections 1024; }}\n\
@@ -221,8 +246,8 @@ pub(crate) fn full_config(opts: &Options, http: &str, prefix: &Path) -> String {
          scgi_temp_path {p}/tmp/scgi;\n\
          {http}\n\
          }}\n",
-        so = so.display(),
         workers = opts.workers,
+        level = opts.log_level,
         main_extra = opts.main_extra,
     )
 }
