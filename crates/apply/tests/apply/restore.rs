@@ -9,6 +9,10 @@ use crate::common::*;
 use tributary_apply::{Applier, ChangeOutcome, CommandError, CommandNginx, Nginx as ApplyNginx};
 use tributary_testkit::{Nginx, TmpfsMount};
 
+// The appliers below confirm their reloads (`confirmed`): the good change's reload is handled by
+// the master before the test writes the bogus one. Unconfirmed (`fast()`), a SIGHUP the master
+// handled late made it read the bogus file under load (an `[emerg]` in its error log).
+
 /// The real `nginx -t`, with something done to the file system first once armed.
 struct Sabotage {
     inner: CommandNginx,
@@ -56,7 +60,12 @@ fn restore_on_a_full_file_system_renames_the_journal_back() {
         mount: mount.clone(),
         fill: true,
     });
-    let mut applier = Applier::open(&nginx.conf_dir(), Box::new(sabotage.clone()), fast()).unwrap();
+    let mut applier = Applier::open(
+        &nginx.conf_dir(),
+        Box::new(sabotage.clone()),
+        confirmed(&nginx),
+    )
+    .unwrap();
     let good = upstream_bytes("api", &[pa], &["keepalive 4;"]);
     assert!(applier.apply_batch(&[change("api", good.clone())])[0]
         .1
@@ -112,7 +121,12 @@ fn failed_restore_is_an_error_in_the_outcome_keeps_the_journal_and_is_retried() 
         mount: mount.clone(),
         fill: false,
     });
-    let mut applier = Applier::open(&nginx.conf_dir(), Box::new(sabotage.clone()), fast()).unwrap();
+    let mut applier = Applier::open(
+        &nginx.conf_dir(),
+        Box::new(sabotage.clone()),
+        confirmed(&nginx),
+    )
+    .unwrap();
     let good = upstream_bytes("api", &[pa], &[]);
     assert!(applier.apply_batch(&[change("api", good.clone())])[0]
         .1
@@ -163,8 +177,12 @@ fn failed_restore_is_finished_by_recovery_at_the_next_start() {
     });
     let good = upstream_bytes("svc.tmp-1", &[pa], &[]);
     {
-        let mut applier =
-            Applier::open(&nginx.conf_dir(), Box::new(sabotage.clone()), fast()).unwrap();
+        let mut applier = Applier::open(
+            &nginx.conf_dir(),
+            Box::new(sabotage.clone()),
+            confirmed(&nginx),
+        )
+        .unwrap();
         assert!(applier.apply_batch(&[change("svc.tmp-1", good.clone())])[0]
             .1
             .is_ok());
