@@ -64,6 +64,18 @@ async fn a_mirror_write_that_fails_is_applied_once_the_file_can_be_written() {
     })
     .await;
 
+    // A's file has the first version (its writer thread commits it a moment after A's memory).
+    let reader = rusqlite::Connection::open(&a.mirror).unwrap();
+    until(Duration::from_secs(5), "api in A's file", || {
+        reader
+            .query_row("SELECT service FROM bindings WHERE name = 'api'", [], |r| {
+                r.get::<_, String>(0)
+            })
+            .is_ok_and(|s| s == "web1")
+    })
+    .await;
+    drop(reader);
+
     // Another process holds the write lock of A's mirror: A's writes fail (after SQLite's busy
     // timeout) until it lets go.
     let locker = rusqlite::Connection::open(&a.mirror).unwrap();
