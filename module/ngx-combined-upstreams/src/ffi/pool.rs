@@ -1,13 +1,15 @@
-//! nginx's allocators. Pools: the `ngx` crate's [`Pool`] handle plus what it lacks here —
-//! allocations that report out of memory (`Pool::allocate` writes through a null pointer when
-//! the pool is full), plain data without a cleanup entry, and [`PoolCell`], a handle on plain
-//! data in a pool. A zone's slab pool: [`Slab`], its held mutex [`SlabLocked`] and the owned
-//! zeroed allocations made under it ([`SlabBox`]), on which `peers/slab.rs` is safe code.
+//! nginx's memory: the bytes of its strings ([`bytes`]) and its allocators. Pools: the `ngx`
+//! crate's [`Pool`] handle plus what it lacks here — allocations that report out of memory
+//! (`Pool::allocate` writes through a null pointer when the pool is full), plain data without a
+//! cleanup entry, and [`PoolCell`], a handle on plain data in a pool. A zone's slab pool:
+//! [`Slab`], its held mutex [`SlabLocked`] and the owned zeroed allocations made under it
+//! ([`SlabBox`]), on which `peers/slab.rs` is safe code.
 
 use core::ffi::c_void;
 use core::mem::{size_of, ManuallyDrop};
 use core::ops::{Deref, DerefMut};
 use core::ptr::{self, NonNull};
+use core::slice;
 
 use ngx::core::Pool;
 use ngx::ffi::{
@@ -17,6 +19,19 @@ use ngx::ffi::{
 };
 
 use super::peers::Peer;
+
+/// The bytes of an `ngx_str_t` (empty for a null pointer).
+///
+/// # Safety
+/// `s.data` must point to `s.len` readable bytes (or `s.len` must be 0) for `'a`.
+#[inline]
+pub(crate) unsafe fn bytes<'a>(s: &ngx_str_t) -> &'a [u8] {
+    if s.len == 0 || s.data.is_null() {
+        return &[];
+    }
+    // SAFETY: guaranteed by the caller.
+    unsafe { slice::from_raw_parts(s.data, s.len) }
+}
 
 /// The `ngx` crate's handle of a pool nginx keeps alive (the configuration's or a request's).
 ///

@@ -162,6 +162,7 @@ pub fn with_entry<T>(
 }
 
 /// The balancer's `peer.init` and the live upstream for `us`.
+#[inline]
 pub fn lookup_peer_init(us: Upstream) -> Option<(PeerInitFn, Option<LiveUpstream>)> {
     with_entry(us.as_ptr(), |e| e.orig_init.map(|f| (f, e.live()))).flatten()
 }
