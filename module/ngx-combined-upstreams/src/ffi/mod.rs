@@ -19,40 +19,48 @@
 //! Below the trampolines the features work on handles whose methods are safe: [`conf::ConfExt`]
 //! on `ngx_conf_t`, [`request::Req`], [`variables::VarSlot`], [`upstream::Upstream`],
 //! [`pool::PoolCell`], and for the live API [`shm::ShmZone`], [`zone::LiveUpstream`],
-//! [`peers::Peers`] and their lock guards, [`balancer::Wrap`] / [`balancer::PeerConn`]. A feature reaches its part of the module's configuration through
-//! [`conf::ConfPart`], which the composition root (`crate::conf`) implements, so no feature names
-//! the module's configuration types and the layers have no import cycle:
+//! [`peers::Peers`] and their lock guards, [`balancer::Wrap`] / [`upstream::PeerConn`]. A feature
+//! reaches its part of the module's configuration through [`conf::ConfPart`], which the
+//! composition root (`crate::conf`) implements, so no feature names the module's configuration
+//! types and the layers have no import cycle:
 //! `lib` → `conf` → features → `ffi` → `ngx`/`upstrand_core`.
 //!
 //! Invariant: outside `ffi/` the module defines no `extern "C" fn` and has no `unsafe {}` block
 //! (`scripts/module-layers.py`).
 //!
 //! Inside `ffi/`, `unsafe` sits where a primitive of nginx is wrapped, each stating its safety
-//! argument once (the invariant in the handle type's doc, `// SAFETY:` at the block):
-//! `process.rs` (the process: nginx's process globals — clocks, the running cycle and its log,
-//! the process kind, flags and pid, `random()`, global counters looked up by name, the loaded
-//! modules —, the per-process hooks, the tick timer and probe connections with their event
-//! trampolines, so `prober.rs` is safe code on [`process::Conn`]); `pool.rs` (`ngx_str_t`
-//! bytes, pools and their cleanups, and a zone's slab pool: [`pool::Slab`], its held mutex
-//! [`pool::SlabLocked`] with the pool's words, zeroed allocations owned until handed to the
-//! zone, [`pool::SlabBox`] of a [`pool::Zeroed`] type, and the freeing of a peer, so
-//! `peers/slab.rs` is safe code on them); `request.rs` (the request); `conf.rs` and
-//! `upstream.rs` (configuration structures, a balancer directive's handler run on scratch
-//! configurations and the words it wrote, upstream blocks, and `peer.data` read as the
-//! round-robin list for a [`probe::Balancer`] the classification made, so `probe.rs` is safe
-//! code on them); `peers/mod.rs` (the zone's lists and peers: a peer is read as a copy of its
-//! fields and its set-once bytes, so `peers/peer.rs` is safe code on them, and the write side
-//! hands out a peer as `&mut` only under both list write locks, so `peers/write.rs` and
-//! `counters.rs` are safe code on it); `shm.rs` (the zone, [`shm::ShmZone`], with its `init`
-//! trampoline, the primitives of the module's own blocks in a zone: `ZoneRef`, `RwWord`,
-//! `ZoneTable`, `ZoneLink`, on which `zone.rs` and `health.rs` are safe code, and a peer's
-//! statistics slot, [`counters::Counters`]); the trampolines and the handles they make in
-//! `balancer.rs` and `content.rs` (content handlers, request bodies, output filters, the
-//! variable handler and its value slot, variable registration). `mod.rs`, `log.rs`, `probe.rs`,
-//! `prober.rs`, `peers/peer.rs`, `peers/slab.rs`, `plus.rs`, `counters.rs`, `variables.rs`,
-//! `zone.rs`, `health.rs` and `peers/write.rs` hold no `unsafe {}` (`zone.rs` and `health.rs`
-//! one `unsafe impl ZoneShared` each, `peers/slab.rs` an `unsafe impl Zeroed` for each
-//! structure it allocates: the type's own promise).
+//! argument once (the invariant in the handle type's doc, `// SAFETY:` at the block), in eight
+//! files, each one kind of nginx structure, with the safe logic that used to sit beside it moved
+//! into safe files next to it:
+//! - `process.rs`: the process — its globals (clocks, the running cycle and its log, the process
+//!   kind, flags and pid, `random()`, global counters looked up by name, the loaded modules), its
+//!   per-process hooks, the tick timer and probe connections with their event trampolines
+//!   (`prober.rs` is safe code on [`process::Conn`]);
+//! - `pool.rs`: memory — `ngx_str_t` bytes, pools and their cleanups, and a zone's slab pool:
+//!   [`pool::Slab`], its held mutex [`pool::SlabLocked`] with the pool's words, zeroed
+//!   allocations owned until handed to the zone, [`pool::SlabBox`] of a [`pool::Zeroed`] type,
+//!   and the freeing of a peer (`peers/slab.rs` is safe code on them);
+//! - `shm.rs`: the zone — [`shm::ShmZone`] with its `init` trampoline, the primitives of the
+//!   module's own blocks in a zone: `ZoneRef`, `RwWord`, `ZoneTable`, `ZoneLink` (`zone.rs` and
+//!   `health.rs` are safe code on them), and a peer's statistics slot, [`counters::Counters`];
+//! - `peers/mod.rs`: the zone's lists and peers — a peer is read as a copy of its fields and its
+//!   set-once bytes (`peers/peer.rs` is safe code on them), and the write side hands out a peer
+//!   as `&mut` only under both list write locks (`peers/write.rs` and `counters.rs`);
+//! - `conf/mod.rs`: the configuration being parsed — [`conf::ConfExt`], the directive, hook and
+//!   block trampolines, regular expressions, a balancer directive's handler run on scratch
+//!   configurations and the words it wrote (`probe.rs` is safe code on them), a new upstream
+//!   block (`conf/parts.rs` declares the traits);
+//! - `upstream/mod.rs`: upstream configurations, their `init_upstream` / `peer.init` trampolines,
+//!   `peer.data` read as the round-robin list for a [`probe::Balancer`], and per request the peer
+//!   connection and the balancer wrapper's trampolines (`upstream/list.rs` and `balancer.rs` are
+//!   safe code on them);
+//! - `request.rs` (the request: its context slot, upstream, variables, subrequests, its peer
+//!   connection) and `content.rs` (content handlers, request bodies, output filters, the variable
+//!   handler and its value slot, variable registration), the request-time trampolines with them.
+//!
+//! The other files hold no `unsafe {}` (`zone.rs` and `health.rs` one `unsafe impl ZoneShared`
+//! each, `peers/slab.rs` an `unsafe impl Zeroed` for each structure it allocates: the type's own
+//! promise).
 
 pub mod balancer;
 pub mod conf;

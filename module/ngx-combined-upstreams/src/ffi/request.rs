@@ -22,6 +22,7 @@ use super::conf::RequestCtx;
 use super::counters::TryEnd;
 use super::log::{debug_http, log_str};
 use super::pool::{self, PoolCell};
+use super::upstream::PeerConn;
 use super::{bytes, Status};
 
 /// A live request of the request tree a callback runs for.
@@ -315,6 +316,31 @@ impl Req {
             );
             Some(sr)
         }
+    }
+}
+
+impl Req {
+    /// `proxy_next_upstream_tries` (and the like) of the request's upstream (0: no limit, or
+    /// no upstream).
+    pub fn next_upstream_tries(self) -> ngx_uint_t {
+        self.get(|r| {
+            // SAFETY: r->upstream is null or the request's live upstream, whose conf is null or
+            // its location's configuration.
+            unsafe { r.upstream.as_ref().and_then(|u| u.conf.as_ref()) }
+                .map_or(0, |conf| conf.next_upstream_tries)
+        })
+    }
+
+    /// The request's peer connection (None without an upstream).
+    pub(in crate::ffi) fn peer_conn(self) -> Option<PeerConn> {
+        self.get(|r| {
+            let u = r.upstream;
+            if u.is_null() {
+                return None;
+            }
+            // SAFETY: r->upstream is the request's live upstream; no reference is made.
+            unsafe { PeerConn::from_ptr(ptr::addr_of_mut!((*u).peer)) }
+        })
     }
 }
 
