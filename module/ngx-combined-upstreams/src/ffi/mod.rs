@@ -29,20 +29,22 @@
 //! (`scripts/module-layers.py`).
 //!
 //! Inside `ffi/`, `unsafe` sits where a primitive of nginx is wrapped, each stating its safety
-//! argument once (the invariant in the handle type's doc, `// SAFETY:` at the block), in eight
+//! argument once (the invariant in the handle type's doc, `// SAFETY:` at the block), in seven
 //! files, each one kind of nginx structure, with the safe logic that used to sit beside it moved
 //! into safe files next to it:
 //! - `process.rs`: the process — its globals (clocks, the running cycle and its log, the process
 //!   kind, flags and pid, `random()`, global counters looked up by name, the loaded modules), its
 //!   per-process hooks, the tick timer and probe connections with their event trampolines
 //!   (`prober.rs` is safe code on [`process::Conn`]);
-//! - `pool.rs`: memory — `ngx_str_t` bytes, pools and their cleanups, and a zone's slab pool:
-//!   [`pool::Slab`], its held mutex [`pool::SlabLocked`] with the pool's words, zeroed
+//! - `pool.rs`: nginx-owned memory — `ngx_str_t` bytes, pools and their cleanups, a zone's slab
+//!   pool: [`pool::Slab`], its held mutex [`pool::SlabLocked`] with the pool's words, zeroed
 //!   allocations owned until handed to the zone, [`pool::SlabBox`] of a [`pool::Zeroed`] type,
-//!   and the freeing of a peer (`peers/slab.rs` is safe code on them);
-//! - `shm.rs`: the zone — [`shm::ShmZone`] with its `init` trampoline, the primitives of the
-//!   module's own blocks in a zone: `ZoneRef`, `RwWord`, `ZoneTable`, `ZoneLink` (`zone.rs` and
-//!   `health.rs` are safe code on them), and a peer's statistics slot, [`counters::Counters`];
+//!   and the freeing of a peer (`peers/slab.rs` is safe code on them); the zone,
+//!   [`shm::ShmZone`] with its `init` trampoline, the module's own blocks in a zone (`ZoneRef`,
+//!   `RwWord`, `ZoneTable`, `ZoneLink`: `zone.rs` and `health.rs` are safe code on them) and a
+//!   peer's statistics slot, [`counters::Counters`]. Its safe child `pool/shm.rs` (re-exported
+//!   as `ffi::shm`) declares the shared-memory types, with fields only `pool.rs` reaches, and
+//!   their safe logic;
 //! - `peers/mod.rs`: the zone's lists and peers — a peer is read as a copy of its fields and its
 //!   set-once bytes (`peers/peer.rs` is safe code on them), and the write side hands out a peer
 //!   as `&mut` only under both list write locks (`peers/write.rs` and `counters.rs`);
@@ -75,7 +77,6 @@ pub mod probe;
 pub mod prober;
 pub mod process;
 pub mod request;
-pub mod shm;
 pub mod upstream;
 pub mod variables;
 pub mod zone;
@@ -88,6 +89,7 @@ use ngx::ffi::{ngx_command_t, ngx_str_t, ngx_uint_t};
 
 use self::conf::Directive;
 pub(crate) use self::pool::bytes;
+pub use self::pool::shm;
 pub use self::process::{current_msec, global_counter, random, running_cycle, wall_msec};
 pub(crate) use self::process::{loaded_module, with_cycle_log};
 

@@ -116,7 +116,7 @@ pub use peer::Peer;
 pub use slab::{peer_layout, Slab, SlabLocked};
 
 use super::counters::Counters;
-use super::shm::wlock_until;
+use super::pool::wlock_until;
 pub use write::{ListsWrite, Retired, RetiredChain};
 
 /// `AF_INET`, `AF_INET6`, `AF_UNIX` as the socket structures store them.
