@@ -192,7 +192,8 @@ impl LiveUpstream {
         })
     }
 
-    /// The retired chain (used by [`ListsWrite`]'s methods with the locks held).
+    /// The retired chain (used by [`ListsWrite`](super::peers::ListsWrite)'s methods with the locks
+    /// held).
     pub(crate) fn retired(self) -> RetiredChain {
         RetiredChain::new(NonNull::from(&self.state.shared().retired))
     }
