@@ -5,10 +5,10 @@
 //! features implement:
 //! - directives: [`conf::Directive`] (entry made with [`command`]),
 //! - configuration hooks: [`conf::HttpHooks`] ([`conf::module_ctx`] builds nginx's table),
-//! - variables: [`variables::Variable`] (trampoline in `content.rs`),
-//! - header/body filters: [`content::Filters`],
+//! - variables: [`variables::Variable`] (trampoline in `request/mod.rs`),
+//! - header/body filters: [`request::Filters`],
 //! - `init_upstream` / `peer.init` wrappers: [`upstream::InitUpstream`], [`upstream::PeerInit`],
-//! - content handlers and request bodies: [`content::ContentHandler`], [`content::BodyReader`],
+//! - content handlers and request bodies: [`request::ContentHandler`], [`request::BodyReader`],
 //! - balancer wrappers: [`balancer::PeerWrapper`]; zone `init` wrappers: [`shm::ZoneInit`];
 //!   pool cleanups: [`pool::Cleanup`];
 //! - worker start and exit, the probe timer and probe connections (active health checks):
@@ -29,7 +29,7 @@
 //! (`scripts/module-layers.py`).
 //!
 //! Inside `ffi/`, `unsafe` sits where a primitive of nginx is wrapped, each stating its safety
-//! argument once (the invariant in the handle type's doc, `// SAFETY:` at the block), in seven
+//! argument once (the invariant in the handle type's doc, `// SAFETY:` at the block), in six
 //! files, each one kind of nginx structure, with the safe logic that used to sit beside it moved
 //! into safe files next to it:
 //! - `process.rs`: the process — its globals (clocks, the running cycle and its log, the process
@@ -56,9 +56,11 @@
 //!   `peer.data` read as the round-robin list for a [`probe::Balancer`], and per request the peer
 //!   connection and the balancer wrapper's trampolines (`upstream/list.rs` and `balancer.rs` are
 //!   safe code on them);
-//! - `request.rs` (the request: its context slot, upstream, variables, subrequests, its peer
-//!   connection) and `content.rs` (content handlers, request bodies, output filters, the variable
-//!   handler and its value slot, variable registration), the request-time trampolines with them.
+//! - `request/mod.rs`: the request — [`request::Req`] with its views and the accesses that write
+//!   into a request or call nginx (context slot, variables, subrequests, body, a sent answer, its
+//!   peer connection), and the trampolines of content handlers, request bodies, output filters
+//!   and variables (`request/read.rs`, `request/hooks.rs` and `variables.rs` are safe code on
+//!   them).
 //!
 //! The other files hold no `unsafe {}` (`zone.rs` and `health.rs` one `unsafe impl ZoneShared`
 //! each, `peers/slab.rs` an `unsafe impl Zeroed` for each structure it allocates: the type's own
@@ -66,7 +68,6 @@
 
 pub mod balancer;
 pub mod conf;
-pub mod content;
 pub mod counters;
 pub mod health;
 pub mod log;

@@ -8,8 +8,8 @@ use upstrand_core::upstrand::status::Answer;
 use upstrand_core::upstrand::trace;
 
 use super::{attach, find_ctx, log_walk, part_name, rng, Mode, Part, Role, Walk};
-use crate::ffi::content::{next_body, next_header, Chain, Filters};
 use crate::ffi::request::Req;
+use crate::ffi::request::{next_body, next_header, Chain, Filters};
 use crate::ffi::{current_msec, Status};
 
 /// Makes the answer of subrequest `r` the root's response: copy the headers and send them down
