@@ -90,9 +90,12 @@ impl Req {
         field: impl FnOnce(&ngx_http_request_t) -> &ngx_str_t,
         f: impl FnOnce(&[u8]) -> T,
     ) -> T {
-        // SAFETY: see `from_ptr`; the request's strings live as long as it, the configuration's
-        // as long as the cycle; the slice lives only during `f`.
-        self.get(|r| f(unsafe { bytes(field(r)) }))
+        self.get(|r| {
+            let s = field(r);
+            // SAFETY: see `from_ptr`; the request's strings live as long as it, the
+            // configuration's as long as the cycle; the slice lives only during `f`.
+            f(unsafe { bytes(s) })
+        })
     }
 
     /// Lends `f` the request's upstream, with its state and configuration (None without an
@@ -245,19 +248,16 @@ impl Req {
         // SAFETY: the request's connection is live; ngx_connection_local_sockaddr fills
         // `local_sockaddr` with the accepting socket's address (getsockname on a wildcard
         // listener) and leaves it pointing at `local_socklen` bytes of it.
-        unsafe {
+        let sa = unsafe {
             if c.is_null()
                 || ngx_connection_local_sockaddr(c, ptr::null_mut(), 0) != Status::NGX_OK.0
                 || (*c).local_sockaddr.is_null()
             {
                 return None;
             }
-            let (sa, len) = (
-                (*c).local_sockaddr.cast::<u8>(),
-                (*c).local_socklen as usize,
-            );
-            Some(f(slice::from_raw_parts(sa, len)))
-        }
+            slice::from_raw_parts((*c).local_sockaddr.cast(), (*c).local_socklen as usize)
+        };
+        Some(f(sa))
     }
 
     /// nginx's text of the client's address (`unix:` on a unix socket).
@@ -424,13 +424,13 @@ extern "C" fn content<H: ContentHandler>(r: *mut ngx_http_request_t) -> ngx_int_
 }
 
 extern "C" fn body_read<B: BodyReader>(r: *mut ngx_http_request_t) {
-    // SAFETY: nginx calls this once the body was read, with the request alive; finalizing it
-    // is this callback's job.
-    unsafe {
-        if let Some(req) = Req::from_ptr(r) {
-            ngx_http_finalize_request(r, B::body_read(req).0);
-        }
-    }
+    // SAFETY: nginx calls this once the body was read, with the request alive.
+    let Some(req) = (unsafe { Req::from_ptr(r) }) else {
+        return;
+    };
+    let rc = B::body_read(req);
+    // SAFETY: the request is live; finalizing it is this callback's job.
+    unsafe { ngx_http_finalize_request(r, rc.0) };
 }
 
 static mut NEXT_HEADER: ngx_http_output_header_filter_pt = None;
