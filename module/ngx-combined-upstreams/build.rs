@@ -1,6 +1,6 @@
 //! Version cfgs of the module: `nginxX_Y_Z` is set when the nginx the module builds against (as
 //! `nginx-sys` found it: `DEP_NGINX_VERSION_NUMBER`) is X.Y.Z or newer. Code that depends on the nginx
-//! version is conditional on these, e.g. `#[cfg(nginx1_29_3)]` in `src/ffi/request.rs`.
+//! version is conditional on these, e.g. `#[cfg(nginx1_29_3)]` in `src/ffi/request/read.rs`.
 
 /// (first nginx version, cfg name), as `nginx_version` numbers.
 const VERSION_CHECKS: &[(u64, &str)] = &[

@@ -70,6 +70,16 @@ pub struct TryEnd {
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub struct Counters(pub(in crate::ffi) NonNull<Slot>);
 
+impl Counters {
+    /// # Safety
+    /// `p` is null or a [`Slot`] in a zone (a slab allocation, `SlabLocked::calloc_slot` or
+    /// `SlabLocked::alloc_peer`), alive while the handle is used (it is freed with its peer).
+    #[inline]
+    pub(crate) unsafe fn from_ptr(p: *mut Slot) -> Option<Counters> {
+        NonNull::new(p).map(Counters)
+    }
+}
+
 #[deny(
     clippy::indexing_slicing,
     clippy::unwrap_used,

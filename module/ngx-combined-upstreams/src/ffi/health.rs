@@ -6,7 +6,7 @@
 //! health (`upstrand_core::live::probe::HealthState`) and the probe's counters (`ProbeCounts`,
 //! the `health_checks` of the server's statistics; the other counters and the ids are
 //! per peer, `ffi/counters.rs`). It is a slab array with its own rwlock (a
-//! `ffi/shm.rs` [`ZoneTable`]: this file is safe code on the zone primitives there), used
+//! `ffi/pool/shm.rs` [`ZoneTable`]: this file is safe code on the zone primitives there), used
 //! only by the probe code and `GET` (never by a peer selection): read-held to copy it out,
 //! write-held (with a deadline, like every write side in the zone) to change a record in place
 //! or to swap in a rebuilt array. Only the prober that holds the lease rebuilds it (once per

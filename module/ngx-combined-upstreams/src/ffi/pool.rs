@@ -1,22 +1,47 @@
-//! nginx's allocators. Pools: the `ngx` crate's [`Pool`] handle plus what it lacks here —
-//! allocations that report out of memory (`Pool::allocate` writes through a null pointer when
-//! the pool is full), plain data without a cleanup entry, and [`PoolCell`], a handle on plain
-//! data in a pool. A zone's slab pool: [`Slab`], its held mutex [`SlabLocked`] and the owned
-//! zeroed allocations made under it ([`SlabBox`]), on which `peers/slab.rs` is safe code.
+//! nginx's memory, every raw access to it in one file: the bytes of its strings ([`bytes`]),
+//! pools (the `ngx` crate's [`Pool`] plus allocations that report out of memory, plain data
+//! without a cleanup entry, [`PoolCell`]), and shared memory — a zone's slab pool ([`Slab`], its
+//! held mutex [`SlabLocked`], owned zeroed allocations [`SlabBox`]; `peers/slab.rs` is safe code
+//! on them), an upstream's zone ([`shm::ShmZone`]) and the module's own blocks in it. The types
+//! of shared memory are declared in the safe child [`shm`], with their safe logic; their raw
+//! accesses are below.
 
 use core::ffi::c_void;
-use core::mem::{size_of, ManuallyDrop};
+use core::mem::size_of;
 use core::ops::{Deref, DerefMut};
 use core::ptr::{self, NonNull};
+use core::slice;
 
-use ngx::core::Pool;
+use core::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use ngx::core::{Pool, Status};
 use ngx::ffi::{
-    ngx_pagesize, ngx_pagesize_shift, ngx_pool_cleanup_add, ngx_pool_t, ngx_shmtx_lock,
-    ngx_shmtx_unlock, ngx_slab_calloc, ngx_slab_calloc_locked, ngx_slab_free_locked,
-    ngx_slab_pool_t, ngx_slab_stat_t, ngx_str_t,
+    ngx_atomic_t, ngx_int_t, ngx_pagesize, ngx_pagesize_shift, ngx_pool_cleanup_add, ngx_pool_t,
+    ngx_rwlock_rlock, ngx_rwlock_unlock, ngx_shm_zone_t, ngx_shmtx_lock, ngx_shmtx_unlock,
+    ngx_slab_calloc, ngx_slab_calloc_locked, ngx_slab_free, ngx_slab_free_locked, ngx_slab_stat_t,
+    ngx_str_t,
 };
 
+use self::shm::{RwWord, ShmZone, ZoneData, ZoneInit, ZoneInitFn, ZoneRef, ZoneShared, ZoneTable};
+pub use self::shm::{Slab, SlabBox, SlabLocked, SlabPages, Zeroed};
+use super::counters::{Counters, Slot};
 use super::peers::Peer;
+
+pub mod shm;
+
+/// The bytes of an `ngx_str_t` (empty for a null pointer).
+///
+/// # Safety
+/// `s.data` must point to `s.len` readable bytes (or `s.len` must be 0) for `'a`.
+#[inline]
+pub(crate) unsafe fn bytes<'a>(s: &ngx_str_t) -> &'a [u8] {
+    if s.len == 0 || s.data.is_null() {
+        return &[];
+    }
+    // SAFETY: guaranteed by the caller.
+    unsafe { slice::from_raw_parts(s.data, s.len) }
+}
 
 /// The `ngx` crate's handle of a pool nginx keeps alive (the configuration's or a request's).
 ///
@@ -164,26 +189,7 @@ pub fn add_cleanup<C: Cleanup>(pool: &Pool, data: usize) -> bool {
     true
 }
 
-/// The slab pool at the start of a shared-memory zone (`ngx_slab_pool_t`).
-///
-/// Invariant (made only by [`Slab::from_ptr`]): the pool of a live zone, alive as long as the
-/// handle is used (the configuration's cycle); its words other than the set-once `start` and
-/// `end` are read and written only under its mutex ([`SlabLocked`]).
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub struct Slab(NonNull<ngx_slab_pool_t>);
-
 impl Slab {
-    /// # Safety
-    /// `p` is null or the slab pool at the start of a live shared-memory zone (`shm.addr`),
-    /// alive as long as the handle is used (the configuration's cycle).
-    pub unsafe fn from_ptr(p: *mut ngx_slab_pool_t) -> Option<Slab> {
-        NonNull::new(p).map(Slab)
-    }
-
-    pub(in crate::ffi) fn raw(self) -> *mut ngx_slab_pool_t {
-        self.0.as_ptr()
-    }
-
     /// Allocates zeroed memory for a `T` in the zone; None when the zone is full. Takes the
     /// pool's mutex itself.
     pub fn calloc<T>(self) -> Option<NonNull<T>> {
@@ -198,18 +204,8 @@ impl Slab {
         NonNull::new(unsafe { ngx::ffi::ngx_slab_alloc(self.raw(), n) }.cast::<u8>())
     }
 
-    /// The pool, for `ngx_slab_free` of what [`Self::alloc_bytes`] returned.
-    pub(crate) fn raw_pool(self) -> *mut ngx_slab_pool_t {
-        self.raw()
-    }
-
-    /// True when `addr` is inside the zone (the pool is at its start, `end` at its end).
-    pub(in crate::ffi) fn contains(self, addr: usize) -> bool {
-        (self.raw() as usize..self.end()).contains(&addr)
-    }
-
     /// The end of the zone (`end`, set once by ngx_slab_init).
-    fn end(self) -> usize {
+    pub(super) fn end(self) -> usize {
         // SAFETY: the pool is live (handle); `end` is a plain word written once at init.
         unsafe { (*self.raw()).end as usize }
     }
@@ -222,21 +218,6 @@ impl Slab {
     }
 }
 
-/// A held slab mutex (made only by [`Slab::lock`], released on drop).
-pub struct SlabLocked(Slab);
-
-/// The page words of a slab pool, read under its mutex ([`SlabLocked::pages`]).
-pub struct SlabPages {
-    /// `start`: the first page's address.
-    pub start: usize,
-    /// `end`: the end of the zone.
-    pub end: usize,
-    /// `pfree`: free pages.
-    pub pfree: u64,
-    /// nginx's page size (`ngx_pagesize`).
-    pub page: u64,
-}
-
 #[deny(
     clippy::indexing_slicing,
     clippy::unwrap_used,
@@ -245,11 +226,6 @@ pub struct SlabPages {
     clippy::arithmetic_side_effects
 )]
 impl SlabLocked {
-    /// The pool.
-    pub fn slab(&self) -> Slab {
-        self.0
-    }
-
     /// The pool's page words now.
     pub fn pages(&self) -> SlabPages {
         let pool = self.0.raw();
@@ -294,21 +270,7 @@ impl SlabLocked {
         }
     }
 
-    /// A zeroed `T` in the zone, owned by the box until [`SlabBox::into_raw`]; None when the
-    /// zone is full.
-    pub fn calloc<T: Zeroed>(&self) -> Option<SlabBox<'_, T>> {
-        let p = self.calloc_raw(size_of::<T>())?;
-        Some(SlabBox(p.cast::<T>(), self))
-    }
-
-    /// `n` zeroed bytes in the zone (at least one byte is allocated), owned like
-    /// [`Self::calloc`]'s; None when the zone is full.
-    pub fn calloc_bytes(&self, n: usize) -> Option<SlabBox<'_, [u8]>> {
-        let p = self.calloc_raw(n.max(1))?;
-        Some(SlabBox(NonNull::slice_from_raw_parts(p, n), self))
-    }
-
-    fn calloc_raw(&self, n: usize) -> Option<NonNull<u8>> {
+    pub(super) fn calloc_raw(&self, n: usize) -> Option<NonNull<u8>> {
         // SAFETY: the pool is live and its mutex held (guard); the memory returned is zeroed,
         // aligned for any structure, or null.
         NonNull::new(unsafe { ngx_slab_calloc_locked(self.0.raw(), n) }.cast::<u8>())
@@ -352,31 +314,6 @@ impl Drop for SlabLocked {
     }
 }
 
-/// Types that all-zero bytes make a valid value (plain C structures of integers and pointers,
-/// structures of atomics), so [`SlabLocked::calloc`] can hand one out as `&mut`.
-///
-/// # Safety
-/// The all-zero bit pattern is a valid `Self`, and `Self` needs no drop.
-pub unsafe trait Zeroed {}
-
-/// A zeroed allocation in a zone's slab that this process alone reaches: freed (under the
-/// held mutex, which the box borrows) when dropped, or handed to the zone's structures with
-/// [`SlabBox::into_raw`]. Invariant: the pointer is a live slab allocation of the locked pool,
-/// holding a valid `T`, reached by nobody else until `into_raw`.
-pub struct SlabBox<'a, T: ?Sized>(NonNull<T>, &'a SlabLocked);
-
-impl<T: ?Sized> SlabBox<'_, T> {
-    /// The address (for a structure that points at itself).
-    pub fn as_ptr(&self) -> *mut T {
-        self.0.as_ptr()
-    }
-
-    /// Gives the allocation to the zone: no longer freed here (the zone's owner frees it).
-    pub fn into_raw(self) -> NonNull<T> {
-        ManuallyDrop::new(self).0
-    }
-}
-
 impl<T: ?Sized> Deref for SlabBox<'_, T> {
     type Target = T;
     fn deref(&self) -> &T {
@@ -397,5 +334,167 @@ impl<T: ?Sized> Drop for SlabBox<'_, T> {
         // SAFETY: a slab allocation of the pool (invariant) that nobody else reaches, freed
         // once; the borrowed guard is alive, so the mutex is held.
         unsafe { ngx_slab_free_locked(self.1 .0.raw(), self.0.as_ptr().cast()) };
+    }
+}
+
+// ---- the module's blocks in a zone, and the zone (`shm.rs` is the safe code on them) -------
+
+/// [`shm::wlock_word`] on an `ngx_rwlock` word of nginx's (the lists' locks).
+///
+/// # Safety
+/// `lock` is an `ngx_rwlock` word in memory shared by the workers, live for the call.
+pub unsafe fn wlock_until(lock: *mut ngx_atomic_t, deadline: Instant) -> bool {
+    // SAFETY: caller; the word is only ever used atomically (nginx's functions use the CPU's
+    // atomic instructions on it, as `AtomicU64` does) and is suitably aligned (ngx_atomic_t).
+    shm::wlock_word(unsafe { AtomicU64::from_ptr(lock) }, deadline)
+}
+
+impl RwWord {
+    /// Takes the read side with nginx's `ngx_rwlock_rlock` (spins while it is write-held).
+    pub fn rlock(&self) {
+        // SAFETY: a live lock word, used only atomically (as nginx's functions do).
+        unsafe { ngx_rwlock_rlock(self.0.as_ptr()) };
+    }
+
+    /// Releases the side this process took (nginx's `ngx_rwlock_unlock`).
+    pub fn unlock(&self) {
+        // SAFETY: a live lock word, used only atomically.
+        unsafe { ngx_rwlock_unlock(self.0.as_ptr()) };
+    }
+}
+
+impl<T: ZoneShared> ZoneRef<T> {
+    /// The block.
+    pub fn get(&self) -> &T {
+        // SAFETY: made zeroed by `calloc` (a valid T, ZoneShared) in a zone that outlives the
+        // handle; a shared reference is sound (ZoneShared: what others write is atomic).
+        unsafe { self.0.as_ref() }
+    }
+}
+
+impl<T: Copy> ZoneTable<T> {
+    /// Runs `f` on the records; called only with a side of the lock held.
+    fn with_records<R>(&self, f: impl FnOnce(&[T]) -> R) -> R {
+        match self.raw() {
+            // SAFETY: `array` holds `len` initialised records (both set together under the
+            // write side, by `replace_until`), stable while the caller holds a side of the lock.
+            Some((p, len)) => f(unsafe { slice::from_raw_parts(p.as_ptr(), len) }),
+            None => f(&[]),
+        }
+    }
+
+    /// Runs `f` on the records; called only with the write side held.
+    fn with_records_mut<R>(&self, f: impl FnOnce(&mut [T]) -> R) -> R {
+        match self.raw() {
+            // SAFETY: as in `with_records`; the write side excludes every other reader and
+            // writer, so the slice is the only access meanwhile.
+            Some((p, len)) => f(unsafe { slice::from_raw_parts_mut(p.as_ptr(), len) }),
+            None => f(&mut []),
+        }
+    }
+
+    /// Makes the records a copy of `new`, allocated in `slab` (the zone that holds the table)
+    /// before the lock is taken; `carry(old, new)` runs under the write side (to carry state
+    /// over from the old records; must not panic or allocate). The old array is freed after the
+    /// swap. False (nothing changed) when the table is not in `slab`'s zone, the zone is full
+    /// or the lock stays taken.
+    pub fn replace_until(
+        &self,
+        slab: Slab,
+        new: &[T],
+        deadline: Instant,
+        carry: impl FnOnce(&[T], &mut [T]),
+    ) -> bool {
+        if !slab.contains(ptr::from_ref(self) as usize) {
+            return false;
+        }
+        let bytes = size_of::<T>() * new.len().max(1);
+        let Some(fresh) = slab.alloc_bytes(bytes) else {
+            return false;
+        };
+        let fresh = fresh.cast::<T>();
+        // SAFETY: `fresh` has room for new.len() records, is aligned for any structure (slab)
+        // and overlaps nothing.
+        unsafe { ptr::copy_nonoverlapping(new.as_ptr(), fresh.as_ptr(), new.len()) };
+        if !self.lock.wlock_until(deadline) {
+            // SAFETY: allocated above from this zone's pool, never shared.
+            unsafe { ngx_slab_free(slab.raw(), fresh.as_ptr().cast()) };
+            return false;
+        }
+        let old = self.raw();
+        self.with_records(|old| {
+            // SAFETY: `fresh` holds new.len() records written above, seen by nobody else yet.
+            let f = unsafe { slice::from_raw_parts_mut(fresh.as_ptr(), new.len()) };
+            carry(old, f);
+        });
+        self.array.store(fresh.as_ptr(), Ordering::Relaxed);
+        self.len.store(new.len(), Ordering::Relaxed);
+        self.lock.unlock();
+        if let Some((old, _)) = old {
+            // SAFETY: the old array is no longer reachable (swapped under the write side; every
+            // reader copies under the read side); it was allocated from this zone's pool.
+            unsafe { ngx_slab_free(slab.raw(), old.as_ptr().cast()) };
+        }
+        true
+    }
+}
+
+extern "C" fn zone_init<Z: ZoneInit>(
+    shm_zone: *mut ngx_shm_zone_t,
+    data: *mut c_void,
+) -> ngx_int_t {
+    // SAFETY: nginx passes the zone it is creating, of the configuration being started.
+    match unsafe { ShmZone::from_ptr(shm_zone) } {
+        Some(z) => Z::init(z, ZoneData(data)).0,
+        None => Status::NGX_ERROR.0,
+    }
+}
+
+impl ZoneInitFn {
+    /// Runs it for `z`, the zone it was read from, with nginx's `data`.
+    pub fn call(self, z: ShmZone, data: ZoneData) -> Status {
+        match self.0 {
+            // SAFETY: the zone module's init, called with nginx's own arguments.
+            Some(f) => Status(unsafe { f(z.raw(), data.0) }),
+            None => Status::NGX_ERROR,
+        }
+    }
+}
+
+impl ShmZone {
+    /// The zone's name.
+    pub fn name(self) -> String {
+        // SAFETY: the zone and its name live as long as the configuration (handle).
+        String::from_utf8_lossy(unsafe { bytes(&(*self.raw()).shm.name) }).into_owned()
+    }
+
+    /// The zone's `init`, to call from a wrapper.
+    pub fn init_fn(self) -> ZoneInitFn {
+        // SAFETY: the zone is live (handle); `init` is read and written only while the
+        // configuration is parsed and the zone made, on nginx's thread.
+        ZoneInitFn(unsafe { (*self.raw()).init })
+    }
+
+    /// Makes `Z` the zone's `init`.
+    pub fn wrap_init<Z: ZoneInit>(self) {
+        // SAFETY: as in `init_fn`.
+        unsafe { (*self.raw()).init = Some(zone_init::<Z>) };
+    }
+
+    /// The zone's slab pool, once the zone is mapped (`shm.addr`).
+    pub fn slab(self) -> Option<Slab> {
+        // SAFETY: the zone is live (handle); once mapped, `shm.addr` is the slab pool nginx
+        // initialised at the start of the zone.
+        unsafe { Slab::from_ptr((*self.raw()).shm.addr.cast()) }
+    }
+}
+
+impl Counters {
+    /// The slot, shared with the other workers.
+    #[inline]
+    pub(in crate::ffi) fn s(&self) -> &Slot {
+        // SAFETY: the slot is live (handle); every field is an atomic, so a shared reference is
+        // sound while other workers add to it.
+        unsafe { self.0.as_ref() }
     }
 }

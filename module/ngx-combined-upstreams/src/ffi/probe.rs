@@ -16,8 +16,8 @@
 //! `max_cached` is not 0. The module's own `init_main_conf` runs after the keepalive module's
 //! (dynamic modules come after the static ones), so the value is final when it classifies.
 //!
-//! Safe code on `conf.rs` ([`call_directive`] runs a handler on scratch configurations and
-//! shows the place of the words it wrote) and `upstream.rs`: [`Balancer::rr_list`] reads
+//! Safe code on `conf/mod.rs` ([`call_directive`] runs a handler on scratch configurations and
+//! shows the place of the words it wrote) and `upstream/mod.rs`: [`Balancer::rr_list`] reads
 //! `peer.data` as nginx's round-robin list ([`upstream::rr_list`]), which is sound only for the
 //! balancers this classification recognises, so only this file makes a [`Balancer`] (its
 //! fields are private) and sets `live` only for them.

@@ -1,6 +1,6 @@
 //! The live API's state in an upstream's zone: the per-upstream block ([`Shared`]) behind
 //! [`LiveState`] with its gate lock, and [`LiveUpstream`], the pair of that state and the
-//! upstream's zone list. Safe code on `ffi/shm.rs` (the zone itself, [`ShmZone`], and the
+//! upstream's zone list. Safe code on `ffi/pool/shm.rs` (the zone itself, [`ShmZone`], and the
 //! block, lock and link primitives). What the live API does with them (`GET`, `PUT`, retiring and sweeping
 //! peers) is `live/zone.rs`, safe code over these handles.
 //!
@@ -192,7 +192,8 @@ impl LiveUpstream {
         })
     }
 
-    /// The retired chain (used by [`ListsWrite`]'s methods with the locks held).
+    /// The retired chain (used by [`ListsWrite`](super::peers::ListsWrite)'s methods with the locks
+    /// held).
     pub(crate) fn retired(self) -> RetiredChain {
         RetiredChain::new(NonNull::from(&self.state.shared().retired))
     }

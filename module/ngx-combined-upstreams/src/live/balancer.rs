@@ -28,8 +28,9 @@
 //!   request take the list write locks).
 //!
 //! The wrapper is this file's [`LiveWrapper`] over the FFI layer's `PeerWrapper`
-//! (`ffi/balancer.rs`: the trampolines, the balancer's saved callbacks, the copies of the
-//! peer's name and address and the addresses of the tries in the request pool).
+//! (`ffi/balancer.rs`: the balancer's saved callbacks; `ffi/upstream/mod.rs`: the trampolines,
+//! the copies of the peer's name and address and the addresses of the tries in the request
+//! pool).
 
 use ngx::ffi::{ngx_uint_t, NGX_DONE, NGX_LOG_WARN, NGX_PEER_FAILED};
 use upstrand_core::live::plan::tries_in_new_set;

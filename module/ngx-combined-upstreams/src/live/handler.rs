@@ -17,8 +17,8 @@ use upstrand_core::live::{parse_put, route, Access, ApiError, Route, MAX_BODY};
 use super::with_entry;
 use super::zone::LiveUpstream;
 use crate::ffi::conf::ConfPart;
-use crate::ffi::content::{BodyError, BodyReader, ContentHandler};
 use crate::ffi::request::Req;
+use crate::ffi::request::{BodyError, BodyReader, ContentHandler};
 use crate::ffi::Status;
 
 /// An answer: status and JSON body.

@@ -1,7 +1,7 @@
 //! Active health checks of live upstreams (`probe ...;` in a zoned `upstream {}`).
 //!
 //! - One probe per server per interval for the whole nginx: every worker runs a tick timer
-//!   (`ffi/prober.rs`), and per upstream only the worker holding the lease in the zone
+//!   (`ffi/process.rs`), and per upstream only the worker holding the lease in the zone
 //!   (`ffi/health.rs`) probes; the others take the lease over when its heartbeat goes stale
 //!   (the owner died) or at once when the owner exits and gives it back.
 //! - A round (the owner, every `interval`): the set is read under the gate and the lists' read

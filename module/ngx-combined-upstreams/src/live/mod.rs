@@ -36,10 +36,10 @@ use upstrand_core::live::down;
 use upstrand_core::live::probe::ProbeConf;
 
 use crate::ffi::conf::{ConfExt, ConfPart, Directive};
-use crate::ffi::content::set_content_handler;
 use crate::ffi::peers::Peers;
 use crate::ffi::pool::Cleanup;
 use crate::ffi::probe::{self, Balancer};
+use crate::ffi::request::set_content_handler;
 use crate::ffi::upstream::{PeerInitFn, Upstream};
 use crate::ffi::zone::{LiveState, LiveUpstream, ShmZone, ZoneData, ZoneInit, ZoneInitFn};
 use crate::ffi::{command, ConfFail, Status};
@@ -162,6 +162,7 @@ pub fn with_entry<T>(
 }
 
 /// The balancer's `peer.init` and the live upstream for `us`.
+#[inline]
 pub fn lookup_peer_init(us: Upstream) -> Option<(PeerInitFn, Option<LiveUpstream>)> {
     with_entry(us.as_ptr(), |e| e.orig_init.map(|f| (f, e.live()))).flatten()
 }

@@ -27,7 +27,7 @@ use ngx::ffi::{ngx_conf_t, ngx_http_upstream_conf_t, ngx_uint_t};
 use upstrand_core::upstrand::conf::UpstrandConf;
 use upstrand_core::upstrand::select::UpstrandState;
 
-use crate::ffi::content::install_filters;
+use crate::ffi::request::install_filters;
 use crate::ffi::request::UpstreamConf;
 use crate::ffi::upstream::{PeerInitFn, Upstream};
 use crate::ffi::Status;

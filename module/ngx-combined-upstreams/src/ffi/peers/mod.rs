@@ -14,24 +14,6 @@
 //! - list: `number`, `shpool`, `rwlock`, `total_weight`, `tries`, `single`, `weighted`,
 //!   `name`, `next` (the backup list), `peer`.
 //!
-//! A peer's `down` holds the reasons it is skipped as bits (`upstrand_core::live::down`): every
-//! stock balancer reads it only as "not 0"; `GET` reports the configured bit as `down`, and a
-//! `PUT` replaces only the bits it sets, so run-time states survive it.
-//!
-//! A peer's `slow_start` holds its id (`Peer::id`, the NGINX Plus API's per-peer `id`): a field
-//! only NGINX Plus uses (open-source nginx from 1.22 to 1.30 declares it and never reads or
-//! writes it; the zone module's copy of a configured peer copies its 0). Ids are given by
-//! [`ListsWrite::assign_ids`] when the zone is made and by [`SlabLocked::alloc_peer`] for a
-//! peer a `PUT` adds, from the upstream's counter in the zone (`Shared::next_id`), so the
-//! upstream never gives an id twice (until a reload makes a new zone).
-//!
-//! A peer's `start_time` (also NGINX Plus's alone) holds the address of its statistics
-//! counters in the zone (`ffi/counters.rs`), made and freed with the peer.
-//!
-//! A retired peer's `max_conns` holds the time it was retired (`ngx_current_msec`, a monotonic
-//! clock shared by the workers): only a selection reads `max_conns`, and a retired peer is in no
-//! list, so nothing selects it again ([`ListsWrite::retire`], [`ListsRead::retired`]).
-//!
 //! nginx 1.27.3+ (cfg `nginx1_27_3`): the zone module resolves `server NAME resolve` names
 //! itself and rewrites the lists from a timer in every worker (`peers->resolve` holds those
 //! servers, `peer->host`, `peers->config`), without the live API's gate. An upstream whose
@@ -62,40 +44,11 @@
 //! here hand it out as `&mut` for one call (`ListsWrite::peer_mut`) and the write side
 //! (`write.rs`, the counters' part in `ffi/counters.rs`) is safe code on them.
 //!
-//! Freeing: a peer leaves the zone only through [`ListsWrite::free_unlinked`], which checks the
-//! unlinked mark (the peer's `next` points at itself: set when [`SlabLocked::alloc_peer`] makes it,
-//! when [`ListsWrite::set_lists`] takes it out of the lists and when the sweep takes it off the
-//! retired chain; overwritten whenever it is linked) and that it is not in use. So no safe call
-//! frees a peer that a list or the chain still holds; `SlabLocked::free_peer` itself stays `unsafe`
-//! (in `ffi/pool.rs`).
-//!
-//! Write locks: nginx's rwlocks have no owner and no recovery (a worker that dies holding one
-//! leaves it held), so the API never takes a write side with `ngx_rwlock_wlock`, which spins
-//! forever: [`wlock_until`] spins and yields on the same lock word until a deadline and reports
-//! failure (the `PUT` then answers 503 and changes nothing, a sweep of retired peers waits for
-//! the next chance). Read sides are taken with nginx's own `ngx_rwlock_rlock`, which the lock
-//! word format therefore stays compatible with.
-//!
-//! Panic-free write sections: a write side held when the process aborts (the release profile has
-//! `panic = "abort"`) would never be released, stopping every worker's selections for good. So the
-//! code that runs with a write side held — [`ListsWrite`]'s and [`SlabLocked`]'s methods (here, in
-//! `slab.rs` and `ffi/pool.rs`) and `LiveUpstream::swap`/`sweep` in `live/zone.rs` — allocates
-//! nothing (no `Vec`, `String`, `format!`: buffers and names are prepared before the locks are
-//! taken), indexes nothing, unwraps nothing and does no overflow-checked arithmetic. `clippy`
-//! checks the last three (`#[deny(...)]` on those items: `indexing_slicing`, `unwrap_used`,
-//! `expect_used`, `panic`, `arithmetic_side_effects`, ...); allocation is a review item.
-//!
-//! Memory: every peer of a zone is a slab allocation with its `sockaddr` (`ngx_sockaddr_t`),
-//! `name.data` (`NGX_SOCKADDR_STRLEN` bytes), `server.data` and, once an SSL session was saved,
-//! `ssl_session` (in nginx builds with sticky sessions, 1.29.6+ by default, cfg
-//! `ngx_upstream_sid`: a `sid` buffer of 32 bytes) as separate slab allocations — the layout
-//! `ngx_http_upstream_zone_module` gives the peers it copies, so one `SlabLocked::free_peer`
-//! frees both kinds — and the module's statistics slot (`start_time`, 120 bytes), given to the
-//! copied peers when the zone is made ([`ListsWrite::attach_counters`]).
-//!
 //! Files: this one holds the list handle ([`Peers`]) with its read guards, a peer's reads and the
-//! write side's primitives; `write.rs` ([`ListsWrite`]'s changes), `peer.rs` ([`Peer`]'s reads) and
-//! `slab.rs` (what a `PUT` allocates) are safe code on it and on `ffi/pool.rs` ([`Slab`]).
+//! write side's primitives; `write.rs` ([`ListsWrite`]'s changes; a retired peer, freeing, the
+//! write locks and the panic-free rule of write sections), `peer.rs` ([`Peer`]'s reads; the
+//! fields a peer's `down` bits, id and counters are kept in) and `slab.rs` (what a `PUT`
+//! allocates; the memory of a peer) are safe code on it and on `ffi/pool.rs` ([`Slab`]).
 
 mod peer;
 mod slab;
@@ -116,7 +69,7 @@ pub use peer::Peer;
 pub use slab::{peer_layout, Slab, SlabLocked};
 
 use super::counters::Counters;
-use super::shm::wlock_until;
+use super::pool::wlock_until;
 pub use write::{ListsWrite, Retired, RetiredChain};
 
 /// `AF_INET`, `AF_INET6`, `AF_UNIX` as the socket structures store them.
@@ -211,7 +164,7 @@ impl Peers {
 
 /// Reads of a peer (raw place reads: other workers' balancers write a peer under their list's
 /// read lock, so these are snapshots). Sound for a [`Peer`] handle: it is used only while the
-/// peer cannot be freed (see the module comment), and `name`, `sockaddr` and `socklen`, the
+/// peer cannot be freed (see the module comment of `write.rs`), and `name`, `sockaddr` and `socklen`, the
 /// id (`slow_start`) and the counters' address (`start_time`) are written only before the peer
 /// is linked (by nginx or by [`SlabLocked::alloc_peer`]) or when the zone is made.
 impl Peer {
@@ -313,7 +266,7 @@ impl ListsRead {
         let mut out = Vec::new();
         // SAFETY: the chain changes only under both write locks, excluded by these read locks;
         // every non-null link is a retired peer of this zone (live until freed under the write
-        // locks); its `max_conns` holds its retirement time (see the module comment).
+        // locks); its `max_conns` holds its retirement time (see `write.rs`).
         unsafe {
             let mut p = (*chain.0.as_ptr()).0.load(Ordering::Relaxed);
             while let Some(peer) = NonNull::new(p).map(Peer) {

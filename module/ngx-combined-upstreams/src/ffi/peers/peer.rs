@@ -3,6 +3,21 @@
 //! lock), its id (`slow_start`), and the `down` bits a `PUT` sets: safe code on the peer's
 //! reads in `peers/mod.rs` (`Peer::fields`, `with_name`, `with_sockaddr`; also its counters,
 //! `passive` and the chosen peer). Writes go through `ListsWrite::peer_mut` (`peers/mod.rs`).
+//!
+//! A peer's `down` holds the reasons it is skipped as bits (`upstrand_core::live::down`): every
+//! stock balancer reads it only as "not 0"; `GET` reports the configured bit as `down`, and a
+//! `PUT` replaces only the bits it sets, so run-time states survive it.
+//!
+//! A peer's `slow_start` holds its id (`Peer::id`, the NGINX Plus API's per-peer `id`): a field
+//! only NGINX Plus uses (open-source nginx from 1.22 to 1.30 declares it and never reads or writes
+//! it; the zone module's copy of a configured peer copies its 0). Ids are given by
+//! [`ListsWrite::assign_ids`](super::ListsWrite::assign_ids) when the zone is made and by
+//! [`SlabLocked::alloc_peer`](super::SlabLocked::alloc_peer) for a peer a `PUT` adds, from the
+//! upstream's counter in the zone (`Shared::next_id`), so the upstream never gives an id twice
+//! (until a reload makes a new zone).
+//!
+//! A peer's `start_time` (also NGINX Plus's alone) holds the address of its statistics
+//! counters in the zone (`ffi/counters.rs`), made and freed with the peer.
 
 use core::mem::size_of;
 use core::ptr::NonNull;
@@ -14,8 +29,9 @@ use upstrand_core::live::{down, Addr, Current, Server};
 use super::{AF_INET, AF_INET6, AF_UNIX};
 
 /// One peer (`ngx_http_upstream_rr_peer_t`) of a zone: a member of a list or a retired peer.
-/// Made only from a list under its lock or by [`SlabLocked::alloc_peer`]; used only while it
-/// cannot be freed (see the module comment).
+/// Made only from a list under its lock or by
+/// [`SlabLocked::alloc_peer`](super::SlabLocked::alloc_peer); used only while it cannot be freed
+/// (see `peers/mod.rs` and `peers/write.rs`).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub struct Peer(pub(in crate::ffi) NonNull<ngx_http_upstream_rr_peer_t>);
 

@@ -2,6 +2,15 @@
 //! ([`peer_layout`]), backup lists and counters' slots — and the slab pool's figures: safe code
 //! on `ffi/pool.rs`'s slab primitives ([`Slab`], the held mutex [`SlabLocked`], owned zeroed
 //! allocations `SlabBox`); a peer is freed by `SlabLocked::free_peer` there.
+//!
+//! Memory: every peer of a zone is a slab allocation with its `sockaddr` (`ngx_sockaddr_t`),
+//! `name.data` (`NGX_SOCKADDR_STRLEN` bytes), `server.data` and, once an SSL session was saved,
+//! `ssl_session` (in nginx builds with sticky sessions, 1.29.6+ by default, cfg `ngx_upstream_sid`:
+//! a `sid` buffer of 32 bytes) as separate slab allocations — the layout
+//! `ngx_http_upstream_zone_module` gives the peers it copies, so one `SlabLocked::free_peer` frees
+//! both kinds — and the module's statistics slot (`start_time`, 120 bytes), given to the copied
+//! peers when the zone is made
+//! ([`ListsWrite::attach_counters`](super::ListsWrite::attach_counters)).
 
 use core::mem::size_of;
 use std::net::SocketAddr;

@@ -1,7 +1,37 @@
 //! The write side of a zone's lists: [`ListsWrite`] (both lists' write locks held; every change
 //! of a `PUT`, a health or slow start change and the retired chain's upkeep) and the retired
-//! chain's head ([`Retired`], [`RetiredChain`]). Panic-free under the locks (see `peers/mod.rs`).
+//! chain's head ([`Retired`], [`RetiredChain`]). Panic-free under the locks (below).
 //! Safe code on the write side's primitives in `peers/mod.rs` (`ListsWrite::peer_mut`, ...).
+//!
+//! A retired peer's `max_conns` holds the time it was retired (`ngx_current_msec`, a monotonic
+//! clock shared by the workers): only a selection reads `max_conns`, and a retired peer is in no
+//! list, so nothing selects it again ([`ListsWrite::retire`],
+//! [`ListsRead::retired`](super::ListsRead::retired)).
+//!
+//! Freeing: a peer leaves the zone only through [`ListsWrite::free_unlinked`], which checks the
+//! unlinked mark (the peer's `next` points at itself: set when
+//! [`SlabLocked::alloc_peer`](super::SlabLocked::alloc_peer) makes it, when
+//! [`ListsWrite::set_lists`] takes it out of the lists and when the sweep takes it off the retired
+//! chain; overwritten whenever it is linked) and that it is not in use. So no safe call frees a
+//! peer that a list or the chain still holds; `SlabLocked::free_peer` itself stays `unsafe` (in
+//! `ffi/pool.rs`).
+//!
+//! Write locks: nginx's rwlocks have no owner and no recovery (a worker that dies holding one
+//! leaves it held), so the API never takes a write side with `ngx_rwlock_wlock`, which spins
+//! forever: [`wlock_until`](crate::ffi::pool::wlock_until) spins and yields on the same lock word
+//! until a deadline and reports failure (the `PUT` then answers 503 and changes nothing, a sweep of
+//! retired peers waits for the next chance). Read sides are taken with nginx's own
+//! `ngx_rwlock_rlock`, which the lock word format therefore stays compatible with.
+//!
+//! Panic-free write sections: a write side held when the process aborts (the release profile has
+//! `panic = "abort"`) would never be released, stopping every worker's selections for good. So the
+//! code that runs with a write side held — [`ListsWrite`]'s and [`SlabLocked`]'s methods (here, in
+//! `peers/mod.rs`, `slab.rs` and `ffi/pool.rs`) and `LiveUpstream::swap`/`sweep` in `live/zone.rs`
+//! — allocates nothing (no `Vec`, `String`, `format!`: buffers and names are prepared before the
+//! locks are taken), indexes nothing, unwraps nothing and does no overflow-checked arithmetic.
+//! `clippy` checks the last three (`#[deny(...)]` on those items: `indexing_slicing`,
+//! `unwrap_used`, `expect_used`, `panic`, `arithmetic_side_effects`, ...); allocation is a review
+//! item.
 
 use core::ptr::{self, NonNull};
 use core::sync::atomic::AtomicPtr;

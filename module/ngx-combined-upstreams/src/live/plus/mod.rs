@@ -22,7 +22,7 @@ use upstrand_core::plus::route::{action, route, Action, Method};
 use upstrand_core::plus::{PlusError, MAX_BODY};
 
 use crate::ffi::conf::ConfPart;
-use crate::ffi::content::ContentHandler;
+use crate::ffi::request::ContentHandler;
 use crate::ffi::request::Req;
 use crate::ffi::Status;
 

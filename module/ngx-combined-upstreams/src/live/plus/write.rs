@@ -12,8 +12,8 @@ use upstrand_core::plus::{is_generation_conflict, PlusError, MAX_BODY, WRITE_ATT
 
 use super::read::live_view;
 use super::{send, Answer};
-use crate::ffi::content::{BodyError, BodyReader};
 use crate::ffi::request::Req;
+use crate::ffi::request::{BodyError, BodyReader};
 use crate::ffi::Status;
 
 /// The write once its body was read.

@@ -8,8 +8,8 @@ use upstrand_core::upstrand::status::Answer;
 use upstrand_core::upstrand::trace;
 
 use super::{attach, find_ctx, log_walk, part_name, rng, Mode, Part, Role, Walk};
-use crate::ffi::content::{next_body, next_header, Chain, Filters};
 use crate::ffi::request::Req;
+use crate::ffi::request::{next_body, next_header, Chain, Filters};
 use crate::ffi::{current_msec, Status};
 
 /// Makes the answer of subrequest `r` the root's response: copy the headers and send them down
@@ -49,6 +49,9 @@ impl Filters for WalkFilters {
     }
 }
 
+// Out of line: the filter trampoline stays a thin call, and this body is optimised on its own
+// (callgrind.sh: inlined into the trampoline it cost more instructions per request).
+#[inline(never)]
 fn header_filter(r: Req) -> Status {
     let Some(ctx) = find_ctx(r) else {
         return next_header(r);
@@ -152,6 +155,7 @@ fn final_answer(r: Req, ctx: Part) -> Status {
     }
 }
 
+#[inline(never)]
 fn body_filter(req: Req, chain: Chain) -> Status {
     let Some(ctx) = find_ctx(req) else {
         return next_body(req, chain);

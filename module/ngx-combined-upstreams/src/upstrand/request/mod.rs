@@ -232,6 +232,7 @@ fn tree_walk(r: Req) -> Option<Walk> {
 }
 
 /// Allocates a context for `r` and records it in the walk.
+#[inline]
 fn attach(r: Req, walk: Walk, role: Role, mode: Mode) -> Option<Part> {
     let ctx = ReqCtx {
         walk,

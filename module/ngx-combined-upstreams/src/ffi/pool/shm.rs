@@ -1,4 +1,4 @@
-//! Shared memory: an upstream's zone ([`ShmZone`], with its `init` wrapper trampoline
+//! Shared memory, safe code: an upstream's zone ([`ShmZone`], with its `init` wrapper
 //! [`ZoneInit`]) and the primitives the module's own blocks in a zone are built from, so that
 //! `zone.rs` (the live state and its gate) and `health.rs` (the record table and the lease) are
 //! safe code on them:
@@ -6,41 +6,39 @@
 //!   because every field another worker writes is an atomic (the trait's contract) and blocks
 //!   are never freed before their zone;
 //! - [`RwWord`]: an `ngx_rwlock` word in such a block, taken with nginx's functions (read side)
-//!   or within a deadline ([`wlock_until`], the write side of every rwlock in a zone, the lists'
+//!   or within a deadline ([`wlock_word`], the write side of every rwlock in a zone, the lists'
 //!   too);
 //! - [`ZoneTable`]: an array of plain records in the zone's slab behind its own [`RwWord`],
 //!   copied out, changed in place or replaced under it;
 //! - [`ZoneLink`]: a pointer from one block to another block of the same zone (checked when
 //!   set).
+//!
+//! The types are declared here and their raw accesses (`unsafe {}`) are in the parent,
+//! `pool.rs`, with the rest of nginx's memory; the fields are `pub(super)`: only `pool.rs` and
+//! this file reach them.
 
 use core::ffi::c_void;
 use core::marker::PhantomData;
+use core::mem::{size_of, ManuallyDrop};
 use core::ptr::{self, NonNull};
 use core::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::time::Instant;
 
-use ngx::ffi::{
-    ngx_atomic_t, ngx_int_t, ngx_rwlock_rlock, ngx_rwlock_unlock, ngx_shm_zone_init_pt,
-    ngx_shm_zone_t, ngx_slab_free,
-};
+use ngx::ffi::{ngx_atomic_t, ngx_shm_zone_init_pt, ngx_shm_zone_t};
 
-use super::counters::{Counters, Slot};
-use super::peers::Slab;
-use super::upstream::Upstream;
-use super::{bytes, Status};
+use crate::ffi::upstream::Upstream;
+use crate::ffi::Status;
+use ngx::ffi::ngx_slab_pool_t;
 
 /// nginx's `NGX_RWLOCK_WLOCK`: the lock word of a write-held `ngx_rwlock` (0: free; otherwise
 /// the number of readers).
 const RWLOCK_WLOCK: u64 = u64::MAX;
 
-/// Takes the write side of the nginx rwlock at `lock` like `ngx_rwlock_wlock` (the same lock
-/// word transitions: 0 → `NGX_RWLOCK_WLOCK` by compare-and-swap, spinning with the CPU's pause
-/// hint in rounds of growing length, yielding the CPU between rounds), but gives up once
-/// `deadline` has passed (after at least one round): false, nothing held. Released with
-/// nginx's `ngx_rwlock_unlock`.
-///
-/// # Safety
-/// `lock` is an `ngx_rwlock` word in memory shared by the workers, live for the call.
+/// Takes the write side of the nginx rwlock `word` like `ngx_rwlock_wlock` (the same lock word
+/// transitions: 0 → `NGX_RWLOCK_WLOCK` by compare-and-swap, spinning with the CPU's pause hint
+/// in rounds of growing length, yielding the CPU between rounds), but gives up once `deadline`
+/// has passed (after at least one round): false, nothing held. Released with nginx's
+/// `ngx_rwlock_unlock`. ([`super::wlock_until`] for a lock word of nginx's.)
 #[deny(
     clippy::indexing_slicing,
     clippy::unwrap_used,
@@ -48,10 +46,7 @@ const RWLOCK_WLOCK: u64 = u64::MAX;
     clippy::panic,
     clippy::arithmetic_side_effects
 )]
-pub unsafe fn wlock_until(lock: *mut ngx_atomic_t, deadline: Instant) -> bool {
-    // SAFETY: caller; the word is only ever used atomically (nginx's functions use the CPU's
-    // atomic instructions on it, as `AtomicU64` does) and is suitably aligned (ngx_atomic_t).
-    let word = unsafe { AtomicU64::from_ptr(lock) };
+pub(super) fn wlock_word(word: &AtomicU64, deadline: Instant) -> bool {
     let try_take = || {
         word.load(Ordering::Relaxed) == 0
             && word
@@ -84,17 +79,11 @@ pub unsafe fn wlock_until(lock: *mut ngx_atomic_t, deadline: Instant) -> bool {
 /// Whoever takes a side releases it with [`Self::unlock`] (the guards of `zone.rs`, or the
 /// methods of [`ZoneTable`]).
 #[repr(transparent)]
-pub struct RwWord(AtomicU64);
+pub struct RwWord(pub(super) AtomicU64);
 
 const _: () = assert!(core::mem::size_of::<RwWord>() == core::mem::size_of::<ngx_atomic_t>());
 
 impl RwWord {
-    /// Takes the read side with nginx's `ngx_rwlock_rlock` (spins while it is write-held).
-    pub fn rlock(&self) {
-        // SAFETY: a live lock word, used only atomically (as nginx's functions do).
-        unsafe { ngx_rwlock_rlock(self.0.as_ptr()) };
-    }
-
     /// Takes the read side like `ngx_rwlock_rlock` (one more reader unless it is write-held)
     /// but gives up at `deadline`: false, nothing held.
     pub fn rlock_until(&self, deadline: Instant) -> bool {
@@ -118,16 +107,9 @@ impl RwWord {
         }
     }
 
-    /// Takes the write side within `deadline` ([`wlock_until`]); false: nothing held.
+    /// Takes the write side within `deadline` ([`wlock_word`]); false: nothing held.
     pub fn wlock_until(&self, deadline: Instant) -> bool {
-        // SAFETY: a live lock word in shared memory.
-        unsafe { wlock_until(self.0.as_ptr(), deadline) }
-    }
-
-    /// Releases the side this process took (nginx's `ngx_rwlock_unlock`).
-    pub fn unlock(&self) {
-        // SAFETY: a live lock word, used only atomically.
-        unsafe { ngx_rwlock_unlock(self.0.as_ptr()) };
+        wlock_word(&self.0, deadline)
     }
 }
 
@@ -142,19 +124,12 @@ pub unsafe trait ZoneShared {}
 
 /// A block of `T` the module made (zeroed) in a zone's slab: valid as long as the zone (the
 /// configuration's cycle; blocks are never freed), reached as `&T` ([`ZoneShared`]).
-pub struct ZoneRef<T: ZoneShared>(NonNull<T>);
+pub struct ZoneRef<T: ZoneShared>(pub(super) NonNull<T>);
 
 impl<T: ZoneShared> ZoneRef<T> {
     /// Makes a zeroed block in `slab`; None when the zone is full.
     pub fn calloc(slab: Slab) -> Option<ZoneRef<T>> {
         slab.calloc::<T>().map(ZoneRef)
-    }
-
-    /// The block.
-    pub fn get(&self) -> &T {
-        // SAFETY: made zeroed by `calloc` (a valid T, ZoneShared) in a zone that outlives the
-        // handle; a shared reference is sound (ZoneShared: what others write is atomic).
-        unsafe { self.0.as_ref() }
     }
 
     fn addr(&self) -> usize {
@@ -206,38 +181,18 @@ impl<T: ZoneShared> ZoneLink<T> {
 /// and free. Its methods never wait without bound.
 #[repr(C)]
 pub struct ZoneTable<T: Copy> {
-    lock: RwWord,
+    pub(super) lock: RwWord,
     /// The array (slab) and its length: written only with the write side held.
-    array: AtomicPtr<T>,
-    len: AtomicUsize,
+    pub(super) array: AtomicPtr<T>,
+    pub(super) len: AtomicUsize,
     _t: PhantomData<T>,
 }
 
 impl<T: Copy> ZoneTable<T> {
     /// The array and its length; stable while a side of the lock is held.
-    fn raw(&self) -> Option<(NonNull<T>, usize)> {
+    pub(super) fn raw(&self) -> Option<(NonNull<T>, usize)> {
         let p = NonNull::new(self.array.load(Ordering::Relaxed))?;
         Some((p, self.len.load(Ordering::Relaxed)))
-    }
-
-    /// Runs `f` on the records; called only with a side of the lock held.
-    fn with_records<R>(&self, f: impl FnOnce(&[T]) -> R) -> R {
-        match self.raw() {
-            // SAFETY: `array` holds `len` initialised records (both set together under the
-            // write side, by `replace_until`), stable while the caller holds a side of the lock.
-            Some((p, len)) => f(unsafe { core::slice::from_raw_parts(p.as_ptr(), len) }),
-            None => f(&[]),
-        }
-    }
-
-    /// Runs `f` on the records; called only with the write side held.
-    fn with_records_mut<R>(&self, f: impl FnOnce(&mut [T]) -> R) -> R {
-        match self.raw() {
-            // SAFETY: as in `with_records`; the write side excludes every other reader and
-            // writer, so the slice is the only access meanwhile.
-            Some((p, len)) => f(unsafe { core::slice::from_raw_parts_mut(p.as_ptr(), len) }),
-            None => f(&mut []),
-        }
     }
 
     /// A copy of the records, read under the read side taken within `deadline`; None when it
@@ -261,51 +216,6 @@ impl<T: Copy> ZoneTable<T> {
         self.lock.unlock();
         Some(out)
     }
-
-    /// Makes the records a copy of `new`, allocated in `slab` (the zone that holds the table)
-    /// before the lock is taken; `carry(old, new)` runs under the write side (to carry state
-    /// over from the old records; must not panic or allocate). The old array is freed after the
-    /// swap. False (nothing changed) when the table is not in `slab`'s zone, the zone is full
-    /// or the lock stays taken.
-    pub fn replace_until(
-        &self,
-        slab: Slab,
-        new: &[T],
-        deadline: Instant,
-        carry: impl FnOnce(&[T], &mut [T]),
-    ) -> bool {
-        if !slab.contains(ptr::from_ref(self) as usize) {
-            return false;
-        }
-        let bytes = core::mem::size_of::<T>() * new.len().max(1);
-        let Some(fresh) = slab.alloc_bytes(bytes) else {
-            return false;
-        };
-        let fresh = fresh.cast::<T>();
-        // SAFETY: `fresh` has room for new.len() records, is aligned for any structure (slab)
-        // and overlaps nothing.
-        unsafe { ptr::copy_nonoverlapping(new.as_ptr(), fresh.as_ptr(), new.len()) };
-        if !self.lock.wlock_until(deadline) {
-            // SAFETY: allocated above from this zone's pool, never shared.
-            unsafe { ngx_slab_free(slab.raw_pool(), fresh.as_ptr().cast()) };
-            return false;
-        }
-        let old = self.raw();
-        self.with_records(|old| {
-            // SAFETY: `fresh` holds new.len() records written above, seen by nobody else yet.
-            let f = unsafe { core::slice::from_raw_parts_mut(fresh.as_ptr(), new.len()) };
-            carry(old, f);
-        });
-        self.array.store(fresh.as_ptr(), Ordering::Relaxed);
-        self.len.store(new.len(), Ordering::Relaxed);
-        self.lock.unlock();
-        if let Some((old, _)) = old {
-            // SAFETY: the old array is no longer reachable (swapped under the write side; every
-            // reader copies under the read side); it was allocated from this zone's pool.
-            unsafe { ngx_slab_free(slab.raw_pool(), old.as_ptr().cast()) };
-        }
-        true
-    }
 }
 
 // ---- the zone ----------------------------------------------------------------------------
@@ -319,43 +229,23 @@ pub trait ZoneInit {
 /// nginx's `data` argument of a zone's `init` (the zone's data of the previous cycle), passed
 /// on unchanged.
 #[derive(Clone, Copy, Debug)]
-pub struct ZoneData(*mut c_void);
-
-extern "C" fn zone_init<Z: ZoneInit>(
-    shm_zone: *mut ngx_shm_zone_t,
-    data: *mut c_void,
-) -> ngx_int_t {
-    // SAFETY: nginx passes the zone it is creating, of the configuration being started.
-    match unsafe { ShmZone::from_ptr(shm_zone) } {
-        Some(z) => Z::init(z, ZoneData(data)).0,
-        None => Status::NGX_ERROR.0,
-    }
-}
+pub struct ZoneData(pub(super) *mut c_void);
 
 /// A zone's `init` as nginx's upstream zone module set it.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct ZoneInitFn(ngx_shm_zone_init_pt);
+pub struct ZoneInitFn(pub(super) ngx_shm_zone_init_pt);
 
 impl ZoneInitFn {
     /// Set when there is one.
     pub fn is_some(self) -> bool {
         self.0.is_some()
     }
-
-    /// Runs it for `z`, the zone it was read from, with nginx's `data`.
-    pub fn call(self, z: ShmZone, data: ZoneData) -> Status {
-        match self.0 {
-            // SAFETY: the zone module's init, called with nginx's own arguments.
-            Some(f) => Status(unsafe { f(z.raw(), data.0) }),
-            None => Status::NGX_ERROR,
-        }
-    }
 }
 
 /// A handle on an upstream's shared-memory zone (`ngx_shm_zone_t`), valid as long as the
 /// configuration (cycle) it belongs to.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub struct ShmZone(NonNull<ngx_shm_zone_t>);
+pub struct ShmZone(pub(super) NonNull<ngx_shm_zone_t>);
 
 impl ShmZone {
     /// The zone of `up`, when it has one.
@@ -370,50 +260,96 @@ impl ShmZone {
         NonNull::new(z).map(ShmZone)
     }
 
-    fn raw(self) -> *mut ngx_shm_zone_t {
+    pub(super) fn raw(self) -> *mut ngx_shm_zone_t {
         self.0.as_ptr()
-    }
-
-    /// The zone's name.
-    pub fn name(self) -> String {
-        // SAFETY: the zone and its name live as long as the configuration (handle).
-        String::from_utf8_lossy(unsafe { bytes(&(*self.raw()).shm.name) }).into_owned()
-    }
-
-    /// The zone's `init`, to call from a wrapper.
-    pub fn init_fn(self) -> ZoneInitFn {
-        // SAFETY: the zone is live (handle); `init` is read and written only while the
-        // configuration is parsed and the zone made, on nginx's thread.
-        ZoneInitFn(unsafe { (*self.raw()).init })
-    }
-
-    /// Makes `Z` the zone's `init`.
-    pub fn wrap_init<Z: ZoneInit>(self) {
-        // SAFETY: as in `init_fn`.
-        unsafe { (*self.raw()).init = Some(zone_init::<Z>) };
-    }
-
-    /// The zone's slab pool, once the zone is mapped (`shm.addr`).
-    pub fn slab(self) -> Option<Slab> {
-        // SAFETY: the zone is live (handle); once mapped, `shm.addr` is the slab pool nginx
-        // initialised at the start of the zone.
-        unsafe { Slab::from_ptr((*self.raw()).shm.addr.cast()) }
     }
 }
 
-impl Counters {
+// ---- a zone's slab pool (raw accesses in `pool.rs`) ---------------------------------------
+
+/// The slab pool at the start of a shared-memory zone (`ngx_slab_pool_t`).
+///
+/// Invariant (made only by [`Slab::from_ptr`]): the pool of a live zone, alive as long as the
+/// handle is used (the configuration's cycle); its words other than the set-once `start` and
+/// `end` are read and written only under its mutex ([`SlabLocked`]).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct Slab(pub(super) NonNull<ngx_slab_pool_t>);
+
+impl Slab {
     /// # Safety
-    /// `p` is null or a [`Slot`] in a zone (a slab allocation, `SlabLocked::calloc_slot` or
-    /// `SlabLocked::alloc_peer`), alive while the handle is used (it is freed with its peer).
-    #[inline]
-    pub(crate) unsafe fn from_ptr(p: *mut Slot) -> Option<Counters> {
-        NonNull::new(p).map(Counters)
+    /// `p` is null or the slab pool at the start of a live shared-memory zone (`shm.addr`),
+    /// alive as long as the handle is used (the configuration's cycle).
+    pub unsafe fn from_ptr(p: *mut ngx_slab_pool_t) -> Option<Slab> {
+        NonNull::new(p).map(Slab)
     }
 
-    #[inline]
-    pub(in crate::ffi) fn s(&self) -> &Slot {
-        // SAFETY: the slot is live (handle); every field is an atomic, so a shared reference is
-        // sound while other workers add to it.
-        unsafe { self.0.as_ref() }
+    pub(in crate::ffi) fn raw(self) -> *mut ngx_slab_pool_t {
+        self.0.as_ptr()
+    }
+
+    /// True when `addr` is inside the zone (the pool is at its start, `end` at its end).
+    pub(in crate::ffi) fn contains(self, addr: usize) -> bool {
+        (self.raw() as usize..self.end()).contains(&addr)
+    }
+}
+
+/// A held slab mutex (made only by [`Slab::lock`], released on drop).
+pub struct SlabLocked(pub(super) Slab);
+
+/// The page words of a slab pool, read under its mutex ([`SlabLocked::pages`]).
+pub struct SlabPages {
+    /// `start`: the first page's address.
+    pub start: usize,
+    /// `end`: the end of the zone.
+    pub end: usize,
+    /// `pfree`: free pages.
+    pub pfree: u64,
+    /// nginx's page size (`ngx_pagesize`).
+    pub page: u64,
+}
+
+impl SlabLocked {
+    /// The pool.
+    pub fn slab(&self) -> Slab {
+        self.0
+    }
+
+    /// A zeroed `T` in the zone, owned by the box until [`SlabBox::into_raw`]; None when the
+    /// zone is full.
+    pub fn calloc<T: Zeroed>(&self) -> Option<SlabBox<'_, T>> {
+        let p = self.calloc_raw(size_of::<T>())?;
+        Some(SlabBox(p.cast::<T>(), self))
+    }
+
+    /// `n` zeroed bytes in the zone (at least one byte is allocated), owned like
+    /// [`Self::calloc`]'s; None when the zone is full.
+    pub fn calloc_bytes(&self, n: usize) -> Option<SlabBox<'_, [u8]>> {
+        let p = self.calloc_raw(n.max(1))?;
+        Some(SlabBox(NonNull::slice_from_raw_parts(p, n), self))
+    }
+}
+
+/// Types that all-zero bytes make a valid value (plain C structures of integers and pointers,
+/// structures of atomics), so [`SlabLocked::calloc`] can hand one out as `&mut`.
+///
+/// # Safety
+/// The all-zero bit pattern is a valid `Self`, and `Self` needs no drop.
+pub unsafe trait Zeroed {}
+
+/// A zeroed allocation in a zone's slab that this process alone reaches: freed (under the
+/// held mutex, which the box borrows) when dropped, or handed to the zone's structures with
+/// [`SlabBox::into_raw`]. Invariant: the pointer is a live slab allocation of the locked pool,
+/// holding a valid `T`, reached by nobody else until `into_raw`.
+pub struct SlabBox<'a, T: ?Sized>(pub(super) NonNull<T>, pub(super) &'a SlabLocked);
+
+impl<T: ?Sized> SlabBox<'_, T> {
+    /// The address (for a structure that points at itself).
+    pub fn as_ptr(&self) -> *mut T {
+        self.0.as_ptr()
+    }
+
+    /// Gives the allocation to the zone: no longer freed here (the zone's owner frees it).
+    pub fn into_raw(self) -> NonNull<T> {
+        ManuallyDrop::new(self).0
     }
 }

@@ -1,43 +1,44 @@
-//! The configuration side of the seam: [`ConfExt`] (a safe extension of `ngx_conf_t` for
-//! directive handlers and configuration hooks: the directive's words, the configuration pool,
-//! configuration log lines and the handler result), the directive and configuration-hook
-//! trampolines ([`Directive`], [`HttpHooks`], [`module_ctx`]), the module object
-//! ([`ModuleObject`]), [`ConfPart`] (a feature's part of the module's configuration), and a
-//! directive's handler run on scratch configurations for `probe.rs` ([`call_directive`]).
+//! The configuration side of the seam: [`ConfExt`]'s implementation (a safe extension of
+//! `ngx_conf_t` for directive handlers and configuration hooks: the directive's words, the
+//! configuration pool, configuration log lines and the handler result), the directive and
+//! configuration-hook trampolines ([`Directive`], [`HttpHooks`], [`module_ctx`]), the module
+//! object ([`ModuleObject`]), a block's directives ([`parse_block`]), nginx's regular
+//! expressions ([`Regex`]), a directive's handler run on scratch configurations for `probe.rs`
+//! ([`call_directive`]) and a new `upstream {}` block ([`create`]). The traits are declared in
+//! `parts.rs` (safe code).
 //!
 //! A `&ngx_conf_t` / `&mut ngx_conf_t` exists only inside a call from nginx (a trampoline turns
 //! its raw pointer into a reference once), so the fields these methods read are nginx's: `args`
 //! is the parser's array of `ngx_str_t`, `pool` the live configuration pool, `log` the
 //! configuration log.
 
+mod parts;
+
 use core::cell::UnsafeCell;
 use core::ffi::{c_char, c_void, CStr};
-use core::mem::{size_of, zeroed};
+use core::mem::{self, size_of, zeroed};
 use core::ptr::{self, NonNull};
 use core::slice;
 
 use ngx::core::{NGX_CONF_ERROR, NGX_CONF_OK};
 use ngx::ffi::{
-    ngx_array_t, ngx_command_t, ngx_conf_parse, ngx_conf_t, ngx_http_conf_ctx_t, ngx_http_module_t,
-    ngx_http_upstream_init_pt, ngx_http_upstream_module, ngx_http_upstream_srv_conf_t, ngx_int_t,
-    ngx_module_t, ngx_regex_compile, ngx_regex_compile_t, ngx_regex_exec, ngx_regex_t, ngx_str_t,
-    NGX_LOG_EMERG, NGX_MAX_CONF_ERRSTR,
+    ngx_array_create, ngx_array_t, ngx_command_t, ngx_conf_parse, ngx_conf_t, ngx_http_conf_ctx_t,
+    ngx_http_max_module, ngx_http_module_t, ngx_http_upstream_add, ngx_http_upstream_init_pt,
+    ngx_http_upstream_module, ngx_http_upstream_server_t, ngx_http_upstream_srv_conf_t, ngx_int_t,
+    ngx_module_t, ngx_pcalloc, ngx_regex_compile, ngx_regex_compile_t, ngx_regex_exec, ngx_regex_t,
+    ngx_str_t, ngx_url_t, NGX_HTTP_MODULE, NGX_HTTP_UPSTREAM_BACKUP, NGX_HTTP_UPSTREAM_CREATE,
+    NGX_HTTP_UPSTREAM_DOWN, NGX_HTTP_UPSTREAM_FAIL_TIMEOUT, NGX_HTTP_UPSTREAM_MAX_CONNS,
+    NGX_HTTP_UPSTREAM_MAX_FAILS, NGX_HTTP_UPSTREAM_WEIGHT, NGX_LOG_EMERG, NGX_MAX_CONF_ERRSTR,
 };
-use ngx::http::{
-    HttpModule, HttpModuleLocationConf, HttpModuleMainConf, HttpModuleServerConf, Merge,
-};
+use ngx::http::{HttpModule, Merge, NgxHttpUpstreamModule};
 
 use super::log::{conf_log, log_str};
-use super::pool::{self, add_cleanup, alloc, alloc_box, copy_str, Cleanup};
-use super::request::Req;
+use super::pool::{self, add_cleanup, alloc, alloc_box, copy_str};
 use super::upstream::Upstream;
 use super::{borrowed, bytes, ConfFail, Status};
 
-/// A directive's handler (the entry is made with [`super::command`]).
-pub trait Directive {
-    /// Handles the directive in the configuration being parsed (`cf.args()` are its words).
-    fn handle(cf: &mut ngx_conf_t) -> Result<(), ConfFail>;
-}
+use super::pool::Cleanup;
+pub use parts::{Block, ConfExt, ConfPart, Directive, HttpHooks};
 
 /// The trampoline nginx calls for a directive of handler `D`.
 pub(super) extern "C" fn directive<D: Directive>(
@@ -50,41 +51,6 @@ pub(super) extern "C" fn directive<D: Directive>(
     let cf = unsafe { &mut *cf };
     let result = D::handle(cf);
     cf.result(result)
-}
-
-/// A feature's part of the module's configuration. The composition root (`crate::conf`)
-/// implements it for each part, so a feature reaches its part without naming the module's
-/// configuration types. A method a part has no use for returns `None`.
-pub trait ConfPart: 'static {
-    /// The part at the level being parsed (`http {}`, the `upstream {}` / `server {}` block or
-    /// the location).
-    fn of_conf(_cf: &ngx_conf_t) -> Option<&'static mut Self> {
-        None
-    }
-    /// The part of an upstream block (or singlet).
-    fn of_upstream(_u: Upstream) -> Option<&'static mut Self> {
-        None
-    }
-    /// The part a request sees (its configuration's, or its location's).
-    fn of_request(_r: Req) -> Option<&'static Self> {
-        None
-    }
-}
-
-/// The module's configuration hooks, implemented by the composition root; [`module_ctx`] makes
-/// nginx's `ngx_http_module_t` of trampolines that call them. The configuration structures are
-/// made in the configuration pool: main and location ones dropped with it, server ones plain
-/// data (nginx makes one for every `server {}` and `upstream {}` block).
-pub trait HttpHooks: HttpModuleMainConf + HttpModuleServerConf + HttpModuleLocationConf {
-    /// When nginx starts reading an `http {}` block (`create_main_conf`, before the main
-    /// configuration is made); an error makes nginx fail the configuration.
-    fn main_conf_begins(cf: &mut ngx_conf_t) -> Result<(), &'static str>;
-    /// Before the `http {}` block is parsed (register variables here).
-    fn preconfiguration(cf: &mut ngx_conf_t) -> Status;
-    /// After `http {}` is parsed and every upstream initialised (install filters here).
-    fn postconfiguration(cf: &mut ngx_conf_t) -> Status;
-    /// At the end of `http {}`, after `ngx_http_upstream_module` initialised every upstream.
-    fn init_main_conf(cf: &mut ngx_conf_t) -> Result<(), ConfFail>;
 }
 
 /// nginx's hook table for `M`.
@@ -194,39 +160,6 @@ pub unsafe trait RequestCtx: Copy + 'static {
     fn module() -> &'static ngx_module_t;
 }
 
-/// Safe access to the configuration being parsed.
-pub trait ConfExt {
-    /// The words of the directive being handled (`cf->args`), the directive name first; empty
-    /// outside a directive handler.
-    fn args(&self) -> Vec<&[u8]>;
-    /// The directive's parameters (the words after its name) as text, invalid UTF-8 replaced.
-    fn param_texts(&self) -> Vec<String> {
-        self.args()
-            .iter()
-            .skip(1)
-            .map(|a| String::from_utf8_lossy(a).into_owned())
-            .collect()
-    }
-    /// Copies `data` into the configuration pool; `None` when out of memory.
-    fn copy_str(&self, data: &[u8]) -> Option<ngx_str_t>;
-    /// Moves plain data (no `Drop`) into the configuration pool.
-    fn alloc<T>(&self, value: T) -> Option<&'static mut T>;
-    /// Moves a value into the configuration pool, dropped when the pool is destroyed.
-    fn alloc_box<T>(&self, value: T) -> Option<&'static mut T>;
-    /// Makes `C::run(data)` run when the configuration pool is destroyed (the cycle ends);
-    /// false when out of memory.
-    fn on_cleanup<C: Cleanup>(&self, data: usize) -> bool;
-    /// Logs `msg` at `level` as a configuration message: nginx adds ` in FILE:LINE` of the
-    /// directive being handled.
-    fn log(&self, level: u32, msg: &str);
-    /// Logs `msg` at `level` on the configuration log as a plain line (no ` in FILE:LINE` of the
-    /// current directive: the message names its own place).
-    fn log_plain(&self, level: u32, msg: &str);
-    /// What a directive handler returns to nginx; a [`ConfFail::Conf`] is logged as
-    /// `[emerg] MSG in FILE:LINE` first, a [`ConfFail::Text`] as `[emerg] MSG`.
-    fn result(&self, result: Result<(), ConfFail>) -> *mut c_char;
-}
-
 impl ConfExt for ngx_conf_t {
     fn args(&self) -> Vec<&[u8]> {
         if self.args.is_null() {
@@ -291,14 +224,6 @@ impl ConfExt for ngx_conf_t {
             Err(ConfFail::Logged) => NGX_CONF_ERROR,
         }
     }
-}
-
-/// The directives inside a block directive's `{ ... }` (see [`parse_block`]).
-pub trait Block {
-    /// What the block's directives add to.
-    type State;
-    /// One directive inside the block (`cf.args()` are its words).
-    fn directive(cf: &ngx_conf_t, state: &mut Self::State) -> Result<(), ConfFail>;
 }
 
 extern "C" fn block_directive<B: Block>(
@@ -494,5 +419,64 @@ pub fn call_directive(
             conf,
             fill,
         })
+    }
+}
+
+// ---- a new upstream block -------------------------------------------------------------
+
+/// The flags nginx gives an explicit `upstream {}` block (plain round robin).
+pub const ROUND_ROBIN_FLAGS: u32 = NGX_HTTP_UPSTREAM_CREATE
+    | NGX_HTTP_UPSTREAM_WEIGHT
+    | NGX_HTTP_UPSTREAM_MAX_CONNS
+    | NGX_HTTP_UPSTREAM_MAX_FAILS
+    | NGX_HTTP_UPSTREAM_FAIL_TIMEOUT
+    | NGX_HTTP_UPSTREAM_DOWN
+    | NGX_HTTP_UPSTREAM_BACKUP;
+
+/// Registers a new explicit round-robin upstream `name`, as if `upstream NAME {}` appeared at the
+/// current line: nginx's own checks apply (`duplicate upstream "NAME"` is logged by nginx). Every
+/// HTTP module gets a fresh server configuration for it, like for an `upstream {}` block.
+pub fn create(cf: &mut ngx_conf_t, name: &[u8]) -> Option<Upstream> {
+    let host = cf.copy_str(name)?;
+    // SAFETY: mirrors what nginx's `upstream` block handler does: ngx_url_t zeroed with the host
+    // set, ngx_http_upstream_add with the CREATE flag, then one srv conf per HTTP module (each
+    // module's create_srv_conf called with this configuration).
+    unsafe {
+        let mut url: ngx_url_t = mem::zeroed();
+        url.host = host;
+        url.set_no_resolve(1);
+        url.set_no_port(1);
+        let u = ngx_http_upstream_add(cf, &mut url, ROUND_ROBIN_FLAGS as _);
+        if u.is_null() {
+            return None;
+        }
+        let max = *ptr::addr_of!(ngx_http_max_module);
+        let srv_conf =
+            ngx_pcalloc(cf.pool, mem::size_of::<*mut c_void>() * max) as *mut *mut c_void;
+        if srv_conf.is_null() {
+            return None;
+        }
+        let cycle = cf.cycle;
+        for i in 0..(*cycle).modules_n {
+            let m = *(*cycle).modules.add(i);
+            if m.is_null() || (*m).type_ != NGX_HTTP_MODULE as usize {
+                continue;
+            }
+            let mctx = (*m).ctx as *const ngx_http_module_t;
+            if let Some(create_srv_conf) = (*mctx).create_srv_conf {
+                let c = create_srv_conf(cf);
+                if c.is_null() {
+                    return None;
+                }
+                *srv_conf.add((*m).ctx_index) = c;
+            }
+        }
+        *srv_conf.add(NgxHttpUpstreamModule::module().ctx_index) = u.cast();
+        (*u).srv_conf = srv_conf;
+        (*u).servers = ngx_array_create(cf.pool, 4, mem::size_of::<ngx_http_upstream_server_t>());
+        if (*u).servers.is_null() {
+            return None;
+        }
+        Upstream::from_ptr(u)
     }
 }

@@ -1,42 +1,40 @@
-//! Access to nginx's upstream configuration (`ngx_http_upstream_module`'s structures) for the
-//! directives that work inside `upstream {}`, for the upstrand family and the live API, and the
-//! trampolines of the `init_upstream` / `peer.init` wrappers ([`InitUpstream`], [`PeerInit`]).
+//! nginx's upstream structures (`ngx_http_upstream_module`'s): an upstream configuration
+//! ([`Upstream`]) for the directives that work inside `upstream {}`, the upstrand family and the
+//! live API; the trampolines of its `init_upstream` / `peer.init` wrappers ([`InitUpstream`],
+//! [`PeerInit`]) and the calls of the originals; and per request the peer connection
+//! ([`PeerConn`], `r->upstream->peer`) with the balancer wrapper's trampolines
+//! (`get`/`free`/`set_session`/`save_session`/`notify`, forwarding to the balancer's own
+//! functions) on which `balancer.rs` is safe code. `list.rs` is safe code on [`Upstream`]'s
+//! primitives here (plain fields, the upstream list, server flags).
 //!
 //! [`Upstream`] is the fence: a handle on one `ngx_http_upstream_srv_conf_t` of the
 //! configuration being parsed, made only from nginx's own upstream list (or from nginx's call of
 //! a hook), whose safe methods each touch the structure briefly and hold no reference to it.
 
+mod list;
+
 use core::ffi::{c_void, CStr};
+use core::marker::PhantomData;
 use core::ptr::NonNull;
 use core::{mem, ptr, slice};
 
 use ngx::ffi::{
-    ngx_array_create, ngx_array_push, ngx_conf_t, ngx_http_max_module, ngx_http_module_t,
-    ngx_http_request_t, ngx_http_upstream_add, ngx_http_upstream_init_peer_pt,
-    ngx_http_upstream_init_pt, ngx_http_upstream_init_round_robin, ngx_http_upstream_server_t,
-    ngx_http_upstream_srv_conf_t, ngx_int_t, ngx_pcalloc, ngx_url_t, NGX_HTTP_MODULE,
-    NGX_HTTP_UPSTREAM_BACKUP, NGX_HTTP_UPSTREAM_CREATE, NGX_HTTP_UPSTREAM_DOWN,
-    NGX_HTTP_UPSTREAM_FAIL_TIMEOUT, NGX_HTTP_UPSTREAM_MAX_CONNS, NGX_HTTP_UPSTREAM_MAX_FAILS,
-    NGX_HTTP_UPSTREAM_WEIGHT,
+    ngx_array_create, ngx_array_push, ngx_conf_t, ngx_http_request_t, ngx_http_upstream_init_pt,
+    ngx_http_upstream_init_round_robin, ngx_http_upstream_server_t, ngx_http_upstream_srv_conf_t,
+    ngx_int_t, ngx_peer_connection_t, ngx_uint_t, sockaddr, NGX_HTTP_MODULE,
 };
-use ngx::http::{HttpModule, HttpModuleMainConf, HttpModuleServerConf, NgxHttpUpstreamModule};
-use upstrand_core::upstreams::{find_by_name, UpstreamInfo};
-use upstrand_core::{ConfError, ServerFlags};
+use ngx::http::{HttpModuleMainConf, HttpModuleServerConf, NgxHttpUpstreamModule};
 
-use super::conf::ConfExt;
-use super::peers::Peers;
+use super::balancer::{PeerWrapper, Wrap, WrapCtx};
+use super::log::log_str;
+use super::peers::{Peer, Peers};
+use super::pool::{alloc, copy_str, PoolCell};
 use super::probe::Balancer;
 use super::request::Req;
 use super::{bytes, ConfFail, Status};
 
-/// The flags nginx gives an explicit `upstream {}` block (plain round robin).
-pub const ROUND_ROBIN_FLAGS: u32 = NGX_HTTP_UPSTREAM_CREATE
-    | NGX_HTTP_UPSTREAM_WEIGHT
-    | NGX_HTTP_UPSTREAM_MAX_CONNS
-    | NGX_HTTP_UPSTREAM_MAX_FAILS
-    | NGX_HTTP_UPSTREAM_FAIL_TIMEOUT
-    | NGX_HTTP_UPSTREAM_DOWN
-    | NGX_HTTP_UPSTREAM_BACKUP;
+pub use super::conf::create;
+pub use list::{find, flags_of, handle_directive, infos, set_flags, InitUpstream, PeerInit};
 
 /// One upstream configuration of the cycle (explicit block, singlet or implicit upstream).
 /// Copyable: it is a pointer; its methods read or write the structure for the duration of the
@@ -72,21 +70,6 @@ impl Upstream {
     pub fn host(self) -> &'static [u8] {
         // SAFETY: the host name lives in the configuration pool, as long as the cycle.
         self.with(|u| unsafe { bytes(&u.host) })
-    }
-
-    /// `port` of the upstream (0 for explicit blocks and singlets).
-    pub fn port(self) -> u16 {
-        self.with(|u| u.port)
-    }
-
-    /// nginx's flags (`NGX_HTTP_UPSTREAM_*`) of the upstream's balancer.
-    pub fn flags(self) -> u32 {
-        self.with(|u| u.flags as u32)
-    }
-
-    /// True when nginx keeps a server list for it (an implicit upstream of a host name has none).
-    pub fn has_server_list(self) -> bool {
-        self.with(|u| !u.servers.is_null())
     }
 
     /// A copy of the servers so far (pushing to the list afterwards does not change it).
@@ -147,68 +130,6 @@ impl Upstream {
         })
     }
 
-    /// The server configuration of module `M` of the upstream (None for implicit upstreams).
-    pub fn srv_conf<M: HttpModuleServerConf>(self) -> Option<&'static mut M::ServerConf> {
-        self.with(M::server_conf_mut)
-    }
-
-    /// The upstream's `peer.init_upstream`, to call from a wrapper.
-    pub fn init_upstream_fn(self) -> InitUpstreamFn {
-        InitUpstreamFn(self.init_upstream())
-    }
-
-    /// Makes `I` the upstream's `peer.init_upstream`.
-    pub fn wrap_init_upstream<I: InitUpstream>(self) {
-        self.set_init_upstream(Some(init_upstream::<I>));
-    }
-
-    /// The upstream's `peer.init`, to call from a wrapper (None before its balancer's
-    /// `init_upstream` ran).
-    pub fn peer_init_fn(self) -> Option<PeerInitFn> {
-        self.peer_init().map(PeerInitFn)
-    }
-
-    /// Makes `P` the upstream's `peer.init`.
-    pub fn wrap_peer_init<P: PeerInit>(self) {
-        self.set_peer_init(Some(peer_init::<P>));
-    }
-
-    /// The upstream's `peer.init_upstream`.
-    pub fn init_upstream(self) -> ngx_http_upstream_init_pt {
-        self.with(|u| u.peer.init_upstream)
-    }
-
-    /// Replaces the upstream's `peer.init_upstream`.
-    pub fn set_init_upstream(self, f: ngx_http_upstream_init_pt) {
-        self.with_mut(|u| u.peer.init_upstream = f);
-    }
-
-    /// The upstream's `peer.init` (set by its balancer's `init_upstream`).
-    pub fn peer_init(self) -> ngx_http_upstream_init_peer_pt {
-        self.with(|u| u.peer.init)
-    }
-
-    /// Replaces the upstream's `peer.init`.
-    pub fn set_peer_init(self, f: ngx_http_upstream_init_peer_pt) {
-        self.with_mut(|u| u.peer.init = f);
-    }
-
-    /// The balancer's data (`peer.data`: the round-robin peer list for nginx's own balancers).
-    pub fn peer_data(self) -> *mut c_void {
-        self.with(|u| u.peer.data)
-    }
-
-    /// The upstream's shared-memory zone (`zone NAME SIZE;`), when it has one.
-    pub fn shm_zone(self) -> Option<NonNull<ngx::ffi::ngx_shm_zone_t>> {
-        self.with(|u| NonNull::new(u.shm_zone))
-    }
-
-    /// True for an `upstream {}` block or singlet (an implicit upstream made by `proxy_pass
-    /// http://host` has no server configurations).
-    pub fn is_block(self) -> bool {
-        self.with(|u| !u.srv_conf.is_null())
-    }
-
     /// The server configuration of the HTTP module `m` (null for an implicit upstream or a
     /// module that is not an HTTP module).
     pub fn module_srv_conf(self, m: &ngx::ffi::ngx_module_t) -> *mut c_void {
@@ -266,55 +187,6 @@ pub fn all(cf: &ngx_conf_t) -> Vec<Upstream> {
         .collect()
 }
 
-/// The plain view of upstreams that `upstrand_core::upstreams` decides on.
-pub fn infos(list: &[Upstream]) -> Vec<UpstreamInfo<'static>> {
-    list.iter()
-        .map(|u| UpstreamInfo {
-            name: u.host(),
-            port: u.port(),
-            explicit: u.flags() & NGX_HTTP_UPSTREAM_CREATE != 0,
-        })
-        .collect()
-}
-
-/// The upstream `add_upstream NAME` refers to (see `upstrand_core::upstreams::find_by_name`).
-pub fn find(cf: &ngx_conf_t, name: &[u8]) -> Option<Upstream> {
-    let list = all(cf);
-    find_by_name(&infos(&list), name).map(|i| list[i])
-}
-
-/// The body of a handler of a directive inside `upstream {}` whose arguments the pure crate
-/// parses: `parse` gets the arguments (without the directive name), then `apply` runs with the
-/// upstream being parsed.
-pub fn handle_directive<T>(
-    cf: &mut ngx_conf_t,
-    parse: fn(&[&[u8]]) -> Result<T, ConfError>,
-    apply: fn(&mut ngx_conf_t, Upstream, T) -> Result<(), ConfFail>,
-) -> Result<(), ConfFail> {
-    let args = cf.args();
-    let opts = parse(args.get(1..).unwrap_or_default())?;
-    match current(cf) {
-        Some(host) => apply(cf, host, opts),
-        None => Err(ConfFail::Logged),
-    }
-}
-
-/// The flags of a server entry, as plain values.
-pub fn flags_of(s: &ngx_http_upstream_server_t) -> ServerFlags {
-    ServerFlags {
-        weight: s.weight as u64,
-        backup: s.backup() != 0,
-        down: s.down != 0,
-    }
-}
-
-/// Applies plain flags to a server entry.
-pub fn set_flags(s: &mut ngx_http_upstream_server_t, f: ServerFlags) {
-    s.weight = f.weight as _;
-    s.set_backup(f.backup as _);
-    s.down = f.down as _;
-}
-
 /// A copy of `s` whose name is its address text when it has none (a server of an implicit
 /// upstream).
 pub fn named_server(s: &ngx_http_upstream_server_t) -> ngx_http_upstream_server_t {
@@ -337,60 +209,6 @@ pub fn server_name(s: &ngx_http_upstream_server_t) -> &'static [u8] {
         }
         n
     }
-}
-
-/// Registers a new explicit round-robin upstream `name`, as if `upstream NAME {}` appeared at the
-/// current line: nginx's own checks apply (`duplicate upstream "NAME"` is logged by nginx). Every
-/// HTTP module gets a fresh server configuration for it, like for an `upstream {}` block.
-pub fn create(cf: &mut ngx_conf_t, name: &[u8]) -> Option<Upstream> {
-    let host = cf.copy_str(name)?;
-    // SAFETY: mirrors what nginx's `upstream` block handler does: ngx_url_t zeroed with the host
-    // set, ngx_http_upstream_add with the CREATE flag, then one srv conf per HTTP module (each
-    // module's create_srv_conf called with this configuration).
-    unsafe {
-        let mut url: ngx_url_t = mem::zeroed();
-        url.host = host;
-        url.set_no_resolve(1);
-        url.set_no_port(1);
-        let u = ngx_http_upstream_add(cf, &mut url, ROUND_ROBIN_FLAGS as _);
-        if u.is_null() {
-            return None;
-        }
-        let max = *ptr::addr_of!(ngx_http_max_module);
-        let srv_conf =
-            ngx_pcalloc(cf.pool, mem::size_of::<*mut c_void>() * max) as *mut *mut c_void;
-        if srv_conf.is_null() {
-            return None;
-        }
-        let cycle = cf.cycle;
-        for i in 0..(*cycle).modules_n {
-            let m = *(*cycle).modules.add(i);
-            if m.is_null() || (*m).type_ != NGX_HTTP_MODULE as usize {
-                continue;
-            }
-            let mctx = (*m).ctx as *const ngx_http_module_t;
-            if let Some(create_srv_conf) = (*mctx).create_srv_conf {
-                let c = create_srv_conf(cf);
-                if c.is_null() {
-                    return None;
-                }
-                *srv_conf.add((*m).ctx_index) = c;
-            }
-        }
-        *srv_conf.add(NgxHttpUpstreamModule::module().ctx_index) = u.cast();
-        (*u).srv_conf = srv_conf;
-        (*u).servers = ngx_array_create(cf.pool, 4, mem::size_of::<ngx_http_upstream_server_t>());
-        if (*u).servers.is_null() {
-            return None;
-        }
-        Upstream::from_ptr(u)
-    }
-}
-
-/// A wrapper of an upstream's `peer.init_upstream` (runs at the end of `http {}`).
-pub trait InitUpstream {
-    /// Initialises `u` (call the original through [`InitUpstreamFn::call`]).
-    fn init(cf: &mut ngx_conf_t, u: Upstream) -> Status;
 }
 
 extern "C" fn init_upstream<I: InitUpstream>(
@@ -423,13 +241,6 @@ impl InitUpstreamFn {
     }
 }
 
-/// A wrapper of an upstream's `peer.init` (runs when a request connects to the upstream).
-pub trait PeerInit {
-    /// Initialises the balancer of request `r` for upstream `us` (call the original through
-    /// [`PeerInitFn::call`]).
-    fn init(r: Req, us: Upstream) -> Status;
-}
-
 extern "C" fn peer_init<P: PeerInit>(
     r: *mut ngx_http_request_t,
     us: *mut ngx_http_upstream_srv_conf_t,
@@ -455,5 +266,227 @@ impl PeerInitFn {
         // SAFETY: the balancer's peer.init takes a live request being connected to its
         // upstream, as nginx passed them to the wrapper.
         Status(unsafe { (self.0)(r.as_ptr(), us.as_ptr()) })
+    }
+}
+
+// ---- a request's peer connection and the balancer wrapper's trampolines --------------------
+
+/// The address of one try (a chain in the request pool).
+#[derive(Clone, Copy)]
+pub(in crate::ffi) struct Tried {
+    /// The copy of the peer's `sockaddr` the peer connection got (request pool).
+    sockaddr: *const u8,
+    socklen: usize,
+    next: Option<NonNull<Tried>>,
+}
+
+/// The socket addresses of a request's tries, newest first ([`Wrap::with_tried`]).
+#[derive(Clone, Copy)]
+pub struct TriedAddrs<'a>(
+    pub(in crate::ffi) Option<NonNull<Tried>>,
+    pub(in crate::ffi) PhantomData<&'a [u8]>,
+);
+
+impl<'a> Iterator for TriedAddrs<'a> {
+    type Item = &'a [u8];
+    fn next(&mut self) -> Option<&'a [u8]> {
+        // SAFETY: the chain and the copies it points at are in the pool of the request whose
+        // callback runs (`with_tried` bounds 'a by the call).
+        let t = unsafe { self.0?.as_ptr().read() };
+        self.0 = t.next;
+        // SAFETY: as above; each copy holds `socklen` bytes.
+        Some(unsafe { slice::from_raw_parts(t.sockaddr, t.socklen) })
+    }
+}
+
+impl<W: PeerWrapper> Wrap<W> {
+    /// # Safety
+    /// `data` is null or the `data` nginx passes to a peer callback that
+    /// [`super::balancer::wrap::<W>`] installed (a `WrapCtx` in the pool of a request alive for
+    /// the call).
+    unsafe fn from_ptr(data: *mut c_void) -> Option<Wrap<W>> {
+        let p = NonNull::new(data.cast::<WrapCtx<W::State>>())?;
+        // SAFETY: guaranteed by the caller.
+        Some(Wrap(unsafe { PoolCell::from_raw(p) }))
+    }
+
+    /// The balancer's `get`, with its own data.
+    #[inline]
+    pub fn balancer_get(self, pc: PeerConn) -> Status {
+        let c = self.0.get();
+        let Some(get) = c.get else {
+            return Status::NGX_ERROR;
+        };
+        // SAFETY: the balancer's own get, with the request's peer connection and its data.
+        Status(unsafe { get(pc.as_ptr(), c.data) })
+    }
+
+    /// After a successful `get`: points the peer connection's `name` and `sockaddr` at copies
+    /// in the request pool and records the try's address; false when out of memory.
+    pub fn record_try(self, pc: PeerConn) -> bool {
+        let c = self.0.get();
+        let pool = c.r.pool();
+        let (name, sa, socklen) = pc.with(|p| (p.name, p.sockaddr, p.socklen));
+        // SAFETY: name and sockaddr were just set by the balancer from a peer it holds (conns
+        // counted), so they are valid to copy now.
+        if let Some(name) = unsafe { name.as_ref() } {
+            // SAFETY: as above.
+            let Some(copy) = copy_str(&pool, unsafe { bytes(name) }) else {
+                return false;
+            };
+            let Some(s) = alloc(&pool, copy) else {
+                return false;
+            };
+            pc.with(|p| p.name = s.as_ptr());
+        }
+        if !sa.is_null() && socklen > 0 {
+            let len = socklen as usize;
+            let p = pool.alloc(len.max(mem::size_of::<sockaddr>())).cast::<u8>();
+            if p.is_null() {
+                return false;
+            }
+            // SAFETY: p has room for len bytes; sa holds len bytes (see above).
+            unsafe { ptr::copy_nonoverlapping(sa.cast::<u8>(), p, len) };
+            pc.with(|pc| pc.sockaddr = p.cast());
+        }
+        let (sa, len) = pc.with(|p| (p.sockaddr, p.socklen));
+        if !sa.is_null() {
+            let t = Tried {
+                sockaddr: sa.cast::<u8>().cast_const(),
+                socklen: len as usize,
+                next: c.tried,
+            };
+            let Some(t) = alloc(&pool, t) else {
+                return false;
+            };
+            self.0.update(|c| c.tried = Some(t));
+        }
+        true
+    }
+}
+
+/// The request's peer connection (`r->upstream->peer`).
+#[derive(Clone, Copy)]
+pub struct PeerConn(NonNull<ngx_peer_connection_t>);
+
+impl PeerConn {
+    /// # Safety
+    /// `pc` is null or the peer connection of a request's upstream that is alive for as long as
+    /// the handle is used (nginx's argument to a peer callback, or `&r->upstream->peer`).
+    pub(in crate::ffi) unsafe fn from_ptr(pc: *mut ngx_peer_connection_t) -> Option<PeerConn> {
+        NonNull::new(pc).map(PeerConn)
+    }
+
+    fn as_ptr(self) -> *mut ngx_peer_connection_t {
+        self.0.as_ptr()
+    }
+
+    /// Runs `f` on the peer connection; `f` calls no nginx code.
+    pub(in crate::ffi) fn with<T>(self, f: impl FnOnce(&mut ngx_peer_connection_t) -> T) -> T {
+        // SAFETY: see `from_ptr`; nginx is single-threaded and no other reference to the peer
+        // connection is used while `f` runs.
+        f(unsafe { &mut *self.as_ptr() })
+    }
+
+    /// The peer the balancer chose, right after a successful `get` (before
+    /// [`Wrap::record_try`] points `name` at a copy): only for balancers that keep a zone's
+    /// round-robin list (round robin, least_conn, with or without keepalive), which point
+    /// `pc->name` at the chosen peer's `name` (checked against `pc->sockaddr`).
+    pub fn chosen_rr_peer(self) -> Option<Peer> {
+        let (name, sa) = self.with(|p| (p.name, p.sockaddr));
+        // SAFETY: called by the live wrapper, installed only on those balancers, right after
+        // their successful `get` (see `Peer::chosen`).
+        unsafe { Peer::chosen(name, sa) }
+    }
+
+    /// Logs `msg` at `level` on the peer connection's log (the request's).
+    pub fn log(self, level: u32, msg: &str) {
+        let log = self.with(|pc| pc.log);
+        // SAFETY: the peer connection's log is the request's, live during its callbacks.
+        if let Some(log) = unsafe { log.as_ref() } {
+            log_str(log, level, msg);
+        }
+    }
+}
+
+pub(in crate::ffi) extern "C" fn get_peer<W: PeerWrapper>(
+    pc: *mut ngx_peer_connection_t,
+    data: *mut c_void,
+) -> ngx_int_t {
+    // SAFETY: nginx calls `get` with the request's peer connection and the data `wrap`
+    // installed with it.
+    match unsafe { (Wrap::<W>::from_ptr(data), PeerConn::from_ptr(pc)) } {
+        (Some(w), Some(pc)) => W::get(w, pc).0,
+        _ => Status::NGX_ERROR.0,
+    }
+}
+
+pub(in crate::ffi) extern "C" fn free_peer<W: PeerWrapper>(
+    pc: *mut ngx_peer_connection_t,
+    data: *mut c_void,
+    state: ngx_uint_t,
+) {
+    // SAFETY: as in get_peer.
+    let (Some(w), Some(pc)) = (unsafe { (Wrap::<W>::from_ptr(data), PeerConn::from_ptr(pc)) })
+    else {
+        return;
+    };
+    W::before_free(w, pc, state);
+    let c = w.0.get();
+    if let Some(free) = c.free {
+        // SAFETY: the balancer's own free, with the data its get used.
+        unsafe { free(pc.as_ptr(), c.data, state) };
+    }
+    W::after_free(w, pc);
+}
+
+pub(in crate::ffi) extern "C" fn set_session_peer<W: PeerWrapper>(
+    pc: *mut ngx_peer_connection_t,
+    data: *mut c_void,
+) -> ngx_int_t {
+    // SAFETY: as in get_peer.
+    let Some(w) = (unsafe { Wrap::<W>::from_ptr(data) }) else {
+        return Status::NGX_ERROR.0;
+    };
+    let c = w.0.get();
+    match c.set_session {
+        // SAFETY: the balancer's own set_session, with nginx's peer connection and its data.
+        Some(f) => unsafe { f(pc, c.data) },
+        None => Status::NGX_OK.0,
+    }
+}
+
+pub(in crate::ffi) extern "C" fn save_session_peer<W: PeerWrapper>(
+    pc: *mut ngx_peer_connection_t,
+    data: *mut c_void,
+) {
+    // SAFETY: as in get_peer.
+    let Some(w) = (unsafe { Wrap::<W>::from_ptr(data) }) else {
+        return;
+    };
+    let c = w.0.get();
+    if let Some(f) = c.save_session {
+        // SAFETY: the balancer's own save_session, with nginx's peer connection and its data.
+        unsafe { f(pc, c.data) };
+    }
+}
+
+/// The type of a peer connection's `notify`.
+pub(in crate::ffi) type NotifyFn =
+    unsafe extern "C" fn(*mut ngx_peer_connection_t, *mut c_void, ngx_uint_t);
+
+pub(in crate::ffi) extern "C" fn notify_peer<W: PeerWrapper>(
+    pc: *mut ngx_peer_connection_t,
+    data: *mut c_void,
+    type_: ngx_uint_t,
+) {
+    // SAFETY: as in get_peer.
+    let Some(w) = (unsafe { Wrap::<W>::from_ptr(data) }) else {
+        return;
+    };
+    let c = w.0.get();
+    if let Some(f) = c.notify {
+        // SAFETY: the balancer's own notify, with nginx's peer connection, its data and type.
+        unsafe { f(pc, c.data, type_) };
     }
 }
