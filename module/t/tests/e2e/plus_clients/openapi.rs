@@ -1,5 +1,5 @@
 //! (e) schemathesis (`target/venv`, installed by `scripts/setup.sh test`, as for the daemon's
-//! API in `crates/daemon/tests/e2e/web.rs`) against nginx with the module, from our OpenAPI
+//! API in `crates/daemon/tests/e2e/web/openapi.rs`) against nginx with the module, from our OpenAPI
 //! description of the Plus subset served, `docs/plus-api.openapi.yaml`: no 5xx answer, and every
 //! answer's status, content type and body as documented. Writes are on, so its generated `POST`,
 //! `PATCH` and `DELETE` requests really change `app`; nginx must log no alert and keep its
