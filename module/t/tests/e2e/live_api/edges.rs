@@ -238,6 +238,9 @@ pub(super) fn case_resolve_servers_are_refused() -> Result<Completion, Failed> {
          upstream app {",
     );
     let mut m = Master::start(&conf)?;
+    // The resolver is a dead port on purpose: nginx logs its queries' failures.
+    m.expect_log("while resolving, resolver: 127.0.0.1:");
+    m.expect_log("could not be resolved");
     let refused = "upstream \"rs\" has servers with the \"resolve\" parameter";
     let check_refused = |what: &str, r: &ngx_harness::Response| -> CaseResult {
         check_eq(r.status, 409, &format!("{what} status ({})", r.text()))?;
