@@ -28,7 +28,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use etcd_client::{Compare, CompareOp, DeleteOptions, GetOptions, TxnOp};
+use etcd_client::{Compare, CompareOp, DeleteOptions, KeyValue, TxnOp};
 
 use super::keys::Kind;
 use super::write::{Guarded, Written};
@@ -182,27 +182,25 @@ impl EtcdStore {
 
     /// Every `PREFIX/outcomes-gone/HOST` now: host → when a collector first saw it gone (wall
     /// clock, ms), or the mod revision of a value that does not decode ([`Count::Undecodable`]).
+    /// Read in pages sized by bytes as every read of a prefix here ([`Self::read_under`]).
     async fn gone_since_all(&self) -> Result<HashMap<String, Count>, StoreError> {
         let prefix = self.shared.keys.all_gone_since();
-        let mut client = self.client()?;
-        let r = tokio::time::timeout(
-            self.shared.opts.op_timeout,
-            client.get(prefix.as_str(), Some(GetOptions::new().with_prefix())),
-        )
-        .await
-        .map_err(|_| self.no_answer())?
-        .map_err(|e| self.answered(&e, &format!("reading the keys under {prefix}")))?;
-        Ok(r.kvs()
-            .iter()
-            .filter_map(|kv| {
-                let host = std::str::from_utf8(kv.key()).ok()?.strip_prefix(&prefix)?;
-                let count = match serde_json::from_slice::<GoneSince>(kv.value()) {
-                    Ok(g) => Count::Since(g.since_ms),
-                    Err(_) => Count::Undecodable(kv.mod_revision()),
-                };
-                Some((host.to_string(), count))
-            })
-            .collect())
+        let mut counts = HashMap::new();
+        self.read_under(&prefix, false, |kv| {
+            let Some(host) = std::str::from_utf8(kv.key())
+                .ok()
+                .and_then(|k| k.strip_prefix(prefix.as_str()))
+            else {
+                return;
+            };
+            let count = match serde_json::from_slice::<GoneSince>(kv.value()) {
+                Ok(g) => Count::Since(g.since_ms),
+                Err(_) => Count::Undecodable(kv.mod_revision()),
+            };
+            counts.insert(host.to_string(), count);
+        })
+        .await?;
+        Ok(counts)
     }
 
     /// Replaces `host`'s count that does not decode (written by hand, or by something else
@@ -270,38 +268,44 @@ impl EtcdStore {
         ))
     }
 
-    /// The keys under `prefix` in etcd now (keys only), at one revision, in pages sized by
-    /// bytes (`sync.rs`): the old layout's prefixes hold every host's key of every binding.
-    /// Only those `keep` takes are kept.
+    /// The keys under `prefix` in etcd now (keys only): the old layout's prefixes hold every
+    /// host's key of every binding. Only those `keep` takes are kept.
     async fn keys_under(
         &self,
         prefix: &str,
         keep: impl Fn(&[u8]) -> bool,
     ) -> Result<Vec<String>, StoreError> {
+        let mut keys = Vec::new();
+        self.read_under(prefix, true, |kv| {
+            if keep(kv.key()) {
+                keys.push(String::from_utf8_lossy(kv.key()).into_owned());
+            }
+        })
+        .await?;
+        Ok(keys)
+    }
+
+    /// Calls `each` on every key under `prefix` in etcd now (of the keys only when `keys_only`),
+    /// read at one revision in pages sized by bytes (`sync.rs`), so no answer is larger than the
+    /// client takes however many keys there are.
+    async fn read_under(
+        &self,
+        prefix: &str,
+        keys_only: bool,
+        each: impl FnMut(&KeyValue),
+    ) -> Result<(), StoreError> {
         let client = self.client()?;
         let end = super::sync::range_end(prefix.as_bytes());
-        let mut keys = Vec::new();
-        super::sync::read_pages(
-            &self.shared,
-            &client,
-            prefix.as_bytes().to_vec(),
-            &end,
-            0,
-            true,
-            |kv| {
-                if keep(kv.key()) {
-                    keys.push(String::from_utf8_lossy(kv.key()).into_owned());
+        let from = prefix.as_bytes().to_vec();
+        super::sync::read_pages(&self.shared, &client, from, &end, 0, keys_only, each)
+            .await
+            .map(|_| ())
+            .map_err(|e| match e {
+                super::sync::ReadError::NoAnswer => self.no_answer(),
+                super::sync::ReadError::Etcd(e) => {
+                    self.answered(&e, &format!("reading the keys under {prefix}"))
                 }
-            },
-        )
-        .await
-        .map_err(|e| match e {
-            super::sync::ReadError::NoAnswer => self.no_answer(),
-            super::sync::ReadError::Etcd(e) => {
-                self.answered(&e, &format!("reading the keys under {prefix}"))
-            }
-        })?;
-        Ok(keys)
+            })
     }
 }
 

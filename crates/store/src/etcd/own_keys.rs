@@ -5,11 +5,12 @@
 //!   ([`note_removals`] notes the removals the mirror applies, [`delete_orphans`] deletes them
 //!   before the next outcome flush); the removal's transaction no longer deletes every host's.
 //! - After its first full read a process deletes its own keys of bindings removed while it was
-//!   down, and, while any key of the old layout (`PREFIX/outcomes/NAME/HOST`,
-//!   `PREFIX/unable/NAME/HOST`: daemons of before) is left in etcd, its own keys of that layout
-//!   ([`after_sync`], once per process). A binding's removal deletes the old layout's keys of it
-//!   while there are any ([`EtcdStore::old_layout_keys_of`]); the garbage collection of gone
-//!   hosts and `fleet forget-host` delete both layouts (`gc.rs`).
+//!   down (its own prefixes read keys only, in pages sized by bytes: `sync.rs`), and, while any
+//!   key of the old layout (`PREFIX/outcomes/NAME/HOST`, `PREFIX/unable/NAME/HOST`: daemons of
+//!   before) is left in etcd, its own keys of that layout ([`after_sync`], once per process). A
+//!   binding's removal deletes the old layout's keys of it while there are any
+//!   ([`EtcdStore::old_layout_keys_of`]); the garbage collection of gone hosts and
+//!   `fleet forget-host` delete both layouts (`gc.rs`).
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -19,6 +20,7 @@ use tokio::time::timeout;
 
 use super::keys::{Keys, Kind};
 use super::mirror::{Mirror, Update};
+use super::sync::{range_end, read_pages, ReadError};
 use super::{lock, EtcdStore, Shared};
 
 /// Whether binding `name` exists: held, or its key is in etcd with a value this host refused
@@ -104,24 +106,56 @@ pub(crate) async fn delete_orphans(
     Ok(())
 }
 
-/// A read of [`after_sync`]. `Ok(None)`: etcd refused it (this host's user may not read there:
-/// logged, and the sweep not tried again); `Err`: the member did not answer.
-async fn read(
-    shared: &Shared,
-    client: &mut Client,
-    prefix: String,
-    opts: GetOptions,
-) -> Result<Option<etcd_client::GetResponse>, String> {
-    let op_timeout = shared.opts.op_timeout;
-    match timeout(op_timeout, client.get(prefix.as_str(), Some(opts))).await {
-        Err(_) => Err(format!("sweep own keys: no answer within {op_timeout:?}")),
-        Ok(Err(e)) if super::write::retryable(&e) => Err(format!("sweep own keys: {e}")),
-        Ok(Err(e)) => {
+/// What a failed read of [`after_sync`] means. `Ok(None)`: etcd refused it (this host's user may
+/// not read there: logged, and the sweep not tried again); `Err`: the member did not answer.
+fn read_failed<T>(shared: &Shared, prefix: &str, e: ReadError) -> Result<Option<T>, String> {
+    match e {
+        ReadError::NoAnswer => Err(format!(
+            "sweep own keys: no answer within {:?}",
+            shared.opts.op_timeout
+        )),
+        ReadError::Etcd(e) if super::write::retryable(&e) => Err(format!("sweep own keys: {e}")),
+        ReadError::Etcd(e) => {
             tracing::warn!(store = %shared.location, prefix, error = %e, "etcd refused reading this host's keys to delete (of removed bindings, of the old key layout); not tried again by this process");
             shared.swept.store(true, Ordering::Relaxed);
             Ok(None)
         }
-        Ok(Ok(r)) => Ok(Some(r)),
+    }
+}
+
+/// The bindings of this host's outcomes or markers under `prefix` (one of its own prefixes):
+/// keys only, in pages sized by bytes (`sync.rs`), so a host with more keys than one answer
+/// carries (many bindings removed while it was down) still reads them all. Failures as
+/// [`read_failed`].
+async fn own_bindings(
+    shared: &Shared,
+    client: &Client,
+    prefix: &str,
+) -> Result<Option<Vec<String>>, String> {
+    let end = range_end(prefix.as_bytes());
+    let mut names = Vec::new();
+    let each = |kv: &etcd_client::KeyValue| {
+        if let Some(Kind::Outcome { binding, .. } | Kind::Unable { binding, .. }) =
+            shared.keys.parse(kv.key())
+        {
+            names.push(binding);
+        }
+    };
+    let from = prefix.as_bytes().to_vec();
+    match read_pages(shared, client, from, &end, 0, true, each).await {
+        Ok(_) => Ok(Some(names)),
+        Err(e) => read_failed(shared, prefix, e),
+    }
+}
+
+/// The count of keys under `prefix` (one answer, whatever the count). Failures as
+/// [`read_failed`].
+async fn count(shared: &Shared, client: &mut Client, prefix: &str) -> Result<Option<i64>, String> {
+    let opts = GetOptions::new().with_prefix().with_count_only();
+    match timeout(shared.opts.op_timeout, client.get(prefix, Some(opts))).await {
+        Err(_) => read_failed(shared, prefix, ReadError::NoAnswer),
+        Ok(Err(e)) => read_failed(shared, prefix, ReadError::Etcd(e)),
+        Ok(Ok(r)) => Ok(Some(r.count())),
     }
 }
 
@@ -143,14 +177,10 @@ pub(crate) async fn after_sync(shared: &Arc<Shared>, client: &mut Client) -> Res
     // Own keys of bindings removed meanwhile.
     let mut own = Vec::new();
     for prefix in [keys.outcomes_of_host(me), keys.unable_of_host(me)] {
-        let opts = GetOptions::new().with_prefix().with_keys_only();
-        let Some(r) = read(shared, client, prefix, opts).await? else {
+        let Some(names) = own_bindings(shared, client, &prefix).await? else {
             return Ok(());
         };
-        own.extend(r.kvs().iter().filter_map(|kv| match keys.parse(kv.key()) {
-            Some(Kind::Outcome { binding, .. } | Kind::Unable { binding, .. }) => Some(binding),
-            _ => None,
-        }));
+        own.extend(names);
     }
     let (gone, names): (Vec<String>, Vec<String>) = {
         let m = lock(&shared.mirror);
@@ -171,11 +201,10 @@ pub(crate) async fn after_sync(shared: &Arc<Shared>, client: &mut Client) -> Res
     // The old layout: anything left of it at all? (A count, not the keys.)
     let mut old = 0;
     for prefix in keys.old_layout() {
-        let opts = GetOptions::new().with_prefix().with_count_only();
-        let Some(r) = read(shared, client, prefix, opts).await? else {
+        let Some(n) = count(shared, client, &prefix).await? else {
             return Ok(());
         };
-        old += r.count();
+        old += n;
     }
     if old > 0 {
         let ops: Vec<TxnOp> = names

@@ -370,6 +370,112 @@ async fn old_layout_keys_are_read_and_a_new_host_deletes_its_own_once() {
     b.close().await;
 }
 
+/// The number of keys under `prefix` (one answer however many: the keys of the next test are
+/// more than a plain client takes).
+async fn count_under(c: &mut Client, prefix: &str) -> i64 {
+    c.get(
+        prefix,
+        Some(GetOptions::new().with_prefix().with_count_only()),
+    )
+    .await
+    .unwrap()
+    .count()
+}
+
+/// (c) A host that starts with more keys of its own than one answer carries (≈ 4.8 MiB of key
+/// names under `P/outcomes-by-host/HOST/`: its outcomes of bindings removed while it was down)
+/// and keys of the old layout of its own: it deletes every one of them (and no other host's, nor
+/// its outcome of a binding that exists) and runs normally. Before, its sweep after the first
+/// full read read its own prefixes in one range read, which failed ("decoded message length too
+/// large", taken as a refusal: logged, the sweep given up), so none of them was deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_with_more_own_keys_than_one_answer_deletes_them_at_start() {
+    let etcd = blocking(Etcd::start);
+    let dir = tempfile::tempdir().unwrap();
+    let a = open(&etcd, &dir, "host-a", None).await;
+    a.insert_binding(&binding("api")).await.unwrap();
+    a.insert_binding(&binding("db")).await.unwrap();
+    let mut raw = client(&etcd, None).await;
+    // What host-b left: outcomes (and a few markers) of many bindings removed since (long
+    // names, the limit is 128, make the keys large), its outcome of `api`, and old-layout keys.
+    let name = |i: usize| format!("gone{i:06}-{}", "n".repeat(100));
+    const REMOVED: usize = 32_000;
+    let mut puts: Vec<String> = (0..REMOVED)
+        .map(|i| format!("/t/outcomes-by-host/host-b/{}", name(i)))
+        .collect();
+    puts.extend((0..10).map(|i| format!("/t/unable-by-host/host-b/{}", name(i))));
+    puts.extend(
+        [
+            "/t/outcomes-by-host/host-b/api",
+            "/t/outcomes/api/host-b",
+            "/t/outcomes/db/host-b",
+            "/t/unable/db/host-b",
+            "/t/outcomes/api/old-host",
+        ]
+        .map(String::from),
+    );
+    let mut tasks = Vec::new();
+    for part in puts.chunks(puts.len().div_ceil(8)) {
+        let part = part.to_vec();
+        let mut raw = raw.clone();
+        tasks.push(tokio::spawn(async move {
+            for txn in part.chunks(100) {
+                let ops = txn
+                    .iter()
+                    .map(|k| etcd_client::TxnOp::put(k.as_str(), "{}", None))
+                    .collect::<Vec<_>>();
+                raw.txn(etcd_client::Txn::new().and_then(ops))
+                    .await
+                    .unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert_eq!(
+        count_under(&mut raw, "/t/outcomes-by-host/host-b/").await,
+        REMOVED as i64 + 1
+    );
+
+    let b = open(&etcd, &dir, "host-b", None).await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let left = count_under(&mut raw, "/t/outcomes-by-host/host-b/").await
+            + count_under(&mut raw, "/t/unable-by-host/host-b/").await;
+        let old: Vec<String> = [
+            keys_under(&mut raw, "/t/outcomes/").await,
+            keys_under(&mut raw, "/t/unable/").await,
+        ]
+        .concat();
+        if left == 1 && !old.iter().any(|k| k.ends_with("/host-b")) {
+            assert_eq!(old, vec!["/t/outcomes/api/old-host".to_string()]);
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "host-b's keys left: {left} of its own prefixes, old layout {old:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        keys_under(&mut raw, "/t/outcomes-by-host/host-b/").await,
+        vec!["/t/outcomes-by-host/host-b/api".to_string()]
+    );
+    // host-b runs normally: it has the bindings, and its outcome reaches host-a's view.
+    assert!(b.status().connected, "{:?}", b.status());
+    assert!(b.get_binding("db").unwrap().is_some());
+    b.publish_host_outcome("db", &outcome(HostState::Applied, 3))
+        .await
+        .unwrap();
+    until(Duration::from_secs(10), "host-b's outcome read", || {
+        view(&a, "db", false).contains(&("host-b".to_string(), HostState::Applied))
+    })
+    .await;
+    a.close().await;
+    b.close().await;
+}
+
 /// `fleet forget-host` run by a host without the operator role is refused as what it is, naming
 /// the etcd user (the API's 403), not "unreachable": with `--force` (revoking a live host's
 /// lease takes the permission to write its heartbeat; before, said as unreachable) and without
